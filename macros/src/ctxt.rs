@@ -1,0 +1,62 @@
+//! Error collection, after serde_derive's `Ctxt`: every check reports into
+//! one place, and the derive fails once, with all of them.
+
+use std::cell::RefCell;
+use std::fmt::Display;
+
+use proc_macro2::TokenStream;
+use quote::ToTokens;
+
+#[derive(Default)]
+pub struct Ctxt {
+    errors: RefCell<Option<Vec<syn::Error>>>,
+}
+
+impl Ctxt {
+    pub fn new() -> Self {
+        Ctxt {
+            errors: RefCell::new(Some(Vec::new())),
+        }
+    }
+
+    /// An error pointing at `tokens`.
+    pub fn error_spanned_by<T: ToTokens, M: Display>(&self, tokens: T, msg: M) {
+        self.syn_error(syn::Error::new_spanned(tokens.into_token_stream(), msg));
+    }
+
+    pub fn syn_error(&self, err: syn::Error) {
+        self.errors
+            .borrow_mut()
+            .as_mut()
+            .expect("Ctxt used after check()")
+            .push(err);
+    }
+
+    /// All errors combined into one, or `Ok` when there were none.
+    pub fn check(self) -> Result<(), syn::Error> {
+        let errors = self.errors.borrow_mut().take().expect("check() twice");
+        let mut iter = errors.into_iter();
+        match iter.next() {
+            None => Ok(()),
+            Some(mut first) => {
+                for e in iter {
+                    first.combine(e);
+                }
+                Err(first)
+            }
+        }
+    }
+
+    /// The errors as `compile_error!` invocations.
+    pub fn into_compile_errors(self) -> Option<TokenStream> {
+        self.check().err().map(|e| e.to_compile_error())
+    }
+}
+
+impl Drop for Ctxt {
+    fn drop(&mut self) {
+        if !std::thread::panicking() && self.errors.borrow().is_some() {
+            panic!("forgot to check for errors");
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! One error type for every pattern, so callers match on what went wrong
+//! rather than on which module said it.
+
+use std::fmt;
+
+/// The result of every fallible call in this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong at run time. Every input a caller or a server can hand
+/// us ends here, never in a panic.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A page token could not be used: see [`CursorError`] for why.
+    #[error("invalid page token: {0}")]
+    InvalidCursor(#[from] CursorError),
+
+    /// A caller's argument is outside what the call accepts.
+    #[error("invalid argument `{name}`: {reason}")]
+    InvalidArgument {
+        /// The argument's name, as the method spells it.
+        name: &'static str,
+        /// What was wrong with it.
+        reason: String,
+    },
+
+    /// A stored document does not deserialize into the model.
+    #[error("document {id} in `{collection}` does not match the model: {source}")]
+    UnexpectedDocument {
+        /// The collection it was read from.
+        collection: String,
+        /// Its `_id`, rendered as extended JSON, or `<no _id>`.
+        id: String,
+        /// What serde said.
+        #[source]
+        source: bson::de::Error,
+    },
+
+    /// A stored document holds a value that the pattern cannot order by, such
+    /// as an array in a sort key.
+    #[error("document {id} in `{collection}`: field `{field}` holds {found}, which cannot be {why}")]
+    UnsupportedValue {
+        /// The collection it was read from.
+        collection: String,
+        /// Its `_id`, rendered as extended JSON.
+        id: String,
+        /// The BSON field name.
+        field: String,
+        /// The BSON type that was found.
+        found: String,
+        /// What the value was needed for.
+        why: &'static str,
+    },
+
+    /// A value could not be turned into BSON.
+    #[error("cannot convert to BSON: {0}")]
+    Serialize(#[from] bson::ser::Error),
+
+    /// The deployment could not be reached, or the connection was lost.
+    /// Retrying later may succeed.
+    #[error("MongoDB is unreachable: {0}")]
+    Unavailable(#[source] mongodb::error::Error),
+
+    /// The server answered with an error.
+    #[error("MongoDB error: {0}")]
+    Database(#[source] mongodb::error::Error),
+}
+
+impl From<mongodb::error::Error> for Error {
+    fn from(e: mongodb::error::Error) -> Self {
+        use mongodb::error::ErrorKind;
+        match *e.kind {
+            ErrorKind::Io(_)
+            | ErrorKind::ServerSelection { .. }
+            | ErrorKind::ConnectionPoolCleared { .. } => Error::Unavailable(e),
+            _ => Error::Database(e),
+        }
+    }
+}
+
+impl Error {
+    /// True when the failure was reaching the server, not the request itself.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Error::Unavailable(_))
+    }
+
+    pub(crate) fn invalid(name: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            name,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Why a page token was refused. Tokens come from clients, so each way a
+/// token can be wrong has its own name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CursorError {
+    /// Not URL-safe base64.
+    NotBase64,
+    /// Shorter than any token this crate writes.
+    Truncated,
+    /// Written by a version of this crate that this one cannot read.
+    UnsupportedVersion(u8),
+    /// The checksum does not match: the token was altered or cut.
+    Corrupted,
+    /// The bytes are not a token's layout.
+    Malformed(String),
+    /// The token belongs to another collection or another sort order.
+    Foreign,
+}
+
+impl fmt::Display for CursorError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CursorError::NotBase64 => f.write_str("not URL-safe base64"),
+            CursorError::Truncated => f.write_str("too short to be a token"),
+            CursorError::UnsupportedVersion(v) => write!(f, "unsupported token version {v}"),
+            CursorError::Corrupted => f.write_str("checksum mismatch (altered or truncated)"),
+            CursorError::Malformed(why) => write!(f, "malformed: {why}"),
+            CursorError::Foreign => {
+                f.write_str("issued for another collection or sort order")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CursorError {}

@@ -1,0 +1,61 @@
+//! MongoDB schema-design patterns as derive macros over the official driver.
+//!
+//! Annotate a plain serde struct; the derive checks the annotation against
+//! the struct at compile time and wires it to the behaviour in this crate.
+//!
+//! ```no_run
+//! use mongo_patterns::prelude::*;
+//!
+//! #[derive(Debug, Serialize, Deserialize, Model)]
+//! #[serde(rename_all = "camelCase")]
+//! #[model(collection = "visits")]
+//! #[keyset(sort = "initTime", order = "desc")]
+//! struct Visit {
+//!     uuid: String,
+//!     init_time: DateTime,
+//! }
+//!
+//! # async fn tour(db: mongodb::Database) -> mongo_patterns::Result<()> {
+//! let first = Visit::keyset(&db).page_size(50).page().await?;
+//! if let Some(next) = &first.next {
+//!     let second = Visit::keyset(&db).page_size(50).after(next).page().await?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! The patterns, one module each: [`keyset`] pagination.
+
+#![warn(missing_docs)]
+
+mod error;
+pub mod keyset;
+mod model;
+
+pub use bson;
+pub use mongodb;
+
+pub use crate::error::{CursorError, Error, Result};
+pub use crate::model::Model;
+/// Derives [`Model`](trait@Model) and the patterns its attributes name.
+pub use mongo_patterns_macros::Model;
+
+/// What a user module needs: the derive, the trait, the paging types, serde's
+/// derives and the BSON types models hold.
+pub mod prelude {
+    pub use crate::keyset::{Keyset, Page, PageToken};
+    pub use crate::{Error, Model};
+    pub use bson::oid::ObjectId;
+    pub use bson::{doc, DateTime, Document};
+    pub use serde::{Deserialize, Serialize};
+}
+
+/// What generated code calls. Not a public API: it changes without notice.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::keyset::{KeysetSpec, SortKey};
+    pub use crate::model::Model;
+    pub use core;
+
+    /// Compiles only when `T` can be a keyset sort key; spanned at the field.
+    pub const fn assert_sort_key<T: SortKey + ?Sized>() {}
+}
