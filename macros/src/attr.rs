@@ -107,7 +107,10 @@ pub fn skip_value(meta: &ParseNestedMeta) -> syn::Result<()> {
 }
 
 /// The closest candidate to `got`, if one is close enough to be a typo.
-pub fn did_you_mean<'a>(got: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub fn did_you_mean<'a>(
+    got: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     let got_l = got.to_lowercase();
     candidates
         .into_iter()

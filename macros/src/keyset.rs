@@ -33,7 +33,10 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Keyset> {
     let mut attrs = input.attrs.iter().filter(|a| a.path().is_ident(KEYSET));
     let first = attrs.next()?;
     for dup in attrs {
-        cx.error_spanned_by(dup, "duplicate `#[keyset]` attribute; put all options in one");
+        cx.error_spanned_by(
+            dup,
+            "duplicate `#[keyset]` attribute; put all options in one",
+        );
     }
     let mut sort = Opt::new(cx, KEYSET, SORT);
     let mut order = Opt::new(cx, KEYSET, ORDER);
@@ -93,7 +96,10 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Keyset> {
             continue;
         };
         if fields.iter().any(|(n, _)| *n == field.bson_name) {
-            cx.error_spanned_by(&name, format!("`{}` is already a sort key", field.bson_name));
+            cx.error_spanned_by(
+                &name,
+                format!("`{}` is already a sort key", field.bson_name),
+            );
             continue;
         }
         fields.push((field.bson_name.clone(), field.ty.clone()));
@@ -109,7 +115,9 @@ fn parse_sort(meta: &syn::meta::ParseNestedMeta) -> syn::Result<Vec<LitStr>> {
     let expr: Expr = meta.value()?.parse()?;
     let hint = "`keyset` option `sort` takes a field name or a list of them, as in `sort = \"date\"` or `sort = [\"day\", \"score\"]`";
     let lit = |e: &Expr| match e {
-        Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => Ok(s.clone()),
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) => Ok(s.clone()),
         other => Err(syn::Error::new_spanned(other, hint)),
     };
     match &expr {
@@ -168,7 +176,9 @@ mod tests {
         if let Some(m) = Input::from_syn(&cx, &input) {
             parse(&cx, &input, &m);
         }
-        cx.check().err().map_or(vec![], |e| e.into_iter().map(|e| e.to_string()).collect())
+        cx.check()
+            .err()
+            .map_or(vec![], |e| e.into_iter().map(|e| e.to_string()).collect())
     }
 
     fn parsed(input: DeriveInput) -> Keyset {
@@ -186,7 +196,10 @@ mod tests {
             #[keyset(sort = ["init_time", "visitorId"], order = "desc", page_size = 500)]
             struct V { init_time: i64, visitor_id: String }
         });
-        assert_eq!(k.sort.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["initTime", "visitorId"]);
+        assert_eq!(
+            k.sort.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            ["initTime", "visitorId"]
+        );
         assert!(k.descending);
         assert_eq!(k.page_size, 500);
     }

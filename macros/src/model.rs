@@ -116,10 +116,7 @@ impl<'a> Input<'a> {
             }
         }
         let rule = container_rename_rule(cx, input);
-        let fields = fields
-            .iter()
-            .map(|f| Field::from_syn(f, rule))
-            .collect();
+        let fields = fields.iter().map(|f| Field::from_syn(f, rule)).collect();
         let collection = collection_name(cx, input);
         Some(Input {
             ident: &input.ident,
@@ -130,7 +127,13 @@ impl<'a> Input<'a> {
 
     /// The stored field that `name` means, by BSON name or Rust name. Reports
     /// an unknown or unstored field at `name` and returns `None`.
-    pub fn resolve(&self, cx: &Ctxt, name: &LitStr, attr: &str, option: &str) -> Option<&Field<'a>> {
+    pub fn resolve(
+        &self,
+        cx: &Ctxt,
+        name: &LitStr,
+        attr: &str,
+        option: &str,
+    ) -> Option<&Field<'a>> {
         let value = name.value();
         let found = self
             .fields
@@ -142,22 +145,37 @@ impl<'a> Input<'a> {
                 if let Some(why) = f.not_stored {
                     cx.error_spanned_by(
                         name,
-                        format!("`{attr}` option `{option}` cannot use field `{}`: it is {why}", f.rust_name),
+                        format!(
+                            "`{attr}` option `{option}` cannot use field `{}`: it is {why}",
+                            f.rust_name
+                        ),
                     );
                     return None;
                 }
                 Some(f)
             }
             None => {
-                let names: Vec<String> = self.fields.iter().filter(|f| f.not_stored.is_none()).map(|f| format!("`{}`", f.bson_name)).collect();
+                let names: Vec<String> = self
+                    .fields
+                    .iter()
+                    .filter(|f| f.not_stored.is_none())
+                    .map(|f| format!("`{}`", f.bson_name))
+                    .collect();
                 let mut msg = format!(
                     "`{attr}` option `{option}` names `{value}`, which is not a field of `{}`; its stored fields are {}",
                     self.ident,
                     if names.is_empty() { "none".to_owned() } else { names.join(", ") }
                 );
-                let candidates = self.fields.iter().flat_map(|f| [f.bson_name.as_str(), f.rust_name.as_str()]);
+                let candidates = self
+                    .fields
+                    .iter()
+                    .flat_map(|f| [f.bson_name.as_str(), f.rust_name.as_str()]);
                 if let Some(s) = attr::did_you_mean(&value, candidates) {
-                    let f = self.fields.iter().find(|f| f.bson_name == s || f.rust_name == s).expect("a candidate");
+                    let f = self
+                        .fields
+                        .iter()
+                        .find(|f| f.bson_name == s || f.rust_name == s)
+                        .expect("a candidate");
                     msg.push_str(&format!("\nhelp: did you mean `{}`?", f.bson_name));
                 }
                 cx.error_spanned_by(name, msg);
@@ -263,7 +281,8 @@ pub fn snake_case(name: &str) -> String {
     let mut out = String::new();
     for (i, &c) in chars.iter().enumerate() {
         if c.is_uppercase() {
-            let prev_lower = i > 0 && (chars[i - 1].is_lowercase() || chars[i - 1].is_ascii_digit());
+            let prev_lower =
+                i > 0 && (chars[i - 1].is_lowercase() || chars[i - 1].is_ascii_digit());
             let acronym_end = i > 0
                 && chars[i - 1].is_uppercase()
                 && chars.get(i + 1).is_some_and(|n| n.is_lowercase());
@@ -381,7 +400,11 @@ mod tests {
     fn names(input: DeriveInput) -> Vec<(String, String)> {
         let cx = Ctxt::new();
         let m = Input::from_syn(&cx, &input).unwrap();
-        let out = m.fields.iter().map(|f| (f.rust_name.clone(), f.bson_name.clone())).collect();
+        let out = m
+            .fields
+            .iter()
+            .map(|f| (f.rust_name.clone(), f.bson_name.clone()))
+            .collect();
         cx.check().unwrap();
         out
     }
@@ -399,8 +422,13 @@ mod tests {
         });
         assert_eq!(
             n,
-            [("customer_id", "customerId"), ("id", "_id"), ("at", "ts"), ("type", "type")]
-                .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            [
+                ("customer_id", "customerId"),
+                ("id", "_id"),
+                ("at", "ts"),
+                ("type", "type")
+            ]
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
         );
     }
 
@@ -410,7 +438,16 @@ mod tests {
         let got: Vec<String> = RenameRule::NAMES.iter().map(|(_, r)| r.apply(f)).collect();
         assert_eq!(
             got,
-            ["customer_id_2", "CUSTOMER_ID_2", "CustomerId2", "customerId2", "customer_id_2", "CUSTOMER_ID_2", "customer-id-2", "CUSTOMER-ID-2"]
+            [
+                "customer_id_2",
+                "CUSTOMER_ID_2",
+                "CustomerId2",
+                "customerId2",
+                "customer_id_2",
+                "CUSTOMER_ID_2",
+                "customer-id-2",
+                "CUSTOMER-ID-2"
+            ]
         );
     }
 
@@ -425,14 +462,21 @@ mod tests {
     #[test]
     fn collection_attribute() {
         let cx = Ctxt::new();
-        let input: DeriveInput = parse_quote! { #[model(collection = "history")] struct T { a: i32 } };
+        let input: DeriveInput =
+            parse_quote! { #[model(collection = "history")] struct T { a: i32 } };
         assert_eq!(Input::from_syn(&cx, &input).unwrap().collection, "history");
         cx.check().unwrap();
 
         let cx = Ctxt::new();
-        let input: DeriveInput = parse_quote! { #[model(collection = "a$b", colection = "x")] struct T { a: i32 } };
+        let input: DeriveInput =
+            parse_quote! { #[model(collection = "a$b", colection = "x")] struct T { a: i32 } };
         Input::from_syn(&cx, &input);
-        let err = cx.check().unwrap_err().into_iter().map(|e| e.to_string()).collect::<Vec<_>>();
+        let err = cx
+            .check()
+            .unwrap_err()
+            .into_iter()
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>();
         assert_eq!(err.len(), 2, "{err:?}");
         assert!(err[0].contains("reserves `$`"));
         assert!(err[1].contains("did you mean `collection`"));

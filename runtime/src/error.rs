@@ -38,7 +38,9 @@ pub enum Error {
 
     /// A stored document holds a value that the pattern cannot order by, such
     /// as an array in a sort key.
-    #[error("document {id} in `{collection}`: field `{field}` holds {found}, which cannot be {why}")]
+    #[error(
+        "document {id} in `{collection}`: field `{field}` holds {found}, which cannot be {why}"
+    )]
     UnsupportedValue {
         /// The collection it was read from.
         collection: String,
@@ -119,9 +121,7 @@ impl fmt::Display for CursorError {
             CursorError::UnsupportedVersion(v) => write!(f, "unsupported token version {v}"),
             CursorError::Corrupted => f.write_str("checksum mismatch (altered or truncated)"),
             CursorError::Malformed(why) => write!(f, "malformed: {why}"),
-            CursorError::Foreign => {
-                f.write_str("issued for another collection or sort order")
-            }
+            CursorError::Foreign => f.write_str("issued for another collection or sort order"),
         }
     }
 }

@@ -311,7 +311,10 @@ where
             };
         }
         let dir = if scan_descending { -1 } else { 1 };
-        let sort = self.keys().map(|k| (k.to_owned(), Bson::Int32(dir))).collect();
+        let sort = self
+            .keys()
+            .map(|k| (k.to_owned(), Bson::Int32(dir)))
+            .collect();
         Ok(Plan {
             filter,
             sort,
@@ -426,7 +429,10 @@ fn boundary_filter(
 /// `$and`.
 pub fn created_between(from: DateTime, to: DateTime) -> Result<Document> {
     if from > to {
-        return Err(Error::invalid("from", format!("{from} is after `to` ({to})")));
+        return Err(Error::invalid(
+            "from",
+            format!("{from} is after `to` ({to})"),
+        ));
     }
     let lo = object_id_at(from.timestamp_millis().div_euclid(1000), "from")?;
     let hi_secs = (to.timestamp_millis() + 999).div_euclid(1000);
@@ -514,17 +520,17 @@ mod tests {
 
     #[test]
     fn time_ranges_round_outwards() {
-        let f = created_between(
-            DateTime::from_millis(10_500),
-            DateTime::from_millis(20_000),
-        )
-        .unwrap();
+        let f =
+            created_between(DateTime::from_millis(10_500), DateTime::from_millis(20_000)).unwrap();
         assert_eq!(
             f,
             doc! {"_id": {"$gte": object_id_at(10, "").unwrap(), "$lt": object_id_at(20, "").unwrap()}}
         );
         let f = created_between(DateTime::from_millis(0), DateTime::from_millis(20_001)).unwrap();
-        assert_eq!(f.get_document("_id").unwrap().get("$lt"), Some(&Bson::ObjectId(object_id_at(21, "").unwrap())));
+        assert_eq!(
+            f.get_document("_id").unwrap().get("$lt"),
+            Some(&Bson::ObjectId(object_id_at(21, "").unwrap()))
+        );
         assert!(created_between(DateTime::from_millis(2), DateTime::from_millis(1)).is_err());
         assert!(created_since(DateTime::from_millis(-1000)).is_err());
     }

@@ -46,6 +46,7 @@ pub mod prelude {
     pub use crate::{Error, Model};
     pub use bson::oid::ObjectId;
     pub use bson::{doc, DateTime, Document};
+    pub use mongodb::{Client, Database};
     pub use serde::{Deserialize, Serialize};
 }
 

@@ -1,1 +1,203 @@
-pub fn x(){}
+//! Test support shared by the integration tests, the examples and the
+//! benchmarks: a MongoDB-wire server to talk to, a fresh database per test,
+//! and a count of the commands each operation sends.
+//!
+//! `MONGODB_URI` wins when set, so the same suite runs against a real
+//! `mongod` or Atlas. Otherwise the pinned surrogate server (`secantusd-rs`,
+//! see DESIGN.md) is started once per process on a free port with a
+//! temporary storage directory; it stops, and its directory is removed, when
+//! the process exits, even if the process is killed.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use mongo_patterns::mongodb::event::command::CommandEvent;
+use mongo_patterns::mongodb::event::EventHandler;
+use mongo_patterns::mongodb::options::ClientOptions;
+use mongo_patterns::mongodb::{Client, Database};
+
+/// The pinned server version (DESIGN.md); `scripts/test-server` installs it.
+pub const SERVER_CRATE: &str = "secantus-mdb";
+pub const SERVER_VERSION: &str = "0.5.3-beta.196";
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+struct Server {
+    uri: String,
+    // Held so the watchdog's stdin stays open for the life of the process.
+    _child: Mutex<Child>,
+}
+
+static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
+
+/// The connection string: `MONGODB_URI`, or a surrogate server started now.
+/// Panics with instructions if neither is possible; tests cannot run without
+/// a server, and saying why is the useful thing to do.
+pub fn server_uri() -> String {
+    if let Ok(uri) = std::env::var("MONGODB_URI") {
+        if !uri.is_empty() {
+            return uri;
+        }
+    }
+    match SERVER.get_or_init(start_server) {
+        Ok(s) => s.uri.clone(),
+        Err(e) => panic!("no test server: {e}"),
+    }
+}
+
+/// Where the surrogate's binary is: `$SECANTUSD`, `secantusd-rs` on `PATH`,
+/// or the cache that `scripts/test-server` installs into.
+pub fn server_binary() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("SECANTUSD") {
+        return Some(PathBuf::from(p));
+    }
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("secantusd-rs"))
+            .find(|p| p.is_file())
+    });
+    on_path.or_else(|| {
+        let p = cache_dir()?
+            .join(format!("{SERVER_CRATE}-{SERVER_VERSION}"))
+            .join("bin/secantusd-rs");
+        p.is_file().then_some(p)
+    })
+}
+
+fn cache_dir() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("MONGO_PATTERNS_CACHE") {
+        return Some(PathBuf::from(p));
+    }
+    let home = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(home.join("mongo-patterns"))
+}
+
+fn start_server() -> Result<Server, String> {
+    let bin = server_binary().ok_or_else(|| {
+        "MONGODB_URI is unset and secantusd-rs was not found; run `scripts/test-server` (installs it into the cache) or set SECANTUSD".to_owned()
+    })?;
+    let dir = std::env::temp_dir().join(format!(
+        "mongo-patterns-{}-{}",
+        std::process::id(),
+        unique()
+    ));
+    // The shell is a watchdog: it starts the server, then blocks reading our
+    // stdin pipe. When this process exits, however it exits, the pipe closes,
+    // `cat` returns, and the server is stopped and its directory removed.
+    let script = r#"
+        "$0" --port 0 --storage-path "$1" --log-file-max 16MB --cache-size 512M --log-level WARNING <&- &
+        pid=$!
+        cat >/dev/null
+        kill "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+        rm -rf "$1"
+    "#;
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg(&bin)
+        .arg(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    let stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        for line in lines.by_ref().map_while(Result::ok) {
+            if let Some(addr) = line.split("listening on ").nth(1) {
+                let _ = tx.send(addr.trim().to_owned());
+                break;
+            }
+        }
+        // Keep draining so the server never blocks on a full pipe.
+        for _ in lines {}
+    });
+    let addr = rx.recv_timeout(START_TIMEOUT).map_err(|_| {
+        let _ = child.kill();
+        let mut err = String::new();
+        let _ = stderr.read_to_string(&mut err);
+        format!(
+            "{} did not report a port within {START_TIMEOUT:?}: {err}",
+            bin.display()
+        )
+    })?;
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut stderr, &mut std::io::sink());
+    });
+    Ok(Server {
+        uri: format!("mongodb://{addr}/?directConnection=true"),
+        _child: Mutex::new(child),
+    })
+}
+
+fn unique() -> u64 {
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Counts the commands a client sends, by name: round trips, as the driver's
+/// command monitoring sees them.
+#[derive(Clone, Default)]
+pub struct Commands {
+    log: Arc<Mutex<Vec<(String, mongo_patterns::bson::Document)>>>,
+}
+
+impl Commands {
+    /// Everything sent since the last `take`, in order, as (name, command).
+    pub fn take(&self) -> Vec<(String, mongo_patterns::bson::Document)> {
+        std::mem::take(&mut *self.log.lock().unwrap())
+    }
+
+    /// How many commands were sent since the last `take`, and forget them.
+    pub fn take_count(&self) -> usize {
+        self.take().len()
+    }
+}
+
+/// A client for `uri` with command monitoring, waiting at most 10 s for the
+/// server, so that a test never hangs on a dead one.
+pub async fn client(uri: &str) -> (Client, Commands) {
+    let mut opts = ClientOptions::parse(uri).await.expect("valid MONGODB_URI");
+    opts.server_selection_timeout
+        .get_or_insert(Duration::from_secs(10));
+    opts.connect_timeout.get_or_insert(Duration::from_secs(10));
+    let commands = Commands::default();
+    let log = commands.log.clone();
+    opts.command_event_handler = Some(EventHandler::callback(move |ev: CommandEvent| {
+        if let CommandEvent::Started(ev) = ev {
+            log.lock().unwrap().push((ev.command_name, ev.command));
+        }
+    }));
+    (
+        Client::with_options(opts).expect("client options"),
+        commands,
+    )
+}
+
+/// A database of its own for one test (so tests run in parallel), on the
+/// shared server, with a command counter.
+pub async fn fresh_db(test: &str) -> (Database, Commands) {
+    let uri = server_uri();
+    let (client, commands) = client(&uri).await;
+    let name: String = format!("mp_{}_{}_{}", test, std::process::id(), unique())
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(63)
+        .collect();
+    (client.database(&name), commands)
+}
