@@ -1,1 +1,101 @@
-fn main() {}
+//! The tour: each pattern doing its job once, saying what it did.
+//!
+//! `scripts/tour` runs it against MONGODB_URI, or against a test server that
+//! it starts itself. Each part uses a database of its own and drops it.
+
+use futures::TryStreamExt;
+use mongo_patterns::keyset::created_since;
+use mongo_patterns::prelude::*;
+use mongo_patterns_testkit::{client, server_uri, Commands};
+
+#[tokio::main]
+async fn main() -> mongo_patterns::Result<()> {
+    let uri = server_uri();
+    let (client, commands) = client(&uri).await;
+    println!("mongo-patterns tour against {}", redact(&uri));
+    keyset(&client, &commands).await?;
+    Ok(())
+}
+
+#[derive(Debug, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "visits")]
+#[keyset(sort = "visitedAt", order = "desc", page_size = 4)]
+struct Visit {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    visitor: String,
+    visited_at: DateTime,
+}
+
+/// Keyset pagination: newest visits first, 4 a page, ties on the same
+/// second broken by `_id`; a tampered token is refused.
+async fn keyset(client: &Client, commands: &Commands) -> mongo_patterns::Result<()> {
+    println!("\n== keyset pagination (seed 004)");
+    let db = client.database("mp_tour_keyset");
+    db.drop().await?;
+    let visits: Vec<Visit> = (0..10)
+        .map(|i| Visit {
+            id: ObjectId::new(),
+            visitor: format!("v{}", i % 3),
+            // Pairs share a second: the sort key has duplicates.
+            visited_at: DateTime::from_millis(1_767_225_600_000 + (i / 2) * 1000),
+        })
+        .collect();
+    Visit::collection(&db).insert_many(&visits).await?;
+
+    commands.take();
+    let mut page = Visit::keyset(&db).page().await?;
+    let mut n = 1;
+    loop {
+        let shown: Vec<String> = page
+            .items
+            .iter()
+            .map(|v| {
+                format!(
+                    "{}@{}",
+                    v.visitor,
+                    v.visited_at.timestamp_millis() / 1000 % 100
+                )
+            })
+            .collect();
+        println!("page {n}: {}", shown.join(", "));
+        let Some(next) = page.next.clone() else { break };
+        println!("        next token: {next}");
+        page = Visit::keyset(&db).after(&next).page().await?;
+        n += 1;
+    }
+    println!(
+        "{n} pages, {} finds, 0 skips, 0 counts",
+        commands.take_count()
+    );
+
+    let forged = "AQAAAAA".parse::<PageToken>();
+    println!(
+        "a forged token: {}",
+        forged
+            .map(|_| "accepted".to_owned())
+            .unwrap_or_else(|e| e.to_string())
+    );
+    let recent: Vec<Visit> = Visit::keyset(&db)
+        .by_id()
+        .filter(created_since(DateTime::from_millis(
+            DateTime::now().timestamp_millis() - 60_000,
+        ))?)
+        .stream()
+        .try_collect()
+        .await?;
+    println!(
+        "made in the last minute, by `_id` range: {} visits",
+        recent.len()
+    );
+    db.drop().await?;
+    Ok(())
+}
+
+fn redact(uri: &str) -> String {
+    match (uri.find("://"), uri.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***{}", &uri[..s], &uri[at..]),
+        _ => uri.to_owned(),
+    }
+}

@@ -3,8 +3,8 @@
 //! `::mongo_patterns::__private`.
 //!
 //! The pipeline for every derive: parse the struct and its attributes into a
-//! typed model ([`model::Input`]), check the rules that span attributes, then
-//! expand. Errors are collected ([`ctxt::Ctxt`]) so that a user sees all of
+//! typed model (`model::Input`), check the rules that span attributes, then
+//! expand. Errors are collected (`ctxt::Ctxt`) so that a user sees all of
 //! their mistakes at once, and after an error a stub impl is still emitted so
 //! that calls elsewhere in their crate do not pile follow-on errors on top.
 
