@@ -88,7 +88,10 @@ pub fn unknown_option(meta: &ParseNestedMeta, attr: &str, expected: &[&str]) -> 
         .map(|e| format!("`{e}`"))
         .collect::<Vec<_>>()
         .join(", ");
-    let mut msg = format!("unknown `{attr}` option `{got}`; expected one of {list}");
+    let mut msg = match expected {
+        [only] => format!("unknown `{attr}` option `{got}`; expected `{only}`"),
+        _ => format!("unknown `{attr}` option `{got}`; expected one of {list}"),
+    };
     if let Some(s) = did_you_mean(&got, expected.iter().copied()) {
         msg.push_str(&format!("\nhelp: did you mean `{s}`?"));
     }
@@ -114,29 +117,39 @@ pub fn did_you_mean<'a>(
     let got_l = got.to_lowercase();
     candidates
         .into_iter()
-        .map(|c| (levenshtein(&got_l, &c.to_lowercase()), c))
+        .map(|c| (edit_distance(&got_l, &c.to_lowercase()), c))
         .filter(|(d, c)| *d <= (c.chars().count().max(got.chars().count()) / 3).max(1))
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
 }
 
-fn levenshtein(a: &str, b: &str) -> usize {
+/// Edits between `a` and `b`: insertions, deletions, substitutions and
+/// swaps of two neighbours (optimal string alignment), so that `sotr` is one
+/// typo away from `sort`, not two.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = if ca == *cb {
-                prev
-            } else {
-                1 + prev.min(cur).min(row[j])
-            };
-            prev = cur;
+    // d[i][j]: distance between a[..i] and b[..j].
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
         }
     }
-    row[b.len()]
+    d[a.len()][b.len()]
 }
 
 #[cfg(test)]
@@ -150,6 +163,12 @@ mod tests {
         assert_eq!(did_you_mean("custmerId", c), Some("customerId"));
         assert_eq!(did_you_mean("dat", c), Some("date"));
         assert_eq!(did_you_mean("quantity", c), None);
-        assert_eq!(levenshtein("kitten", "sitting"), 3);
+        assert_eq!(
+            did_you_mean("sotr", ["sort", "order", "page_size"]),
+            Some("sort")
+        );
+        assert_eq!(did_you_mean("up", ["asc", "desc"]), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("sotr", "sort"), 1);
     }
 }

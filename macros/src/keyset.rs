@@ -67,6 +67,10 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Keyset> {
                 let lit = attr::parse_lit_int(&meta, KEYSET)?;
                 match lit.base10_parse::<u64>() {
                     Ok(n) if (1..=MAX_PAGE_SIZE).contains(&n) => page_size.set(&lit, n),
+                    Ok(0) => cx.error_spanned_by(
+                        &lit,
+                        format!("`keyset` option `page_size` must be in 1..={MAX_PAGE_SIZE}"),
+                    ),
                     _ => cx.error_spanned_by(
                         &lit,
                         format!("`keyset` option `page_size` must be in 1..={MAX_PAGE_SIZE}; to read more, stream the query"),
@@ -84,6 +88,8 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Keyset> {
     }
 
     let mut fields: Vec<(String, Type)> = Vec::new();
+    // How each sort key was written, to name both spellings of a duplicate.
+    let mut written: Vec<String> = Vec::new();
     for name in sort.get().map(|(_, n)| n).unwrap_or_default() {
         if name.value() == "_id" {
             cx.error_spanned_by(
@@ -95,14 +101,20 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Keyset> {
         let Some(field) = model.resolve(cx, &name, KEYSET, SORT) else {
             continue;
         };
-        if fields.iter().any(|(n, _)| *n == field.bson_name) {
-            cx.error_spanned_by(
-                &name,
-                format!("`{}` is already a sort key", field.bson_name),
-            );
+        if let Some(i) = fields.iter().position(|(n, _)| *n == field.bson_name) {
+            let mut msg = format!("duplicate `keyset` sort key `{}`", field.bson_name);
+            if written[i] != name.value() {
+                msg.push_str(&format!(
+                    "; `{}` and `{}` name the same field",
+                    written[i],
+                    name.value()
+                ));
+            }
+            cx.error_spanned_by(&name, msg);
             continue;
         }
         fields.push((field.bson_name.clone(), field.ty.clone()));
+        written.push(name.value());
     }
     Some(Keyset {
         sort: fields,
@@ -220,7 +232,7 @@ mod tests {
         assert!(e[0].contains("order `up`"), "{e:#?}");
         assert!(e[2].contains("option `colour`"), "{e:#?}");
         assert!(e[3].contains("`_id` is always"), "{e:#?}");
-        assert!(e[4].contains("already a sort key"), "{e:#?}");
+        assert!(e[4].contains("duplicate `keyset` sort key `a`"), "{e:#?}");
         assert!(e[5].contains("not a field"), "{e:#?}");
     }
 

@@ -1,0 +1,10 @@
+use mongo_patterns::prelude::*;
+
+#[derive(Serialize, Deserialize, Model)]
+#[model(collection = "visits")]
+#[model(collection = "sessions")]
+struct Visit {
+    uuid: String,
+}
+
+fn main() {}

@@ -1,0 +1,6 @@
+use mongo_patterns::prelude::*;
+
+#[derive(Serialize, Deserialize, Model)]
+struct Visit(String, DateTime);
+
+fn main() {}
