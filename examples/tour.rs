@@ -4,6 +4,7 @@
 //! it starts itself. Each part uses a database of its own and drops it.
 
 use futures::TryStreamExt;
+use mongo_patterns::bucket::PageRequest;
 use mongo_patterns::keyset::created_since;
 use mongo_patterns::prelude::*;
 use mongo_patterns_testkit::{client, server_uri, Commands};
@@ -14,6 +15,7 @@ async fn main() -> mongo_patterns::Result<()> {
     let (client, commands) = client(&uri).await;
     println!("mongo-patterns tour against {}", redact(&uri));
     keyset(&client, &commands).await?;
+    bucket(&client, &commands).await?;
     Ok(())
 }
 
@@ -88,6 +90,75 @@ async fn keyset(client: &Client, commands: &Commands) -> mongo_patterns::Result<
     println!(
         "made in the last minute, by `_id` range: {} visits",
         recent.len()
+    );
+    db.drop().await?;
+    Ok(())
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "history")]
+#[bucket(size = 10, key = "customerId")]
+struct Trade {
+    customer_id: i64,
+    ticker: String,
+    qty: i32,
+}
+
+/// The bucket pattern: 10 trades to a document, pages of 4 cut across
+/// buckets, newest first; 8 tasks pushing to one customer at once.
+async fn bucket(client: &Client, commands: &Commands) -> mongo_patterns::Result<()> {
+    println!("\n== bucket (seed 000)");
+    let db = client.database("mp_tour_bucket");
+    db.drop().await?;
+    let trades = Trade::buckets(&db);
+    trades.ensure_indexes().await?;
+    let tasks: Vec<_> = (0..8)
+        .map(|task| {
+            let trades = trades.clone();
+            tokio::spawn(async move {
+                for i in 0..5 {
+                    let t = Trade {
+                        customer_id: 7,
+                        ticker: format!("T{task}"),
+                        qty: i,
+                    };
+                    trades.push(&t).await?;
+                }
+                Ok::<_, mongo_patterns::Error>(())
+            })
+        })
+        .collect();
+    commands.take();
+    for t in tasks {
+        t.await.expect("task")?;
+    }
+    let pushes = commands.take_count();
+    let buckets = db
+        .collection::<Document>("history")
+        .count_documents(doc! {})
+        .await?;
+    println!("8 tasks pushed 40 trades in {pushes} round trips (racing for each new bucket), into {buckets} buckets of at most 10");
+    commands.take();
+    for page in 1..=3 {
+        let p = trades
+            .page(&7, PageRequest::new(page, 4).newest_first())
+            .await?;
+        let shown: Vec<String> = p
+            .items
+            .iter()
+            .map(|t| format!("{}#{}", t.ticker, t.qty))
+            .collect();
+        println!(
+            "newest first, page {page} of 4: {} ({} round trips)",
+            shown.join(", "),
+            commands.take_count()
+        );
+    }
+    let changed = trades.remove(&7, doc! {"ticker": "T3"}).await?;
+    println!(
+        "removed T3's trades from {changed} buckets; {} trades left",
+        trades.total(&7).await?
     );
     db.drop().await?;
     Ok(())

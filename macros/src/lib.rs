@@ -9,6 +9,7 @@
 //! that calls elsewhere in their crate do not pile follow-on errors on top.
 
 mod attr;
+mod bucket;
 mod ctxt;
 mod keyset;
 mod model;
@@ -17,8 +18,8 @@ use proc_macro::TokenStream;
 use syn::{parse_macro_input, DeriveInput};
 
 /// `#[derive(Model)]`: a struct stored in a MongoDB collection, with the
-/// patterns its helper attributes name (`#[model]`, `#[keyset]`).
-#[proc_macro_derive(Model, attributes(model, keyset))]
+/// patterns its helper attributes name (`#[model]`, `#[keyset]`, `#[bucket]`).
+#[proc_macro_derive(Model, attributes(model, keyset, bucket))]
 pub fn derive_model(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
     model::derive(&input).into()

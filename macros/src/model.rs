@@ -8,7 +8,7 @@ use syn::{Data, DeriveInput, Fields, GenericParam, Ident, LitStr, Type};
 
 use crate::attr::{self, Opt};
 use crate::ctxt::Ctxt;
-use crate::keyset;
+use crate::{bucket, keyset};
 
 const MODEL: &str = "model";
 const COLLECTION: &str = "collection";
@@ -23,6 +23,7 @@ pub struct Input<'a> {
 
 /// One field: its Rust name, its BSON name and whether serde stores it.
 pub struct Field<'a> {
+    pub ident: &'a Ident,
     pub ty: &'a Type,
     pub rust_name: String,
     pub bson_name: String,
@@ -34,12 +35,17 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
     let cx = Ctxt::new();
     let model = Input::from_syn(&cx, input);
     let keyset = model.as_ref().and_then(|m| keyset::parse(&cx, input, m));
+    let bucket = model.as_ref().and_then(|m| bucket::parse(&cx, input, m));
     if let Some(errors) = cx.into_compile_errors() {
         let stub = stub(input);
-        return quote! { #errors #stub };
+        let bucket_stub = model.as_ref().and_then(|m| bucket::stub(input, m));
+        return quote! { #errors #stub #bucket_stub };
     }
     let model = model.expect("no errors, so parsed");
-    expand(input, &model, keyset.as_ref())
+    let bucket = bucket.map(|b| b.expand(input));
+    let mut out = expand(input, &model, keyset.as_ref());
+    out.extend(bucket);
+    out
 }
 
 fn expand(input: &DeriveInput, model: &Input, keyset: Option<&keyset::Keyset>) -> TokenStream {
@@ -211,14 +217,16 @@ impl<'a> Field<'a> {
                             })?;
                         }
                     }
-                    "skip" | "skip_serializing" => not_stored = Some("`#[serde(skip)]`: serde never stores it"),
-                    "flatten" => not_stored = Some("`#[serde(flatten)]`: its fields are stored at the top level, not under its name"),
+                    "skip" => not_stored = Some("`#[serde(skip)]`, so serde never stores it"),
+                    "skip_serializing" => not_stored = Some("`#[serde(skip_serializing)]`, so serde never stores it"),
+                    "flatten" => not_stored = Some("`#[serde(flatten)]`, so its fields are stored at the top level, not under its name"),
                     _ => attr::skip_value(&meta)?,
                 }
                 Ok(())
             });
         }
         Field {
+            ident,
             ty: &field.ty,
             rust_name,
             bson_name,

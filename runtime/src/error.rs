@@ -54,6 +54,15 @@ pub enum Error {
         why: &'static str,
     },
 
+    /// A document would pass MongoDB's 16 MiB limit: an item too large for
+    /// any bucket (`bytes` is its size), or a write the server refused for
+    /// its size (`bytes` is `None`).
+    #[error("document too large for MongoDB's 16 MiB limit{}", .bytes.map(|b| format!(" ({b} bytes)")).unwrap_or_default())]
+    DocumentTooLarge {
+        /// The size, where known before sending.
+        bytes: Option<usize>,
+    },
+
     /// A value could not be turned into BSON.
     #[error("cannot convert to BSON: {0}")]
     Serialize(#[from] bson::ser::Error),
@@ -68,6 +77,10 @@ pub enum Error {
     Database(#[source] mongodb::error::Error),
 }
 
+/// Server codes for a document over 16 MiB (BSONObjectTooLarge, and the
+/// update-result variants).
+const TOO_LARGE: [i32; 3] = [10334, 17419, 17420];
+
 impl From<mongodb::error::Error> for Error {
     fn from(e: mongodb::error::Error) -> Self {
         use mongodb::error::ErrorKind;
@@ -75,8 +88,22 @@ impl From<mongodb::error::Error> for Error {
             ErrorKind::Io(_)
             | ErrorKind::ServerSelection { .. }
             | ErrorKind::ConnectionPoolCleared { .. } => Error::Unavailable(e),
+            _ if server_codes(&e).iter().any(|c| TOO_LARGE.contains(c)) => {
+                Error::DocumentTooLarge { bytes: None }
+            }
             _ => Error::Database(e),
         }
+    }
+}
+
+/// The server's error codes in `e`: a command's, or each write's.
+pub(crate) fn server_codes(e: &mongodb::error::Error) -> Vec<i32> {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    match &*e.kind {
+        ErrorKind::Command(c) => vec![c.code],
+        ErrorKind::Write(WriteFailure::WriteError(w)) => vec![w.code],
+        ErrorKind::InsertMany(m) => m.write_errors.iter().flatten().map(|w| w.code).collect(),
+        _ => Vec::new(),
     }
 }
 

@@ -23,10 +23,12 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The patterns, one module each: [`keyset`] pagination.
+//! The patterns, one module each: [`keyset`] pagination and the
+//! [`bucket`] pattern.
 
 #![warn(missing_docs)]
 
+pub mod bucket;
 mod error;
 pub mod keyset;
 mod model;
@@ -42,6 +44,7 @@ pub use mongo_patterns_macros::Model;
 /// What a user module needs: the derive, the trait, the paging types, serde's
 /// derives and the BSON types models hold.
 pub mod prelude {
+    pub use crate::bucket::{BucketPage, Bucketed, Buckets, PageRequest};
     pub use crate::keyset::{Keyset, Page, PageToken};
     pub use crate::{Error, Model};
     pub use bson::oid::ObjectId;
@@ -53,10 +56,17 @@ pub mod prelude {
 /// What generated code calls. Not a public API: it changes without notice.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::bucket::{BucketKey, BucketSpec, Bucketed, OrderKey};
     pub use crate::keyset::{KeysetSpec, SortKey};
     pub use crate::model::Model;
     pub use core;
 
     /// Compiles only when `T` can be a keyset sort key; spanned at the field.
     pub const fn assert_sort_key<T: SortKey + ?Sized>() {}
+
+    /// Compiles only when `T` can be a bucket key; spanned at the field.
+    pub const fn assert_bucket_key<T: BucketKey + ?Sized>() {}
+
+    /// Compiles only when `T` can order a bucket's items; spanned at the field.
+    pub const fn assert_order_key<T: OrderKey + ?Sized>() {}
 }

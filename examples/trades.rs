@@ -1,0 +1,102 @@
+//! Seed 000: a customer's stock trades, 1,000 to a bucket, shown 20, 25, 50
+//! or 100 to a page, newest first as a trading app shows them.
+//!
+//! `cargo run --example trades -- --trades 3500` (default 3500), against
+//! MONGODB_URI or a test server it starts itself.
+
+use mongo_patterns::bucket::PageRequest;
+use mongo_patterns::prelude::*;
+
+#[derive(Debug, Clone, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "history")]
+#[bucket(size = 1000, key = "customerId", order = "date")]
+struct Trade {
+    customer_id: i64,
+    #[serde(rename = "type")]
+    kind: String,
+    ticker: String,
+    qty: i32,
+    date: DateTime,
+}
+
+#[tokio::main]
+async fn main() -> mongo_patterns::Result<()> {
+    let n: u32 = flag("--trades").unwrap_or(3_500);
+    let (client, commands) =
+        mongo_patterns_testkit::client(&mongo_patterns_testkit::server_uri()).await;
+    let db = client.database("mp_example_trades");
+    db.drop().await?;
+    let trades = Trade::buckets(&db);
+    trades.ensure_indexes().await?;
+
+    let customer = 7_000_000_i64;
+    let tickers = ["MDB", "AAPL", "MSFT", "TSLA", "AMZN"];
+    let all: Vec<Trade> = (0..n)
+        .map(|i| Trade {
+            customer_id: customer,
+            kind: if i % 3 == 0 { "sell" } else { "buy" }.to_owned(),
+            ticker: tickers[i as usize % tickers.len()].to_owned(),
+            qty: 1 + (i as i32 * 37) % 500,
+            date: DateTime::from_millis(1_767_225_600_000 + i64::from(i) * 3_600_000),
+        })
+        .collect();
+    // The first hundred one at a time (one updateOne each), the rest in one go.
+    commands.take();
+    for t in &all[..100] {
+        trades.push(t).await?;
+    }
+    let single = commands.take_count();
+    trades.push_many(&customer, &all[100..]).await?;
+    println!(
+        "{n} trades for customer {customer}: 100 pushes in {single} round trips, then {} more in {} round trips",
+        n - 100,
+        commands.take_count()
+    );
+    let buckets = db
+        .collection::<Document>("history")
+        .count_documents(doc! {"customerId": customer})
+        .await?;
+    println!(
+        "stored in {buckets} buckets of at most 1000; total {}",
+        trades.total(&customer).await?
+    );
+
+    for per in [20, 25, 50, 100] {
+        commands.take();
+        let page = trades
+            .page(&customer, PageRequest::new(3, per).newest_first())
+            .await?;
+        let first = &page.items[0];
+        println!(
+            "newest first, {per:>3} a page: page 3 starts at {} {} {} x{} ({} round trips)",
+            first.date.try_to_rfc3339_string().unwrap_or_default(),
+            first.kind,
+            first.ticker,
+            first.qty,
+            commands.take_count()
+        );
+    }
+    // A page that crosses from one bucket into the next.
+    let page = trades.page(&customer, PageRequest::new(10, 110)).await?;
+    println!(
+        "oldest first, page 10 of 110 crosses buckets: {} trades, {} to {}",
+        page.items.len(),
+        page.items.first().map_or(0, |t| t.date.timestamp_millis()),
+        page.items.last().map_or(0, |t| t.date.timestamp_millis())
+    );
+    let removed = trades.remove(&customer, doc! {"ticker": "TSLA"}).await?;
+    println!(
+        "removed every TSLA trade ({removed} buckets changed); total now {}",
+        trades.total(&customer).await?
+    );
+    db.drop().await?;
+    Ok(())
+}
+
+fn flag(name: &str) -> Option<u32> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1)?.parse().ok())
+}

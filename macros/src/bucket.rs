@@ -1,0 +1,405 @@
+//! `#[bucket(size = N, key = "field", order = "field", items = "name")]`:
+//! items stored many to a document per key. The runtime
+//! (`runtime/src/bucket.rs`) holds the pattern; this checks the options and
+//! wires the key field.
+
+use proc_macro2::TokenStream;
+use quote::{quote, quote_spanned};
+use syn::meta::ParseNestedMeta;
+use syn::spanned::Spanned;
+use syn::{Attribute, DeriveInput, Ident, Meta, Token, Type};
+
+use crate::attr::{self, Opt};
+use crate::ctxt::Ctxt;
+use crate::model::Input;
+
+const BUCKET: &str = "bucket";
+const SIZE: &str = "size";
+const KEY: &str = "key";
+const ORDER: &str = "order";
+const ITEMS: &str = "items";
+const OPTIONS: &[&str] = &[SIZE, KEY, ORDER, ITEMS];
+
+/// Must equal `mongo_patterns::bucket::MAX_SIZE` (a UI test pins both).
+const MAX_SIZE: u64 = 10_000;
+/// Field names the bucket document uses for its own bookkeeping.
+const RESERVED: &[&str] = &["_id", "start", "count", "bytes", "sealed"];
+
+pub struct Bucket {
+    size: u64,
+    key: (String, Ident, Type),
+    order: Option<(String, Type)>,
+    items: String,
+}
+
+/// Parses `#[bucket]` if present. Errors go to `cx`.
+pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Bucket> {
+    let attrs: Vec<&Attribute> = input
+        .attrs
+        .iter()
+        .filter(|a| a.path().is_ident(BUCKET))
+        .collect();
+    let first = *attrs.first()?;
+    if let Meta::Path(_) = first.meta {
+        cx.error_spanned_by(
+            first,
+            "`#[bucket]` needs options, as in `#[bucket(size = 1000, key = \"customerId\")]`",
+        );
+        return None;
+    }
+    for dup in &attrs[1..] {
+        cx.error_spanned_by(
+            dup,
+            "duplicate `#[bucket]` attribute; put all options in one",
+        );
+    }
+    // A value that is given but wrong is `None`: it counts as given, so no
+    // "missing" error lands on top of the error about the value.
+    let mut size = Opt::new(cx, BUCKET, SIZE);
+    let mut key = Opt::new(cx, BUCKET, KEY);
+    let mut order = Opt::new(cx, BUCKET, ORDER);
+    let mut items = Opt::new(cx, BUCKET, ITEMS);
+    // Options an unknown option looks like a typo of.
+    let mut meant: Vec<&str> = Vec::new();
+    // The options of every `#[bucket]`, so that a split attribute is reported
+    // once, as a duplicate, and not also as missing options.
+    for a in attrs.iter().filter(|a| !matches!(a.meta, Meta::Path(_))) {
+        let parsed = a.parse_nested_meta(|meta| {
+            // size = 1000
+            if meta.path.is_ident(SIZE) {
+                let Some(lit) = recover(cx, &meta, attr::parse_lit_int(&meta, BUCKET))? else {
+                    size.set(&meta.path, None);
+                    return Ok(());
+                };
+                match lit.base10_parse::<u64>() {
+                    Ok(0) => {
+                        cx.error_spanned_by(&lit, "`bucket` option `size` must be at least 1");
+                        size.set(&lit, None);
+                    }
+                    Ok(n) if n <= MAX_SIZE => size.set(&lit, Some(n)),
+                    _ => {
+                        cx.error_spanned_by(
+                            &lit,
+                            format!("`bucket` option `size` is at most {MAX_SIZE}: larger buckets are megabytes that every page read loads; for measurements over time, use a time-series collection"),
+                        );
+                        size.set(&lit, None);
+                    }
+                }
+            // key = "field" | order = "field" | items = "name"
+            } else if let Some(slot) = [(KEY, &mut key), (ORDER, &mut order), (ITEMS, &mut items)]
+                .into_iter()
+                .find_map(|(name, slot)| meta.path.is_ident(name).then_some(slot))
+            {
+                match recover(cx, &meta, attr::parse_lit_str(&meta, BUCKET))? {
+                    Some(lit) => slot.set(&lit, Some(lit.clone())),
+                    None => slot.set(&meta.path, None),
+                }
+            } else {
+                meant.extend(attr::did_you_mean(&attr::option_name(&meta), OPTIONS.iter().copied()));
+                cx.syn_error(attr::unknown_option(&meta, BUCKET, OPTIONS));
+                attr::skip_value(&meta)?;
+            }
+            Ok(())
+        });
+        if let Err(e) = parsed {
+            cx.syn_error(e);
+            // The rest of the attribute went unread: "missing" would guess.
+            return None;
+        }
+    }
+
+    let size = size.get().map(|(_, n)| n);
+    let key = key.get().map(|(_, k)| k);
+    let order = order.get().and_then(|(_, o)| o);
+    let items = items.get().map(|(_, i)| i);
+    for (missing, name, what) in [
+        (
+            size.is_none(),
+            SIZE,
+            "the items per bucket, as in `size = 1000`",
+        ),
+        (
+            key.is_none(),
+            KEY,
+            "the field that groups items, as in `key = \"customerId\"`",
+        ),
+    ] {
+        // A misspelt option was reported already, with this one as its hint.
+        if missing && !meant.contains(&name) {
+            cx.error_spanned_by(first, format!("`#[bucket]` needs option `{name}`, {what}"));
+        }
+    }
+    let key = key.flatten().and_then(|lit| {
+        let written = lit.value();
+        // `_id` is checked before it is looked up: no field need be named so.
+        let field = match written.as_str() {
+            "_id" => None,
+            _ => Some(model.resolve(cx, &lit, BUCKET, KEY)?),
+        };
+        let stored = field.map_or("_id", |f| f.bson_name.as_str());
+        let named = if written == stored {
+            format!("`{stored}`")
+        } else {
+            format!("`{written}`, stored as `{stored}`")
+        };
+        // The key sits at the top of each bucket, beside the bookkeeping.
+        if stored == "_id" {
+            cx.error_spanned_by(
+                &lit,
+                format!("`bucket` option `key` names {named}: each bucket has its own `_id`, so it cannot be a bucket key; name the field that groups items"),
+            );
+            return None;
+        }
+        if RESERVED.contains(&stored) {
+            cx.error_spanned_by(
+                &lit,
+                format!("`bucket` option `key` names {named}, which the bucket keeps for itself (`start`, `count`, `bytes` and `sealed` are taken); store the field under another name with `#[serde(rename = \"...\")]`"),
+            );
+            return None;
+        }
+        let f = field?;
+        Some((f.bson_name.clone(), f.ident.clone(), f.ty.clone()))
+    });
+    let order = order.and_then(|lit| {
+        let f = model.resolve(cx, &lit, BUCKET, ORDER)?;
+        if key.as_ref().is_some_and(|(k, _, _)| *k == f.bson_name) {
+            cx.error_spanned_by(
+                &lit,
+                format!("`bucket` option `order` names the key field `{}`, which is the same for every item of a bucket; name a time or a number to sort items by, or leave `order` out to keep them in insertion order", f.bson_name),
+            );
+            return None;
+        }
+        Some((f.bson_name.clone(), f.ty.clone()))
+    });
+    let items = match items.flatten() {
+        Some(lit) => {
+            let name = lit.value();
+            let clash = RESERVED.contains(&name.as_str())
+                || key.as_ref().is_some_and(|(k, _, _)| *k == name);
+            if name.is_empty() || name.contains('.') || name.starts_with('$') {
+                cx.error_spanned_by(
+                    &lit,
+                    "`bucket` option `items` names the array field, so it must be a plain field name: not empty, no `.`, not starting with `$`",
+                );
+            } else if clash {
+                cx.error_spanned_by(
+                    &lit,
+                    format!("`bucket` option `items` names `{name}`, which clashes with a field the bucket keeps: `_id`, the key, `start`, `count`, `bytes` and `sealed` are taken"),
+                );
+            }
+            name
+        }
+        None => "items".to_owned(),
+    };
+    if let Some(k) = input.attrs.iter().find(|a| a.path().is_ident("keyset")) {
+        cx.error_spanned_by(
+            k,
+            "`#[keyset]` cannot be used with `#[bucket]`: it pages documents, and a `#[bucket]` model's documents are buckets; page items with `Buckets::page`",
+        );
+    }
+    Some(Bucket {
+        size: size??,
+        key: key?,
+        order,
+        items,
+    })
+}
+
+/// An option's value of the wrong kind is reported, and parsing goes on
+/// with the next option (`Ok(None)`); only broken syntax stops it.
+fn recover<T>(cx: &Ctxt, meta: &ParseNestedMeta, value: syn::Result<T>) -> syn::Result<Option<T>> {
+    match value {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if meta.input.is_empty() || meta.input.peek(Token![,]) => {
+            cx.syn_error(e);
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// After an error in a `#[bucket]` model, an impl that claims nothing, so
+/// that `Trade::buckets(&db)` elsewhere adds no error of its own. It keeps
+/// the key's type when the key resolved, so typed calls still check.
+pub fn stub(input: &DeriveInput, model: &Input) -> Option<TokenStream> {
+    let attr = input.attrs.iter().find(|a| a.path().is_ident(BUCKET))?;
+    let mut key = None;
+    let _ = attr.parse_nested_meta(|meta| {
+        if meta.path.is_ident(KEY) {
+            key = meta.value()?.parse::<syn::LitStr>().ok().map(|l| l.value());
+        } else {
+            attr::skip_value(&meta)?;
+        }
+        Ok(())
+    });
+    let field = key.and_then(|k| {
+        model
+            .fields
+            .iter()
+            .find(|f| f.bson_name == k)
+            .or_else(|| model.fields.iter().find(|f| f.rust_name == k))
+    });
+    let (key_ty, key_ref) = match field {
+        Some(f) => {
+            let (ty, ident) = (f.ty, f.ident);
+            (quote!(#ty), quote!(&self.#ident))
+        }
+        None => (quote!(()), quote!(&())),
+    };
+    let ident = &input.ident;
+    let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
+    Some(quote! {
+        #[automatically_derived]
+        impl #impl_g ::mongo_patterns::__private::Bucketed for #ident #ty_g #where_g {
+            type Key = #key_ty;
+            const BUCKET: ::mongo_patterns::__private::BucketSpec = ::mongo_patterns::__private::BucketSpec {
+                size: 1,
+                key: "",
+                order: ::mongo_patterns::__private::core::option::Option::None,
+                items: "items",
+            };
+            fn bucket_key(&self) -> &Self::Key {
+                #key_ref
+            }
+        }
+    })
+}
+
+impl Bucket {
+    pub fn expand(&self, input: &DeriveInput) -> TokenStream {
+        let ident = &input.ident;
+        let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
+        let size = self.size as u32;
+        let (key_name, key_ident, key_ty) = &self.key;
+        let order = match &self.order {
+            Some((name, _)) => {
+                quote!(::mongo_patterns::__private::core::option::Option::Some(#name))
+            }
+            None => quote!(::mongo_patterns::__private::core::option::Option::None),
+        };
+        let items = &self.items;
+        let key_check = quote_spanned! {key_ty.span()=>
+            ::mongo_patterns::__private::assert_bucket_key::<#key_ty>();
+        };
+        let order_check = self.order.as_ref().map(|(_, ty)| {
+            quote_spanned! {ty.span()=>
+                ::mongo_patterns::__private::assert_order_key::<#ty>();
+            }
+        });
+        quote! {
+            #[automatically_derived]
+            impl #impl_g ::mongo_patterns::__private::Bucketed for #ident #ty_g #where_g {
+                type Key = #key_ty;
+                const BUCKET: ::mongo_patterns::__private::BucketSpec = ::mongo_patterns::__private::BucketSpec {
+                    size: #size,
+                    key: #key_name,
+                    order: #order,
+                    items: #items,
+                };
+                fn bucket_key(&self) -> &Self::Key {
+                    &self.#key_ident
+                }
+            }
+            const _: () = {
+                #[allow(dead_code)]
+                fn __bucket_fields #impl_g () #where_g { #key_check #order_check }
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use syn::parse_quote;
+
+    fn errors(input: DeriveInput) -> Vec<String> {
+        let cx = Ctxt::new();
+        if let Some(m) = Input::from_syn(&cx, &input) {
+            parse(&cx, &input, &m);
+        }
+        cx.check()
+            .err()
+            .map_or(vec![], |e| e.into_iter().map(|e| e.to_string()).collect())
+    }
+
+    #[test]
+    fn resolves_through_serde() {
+        let input: DeriveInput = parse_quote! {
+            #[serde(rename_all = "camelCase")]
+            #[bucket(size = 1000, key = "customerId", order = "date", items = "trades")]
+            struct Trade { customer_id: i64, date: i64 }
+        };
+        let cx = Ctxt::new();
+        let m = Input::from_syn(&cx, &input).unwrap();
+        let b = parse(&cx, &input, &m).unwrap();
+        cx.check().unwrap();
+        assert_eq!(b.size, 1000);
+        assert_eq!(b.key.0, "customerId");
+        assert_eq!(b.key.1.to_string(), "customer_id");
+        assert_eq!(b.order.as_ref().unwrap().0, "date");
+        assert_eq!(b.items, "trades");
+    }
+
+    #[test]
+    fn mistakes() {
+        let e = errors(
+            parse_quote! { #[bucket(size = 0, key = "custmer_id", sise = 3)] struct T { customer_id: i64 } },
+        );
+        assert_eq!(e.len(), 3, "{e:#?}");
+        assert!(e[0].contains("at least 1"));
+        assert!(
+            e[1].contains("did you mean `sort`") || e[1].contains("did you mean `size`"),
+            "{e:#?}"
+        );
+        assert!(e[2].contains("did you mean `customer_id`"), "{e:#?}");
+        let e = errors(parse_quote! { #[bucket(key = "a")] struct T { a: i64 } });
+        assert!(e[0].contains("needs option `size`"), "{e:#?}");
+        let e = errors(
+            parse_quote! { #[bucket(size = 10001, key = "a", items = "count")] struct T { a: i64 } },
+        );
+        assert!(e[0].contains("time-series"), "{e:#?}");
+        assert!(e[1].contains("clashes"), "{e:#?}");
+        let e = errors(
+            parse_quote! { #[bucket(size = 10, key = "a", order = "a")] struct T { a: i64 } },
+        );
+        assert!(e[0].contains("names the key field"), "{e:#?}");
+        let e =
+            errors(parse_quote! { #[bucket(size = 10, key = "a")] #[keyset] struct T { a: i64 } });
+        assert!(e[0].contains("pages documents"), "{e:#?}");
+    }
+
+    #[test]
+    fn key_cannot_be_bookkeeping() {
+        // By Rust name, stored as `_id`: the same mistake as `key = "_id"`.
+        let e = errors(parse_quote! {
+            #[bucket(size = 10, key = "id")]
+            struct T { #[serde(rename = "_id")] id: i64, a: i64 }
+        });
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(e[0].contains("`id`, stored as `_id`"), "{e:#?}");
+        let e =
+            errors(parse_quote! { #[bucket(size = 10, key = "count")] struct T { count: i64 } });
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(e[0].contains("keeps for itself"), "{e:#?}");
+    }
+
+    #[test]
+    fn one_error_per_mistake() {
+        // A wrong value type counts as given, and parsing goes on.
+        let e = errors(parse_quote! { #[bucket(size = "10", key = "a")] struct T { a: i64 } });
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(e[0].contains("integer literal"), "{e:#?}");
+        let e = errors(parse_quote! { #[bucket(size = 10, key = a)] struct T { a: i64 } });
+        assert_eq!(e.len(), 1, "{e:#?}");
+        // A misspelt option is not also missing.
+        let e = errors(parse_quote! { #[bucket(sise = 10, key = "a")] struct T { a: i64 } });
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(e[0].contains("did you mean `size`"), "{e:#?}");
+        // Options split over two attributes: only the duplicate.
+        let e =
+            errors(parse_quote! { #[bucket(size = 10)] #[bucket(key = "a")] struct T { a: i64 } });
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(e[0].contains("duplicate `#[bucket]`"), "{e:#?}");
+    }
+}

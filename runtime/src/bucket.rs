@@ -1,0 +1,903 @@
+//! The bucket pattern (seed 000): many items of one key per document, and
+//! pages of any size cut from those buckets.
+//!
+//! A bucket is
+//! `{_id: {k: key, s: seq}, <key>: key, start, count, bytes, items: [...]}`:
+//! `seq` numbers a key's buckets in order, `start` is how many items come
+//! before the bucket, and items are stored without the key field (the
+//! bucket holds it once).
+//!
+//! The traps of the hand-written version, and what this does instead:
+//! - A string `_id` such as `"123_1700000000"` sorts wrongly and can collide
+//!   when the key holds the separator. The compound `_id` sorts by key, then
+//!   `seq`, for any key value.
+//! - Two concurrent upserts can open two partial buckets, and their items
+//!   then interleave. Only the next `seq` can be created, and its `_id` is
+//!   unique, so the losing upsert fails with a duplicate key and retries into
+//!   the winner's bucket: a key has at most one open bucket, always its last.
+//! - Page arithmetic that assumes full buckets breaks after removals. Pages
+//!   are cut by `start`, which removal recomputes, so partial buckets page
+//!   correctly, with an index seek to the one or two buckets a page needs.
+//! - A bucket must stay under 16 MB. `bytes` tracks its size; a push that
+//!   would overflow it closes the bucket and opens the next.
+//! - A removal leaves a gap that the next push would fill out of order. The
+//!   removal is a pipeline update that closes (`sealed`) what it touched, so
+//!   pushes only ever append to the newest bucket.
+//!
+//! When to choose a time-series collection instead: when items are
+//! measurements over time that you query by time range and aggregate, with
+//! no need for pages by position. MongoDB buckets those itself, compresses
+//! them, and has no size limit for you to pick. This pattern is for
+//! histories that are read a page at a time, newest or oldest first, and
+//! whose items are edited or removed now and then.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+
+use bson::{doc, Bson, Document, RawArray, RawBsonRef, RawDocument, RawDocumentBuf};
+use futures::{Stream, StreamExt, TryStreamExt};
+use mongodb::options::IndexOptions;
+use mongodb::{Collection, Database, IndexModel};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::model::Model;
+
+/// Largest bucket `#[bucket(size = ...)]` accepts. Past it, documents grow
+/// into megabytes that every page read has to load: use a time-series
+/// collection, or smaller buckets.
+pub const MAX_SIZE: u32 = 10_000;
+/// Largest page [`Buckets::page`] cuts.
+pub const MAX_PER_PAGE: u32 = 10_000;
+/// A bucket's items stop short of this many bytes, leaving room under
+/// MongoDB's 16 MiB for the bucket's own fields.
+pub const MAX_BUCKET_BYTES: i64 = 16 * 1024 * 1024 - 64 * 1024;
+/// Attempts at a push that keeps losing races before it gives up.
+const MAX_ATTEMPTS: usize = 64;
+/// Keys whose open bucket a repository remembers; past it, it forgets all.
+const MAX_REMEMBERED: usize = 100_000;
+
+/// What `#[bucket(...)]` declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketSpec {
+    /// Items per bucket.
+    pub size: u32,
+    /// The BSON name of the field that groups items.
+    pub key: &'static str,
+    /// A field to keep each bucket's items sorted by; `None` for insertion
+    /// order.
+    pub order: Option<&'static str>,
+    /// The array field that holds the items.
+    pub items: &'static str,
+}
+
+/// A model stored in buckets. `#[bucket(...)]` implements it.
+pub trait Bucketed: Model + Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
+    /// The key's type: the field that groups items.
+    type Key: Serialize + Send + Sync;
+    /// The declaration.
+    const BUCKET: BucketSpec;
+    /// This item's key.
+    fn bucket_key(&self) -> &Self::Key;
+
+    /// The repository over `db`.
+    fn buckets(db: &Database) -> Buckets<Self> {
+        Buckets::new(db)
+    }
+}
+
+/// Types that can group items into buckets: BSON scalars with one order.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a bucket key",
+    label = "not an orderable BSON scalar",
+    note = "a bucket key must be an integer, a String, an ObjectId, a Uuid, a bool or a DateTime; implement `mongo_patterns::bucket::BucketKey` for a newtype that serializes to one"
+)]
+pub trait BucketKey {}
+
+/// Types an `order` field can have: times and numbers.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot order a bucket's items",
+    label = "not a time or a number",
+    note = "`order` must name a DateTime or numeric field"
+)]
+pub trait OrderKey {}
+
+macro_rules! impls {
+    ($tr:ident: $($t:ty),*) => { $(impl $tr for $t {})* };
+}
+impls!(BucketKey: i8, i16, i32, i64, u8, u16, u32, u64, bool, String, bson::oid::ObjectId, bson::Uuid, bson::DateTime);
+impls!(OrderKey: i8, i16, i32, i64, u8, u16, u32, u64, f32, f64, bson::DateTime, bson::Timestamp);
+
+/// Which page, how large, and from which end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageRequest {
+    page: u32,
+    per_page: u32,
+    newest_first: bool,
+}
+
+impl PageRequest {
+    /// Page `page` (from 1) of `per_page` items, oldest first.
+    pub fn new(page: u32, per_page: u32) -> Self {
+        PageRequest {
+            page,
+            per_page,
+            newest_first: false,
+        }
+    }
+
+    /// Count pages from the newest item (a trading app's history view).
+    pub fn newest_first(mut self) -> Self {
+        self.newest_first = true;
+        self
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.page == 0 {
+            return Err(Error::invalid("page", "pages are numbered from 1"));
+        }
+        if !(1..=MAX_PER_PAGE).contains(&self.per_page) {
+            return Err(Error::invalid(
+                "per_page",
+                format!("{} is not in 1..={MAX_PER_PAGE}", self.per_page),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One page cut from the buckets.
+#[derive(Debug, Clone)]
+pub struct BucketPage<T> {
+    /// The items, in the requested direction.
+    pub items: Vec<T>,
+    /// Whether a further page exists in that direction.
+    pub has_more: bool,
+}
+
+/// The typed repository a `#[bucket]` model gets: see the module docs.
+#[derive(Debug)]
+pub struct Buckets<T> {
+    coll: Collection<Document>,
+    raw: Collection<RawDocumentBuf>,
+    spec: BucketSpec,
+    heads: Arc<Mutex<HashMap<Vec<u8>, i64>>>,
+    _items: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for Buckets<T> {
+    fn clone(&self) -> Self {
+        Buckets {
+            coll: self.coll.clone(),
+            raw: self.raw.clone(),
+            spec: self.spec,
+            heads: self.heads.clone(),
+            _items: PhantomData,
+        }
+    }
+}
+
+/// The newest bucket of a key, as a push or a page needs it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Head {
+    seq: i64,
+    start: i64,
+    count: i64,
+    bytes: i64,
+    sealed: bool,
+    exists: bool,
+}
+
+impl<T: Bucketed> Buckets<T> {
+    /// The repository for `T` in `db`.
+    pub fn new(db: &Database) -> Self {
+        Buckets {
+            coll: db.collection(T::COLLECTION),
+            raw: db.collection(T::COLLECTION),
+            spec: T::BUCKET,
+            heads: Arc::default(),
+            _items: PhantomData,
+        }
+    }
+
+    /// Creates the index pages are cut by, `{key: 1, start: 1}`, if missing.
+    /// Creating an index that exists is a no-op; other indexes are left
+    /// alone. Pushes need none beyond `_id`: they address buckets by `_id`,
+    /// and no field they change is indexed, so a push updates no index.
+    pub async fn ensure_indexes(&self) -> Result<()> {
+        let key = self.spec.key;
+        let pages = IndexModel::builder()
+            .keys(doc! {key: 1, "start": 1})
+            .options(
+                IndexOptions::builder()
+                    .name(format!("mp_bucket_{key}_start"))
+                    .build(),
+            )
+            .build();
+        self.coll.create_index(pages).await?;
+        Ok(())
+    }
+
+    /// Appends `item` to its key's open bucket, opening the next bucket when
+    /// the open one is full.
+    ///
+    /// The repository remembers each key's open bucket, so a push is one
+    /// `updateOne` by `_id` (one round trip, the cheapest write there is).
+    /// Opening a bucket, once every `size` pushes, adds a read of the full
+    /// bucket by `_id` and an upsert. A key this repository has not seen
+    /// starts at its first bucket (right at once for a new key) and moves on
+    /// to an indexed read of the newest. Clones share what it remembers.
+    pub async fn push(&self, item: &T) -> Result<()> {
+        let key = self.key_bson(item.bucket_key())?;
+        let doc = self.item_doc(item)?;
+        let len = item_len(&doc)?;
+        let slot = key_slot(&key)?;
+        let mut hops = 0;
+        for _ in 0..MAX_ATTEMPTS {
+            // A key not seen yet starts from its first bucket, as an upsert:
+            // for a new key that is the whole push.
+            let known = self.remembered(&slot);
+            let seq = known.unwrap_or(0);
+            let mut filter = doc! {"_id": {"k": key.clone(), "s": seq}};
+            filter.extend(self.open_filter(&key, 1, len));
+            let mut update = self.append(vec![doc.clone()], len);
+            if known.is_none() {
+                update.insert("$setOnInsert", doc! {"start": 0_i64});
+            }
+            match self
+                .coll
+                .update_one(filter, update)
+                .upsert(known.is_none())
+                .await
+            {
+                Ok(r) if r.matched_count == 1 || r.upserted_id.is_some() => {
+                    self.remember(slot, seq);
+                    return Ok(());
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    let e = Error::from(e);
+                    if !is_duplicate_key(&e) {
+                        return Err(e);
+                    }
+                }
+            }
+            // Full, closed, or not there. A point read says which; after a
+            // few hops forward, ask for the newest bucket instead.
+            hops += 1;
+            let head = match self.bucket(&key, seq).await? {
+                None if seq == 0 => Head::default(),
+                Some(h) if hops <= 2 => h,
+                _ => self.head(&key).await?,
+            };
+            if head.exists && !head.sealed && self.fits(&head, &[(Document::new(), len)]) == 1 {
+                // The bucket has room (another writer opened it, or this
+                // repository had not seen the key): append to it.
+                self.remember(slot.clone(), head.seq);
+                continue;
+            }
+            match self.open_next(&key, &head, vec![doc.clone()], len).await {
+                Ok(seq) => {
+                    self.remember(slot, seq);
+                    return Ok(());
+                }
+                Err(e) if is_duplicate_key(&e) => {
+                    // Another writer opened it first: append to theirs.
+                    self.remember(slot.clone(), head.seq + 1);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(contended("push"))
+    }
+
+    fn remembered(&self, slot: &[u8]) -> Option<i64> {
+        self.heads.lock().ok()?.get(slot).copied()
+    }
+
+    fn remember(&self, slot: Vec<u8>, seq: i64) {
+        if let Ok(mut heads) = self.heads.lock() {
+            if heads.len() >= MAX_REMEMBERED {
+                heads.clear();
+            }
+            heads.insert(slot, seq);
+        }
+    }
+
+    /// Appends `items` (all of key `key`, in order): fills the open bucket,
+    /// then writes new full buckets with one `insertMany`. Two or three round
+    /// trips, however many items.
+    pub async fn push_many(&self, key: &T::Key, items: &[T]) -> Result<()> {
+        let key_b = self.key_bson(key)?;
+        let mut docs = Vec::with_capacity(items.len());
+        for item in items {
+            if self.key_bson(item.bucket_key())? != key_b {
+                return Err(Error::invalid(
+                    "items",
+                    "every item must have the key given",
+                ));
+            }
+            let d = self.item_doc(item)?;
+            let len = item_len(&d)?;
+            docs.push((d, len));
+        }
+        let mut rest: &[(Document, i64)] = &docs;
+        let mut attempts = 0;
+        let mut known: Option<Head> = None;
+        while !rest.is_empty() {
+            attempts += 1;
+            if attempts > MAX_ATTEMPTS {
+                return Err(contended("push_many"));
+            }
+            let head = match known.take() {
+                Some(h) => h,
+                None => self.head(&key_b).await?,
+            };
+            // Fill what room the open bucket has, if it is open.
+            if head.exists && !head.sealed {
+                let n = self.fits(&head, rest);
+                if n > 0 {
+                    let len: i64 = rest[..n].iter().map(|(_, l)| l).sum();
+                    let filter = doc! {
+                        "_id": {"k": key_b.clone(), "s": head.seq},
+                        "count": head.count,
+                        "sealed": Bson::Null,
+                    };
+                    let items = rest[..n].iter().map(|(d, _)| d.clone()).collect();
+                    let r = self
+                        .coll
+                        .update_one(filter, self.append(items, len))
+                        .await?;
+                    if r.matched_count == 1 {
+                        rest = &rest[n..];
+                        known = Some(Head {
+                            count: head.count + n as i64,
+                            bytes: head.bytes + len,
+                            ..head
+                        });
+                    }
+                    // Otherwise a concurrent push changed the bucket: look again.
+                    continue;
+                }
+            }
+            // The open bucket has no room for the next item: close it if
+            // only bytes filled it, so that nothing lands behind the new ones.
+            if head.exists && !head.sealed {
+                self.seal_if_unchanged(&key_b, &head).await?;
+            }
+            // New buckets for the rest, in one ordered insert.
+            let (mut seq, mut start) = if head.exists {
+                (head.seq + 1, head.total())
+            } else {
+                (0, 0)
+            };
+            let mut buckets = Vec::new();
+            let mut taken = 0;
+            while taken < rest.len() {
+                // Never 0: `item_len` refused items that fit no bucket.
+                let n = self.fits(&Head::default(), &rest[taken..]).max(1);
+                let chunk = &rest[taken..taken + n];
+                let mut b = self.new_bucket(&key_b, seq, start);
+                b.insert("count", n as i64);
+                b.insert("bytes", chunk.iter().map(|(_, l)| l).sum::<i64>());
+                b.insert(
+                    self.spec.items,
+                    chunk
+                        .iter()
+                        .map(|(d, _)| Bson::Document(d.clone()))
+                        .collect::<Vec<_>>(),
+                );
+                taken += n;
+                if taken < rest.len() && (n as u32) < self.spec.size {
+                    // Closed by bytes before it was full.
+                    b.insert("sealed", true);
+                }
+                buckets.push((b, n));
+                seq += 1;
+                start += n as i64;
+            }
+            let docs = buckets.iter().map(|(b, _)| b);
+            match self.coll.insert_many(docs).ordered(true).await {
+                Ok(_) => {
+                    rest = &[];
+                    self.remember(key_slot(&key_b)?, seq - 1);
+                }
+                Err(e) => {
+                    // Buckets before the failing one went in.
+                    let stored: usize = buckets[..inserted_before_error(&e)]
+                        .iter()
+                        .map(|(_, n)| n)
+                        .sum();
+                    rest = &rest[stored..];
+                    let e = Error::from(e);
+                    if !is_duplicate_key(&e) {
+                        return Err(e);
+                    }
+                    // Another writer opened the next bucket first: go again.
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Page `req.page` of `req.per_page` items of `key`. Oldest first it is
+    /// one aggregation (one round trip) that seeks by `start` to the buckets
+    /// the page overlaps and slices them on the server; newest first adds
+    /// one indexed read of the newest bucket, for the total.
+    pub async fn page(&self, key: &T::Key, req: PageRequest) -> Result<BucketPage<T>> {
+        req.check()?;
+        let key_b = self.key_bson(key)?;
+        let per = i64::from(req.per_page);
+        let skip = (i64::from(req.page) - 1) * per;
+        if !req.newest_first {
+            // One more than the page, to know whether another follows.
+            let mut items = self.range(&key_b, skip, per + 1).await?;
+            let has_more = items.len() as i64 > per;
+            items.truncate(per as usize);
+            return Ok(BucketPage { items, has_more });
+        }
+        let total = self.head(&key_b).await?.total();
+        let end = total - skip;
+        if end <= 0 {
+            return Ok(BucketPage {
+                items: Vec::new(),
+                has_more: false,
+            });
+        }
+        let from = (end - per).max(0);
+        let mut items = self.range(&key_b, from, end - from).await?;
+        items.reverse();
+        Ok(BucketPage {
+            items,
+            has_more: from > 0,
+        })
+    }
+
+    /// How many items `key` has: one indexed read of its newest bucket.
+    pub async fn total(&self, key: &T::Key) -> Result<u64> {
+        let key_b = self.key_bson(key)?;
+        Ok(self.head(&key_b).await?.total() as u64)
+    }
+
+    /// Every item of `key`, oldest first, from one cursor over its buckets.
+    pub fn stream(&self, key: &T::Key) -> impl Stream<Item = Result<T>> + Send + 'static {
+        let this = self.clone();
+        let key_b = self.key_bson(key);
+        futures::stream::once(async move {
+            let key_b = key_b?;
+            let cursor = this
+                .raw
+                .find(id_range(&key_b))
+                .sort(doc! {"_id": 1})
+                .await?;
+            let items = cursor.map_err(Error::from).map(move |bucket| {
+                let bucket = bucket?;
+                let items = this.items_of(&bucket, &key_b, i64::MAX)?;
+                Ok::<_, Error>(futures::stream::iter(items.into_iter().map(Ok)))
+            });
+            Ok::<_, Error>(items.try_flatten())
+        })
+        .try_flatten()
+    }
+
+    /// Removes the items of `key` whose fields equal `matching` (for example
+    /// `doc! {"ticker": "MDB"}`), and returns how many buckets changed.
+    ///
+    /// One pipeline update filters the arrays, fixes each `count` and closes
+    /// the buckets it touched (so no push fills the gap out of order); one
+    /// aggregation then recomputes every bucket's `start`, so pages stay
+    /// exact. Values in `matching` are literals: a string such as `"$x"` is
+    /// compared, never read as a field path.
+    pub async fn remove(&self, key: &T::Key, matching: Document) -> Result<u64> {
+        let key_b = self.key_bson(key)?;
+        let cond = self.match_expr(&matching)?;
+        let items = format!("${}", self.spec.items);
+        let kept = doc! {"$filter": {"input": &items, "cond": {"$not": [cond]}}};
+        // `bytes` is left as it was: a sealed bucket is never appended to.
+        let update = vec![
+            doc! {"$set": {self.spec.items: kept}},
+            doc! {"$set": {"count": {"$size": &items}, "sealed": true}},
+        ];
+        let filter = doc! {
+            self.spec.key: key_b.clone(),
+            self.spec.items: {"$elemMatch": matching},
+        };
+        let r = self.coll.update_many(filter, update).await?;
+        if r.modified_count > 0 {
+            self.reindex_bson(&key_b).await?;
+        }
+        Ok(r.modified_count)
+    }
+
+    /// Recomputes every bucket's `start` from the counts, in one aggregation
+    /// that writes back with `$merge`. `remove` calls it; call it yourself
+    /// after editing buckets by hand.
+    pub async fn reindex(&self, key: &T::Key) -> Result<()> {
+        let key_b = self.key_bson(key)?;
+        self.reindex_bson(&key_b).await
+    }
+
+    /// Replaces the first item of `key` whose fields equal `matching` with
+    /// `item`, in place (its position is kept). Returns whether one matched.
+    pub async fn update(&self, key: &T::Key, matching: Document, item: &T) -> Result<bool> {
+        let key_b = self.key_bson(key)?;
+        if self.key_bson(item.bucket_key())? != key_b {
+            return Err(Error::invalid("item", "the new item must keep the key"));
+        }
+        let doc = self.item_doc(item)?;
+        let filter = doc! {
+            self.spec.key: key_b,
+            self.spec.items: {"$elemMatch": matching},
+        };
+        let path = format!("{}.$", self.spec.items);
+        let r = self
+            .coll
+            .update_one(filter, doc! {"$set": {path: doc}})
+            .await?;
+        Ok(r.matched_count == 1)
+    }
+
+    /// The aggregation an oldest-first page sends.
+    pub fn page_pipeline(&self, key: &T::Key, req: PageRequest) -> Result<Vec<Document>> {
+        req.check()?;
+        let key_b = self.key_bson(key)?;
+        let per = i64::from(req.per_page);
+        Ok(self.range_pipeline(&key_b, (i64::from(req.page) - 1) * per, per + 1))
+    }
+
+    // ---- internals ----
+
+    fn key_bson(&self, key: &T::Key) -> Result<Bson> {
+        Ok(bson::to_bson(key)?)
+    }
+
+    /// The item as stored: without the key field, which the bucket holds.
+    fn item_doc(&self, item: &T) -> Result<Document> {
+        let mut doc = bson::to_document(item)?;
+        doc.remove(self.spec.key);
+        Ok(doc)
+    }
+
+    /// The open bucket of `key` with room for `n` more items of `len` bytes.
+    fn open_filter(&self, key: &Bson, n: i64, len: i64) -> Document {
+        doc! {
+            self.spec.key: key.clone(),
+            "sealed": Bson::Null,
+            "count": {"$lte": i64::from(self.spec.size) - n},
+            "bytes": {"$lte": MAX_BUCKET_BYTES - len},
+        }
+    }
+
+    fn append(&self, items: Vec<Document>, len: i64) -> Document {
+        let n = items.len() as i64;
+        let mut each = doc! {"$each": items};
+        if let Some(order) = self.spec.order {
+            each.insert("$sort", doc! {order: 1});
+        }
+        doc! {
+            "$push": {self.spec.items: each},
+            "$inc": {"count": n, "bytes": len},
+        }
+    }
+
+    fn new_bucket(&self, key: &Bson, seq: i64, start: i64) -> Document {
+        doc! {
+            "_id": {"k": key.clone(), "s": seq},
+            self.spec.key: key.clone(),
+            "start": start,
+        }
+    }
+
+    /// Opens the bucket after `head` with `items` in it. Fails with a
+    /// duplicate key when another writer opened it first (then the caller
+    /// retries, and appends to that one).
+    async fn open_next(
+        &self,
+        key: &Bson,
+        head: &Head,
+        items: Vec<Document>,
+        len: i64,
+    ) -> Result<i64> {
+        if head.exists && !head.sealed {
+            // Full by bytes: make sure nothing else is appended to it.
+            self.seal_if_unchanged(key, head).await?;
+        }
+        let (seq, start) = if head.exists {
+            (head.seq + 1, head.total())
+        } else {
+            (0, 0)
+        };
+        let mut filter = doc! {"_id": {"k": key.clone(), "s": seq}};
+        filter.extend(self.open_filter(key, items.len() as i64, len));
+        let mut update = self.append(items, len);
+        update.insert("$setOnInsert", doc! {"start": start});
+        self.coll.update_one(filter, update).upsert(true).await?;
+        Ok(seq)
+    }
+
+    /// Seals `head` if it is still as read; a concurrent push that made it
+    /// change is fine either way (the caller retries).
+    async fn seal_if_unchanged(&self, key: &Bson, head: &Head) -> Result<()> {
+        if head.count < i64::from(self.spec.size) {
+            self.coll
+                .update_one(
+                    doc! {"_id": {"k": key.clone(), "s": head.seq}, "count": head.count, "sealed": Bson::Null},
+                    doc! {"$set": {"sealed": true}},
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// How many of `items` fit in `head`.
+    fn fits(&self, head: &Head, items: &[(Document, i64)]) -> usize {
+        let room = (i64::from(self.spec.size) - head.count).max(0) as usize;
+        let mut bytes = head.bytes;
+        let mut n = 0;
+        for (_, len) in items.iter().take(room) {
+            if bytes + len > MAX_BUCKET_BYTES {
+                break;
+            }
+            bytes += len;
+            n += 1;
+        }
+        n
+    }
+
+    /// The key's newest bucket: an indexed read of the `_id` range.
+    async fn head(&self, key: &Bson) -> Result<Head> {
+        let found = self
+            .coll
+            .find_one(id_range(key))
+            .sort(doc! {"_id": -1})
+            .projection(doc! {"start": 1, "count": 1, "bytes": 1, "sealed": 1})
+            .await?;
+        match found {
+            Some(d) => self.head_of(&d),
+            None => Ok(Head::default()),
+        }
+    }
+
+    /// Bucket `seq` of `key`, by `_id`.
+    async fn bucket(&self, key: &Bson, seq: i64) -> Result<Option<Head>> {
+        let found = self
+            .coll
+            .find_one(doc! {"_id": {"k": key.clone(), "s": seq}})
+            .projection(doc! {"start": 1, "count": 1, "bytes": 1, "sealed": 1})
+            .await?;
+        found.map(|d| self.head_of(&d)).transpose()
+    }
+
+    fn head_of(&self, d: &Document) -> Result<Head> {
+        let seq = d
+            .get_document("_id")
+            .ok()
+            .and_then(|id| int(id.get("s")))
+            .ok_or_else(|| self.malformed(d, "_id.s"))?;
+        Ok(Head {
+            seq,
+            start: int(d.get("start")).ok_or_else(|| self.malformed(d, "start"))?,
+            count: int(d.get("count")).ok_or_else(|| self.malformed(d, "count"))?,
+            bytes: int(d.get("bytes")).unwrap_or(0),
+            sealed: d.get_bool("sealed").unwrap_or(false),
+            exists: true,
+        })
+    }
+
+    fn malformed(&self, d: &Document, field: &'static str) -> Error {
+        Error::UnsupportedValue {
+            collection: self.coll.name().to_owned(),
+            id: d.get("_id").map_or("<no _id>".into(), |id| {
+                id.clone().into_relaxed_extjson().to_string()
+            }),
+            field: field.to_owned(),
+            found: "a missing or non-integer value".to_owned(),
+            why: "a bucket's bookkeeping",
+        }
+    }
+
+    /// Items `[from, from + n)` of `key`, oldest first, in one aggregation.
+    async fn range(&self, key: &Bson, from: i64, n: i64) -> Result<Vec<T>> {
+        let mut cursor = self
+            .raw
+            .aggregate(self.range_pipeline(key, from, n))
+            .with_type::<RawDocumentBuf>()
+            .await?;
+        let mut out = Vec::with_capacity(n.min(4096) as usize);
+        // The server sliced each bucket to the range already.
+        while let Some(bucket) = cursor.try_next().await? {
+            let want = n - out.len() as i64;
+            if want <= 0 {
+                break;
+            }
+            out.extend(self.items_of(&bucket, key, want)?);
+        }
+        Ok(out)
+    }
+
+    fn range_pipeline(&self, key: &Bson, from: i64, n: i64) -> Vec<Document> {
+        let size = i64::from(self.spec.size);
+        let items = format!("${}", self.spec.items);
+        vec![
+            // A bucket holds at most `size` items, so only buckets starting
+            // in (from - size, from + n) can overlap: an index seek.
+            doc! {"$match": {
+                self.spec.key: key.clone(),
+                "start": {"$gt": from - size, "$lt": from + n},
+                "count": {"$gt": 0},
+            }},
+            doc! {"$sort": {"start": 1, "_id": 1}},
+            doc! {"$project": {
+                "_id": 0,
+                "start": 1,
+                self.spec.items: {"$slice": [items, {"$max": [0, {"$subtract": [from, "$start"]}]}, n]},
+            }},
+        ]
+    }
+
+    /// Up to `take` items of a bucket, typed, with the key put back.
+    fn items_of(&self, bucket: &RawDocument, key: &Bson, take: i64) -> Result<Vec<T>> {
+        let arr: &RawArray = match bucket.get(self.spec.items) {
+            Ok(Some(RawBsonRef::Array(a))) => a,
+            Ok(None) => return Ok(Vec::new()),
+            _ => {
+                return Err(Error::UnsupportedValue {
+                    collection: self.coll.name().to_owned(),
+                    id: "<bucket>".into(),
+                    field: self.spec.items.to_owned(),
+                    found: "a non-array value".into(),
+                    why: "a bucket's items",
+                })
+            }
+        };
+        let key_raw = bson::RawBson::try_from(key.clone())
+            .map_err(|e| Error::invalid("key", e.to_string()))?;
+        let mut out = Vec::new();
+        for el in arr.into_iter().take(take.max(0) as usize) {
+            let el = el.map_err(|e| self.bad_item(bucket, e.to_string()))?;
+            let RawBsonRef::Document(d) = el else {
+                return Err(self.bad_item(bucket, "an item is not a document".into()));
+            };
+            let mut item = RawDocumentBuf::from_bytes(d.as_bytes().to_vec())
+                .map_err(|e| self.bad_item(bucket, e.to_string()))?;
+            item.append(self.spec.key, key_raw.clone());
+            out.push(bson::from_slice(item.as_bytes()).map_err(|source| {
+                Error::UnexpectedDocument {
+                    collection: self.coll.name().to_owned(),
+                    id: format!("an item of key {key}"),
+                    source,
+                }
+            })?);
+        }
+        Ok(out)
+    }
+
+    fn bad_item(&self, _bucket: &RawDocument, why: String) -> Error {
+        Error::UnsupportedValue {
+            collection: self.coll.name().to_owned(),
+            id: "<bucket>".into(),
+            field: self.spec.items.to_owned(),
+            found: why,
+            why: "a bucket's items",
+        }
+    }
+
+    /// `$and` of `$eq` on each field of `matching`, as an aggregation
+    /// expression over `$$this`, with every value a `$literal`.
+    fn match_expr(&self, matching: &Document) -> Result<Document> {
+        if matching.is_empty() {
+            return Err(Error::invalid("matching", "name at least one item field"));
+        }
+        let terms: Vec<Bson> = matching
+            .iter()
+            .map(|(field, value)| {
+                if field.starts_with('$') || field.is_empty() {
+                    return Err(Error::invalid(
+                        "matching",
+                        format!("`{field}` is not a field name"),
+                    ));
+                }
+                Ok(Bson::Document(
+                    doc! {"$eq": [format!("$$this.{field}"), {"$literal": value.clone()}]},
+                ))
+            })
+            .collect::<Result<_>>()?;
+        Ok(doc! {"$and": terms})
+    }
+
+    async fn reindex_bson(&self, key: &Bson) -> Result<()> {
+        let pipeline = vec![
+            doc! {"$match": id_range(key)},
+            doc! {"$setWindowFields": {
+                "sortBy": {"_id": 1},
+                "output": {"start": {"$sum": "$count", "window": {"documents": ["unbounded", -1]}}},
+            }},
+            doc! {"$project": {"start": 1}},
+            doc! {"$merge": {
+                "into": self.coll.name(),
+                "on": "_id",
+                "whenMatched": "merge",
+                "whenNotMatched": "discard",
+            }},
+        ];
+        self.coll
+            .aggregate(pipeline)
+            .await?
+            .try_collect::<Vec<_>>()
+            .await?;
+        Ok(())
+    }
+}
+
+impl Head {
+    fn total(&self) -> i64 {
+        if self.exists {
+            self.start + self.count
+        } else {
+            0
+        }
+    }
+}
+
+/// A key's identity in the repository's memory: its BSON bytes.
+fn key_slot(key: &Bson) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    doc! {"k": key.clone()}.to_writer(&mut out)?;
+    Ok(out)
+}
+
+/// All buckets of `key`, by the `_id` index: `{k: key, s: MinKey..MaxKey}`.
+fn id_range(key: &Bson) -> Document {
+    doc! {"_id": {
+        "$gte": {"k": key.clone(), "s": Bson::MinKey},
+        "$lte": {"k": key.clone(), "s": Bson::MaxKey},
+    }}
+}
+
+/// An item's size inside the array: its document plus the element header
+/// (type byte, index digits, NUL).
+fn item_len(doc: &Document) -> Result<i64> {
+    let mut buf = Vec::new();
+    doc.to_writer(&mut buf)?;
+    let len = buf.len() as i64 + 8;
+    if len > MAX_BUCKET_BYTES {
+        return Err(Error::DocumentTooLarge {
+            bytes: Some(len as usize),
+        });
+    }
+    Ok(len)
+}
+
+fn int(b: Option<&Bson>) -> Option<i64> {
+    match b? {
+        Bson::Int32(v) => Some(i64::from(*v)),
+        Bson::Int64(v) => Some(*v),
+        Bson::Double(v) if v.fract() == 0.0 => Some(*v as i64),
+        _ => None,
+    }
+}
+
+fn is_duplicate_key(e: &Error) -> bool {
+    matches!(e, Error::Database(e) if crate::error::server_codes(e).contains(&11000))
+}
+
+/// How many documents of an ordered `insertMany` went in before it failed.
+fn inserted_before_error(e: &mongodb::error::Error) -> usize {
+    match &*e.kind {
+        mongodb::error::ErrorKind::InsertMany(m) => m
+            .write_errors
+            .as_ref()
+            .and_then(|errs| errs.iter().map(|w| w.index).min())
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn contended(what: &'static str) -> Error {
+    Error::invalid(
+        what,
+        format!("lost {MAX_ATTEMPTS} races in a row for the open bucket"),
+    )
+}

@@ -1,0 +1,350 @@
+//! The bucket pattern against a real MongoDB-wire server.
+
+use std::collections::HashMap;
+
+use futures::{StreamExt, TryStreamExt};
+use mongo_patterns::bucket::{PageRequest, MAX_PER_PAGE};
+use mongo_patterns::prelude::*;
+use mongo_patterns::Error;
+use mongo_patterns_testkit::{client, fresh_db};
+
+const SIZE: usize = 100;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "history")]
+#[bucket(size = 100, key = "customerId", items = "trades")]
+struct Trade {
+    customer_id: i64,
+    task: u32,
+    seq: u32,
+    ticker: String,
+}
+
+fn trade(customer_id: i64, task: u32, seq: u32) -> Trade {
+    Trade {
+        customer_id,
+        task,
+        seq,
+        ticker: format!("T{}", seq % 7),
+    }
+}
+
+/// Every bucket within `size`, its count equal to its array, and `start`
+/// equal to the items before it.
+async fn check_buckets(db: &Database, key: i64) {
+    let buckets: Vec<Document> = db
+        .collection::<Document>("history")
+        .find(doc! {"customerId": key})
+        .sort(doc! {"_id": 1})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let mut before = 0;
+    for b in &buckets {
+        let n = b.get_array("trades").unwrap().len() as i64;
+        let count = b
+            .get("count")
+            .and_then(|c| c.as_i64().or(c.as_i32().map(i64::from)))
+            .unwrap();
+        let start = b
+            .get("start")
+            .and_then(|c| c.as_i64().or(c.as_i32().map(i64::from)))
+            .unwrap();
+        assert!(n <= SIZE as i64, "bucket over size: {n}");
+        assert_eq!(count, n, "count matches the array");
+        assert_eq!(start, before, "start is the items before");
+        before += n;
+    }
+}
+
+async fn all_pages(repo: &Buckets<Trade>, key: i64, per: u32, newest: bool) -> Vec<Trade> {
+    let mut out = Vec::new();
+    for page in 1.. {
+        let mut req = PageRequest::new(page, per);
+        if newest {
+            req = req.newest_first();
+        }
+        let p = repo.page(&key, req).await.unwrap();
+        assert!(p.items.len() <= per as usize);
+        out.extend(p.items);
+        if !p.has_more {
+            break;
+        }
+        assert!(page < 1_000_000, "paging does not end");
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_pushes_to_one_key_are_stored_once_in_order() {
+    let (db, _) = fresh_db("bucket_one_key").await;
+    let repo = Trade::buckets(&db);
+    repo.ensure_indexes().await.unwrap();
+    repo.ensure_indexes().await.unwrap(); // idempotent
+    let tasks: Vec<_> = (0..16u32)
+        .map(|t| {
+            let repo = repo.clone();
+            tokio::spawn(async move {
+                for s in 0..5_000u32 {
+                    repo.push(&trade(7, t, s)).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(repo.total(&7).await.unwrap(), 80_000);
+    check_buckets(&db, 7).await;
+    let all: Vec<Trade> = repo.stream(&7).take(80_001).try_collect().await.unwrap();
+    assert_eq!(all.len(), 80_000);
+    // Each task's items once each, in the order the task pushed them.
+    let mut next = HashMap::new();
+    for t in &all {
+        let n = next.entry(t.task).or_insert(0u32);
+        assert_eq!(t.seq, *n, "task {} out of order", t.task);
+        *n += 1;
+    }
+    assert!(next.values().all(|&n| n == 5_000));
+    // Pages of several sizes, at sampled depths, match the stream.
+    for per in [1u32, 37, 99, 100, 101, 200] {
+        for page in [1u32, 2, 57, 400, 80_000 / per] {
+            let p = repo.page(&7, PageRequest::new(page, per)).await.unwrap();
+            let from = (page as usize - 1) * per as usize;
+            let want = &all[from.min(all.len())..(from + per as usize).min(all.len())];
+            assert_eq!(p.items, want, "page {page} of {per}");
+            assert_eq!(p.has_more, from + (per as usize) < all.len());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_pushes_over_many_keys_page_exactly_with_any_page_size() {
+    let (db, _) = fresh_db("bucket_many_keys").await;
+    let repo = Trade::buckets(&db);
+    repo.ensure_indexes().await.unwrap();
+    let tasks: Vec<_> = (0..16u32)
+        .map(|t| {
+            let repo = repo.clone();
+            tokio::spawn(async move {
+                for s in 0..5_000u32 {
+                    repo.push(&trade(i64::from(s % 400), t, s)).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut total = 0;
+    for key in 0..400 {
+        total += repo.total(&key).await.unwrap();
+        check_buckets(&db, key).await;
+    }
+    assert_eq!(total, 80_000);
+    let reference: Vec<Trade> = repo.stream(&3).try_collect().await.unwrap();
+    assert_eq!(reference.len(), 200);
+    for per in (1..=2 * SIZE as u32)
+        .step_by(13)
+        .chain([SIZE as u32, 2 * SIZE as u32])
+    {
+        assert_eq!(
+            all_pages(&repo, 3, per, false).await,
+            reference,
+            "per_page {per}"
+        );
+    }
+    let mut newest = reference.clone();
+    newest.reverse();
+    for per in [1, 25, 99, 100, 101, 200] {
+        assert_eq!(
+            all_pages(&repo, 3, per, true).await,
+            newest,
+            "newest first, per_page {per}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn push_many_fills_then_opens_buckets_in_few_round_trips() {
+    let (db, commands) = fresh_db("bucket_push_many").await;
+    let repo = Trade::buckets(&db);
+    repo.push(&trade(1, 0, 0)).await.unwrap();
+    let items: Vec<Trade> = (1..1_000).map(|s| trade(1, 0, s)).collect();
+    commands.take();
+    repo.push_many(&1, &items).await.unwrap();
+    let sent = commands.take();
+    let names: Vec<&str> = sent.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["find", "update", "insert"],
+        "read the head, fill it, insert the rest"
+    );
+    check_buckets(&db, 1).await;
+    let all: Vec<u32> = repo
+        .stream(&1)
+        .map_ok(|t| t.seq)
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(all, (0..1_000).collect::<Vec<_>>());
+    // Then single pushes go on after them.
+    repo.push(&trade(1, 0, 1_000)).await.unwrap();
+    assert_eq!(repo.total(&1).await.unwrap(), 1_001);
+    let wrong = repo.push_many(&1, &[trade(2, 0, 0)]).await;
+    assert!(
+        matches!(wrong, Err(Error::InvalidArgument { .. })),
+        "{wrong:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_push_is_one_round_trip() {
+    let (db, commands) = fresh_db("bucket_round_trips").await;
+    let repo = Trade::buckets(&db);
+    repo.ensure_indexes().await.unwrap();
+    repo.push(&trade(1, 0, 0)).await.unwrap();
+    commands.take();
+    for s in 1..SIZE as u32 {
+        repo.push(&trade(1, 0, s)).await.unwrap();
+    }
+    assert_eq!(
+        commands.take_count(),
+        SIZE - 1,
+        "one update per push while the bucket has room"
+    );
+    repo.push(&trade(1, 0, SIZE as u32)).await.unwrap();
+    assert_eq!(
+        commands.take_count(),
+        3,
+        "a full bucket: update, read the head, open the next"
+    );
+    let page = repo.page(&1, PageRequest::new(1, 100)).await.unwrap();
+    assert_eq!(page.items.len(), 100);
+    assert_eq!(
+        commands.take_count(),
+        1,
+        "an oldest-first page is one aggregation"
+    );
+}
+
+#[tokio::test]
+async fn removal_leaves_no_gaps_and_pages_stay_exact() {
+    let (db, _) = fresh_db("bucket_remove").await;
+    let repo = Trade::buckets(&db);
+    repo.ensure_indexes().await.unwrap();
+    for s in 0..1_000u32 {
+        repo.push(&trade(9, 0, s)).await.unwrap();
+    }
+    // Every seventh ticker, across all ten buckets.
+    let changed = repo.remove(&9, doc! {"ticker": "T3"}).await.unwrap();
+    assert_eq!(changed, 10);
+    check_buckets(&db, 9).await;
+    let want: Vec<u32> = (0..1_000).filter(|s| s % 7 != 3).collect();
+    assert_eq!(repo.total(&9).await.unwrap(), want.len() as u64);
+    for per in [1, 30, 100, 150] {
+        let got: Vec<u32> = all_pages(&repo, 9, per, false)
+            .await
+            .iter()
+            .map(|t| t.seq)
+            .collect();
+        assert_eq!(got, want, "per_page {per}");
+    }
+    // New pushes go after the last item, never into a gap.
+    for s in 1_000..1_010u32 {
+        repo.push(&trade(9, 0, s)).await.unwrap();
+    }
+    let last = repo
+        .page(&9, PageRequest::new(1, 10).newest_first())
+        .await
+        .unwrap();
+    assert_eq!(
+        last.items.iter().map(|t| t.seq).collect::<Vec<_>>(),
+        (1_000..1_010).rev().collect::<Vec<_>>()
+    );
+    check_buckets(&db, 9).await;
+    // A `$` string is compared as a value, not read as a field path.
+    assert_eq!(
+        repo.remove(&9, doc! {"ticker": "$ticker"}).await.unwrap(),
+        0
+    );
+    assert_eq!(repo.total(&9).await.unwrap(), want.len() as u64 + 10);
+    // Update in place keeps the position.
+    let mut t = trade(9, 0, 501);
+    t.ticker = "EDITED".into();
+    assert!(repo.update(&9, doc! {"seq": 501}, &t).await.unwrap());
+    assert!(
+        !repo.update(&9, doc! {"seq": 500}, &t).await.unwrap(),
+        "500 was removed"
+    );
+    let page = all_pages(&repo, 9, 1000, false).await;
+    let at = page.iter().position(|x| x.seq == 501).unwrap();
+    assert_eq!(page[at].ticker, "EDITED");
+    assert_eq!(at, want.iter().position(|&s| s == 501).unwrap());
+}
+
+#[tokio::test]
+async fn errors_are_typed() {
+    let (db, commands) = fresh_db("bucket_errors").await;
+    let repo = Trade::buckets(&db);
+    commands.take();
+    for req in [
+        PageRequest::new(0, 10),
+        PageRequest::new(1, 0),
+        PageRequest::new(1, MAX_PER_PAGE + 1),
+    ] {
+        match repo.page(&1, req).await {
+            Err(Error::InvalidArgument { .. }) => {}
+            other => panic!("{req:?} gave {other:?}"),
+        }
+    }
+    assert_eq!(commands.take_count(), 0, "refused before sending");
+    // A page past the end is empty, not an error.
+    let p = repo.page(&1, PageRequest::new(5, 10)).await.unwrap();
+    assert!(p.items.is_empty() && !p.has_more);
+    // An item larger than any bucket can hold.
+    let mut big = trade(1, 0, 0);
+    big.ticker = "x".repeat(17 << 20);
+    match repo.push(&big).await {
+        Err(Error::DocumentTooLarge { bytes: Some(_) }) => {}
+        other => panic!("{other:?}"),
+    }
+    // Items of 3 MB: buckets close by bytes, well before 100 items.
+    big.ticker = "x".repeat(3 << 20);
+    for s in 0..12 {
+        big.seq = s;
+        repo.push(&big).await.unwrap();
+    }
+    check_buckets(&db, 1).await;
+    let n = db
+        .collection::<Document>("history")
+        .count_documents(doc! {"customerId": 1_i64})
+        .await
+        .unwrap();
+    assert!(n >= 3, "split into {n} buckets");
+    let seqs: Vec<u32> = repo
+        .stream(&1)
+        .map_ok(|t| t.seq)
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(seqs, (0..12).collect::<Vec<_>>());
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (c, _) = client(&format!(
+        "mongodb://127.0.0.1:{port}/?serverSelectionTimeoutMS=300&directConnection=true"
+    ))
+    .await;
+    let err = Trade::buckets(&c.database("x"))
+        .push(&trade(1, 0, 0))
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+}

@@ -1,0 +1,26 @@
+//! Compile-time UI tests for `#[derive(Model)]`, `#[model(...)]`,
+//! `#[keyset(...)]` and `#[bucket(...)]`: what a user sees when an attribute
+//! is wrong, and that the accepted forms compile (and their consts hold what
+//! they should).
+//!
+//! - `tests/ui/model/*.rs`, `tests/ui/keyset/*.rs`, `tests/ui/bucket/*.rs`:
+//!   must fail to compile with exactly the `.stderr` beside them. One mistake
+//!   per file, except each pattern's `many_mistakes.rs`, which shows that all
+//!   are reported together.
+//! - `tests/ui/pass/*.rs`: must compile and run (no server: they only use
+//!   consts and type-check calls).
+//!
+//! The expected `.stderr` is the compiler's own output and changes between
+//! releases; it is pinned to the toolchain in `rust-toolchain.toml` (1.95.0).
+//! After a deliberate change, regenerate with
+//! `TRYBUILD=overwrite cargo test --test ui` and review the diff; never edit a
+//! `.stderr` by hand.
+
+#[test]
+fn ui() {
+    let t = trybuild::TestCases::new();
+    t.compile_fail("tests/ui/model/*.rs");
+    t.compile_fail("tests/ui/keyset/*.rs");
+    t.compile_fail("tests/ui/bucket/*.rs");
+    t.pass("tests/ui/pass/*.rs");
+}

@@ -1,0 +1,10 @@
+use mongo_patterns::prelude::*;
+
+#[derive(Serialize, Deserialize, Model)]
+#[bucket(key = "customer_id")]
+struct Trade {
+    customer_id: i64,
+    ticker: String,
+}
+
+fn main() {}
