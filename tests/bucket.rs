@@ -30,34 +30,39 @@ fn trade(customer_id: i64, task: u32, seq: u32) -> Trade {
     }
 }
 
-/// Every bucket within `size`, its count equal to its array, and `start`
-/// equal to the items before it.
-async fn check_buckets(db: &Database, key: i64) {
+/// Reads every bucket once (one pass over the collection) and checks each
+/// key's buckets: within `size`, `count` equal to the array, `start` equal
+/// to the items before. Returns each key's items in stored order.
+async fn check_buckets(db: &Database) -> HashMap<i64, Vec<Document>> {
     let buckets: Vec<Document> = db
         .collection::<Document>("history")
-        .find(doc! {"customerId": key})
+        .find(doc! {})
         .sort(doc! {"_id": 1})
         .await
         .unwrap()
         .try_collect()
         .await
         .unwrap();
-    let mut before = 0;
+    let num = |b: &Document, f: &str| {
+        b.get(f)
+            .and_then(|c| c.as_i64().or(c.as_i32().map(i64::from)))
+            .unwrap()
+    };
+    let mut items: HashMap<i64, Vec<Document>> = HashMap::new();
     for b in &buckets {
-        let n = b.get_array("trades").unwrap().len() as i64;
-        let count = b
-            .get("count")
-            .and_then(|c| c.as_i64().or(c.as_i32().map(i64::from)))
-            .unwrap();
-        let start = b
-            .get("start")
-            .and_then(|c| c.as_i64().or(c.as_i32().map(i64::from)))
-            .unwrap();
+        let key = b.get_i64("customerId").unwrap();
+        let arr = b.get_array("trades").unwrap();
+        let n = arr.len() as i64;
+        let before = items.get(&key).map_or(0, Vec::len) as i64;
         assert!(n <= SIZE as i64, "bucket over size: {n}");
-        assert_eq!(count, n, "count matches the array");
-        assert_eq!(start, before, "start is the items before");
-        before += n;
+        assert_eq!(num(b, "count"), n, "count matches the array");
+        assert_eq!(num(b, "start"), before, "start is the items before");
+        items
+            .entry(key)
+            .or_default()
+            .extend(arr.iter().map(|t| t.as_document().unwrap().clone()));
     }
+    items
 }
 
 async fn all_pages(repo: &Buckets<Trade>, key: i64, per: u32, newest: bool) -> Vec<Trade> {
@@ -98,7 +103,7 @@ async fn concurrent_pushes_to_one_key_are_stored_once_in_order() {
         t.await.unwrap();
     }
     assert_eq!(repo.total(&7).await.unwrap(), 80_000);
-    check_buckets(&db, 7).await;
+    assert_eq!(check_buckets(&db).await[&7].len(), 80_000);
     let all: Vec<Trade> = repo.stream(&7).take(80_001).try_collect().await.unwrap();
     assert_eq!(all.len(), 80_000);
     // Each task's items once each, in the order the task pushed them.
@@ -139,14 +144,27 @@ async fn concurrent_pushes_over_many_keys_page_exactly_with_any_page_size() {
     for t in tasks {
         t.await.unwrap();
     }
-    let mut total = 0;
-    for key in 0..400 {
-        total += repo.total(&key).await.unwrap();
-        check_buckets(&db, key).await;
+    // Every item once, each task's items of a key in the order it pushed them.
+    let stored = check_buckets(&db).await;
+    assert_eq!(stored.len(), 400);
+    let mut seen = std::collections::HashSet::new();
+    for items in stored.values() {
+        let mut last: HashMap<i64, i64> = HashMap::new();
+        for t in items {
+            let (task, seq) = (t.get_i64("task").unwrap(), t.get_i64("seq").unwrap());
+            assert!(seen.insert((task, seq)), "({task}, {seq}) stored twice");
+            assert!(
+                last.insert(task, seq).is_none_or(|prev| prev < seq),
+                "task {task} out of order"
+            );
+        }
     }
-    assert_eq!(total, 80_000);
+    assert_eq!(seen.len(), 80_000);
+    // 5,000 pushes a task over 400 keys: keys below 200 get 13 a task.
+    assert_eq!(stored[&3].len(), 16 * 13);
+    assert_eq!(repo.total(&3).await.unwrap(), 16 * 13);
     let reference: Vec<Trade> = repo.stream(&3).try_collect().await.unwrap();
-    assert_eq!(reference.len(), 200);
+    assert_eq!(reference.len(), 16 * 13);
     for per in (1..=2 * SIZE as u32)
         .step_by(13)
         .chain([SIZE as u32, 2 * SIZE as u32])
@@ -177,13 +195,14 @@ async fn push_many_fills_then_opens_buckets_in_few_round_trips() {
     commands.take();
     repo.push_many(&1, &items).await.unwrap();
     let sent = commands.take();
+    check_buckets(&db).await;
     let names: Vec<&str> = sent.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
         names,
         ["find", "update", "insert"],
         "read the head, fill it, insert the rest"
     );
-    check_buckets(&db, 1).await;
+    check_buckets(&db).await;
     let all: Vec<u32> = repo
         .stream(&1)
         .map_ok(|t| t.seq)
@@ -242,7 +261,7 @@ async fn removal_leaves_no_gaps_and_pages_stay_exact() {
     // Every seventh ticker, across all ten buckets.
     let changed = repo.remove(&9, doc! {"ticker": "T3"}).await.unwrap();
     assert_eq!(changed, 10);
-    check_buckets(&db, 9).await;
+    check_buckets(&db).await;
     let want: Vec<u32> = (0..1_000).filter(|s| s % 7 != 3).collect();
     assert_eq!(repo.total(&9).await.unwrap(), want.len() as u64);
     for per in [1, 30, 100, 150] {
@@ -265,7 +284,7 @@ async fn removal_leaves_no_gaps_and_pages_stay_exact() {
         last.items.iter().map(|t| t.seq).collect::<Vec<_>>(),
         (1_000..1_010).rev().collect::<Vec<_>>()
     );
-    check_buckets(&db, 9).await;
+    check_buckets(&db).await;
     // A `$` string is compared as a value, not read as a field path.
     assert_eq!(
         repo.remove(&9, doc! {"ticker": "$ticker"}).await.unwrap(),
@@ -318,7 +337,7 @@ async fn errors_are_typed() {
         big.seq = s;
         repo.push(&big).await.unwrap();
     }
-    check_buckets(&db, 1).await;
+    check_buckets(&db).await;
     let n = db
         .collection::<Document>("history")
         .count_documents(doc! {"customerId": 1_i64})

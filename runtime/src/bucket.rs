@@ -36,7 +36,8 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
 use bson::{doc, Bson, Document, RawArray, RawBsonRef, RawDocument, RawDocumentBuf};
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use mongodb::options::IndexOptions;
 use mongodb::{Collection, Database, IndexModel};
 use serde::de::DeserializeOwned;
@@ -462,7 +463,7 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// Every item of `key`, oldest first, from one cursor over its buckets.
-    pub fn stream(&self, key: &T::Key) -> impl Stream<Item = Result<T>> + Send + 'static {
+    pub fn stream(&self, key: &T::Key) -> BoxStream<'static, Result<T>> {
         let this = self.clone();
         let key_b = self.key_bson(key);
         futures::stream::once(async move {
@@ -480,6 +481,7 @@ impl<T: Bucketed> Buckets<T> {
             Ok::<_, Error>(items.try_flatten())
         })
         .try_flatten()
+        .boxed()
     }
 
     /// Removes the items of `key` whose fields equal `matching` (for example

@@ -15,8 +15,9 @@ mod token;
 use std::marker::PhantomData;
 
 use bson::oid::ObjectId;
-use bson::{doc, Bson, DateTime, Document, RawDocumentBuf};
-use futures::{Stream, TryStreamExt};
+use bson::{doc, Bson, DateTime, Document, RawDocument, RawDocumentBuf};
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use mongodb::{Collection, Database};
 use serde::de::DeserializeOwned;
 
@@ -218,54 +219,67 @@ where
     /// one 16 MB batch).
     pub async fn page(&self) -> Result<Page<T>> {
         let plan = self.plan()?;
+        // Typed straight from the reply's batch, as the driver does for a
+        // `Collection<T>`; only the page's two edge documents are read raw,
+        // for their tokens.
         let mut cursor = self
             .coll
+            .clone_with_type::<T>()
             .find(plan.filter)
             .sort(plan.sort)
             .limit(plan.limit)
             .batch_size(plan.limit as u32)
             .await?;
-        let mut raws = Vec::with_capacity(plan.limit as usize);
-        while let Some(raw) = cursor.try_next().await? {
-            raws.push(raw);
+        let size = self.page_size as usize;
+        let mut items: Vec<T> = Vec::with_capacity(size);
+        let (mut head, mut tail, mut more) = (None, None, false);
+        while cursor.advance().await? {
+            if items.len() == size {
+                more = true;
+                break;
+            }
+            let raw = cursor.current();
+            if items.is_empty() {
+                head = Some(self.token_of(raw)?);
+            }
+            if items.len() + 1 == size {
+                tail = Some(self.token_of(raw)?);
+            }
+            items.push(
+                cursor
+                    .deserialize_current()
+                    .map_err(|e| self.unexpected(raw, e))?,
+            );
         }
-        let more = raws.len() > self.page_size as usize;
-        raws.truncate(self.page_size as usize);
-        let backwards = matches!(self.position, Position::Before(_));
-        if backwards {
-            raws.reverse();
-        }
-        let (first, last) = match (raws.first(), raws.last()) {
-            (Some(f), Some(l)) => (Some(self.token_of(f)?), Some(self.token_of(l)?)),
-            _ => (None, None),
-        };
+        // `head` is the first fetched and `tail` the last of a full page; a
+        // page that ends early has no further page in its direction.
         let (prev, next) = match self.position {
-            Position::Start => (None, last.filter(|_| more)),
-            Position::After(_) => (first, last.filter(|_| more)),
-            Position::Before(_) => (first.filter(|_| more), last),
+            Position::Start => (None, tail.filter(|_| more)),
+            Position::After(_) => (head, tail.filter(|_| more)),
+            Position::Before(_) => {
+                items.reverse();
+                (tail.filter(|_| more), head)
+            }
         };
-        let items = raws
-            .iter()
-            .map(|raw| self.deserialize(raw))
-            .collect::<Result<_>>()?;
         Ok(Page { items, next, prev })
     }
 
     /// Every item from the query's position to the end, fetched a page at a
     /// time: no cursor is held open between pages, so a long job neither
     /// times out a cursor nor holds more than one page in memory.
-    pub fn stream(self) -> impl Stream<Item = Result<T>> + Send
+    pub fn stream(self) -> BoxStream<'static, Result<T>>
     where
         T: 'static,
     {
         self.pages()
             .map_ok(|page| futures::stream::iter(page.items.into_iter().map(Ok)))
             .try_flatten()
+            .boxed()
     }
 
     /// Every page from the query's position to the end, each with the token
     /// to resume after it (for checkpointing a long job).
-    pub fn pages(self) -> impl Stream<Item = Result<Page<T>>> + Send
+    pub fn pages(self) -> BoxStream<'static, Result<Page<T>>>
     where
         T: 'static,
     {
@@ -277,6 +291,7 @@ where
             let rest = page.next.as_ref().map(|t| query.clone().after(t));
             Ok(Some((page, rest)))
         })
+        .boxed()
     }
 
     fn fingerprint(&self) -> u32 {
@@ -326,7 +341,7 @@ where
         self.sort.iter().copied().chain(std::iter::once("_id"))
     }
 
-    fn token_of(&self, raw: &RawDocumentBuf) -> Result<PageToken> {
+    fn token_of(&self, raw: &RawDocument) -> Result<PageToken> {
         let values = self
             .keys()
             .map(|key| {
@@ -352,12 +367,15 @@ where
         Ok(PageToken::new(self.fingerprint(), values))
     }
 
-    fn deserialize(&self, raw: &RawDocumentBuf) -> Result<T> {
-        bson::from_slice(raw.as_bytes()).map_err(|source| Error::UnexpectedDocument {
-            collection: self.coll.name().to_owned(),
-            id: id_of(raw),
-            source,
-        })
+    fn unexpected(&self, raw: &RawDocument, e: mongodb::error::Error) -> Error {
+        match *e.kind {
+            mongodb::error::ErrorKind::BsonDeserialization(source) => Error::UnexpectedDocument {
+                collection: self.coll.name().to_owned(),
+                id: id_of(raw),
+                source,
+            },
+            _ => Error::from(e),
+        }
     }
 }
 
@@ -367,7 +385,7 @@ struct Plan {
     limit: i64,
 }
 
-fn id_of(raw: &RawDocumentBuf) -> String {
+fn id_of(raw: &RawDocument) -> String {
     match raw.get("_id") {
         Ok(Some(v)) => Bson::try_from(v.to_raw_bson())
             .map(|b| b.into_relaxed_extjson().to_string())
@@ -418,7 +436,12 @@ fn boundary_filter(
         branches.push(Bson::Document(branch));
         equal.insert(key, doc! {"$eq": value.clone()});
     }
-    doc! {"$or": branches}
+    // Paging by `_id` alone: the plain `{_id: {$gt: last}}`.
+    match <[Bson; 1]>::try_from(branches) {
+        Ok([Bson::Document(only)]) => only,
+        Ok([other]) => doc! {"$or": [other]},
+        Err(branches) => doc! {"$or": branches},
+    }
 }
 
 /// A filter on `_id` for documents whose ObjectId was made in `[from, to)`.
@@ -506,16 +529,13 @@ mod tests {
             ]}
         );
         let down = boundary_filter(keys(&["t"]), &[Bson::Null, Bson::Int32(9)], true);
-        assert_eq!(
-            down,
-            doc! {"$or": [{"t": {"$eq": null}, "_id": {"$lt": 9}}]}
-        );
+        assert_eq!(down, doc! {"t": {"$eq": null}, "_id": {"$lt": 9}});
     }
 
     #[test]
     fn id_only_boundary() {
         let f = boundary_filter(keys(&[]), &[Bson::Int32(9)], false);
-        assert_eq!(f, doc! {"$or": [{"_id": {"$gt": 9}}]});
+        assert_eq!(f, doc! {"_id": {"$gt": 9}});
     }
 
     #[test]
