@@ -105,7 +105,7 @@ enum Position {
 }
 
 /// A keyset query over one collection: build it, then fetch a [`Page`] or a
-/// [`Stream`] of items.
+/// [`Stream`](futures::Stream) of items.
 ///
 /// ```no_run
 /// # use mongo_patterns::prelude::*;
