@@ -248,6 +248,31 @@ async fn a_push_is_one_round_trip() {
         1,
         "an oldest-first page is one aggregation"
     );
+    // A page across two buckets: the server sends the page and its look-ahead
+    // item, nothing more.
+    for s in SIZE as u32 + 1..2 * SIZE as u32 {
+        repo.push(&trade(1, 0, s)).await.unwrap();
+    }
+    let pipeline = repo.page_pipeline(&1, PageRequest::new(2, 60)).unwrap();
+    let slices: Vec<Document> = db
+        .collection::<Document>("history")
+        .aggregate(pipeline)
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(slices.len(), 2, "items 60..121 span two buckets");
+    let sent: usize = slices
+        .iter()
+        .map(|b| b.get_array("trades").unwrap().len())
+        .sum();
+    assert_eq!(sent, 61);
+    let page = repo.page(&1, PageRequest::new(2, 60)).await.unwrap();
+    assert_eq!(
+        page.items.iter().map(|t| t.seq).collect::<Vec<_>>(),
+        (60..120).collect::<Vec<_>>()
+    );
 }
 
 #[tokio::test]

@@ -734,7 +734,13 @@ impl<T: Bucketed> Buckets<T> {
             doc! {"$project": {
                 "_id": 0,
                 "start": 1,
-                self.spec.items: {"$slice": [items, {"$max": [0, {"$subtract": [from, "$start"]}]}, n]},
+                // From the page's first item in this bucket, no further
+                // than the page's end: two buckets return one page of items.
+                self.spec.items: {"$slice": [
+                    items,
+                    {"$max": [0, {"$subtract": [from, "$start"]}]},
+                    {"$subtract": [from + n, {"$max": [from, "$start"]}]},
+                ]},
             }},
         ]
     }
