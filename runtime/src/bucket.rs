@@ -764,12 +764,12 @@ impl<T: Bucketed> Buckets<T> {
             .map_err(|e| Error::invalid("key", e.to_string()))?;
         let mut out = Vec::new();
         for el in arr.into_iter().take(take.max(0) as usize) {
-            let el = el.map_err(|e| self.bad_item(bucket, e.to_string()))?;
+            let el = el.map_err(|e| self.bad_item(e.to_string()))?;
             let RawBsonRef::Document(d) = el else {
-                return Err(self.bad_item(bucket, "an item is not a document".into()));
+                return Err(self.bad_item("an item is not a document".into()));
             };
             let mut item = RawDocumentBuf::from_bytes(d.as_bytes().to_vec())
-                .map_err(|e| self.bad_item(bucket, e.to_string()))?;
+                .map_err(|e| self.bad_item(e.to_string()))?;
             item.append(self.spec.key, key_raw.clone());
             out.push(bson::from_slice(item.as_bytes()).map_err(|source| {
                 Error::UnexpectedDocument {
@@ -782,7 +782,7 @@ impl<T: Bucketed> Buckets<T> {
         Ok(out)
     }
 
-    fn bad_item(&self, _bucket: &RawDocument, why: String) -> Error {
+    fn bad_item(&self, why: String) -> Error {
         Error::UnsupportedValue {
             collection: self.coll.name().to_owned(),
             id: "<bucket>".into(),
