@@ -903,9 +903,9 @@ fn inserted_before_error(e: &mongodb::error::Error) -> usize {
     }
 }
 
-fn contended(what: &'static str) -> Error {
-    Error::invalid(
-        what,
-        format!("lost {MAX_ATTEMPTS} races in a row for the open bucket"),
-    )
+fn contended(operation: &'static str) -> Error {
+    Error::Contended {
+        operation,
+        attempts: MAX_ATTEMPTS,
+    }
 }

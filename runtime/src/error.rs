@@ -63,6 +63,16 @@ pub enum Error {
         bytes: Option<usize>,
     },
 
+    /// Concurrent writers kept winning the race for the same document;
+    /// retrying later may succeed.
+    #[error("`{operation}` lost {attempts} races in a row to concurrent writers")]
+    Contended {
+        /// The repository method.
+        operation: &'static str,
+        /// How many times it tried.
+        attempts: usize,
+    },
+
     /// A value could not be turned into BSON.
     #[error("cannot convert to BSON: {0}")]
     Serialize(#[from] bson::ser::Error),
