@@ -13,13 +13,15 @@ mod bucket;
 mod ctxt;
 mod keyset;
 mod model;
+mod rank_histogram;
 
 use proc_macro::TokenStream;
 use syn::{parse_macro_input, DeriveInput};
 
 /// `#[derive(Model)]`: a struct stored in a MongoDB collection, with the
-/// patterns its helper attributes name (`#[model]`, `#[keyset]`, `#[bucket]`).
-#[proc_macro_derive(Model, attributes(model, keyset, bucket))]
+/// patterns its helper attributes name (`#[model]`, `#[keyset]`, `#[bucket]`,
+/// `#[rank_histogram]`).
+#[proc_macro_derive(Model, attributes(model, keyset, bucket, rank_histogram))]
 pub fn derive_model(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
     model::derive(&input).into()

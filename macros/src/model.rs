@@ -8,7 +8,7 @@ use syn::{Data, DeriveInput, Fields, GenericParam, Ident, LitStr, Type};
 
 use crate::attr::{self, Opt};
 use crate::ctxt::Ctxt;
-use crate::{bucket, keyset};
+use crate::{bucket, keyset, rank_histogram};
 
 const MODEL: &str = "model";
 const COLLECTION: &str = "collection";
@@ -36,15 +36,19 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
     let model = Input::from_syn(&cx, input);
     let keyset = model.as_ref().and_then(|m| keyset::parse(&cx, input, m));
     let bucket = model.as_ref().and_then(|m| bucket::parse(&cx, input, m));
+    let rank = model
+        .as_ref()
+        .and_then(|m| rank_histogram::parse(&cx, input, m));
     if let Some(errors) = cx.into_compile_errors() {
         let stub = stub(input);
         let bucket_stub = model.as_ref().and_then(|m| bucket::stub(input, m));
-        return quote! { #errors #stub #bucket_stub };
+        let rank_stub = model.as_ref().and_then(|m| rank_histogram::stub(input, m));
+        return quote! { #errors #stub #bucket_stub #rank_stub };
     }
     let model = model.expect("no errors, so parsed");
-    let bucket = bucket.map(|b| b.expand(input));
     let mut out = expand(input, &model, keyset.as_ref());
-    out.extend(bucket);
+    out.extend(bucket.map(|b| b.expand(input)));
+    out.extend(rank.map(|r| r.expand(input)));
     out
 }
 
@@ -269,7 +273,7 @@ fn collection_name(cx: &Ctxt, input: &DeriveInput) -> String {
         .unwrap_or_else(|| snake_case(&input.ident.to_string()))
 }
 
-fn bad_collection_name(name: &str) -> Option<&'static str> {
+pub fn bad_collection_name(name: &str) -> Option<&'static str> {
     if name.is_empty() {
         Some("it is empty")
     } else if name.contains('$') {

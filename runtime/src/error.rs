@@ -73,6 +73,30 @@ pub enum Error {
         attempts: usize,
     },
 
+    /// A rank board that was never written.
+    #[error("no rank board {board} in `{collection}`")]
+    UnknownBoard {
+        /// The histogram collection.
+        collection: String,
+        /// The board, rendered as extended JSON.
+        board: String,
+    },
+
+    /// A score to take off a rank board that nobody on it holds; nothing
+    /// was written.
+    #[error("nobody on rank board {board} holds score {score}")]
+    ScoreNotFound {
+        /// The board, rendered as extended JSON.
+        board: String,
+        /// The score, as it would be stored.
+        score: String,
+    },
+
+    /// A concurrent writer created the same document first. Retried inside
+    /// the crate; seen only when retries ran out.
+    #[error("lost a race to a concurrent writer: {0}")]
+    Raced(#[source] mongodb::error::Error),
+
     /// A value could not be turned into BSON.
     #[error("cannot convert to BSON: {0}")]
     Serialize(#[from] bson::ser::Error),

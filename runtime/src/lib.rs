@@ -24,7 +24,7 @@
 //! ```
 //!
 //! The patterns, one module each: [`keyset`] pagination and the
-//! [`bucket`] pattern.
+//! [`bucket`] pattern, and the [`rank_histogram`].
 
 #![warn(missing_docs)]
 
@@ -32,6 +32,7 @@ pub mod bucket;
 mod error;
 pub mod keyset;
 mod model;
+pub mod rank_histogram;
 
 pub use bson;
 pub use mongodb;
@@ -46,6 +47,7 @@ pub use mongo_patterns_macros::Model;
 pub mod prelude {
     pub use crate::bucket::{BucketPage, Bucketed, Buckets, PageRequest};
     pub use crate::keyset::{Keyset, Page, PageToken};
+    pub use crate::rank_histogram::{Rank, RankHistogram, Ranks, ScoreCount};
     pub use crate::{Error, Model};
     pub use bson::oid::ObjectId;
     pub use bson::{doc, DateTime, Document};
@@ -59,6 +61,9 @@ pub mod __private {
     pub use crate::bucket::{BucketKey, BucketSpec, Bucketed, OrderKey};
     pub use crate::keyset::{KeysetSpec, SortKey};
     pub use crate::model::Model;
+    pub use crate::rank_histogram::{
+        BoardKey, FloatScore, Layout, RankHistogram, RankScore, RankSpec,
+    };
     pub use core;
 
     /// Compiles only when `T` can be a keyset sort key; spanned at the field.
@@ -69,4 +74,13 @@ pub mod __private {
 
     /// Compiles only when `T` can order a bucket's items; spanned at the field.
     pub const fn assert_order_key<T: OrderKey + ?Sized>() {}
+
+    /// Compiles only when `T` can be a rank board; spanned at the field.
+    pub const fn assert_board_key<T: BoardKey + ?Sized>() {}
+
+    /// Compiles only when `T` can be a rank score; spanned at the field.
+    pub const fn assert_rank_score<T: RankScore>() {}
+
+    /// Compiles only when `precision` can round `T`; spanned at the field.
+    pub const fn assert_float_score<T: FloatScore>() {}
 }

@@ -1,0 +1,522 @@
+//! `#[rank_histogram(board = "...", score = "...", order, precision, layout,
+//! histogram)]`: ranks of the model's scores on boards. The runtime
+//! (`runtime/src/rank_histogram.rs`) holds the pattern; this checks the
+//! options, infers the board and the score when the struct leaves one
+//! choice, and wires the two fields.
+
+use proc_macro2::TokenStream;
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Attribute, DeriveInput, Expr, ExprLit, ExprUnary, Ident, Lit, LitStr, Meta, Type, UnOp};
+
+use crate::attr::{self, Opt};
+use crate::ctxt::Ctxt;
+use crate::model::{self, Field, Input};
+
+const RANK: &str = "rank_histogram";
+const BOARD: &str = "board";
+const SCORE: &str = "score";
+const ORDER: &str = "order";
+const PRECISION: &str = "precision";
+const LAYOUT: &str = "layout";
+const HISTOGRAM: &str = "histogram";
+const OPTIONS: &[&str] = &[BOARD, SCORE, ORDER, PRECISION, LAYOUT, HISTOGRAM];
+
+const INTEGERS: &[&str] = &["i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"];
+const FLOATS: &[&str] = &["f32", "f64"];
+const KEYS: &[&str] = &["String", "ObjectId", "Uuid"];
+
+pub struct RankHistogram {
+    board: (String, Ident, Type),
+    score: (String, Ident, Type),
+    descending: bool,
+    precision: Option<f64>,
+    documents: bool,
+    histogram: String,
+}
+
+/// Parses `#[rank_histogram]` if present. Errors go to `cx`.
+pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<RankHistogram> {
+    let attrs: Vec<&Attribute> = input
+        .attrs
+        .iter()
+        .filter(|a| a.path().is_ident(RANK))
+        .collect();
+    let first = *attrs.first()?;
+    for dup in &attrs[1..] {
+        cx.error_spanned_by(
+            dup,
+            "duplicate `#[rank_histogram]` attribute; put all options in one",
+        );
+    }
+    let mut board = Opt::new(cx, RANK, BOARD);
+    let mut score = Opt::new(cx, RANK, SCORE);
+    let mut order = Opt::new(cx, RANK, ORDER);
+    let mut precision = Opt::new(cx, RANK, PRECISION);
+    let mut layout = Opt::new(cx, RANK, LAYOUT);
+    let mut histogram = Opt::new(cx, RANK, HISTOGRAM);
+    match &first.meta {
+        // The bare form infers everything.
+        Meta::Path(_) => {}
+        Meta::NameValue(nv) => {
+            cx.error_spanned_by(
+                nv,
+                "`#[rank_histogram]` takes options in parentheses, as in `#[rank_histogram(board = \"examId\", score = \"score\")]`, or none",
+            );
+            return None;
+        }
+        Meta::List(_) => {
+            let parsed = first.parse_nested_meta(|meta| {
+                let name = attr::option_name(&meta);
+                match name.as_str() {
+                    // board = "field" | score = "field" | histogram = "name"
+                    BOARD | SCORE | HISTOGRAM => {
+                        let lit = attr::parse_lit_str(&meta, RANK)?;
+                        let slot = match name.as_str() {
+                            BOARD => &mut board,
+                            SCORE => &mut score,
+                            _ => &mut histogram,
+                        };
+                        slot.set(&lit, lit.clone());
+                    }
+                    // order = "desc" | "asc"
+                    ORDER => {
+                        let lit = attr::parse_lit_str(&meta, RANK)?;
+                        match lit.value().as_str() {
+                            "desc" | "descending" => order.set(&lit, true),
+                            "asc" | "ascending" => order.set(&lit, false),
+                            other => cx.error_spanned_by(
+                                &lit,
+                                format!(
+                                    "unknown `rank_histogram` order `{other}`; expected `desc` (a higher score ranks first, the default) or `asc` (a lower score ranks first, as for a race time){}",
+                                    hint(other, &["desc", "asc", "descending", "ascending"])
+                                ),
+                            ),
+                        }
+                    }
+                    // layout = "array" | "documents"
+                    LAYOUT => {
+                        let lit = attr::parse_lit_str(&meta, RANK)?;
+                        match lit.value().as_str() {
+                            "array" => layout.set(&lit, false),
+                            "documents" => layout.set(&lit, true),
+                            other => cx.error_spanned_by(
+                                &lit,
+                                format!(
+                                    "unknown `rank_histogram` layout `{other}`; expected `array` (one document per board, up to about 10,000 distinct scores) or `documents` (one document per board and score, for any number){}",
+                                    hint(other, &["array", "documents"])
+                                ),
+                            ),
+                        }
+                    }
+                    // precision = 0.5
+                    PRECISION => {
+                        let value: Expr = meta.value()?.parse()?;
+                        match precision_value(&value) {
+                            Ok(p) => precision.set(&value, p),
+                            Err(why) => cx.error_spanned_by(&value, why),
+                        }
+                    }
+                    _ => {
+                        cx.syn_error(attr::unknown_option(&meta, RANK, OPTIONS));
+                        attr::skip_value(&meta)?;
+                    }
+                }
+                Ok(())
+            });
+            if let Err(e) = parsed {
+                cx.syn_error(e);
+                return None;
+            }
+        }
+    }
+
+    if let Some(b) = input.attrs.iter().find(|a| a.path().is_ident("bucket")) {
+        cx.error_spanned_by(
+            b,
+            "`#[bucket]` cannot be used with `#[rank_histogram]`: a histogram counts one score per document, and a `#[bucket]` model's documents are buckets of many items",
+        );
+    }
+
+    let board = board.get().map(|(_, l)| l);
+    let score = score.get().map(|(_, l)| l);
+    let resolve = |lit: &LitStr, option: &str| -> Option<&Field> {
+        let f = model.resolve(cx, lit, RANK, option)?;
+        if f.bson_name == "_id" {
+            let why = if option == BOARD {
+                "each player's document has its own `_id`, so every board would hold one player; name the field players share, such as an exam"
+            } else {
+                "a document's `_id` identifies it; name the field that holds the score"
+            };
+            cx.error_spanned_by(
+                lit,
+                format!("`rank_histogram` option `{option}` names `_id`: {why}"),
+            );
+            return None;
+        }
+        Some(f)
+    };
+    let explicit_board = board.as_ref().map(|l| resolve(l, BOARD));
+    let explicit_score = score.as_ref().map(|l| resolve(l, SCORE));
+    if let (Some(Some(b)), Some(Some(s)), Some(lit)) = (&explicit_board, &explicit_score, &score) {
+        if b.bson_name == s.bson_name {
+            cx.error_spanned_by(
+                lit,
+                format!("`rank_histogram` options `board` and `score` both name `{}`; the board groups players and the score ranks them, so they are two fields", b.bson_name),
+            );
+            return None;
+        }
+    }
+    // Inference: a field left out is the one candidate of its kind.
+    let stored = || {
+        model
+            .fields
+            .iter()
+            .filter(|f| f.not_stored.is_none() && f.bson_name != "_id")
+    };
+    let score = match explicit_score {
+        Some(s) => s,
+        None => {
+            let taken = explicit_board.flatten().map(|b| b.bson_name.as_str());
+            let candidates: Vec<&Field> = stored()
+                .filter(|f| is_one_of(f.ty, INTEGERS) || is_one_of(f.ty, FLOATS))
+                .filter(|f| Some(f.bson_name.as_str()) != taken)
+                .collect();
+            infer(
+                cx,
+                first,
+                model,
+                SCORE,
+                "numeric",
+                &candidates,
+                "score = \"score\"",
+            )
+        }
+    };
+    let board = match explicit_board {
+        Some(b) => b,
+        None => {
+            let taken = score.map(|s| s.bson_name.as_str());
+            let candidates: Vec<&Field> = stored()
+                .filter(|f| is_one_of(f.ty, INTEGERS) || is_one_of(f.ty, KEYS))
+                .filter(|f| Some(f.bson_name.as_str()) != taken)
+                .collect();
+            infer(
+                cx,
+                first,
+                model,
+                BOARD,
+                "String, integer, ObjectId or Uuid",
+                &candidates,
+                "board = \"examId\"",
+            )
+        }
+    };
+
+    let histogram = match histogram.get() {
+        Some((_, lit)) => {
+            let name = lit.value();
+            if let Some(why) = model::bad_collection_name(&name) {
+                cx.error_spanned_by(&lit, format!("invalid collection name: {why}"));
+            } else if name == model.collection {
+                cx.error_spanned_by(
+                    &lit,
+                    format!("`rank_histogram` option `histogram` names `{name}`, the collection of the players' documents; the histograms need a collection of their own"),
+                );
+            }
+            name
+        }
+        None => format!("{}_ranks", model.collection),
+    };
+    let field = |f: &Field| (f.bson_name.clone(), f.ident.clone(), f.ty.clone());
+    Some(RankHistogram {
+        board: field(board?),
+        score: field(score?),
+        descending: order.get().is_none_or(|(_, d)| d),
+        precision: precision.get().map(|(_, p)| p),
+        documents: layout.get().is_some_and(|(_, d)| d),
+        histogram,
+    })
+}
+
+/// The one candidate for `option`, or an error at the attribute that lists
+/// them.
+fn infer<'f, 'a>(
+    cx: &Ctxt,
+    attr: &Attribute,
+    model: &Input,
+    option: &str,
+    kind: &str,
+    candidates: &[&'f Field<'a>],
+    example: &str,
+) -> Option<&'f Field<'a>> {
+    match candidates {
+        [one] => Some(*one),
+        [] => {
+            cx.error_spanned_by(
+                attr,
+                format!("`#[rank_histogram]` cannot infer the {option}: `{}` has no {kind} field that could be it; name one, as in `#[rank_histogram({example})]`", model.ident),
+            );
+            None
+        }
+        many => {
+            let names: Vec<String> = many.iter().map(|f| format!("`{}`", f.bson_name)).collect();
+            cx.error_spanned_by(
+                attr,
+                format!("`#[rank_histogram]` cannot infer the {option}: {} could each be it; name one, as in `#[rank_histogram({option} = \"{}\")]`", names.join(", "), many[0].bson_name),
+            );
+            None
+        }
+    }
+}
+
+/// Whether `ty` is a path ending in one of `names` (a syntactic guess for
+/// inference only; the explicit form is checked by trait bounds).
+fn is_one_of(ty: &Type, names: &[&str]) -> bool {
+    match ty {
+        Type::Path(p) if p.qself.is_none() => p
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| s.arguments.is_none() && names.iter().any(|n| s.ident == n)),
+        _ => false,
+    }
+}
+
+fn hint(got: &str, options: &[&str]) -> String {
+    attr::did_you_mean(got, options.iter().copied())
+        .map(|s| format!("\nhelp: did you mean `{s}`?"))
+        .unwrap_or_default()
+}
+
+/// `precision = 0.5`: a positive, finite number literal.
+fn precision_value(value: &Expr) -> Result<f64, String> {
+    let positive = "`rank_histogram` option `precision` must be above 0: it is the step scores are rounded to, as in `precision = 0.5` or `precision = 0.01`";
+    let parsed = match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Float(f), ..
+        }) => f.base10_parse::<f64>().ok(),
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(i), ..
+        }) => i.base10_parse::<f64>().ok(),
+        Expr::Unary(ExprUnary {
+            op: UnOp::Neg(_), ..
+        }) => return Err(positive.to_owned()),
+        _ => return Err(
+            "`rank_histogram` option `precision` takes a number literal, as in `precision = 0.5`"
+                .to_owned(),
+        ),
+    };
+    match parsed {
+        Some(p) if p.is_finite() && p >= 1e-12 => Ok(p),
+        Some(p) if p.is_finite() && p > 0.0 => Err(format!(
+            "`rank_histogram` option `precision` = {p} is below 1e-12, finer than a double can tell apart at typical scores; leave `precision` out to rank exact values"
+        )),
+        Some(p) if p.is_finite() => Err(positive.to_owned()),
+        _ => Err("`rank_histogram` option `precision` must be a finite number".to_owned()),
+    }
+}
+
+/// After an error in a `#[rank_histogram]` model, an impl that claims
+/// nothing, so that `Exam::ranks(&db)` elsewhere adds no error of its own.
+/// It keeps the board's and the score's types when they resolve.
+pub fn stub(input: &DeriveInput, model: &Input) -> Option<TokenStream> {
+    let attr = input.attrs.iter().find(|a| a.path().is_ident(RANK))?;
+    let (mut board, mut score) = (None, None);
+    let _ = attr.parse_nested_meta(|meta| {
+        if meta.path.is_ident(BOARD) {
+            board = meta.value()?.parse::<LitStr>().ok().map(|l| l.value());
+        } else if meta.path.is_ident(SCORE) {
+            score = meta.value()?.parse::<LitStr>().ok().map(|l| l.value());
+        } else {
+            attr::skip_value(&meta)?;
+        }
+        Ok(())
+    });
+    let find = |name: Option<String>| {
+        let name = name?;
+        model
+            .fields
+            .iter()
+            .find(|f| f.bson_name == name)
+            .or_else(|| model.fields.iter().find(|f| f.rust_name == name))
+    };
+    let (board_ty, board_ref) = match find(board) {
+        Some(f) => {
+            let (ty, ident) = (f.ty, f.ident);
+            (quote!(#ty), quote!(&self.#ident))
+        }
+        None => (quote!(()), quote!(&())),
+    };
+    let score_ty = match find(score) {
+        Some(f) if is_one_of(f.ty, INTEGERS) || is_one_of(f.ty, FLOATS) => {
+            let ty = f.ty;
+            quote!(#ty)
+        }
+        _ => quote!(f64),
+    };
+    let ident = &input.ident;
+    let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
+    Some(quote! {
+        #[automatically_derived]
+        impl #impl_g ::mongo_patterns::__private::RankHistogram for #ident #ty_g #where_g {
+            type Board = #board_ty;
+            type Score = #score_ty;
+            const RANK: ::mongo_patterns::__private::RankSpec = ::mongo_patterns::__private::RankSpec {
+                board: "",
+                score: "",
+                descending: true,
+                precision: ::mongo_patterns::__private::core::option::Option::None,
+                layout: ::mongo_patterns::__private::Layout::Array,
+                histogram: "",
+            };
+            fn board(&self) -> &Self::Board {
+                #board_ref
+            }
+            fn score(&self) -> Self::Score {
+                ::mongo_patterns::__private::core::default::Default::default()
+            }
+        }
+    })
+}
+
+impl RankHistogram {
+    pub fn expand(&self, input: &DeriveInput) -> TokenStream {
+        let ident = &input.ident;
+        let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
+        let (board_name, board_ident, board_ty) = &self.board;
+        let (score_name, score_ident, score_ty) = &self.score;
+        let descending = self.descending;
+        let precision = match self.precision {
+            Some(p) => quote!(::mongo_patterns::__private::core::option::Option::Some(#p)),
+            None => quote!(::mongo_patterns::__private::core::option::Option::None),
+        };
+        let layout = if self.documents {
+            quote!(::mongo_patterns::__private::Layout::Documents)
+        } else {
+            quote!(::mongo_patterns::__private::Layout::Array)
+        };
+        let histogram = &self.histogram;
+        let board_check = quote_spanned! {board_ty.span()=>
+            ::mongo_patterns::__private::assert_board_key::<#board_ty>();
+        };
+        let score_check = quote_spanned! {score_ty.span()=>
+            ::mongo_patterns::__private::assert_rank_score::<#score_ty>();
+        };
+        let float_check = self.precision.map(|_| {
+            quote_spanned! {score_ty.span()=>
+                ::mongo_patterns::__private::assert_float_score::<#score_ty>();
+            }
+        });
+        // The associated types take the fields' spans, so that a bound they
+        // miss is reported there once, and not again at the macro.
+        let board_assoc = quote_spanned! {board_ty.span()=> type Board = #board_ty; };
+        let score_assoc = quote_spanned! {score_ty.span()=> type Score = #score_ty; };
+        quote! {
+            #[automatically_derived]
+            impl #impl_g ::mongo_patterns::__private::RankHistogram for #ident #ty_g #where_g {
+                #board_assoc
+                #score_assoc
+                const RANK: ::mongo_patterns::__private::RankSpec = ::mongo_patterns::__private::RankSpec {
+                    board: #board_name,
+                    score: #score_name,
+                    descending: #descending,
+                    precision: #precision,
+                    layout: #layout,
+                    histogram: #histogram,
+                };
+                fn board(&self) -> &Self::Board {
+                    &self.#board_ident
+                }
+                fn score(&self) -> Self::Score {
+                    ::mongo_patterns::__private::core::clone::Clone::clone(&self.#score_ident)
+                }
+            }
+            const _: () = {
+                #[allow(dead_code)]
+                fn __rank_fields #impl_g () #where_g { #board_check #score_check #float_check }
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use syn::parse_quote;
+
+    fn parsed(input: DeriveInput) -> Result<Option<RankHistogram>, Vec<String>> {
+        let cx = Ctxt::new();
+        let r = Input::from_syn(&cx, &input).and_then(|m| parse(&cx, &input, &m));
+        match cx.check() {
+            Ok(()) => Ok(r),
+            Err(e) => Err(e.into_iter().map(|e| e.to_string()).collect()),
+        }
+    }
+
+    #[test]
+    fn explicit_form_resolves_through_serde() {
+        let r = parsed(parse_quote! {
+            #[serde(rename_all = "camelCase")]
+            #[model(collection = "scores")]
+            #[rank_histogram(board = "exam_id", score = "score", order = "asc", precision = 0.5, layout = "documents", histogram = "exam_ranks")]
+            struct S { student_id: String, exam_id: String, score: f64 }
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(r.board.0, "examId");
+        assert_eq!(r.score.0, "score");
+        assert!(!r.descending && r.documents);
+        assert_eq!(r.precision, Some(0.5));
+        assert_eq!(r.histogram, "exam_ranks");
+    }
+
+    #[test]
+    fn bare_form_infers_when_unambiguous() {
+        let r = parsed(parse_quote! {
+            #[rank_histogram]
+            struct Result {
+                #[serde(rename = "_id")] id: ObjectId,
+                exam: String,
+                points: i32,
+                #[serde(skip)] cached: u64,
+            }
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!((r.board.0.as_str(), r.score.0.as_str()), ("exam", "points"));
+        assert!(r.descending && !r.documents && r.precision.is_none());
+        assert_eq!(r.histogram, "result_ranks");
+    }
+
+    #[test]
+    fn ambiguity_lists_candidates() {
+        let e = parsed(parse_quote! {
+            #[rank_histogram]
+            struct S { student: String, exam: String, score: f64 }
+        })
+        .err()
+        .unwrap();
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].contains("`student`, `exam`"), "{e:?}");
+        // Naming the board settles it.
+        assert!(parsed(parse_quote! {
+            #[rank_histogram(board = "exam")]
+            struct S { student: String, exam: String, score: f64 }
+        })
+        .is_ok());
+    }
+
+    #[test]
+    fn precision_values() {
+        let p = |e: Expr| precision_value(&e);
+        assert_eq!(p(parse_quote!(0.5)), Ok(0.5));
+        assert_eq!(p(parse_quote!(2)), Ok(2.0));
+        assert!(p(parse_quote!(0)).unwrap_err().contains("above 0"));
+        assert!(p(parse_quote!(-0.5)).unwrap_err().contains("above 0"));
+        assert!(p(parse_quote!("0.5"))
+            .unwrap_err()
+            .contains("number literal"));
+        assert!(p(parse_quote!(1e-20)).unwrap_err().contains("1e-12"));
+    }
+}
