@@ -16,6 +16,7 @@ async fn main() -> mongo_patterns::Result<()> {
     println!("mongo-patterns tour against {}", redact(&uri));
     keyset(&client, &commands).await?;
     bucket(&client, &commands).await?;
+    rank_histogram(&client, &commands).await?;
     Ok(())
 }
 
@@ -160,6 +161,90 @@ async fn bucket(client: &Client, commands: &Commands) -> mongo_patterns::Result<
         "removed T3's trades from {changed} buckets; {} trades left",
         trades.total(&7).await?
     );
+    db.drop().await?;
+    Ok(())
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "exam_scores")]
+#[rank_histogram(precision = 0.5)]
+struct ExamScore {
+    #[serde(rename = "_id")]
+    student: String,
+    exam_id: String,
+    score: f64,
+}
+
+/// The rank histogram: the seed's ten scores, 85 ranks 3rd; the top
+/// student drops to 0 in one write; 16 tasks change scores at once.
+async fn rank_histogram(client: &Client, commands: &Commands) -> mongo_patterns::Result<()> {
+    println!("\n== rank histogram (seed 001)");
+    let db = client.database("mp_tour_rank");
+    db.drop().await?;
+    let ranks = ExamScore::ranks(&db);
+    let seed = [50.0, 50.0, 50.0, 60.0, 60.0, 60.0, 60.0, 80.0, 90.0, 100.0];
+    for (i, score) in seed.into_iter().enumerate() {
+        let student = ExamScore {
+            student: format!("s{i}"),
+            exam_id: "exam_001".into(),
+            score,
+        };
+        ranks.insert(&student).await?;
+    }
+    let shown: Vec<String> = ranks
+        .histogram("exam_001")
+        .await?
+        .iter()
+        .map(|s| format!("{}×{}", s.score, s.count))
+        .collect();
+    println!("histogram of exam_001: {}", shown.join(", "));
+    commands.take();
+    let r = ranks.rank("exam_001", 85.0).await?;
+    println!(
+        "85 ranks {} of {} (dense {}, percentile {:.0}) in {} round trip",
+        r.rank,
+        r.total,
+        r.dense,
+        r.percentile().unwrap_or_default(),
+        commands.take_count()
+    );
+    commands.take();
+    ranks.update_score(doc! {"_id": "s9"}, 0.0).await?;
+    println!(
+        "s9 drops from 100 to 0: student and histogram in one transaction, {} commands, 2 documents written; 90 now ranks {}",
+        commands.take_count(),
+        ranks.rank("exam_001", 90.0).await?.rank
+    );
+    let tasks: Vec<_> = (0..16)
+        .map(|task| {
+            let ranks = ranks.clone();
+            tokio::spawn(async move {
+                ranks.record("exam_002", 70.0).await?;
+                for step in 1..=10 {
+                    let (old, new) = (70.0 + (step - 1) as f64, 70.0 + step as f64);
+                    ranks
+                        .change("exam_002", old, new + (task % 2) as f64 * 0.5)
+                        .await?;
+                    ranks
+                        .change("exam_002", new + (task % 2) as f64 * 0.5, new)
+                        .await?;
+                }
+                Ok::<_, mongo_patterns::Error>(())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task")?;
+    }
+    let h = ranks.histogram("exam_002").await?;
+    println!(
+        "16 tasks × 20 changes on exam_002: {} students, all at {:?}",
+        h.iter().map(|s| s.count).sum::<u64>(),
+        h.iter().map(|s| s.score).collect::<Vec<_>>()
+    );
+    let err = ranks.remove("exam_001", 33.0).await.unwrap_err();
+    println!("removing a score nobody holds: {err}");
     db.drop().await?;
     Ok(())
 }

@@ -432,7 +432,27 @@ async fn rebuild_repairs<T: Exam>(name: &str) {
         ranks.rank("exam_001", 85.0).await.unwrap_err(),
         Error::UnknownBoard { .. }
     ));
+    // With the histogram gone, a player's update fails and, being one
+    // transaction with the histogram's write, leaves the player unchanged.
+    let err = ranks
+        .update_score(doc! {"_id": "s9"}, 10.0)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::UnknownBoard { .. }), "{err:?}");
+    let s9 = db
+        .collection::<Document>(T::COLLECTION)
+        .find_one(doc! {"_id": "s9"})
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(s9.get_f64("score"), Ok(100.0));
     assert_eq!(ranks.rebuild("exam_001").await.unwrap(), 10);
+    // A player inserted twice is the caller's error, and counts once.
+    let err = ranks
+        .insert(&T::new("s0".into(), "exam_001", 50.0))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Database(_)), "{err:?}");
     assert_eq!(counts(&ranks, "exam_001").await, good);
     assert_eq!(ranks.rank("exam_001", 85.0).await.unwrap().rank, 3);
     // The rebuilt histogram takes writes as before.

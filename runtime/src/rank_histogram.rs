@@ -28,7 +28,7 @@
 //!   or an upsert by a unique `_id` (documents).
 //! - A decrement must never go negative. It only applies while the count is
 //!   above 0; otherwise nothing is written and the call fails with
-//!   [`Error::ScoreNotFound`](crate::Error::ScoreNotFound).
+//!   [`Error::ScoreNotFound`].
 //! - Ties share a rank (competition ranking: 1, 2, 2, 4); the dense rank
 //!   (1, 2, 2, 3) comes in the same reply.
 //! - Floats compare exactly, so `0.1 + 0.2` and `0.3` would be two scores.
@@ -61,7 +61,7 @@ pub const ARRAY_ADVISED: usize = 10_000;
 pub const ARRAY_LIMIT: usize = 100_000;
 /// Times a write retries after losing a race (a concurrent upsert, a
 /// transaction's write conflict) before it returns
-/// [`Error::Contended`](crate::Error::Contended).
+/// [`Error::Contended`].
 const MAX_ATTEMPTS: usize = 100;
 /// Duplicate key.
 const DUPLICATE_KEY: i32 = 11000;
@@ -320,7 +320,7 @@ impl<T: RankHistogram> Ranks<T> {
 
     /// Moves one player from `old` to `new`: both counts change together or
     /// neither does. One round trip, also when `new` is new to the board.
-    /// Fails with [`Error::ScoreNotFound`](crate::Error::ScoreNotFound) when
+    /// Fails with [`Error::ScoreNotFound`] when
     /// nobody holds `old`.
     pub async fn change<Q>(&self, board: &Q, old: T::Score, new: T::Score) -> Result<()>
     where
@@ -337,7 +337,7 @@ impl<T: RankHistogram> Ranks<T> {
     }
 
     /// Counts one player fewer at `score`. Fails with
-    /// [`Error::ScoreNotFound`](crate::Error::ScoreNotFound) when nobody holds
+    /// [`Error::ScoreNotFound`] when nobody holds
     /// it: a count never goes below 0.
     pub async fn remove<Q>(&self, board: &Q, score: T::Score) -> Result<()>
     where
@@ -359,7 +359,7 @@ impl<T: RankHistogram> Ranks<T> {
     /// Where `score` stands on `board`: ranks, ties, total. The sums run on
     /// the server, in one round trip, over the board's distinct scores.
     /// A score nobody holds still ranks (`ties` is 0). Fails with
-    /// [`Error::UnknownBoard`](crate::Error::UnknownBoard) for a board never
+    /// [`Error::UnknownBoard`] for a board never
     /// written.
     pub async fn rank<Q>(&self, board: &Q, score: T::Score) -> Result<Rank>
     where
@@ -729,7 +729,7 @@ impl<T: RankHistogram> Ranks<T> {
                         ));
                     }
                 }
-                Err(e.into())
+                Err(Error::Raced(e))
             }
             Err(e) => Err(e.into()),
         }
@@ -758,6 +758,8 @@ impl<T: RankHistogram> Ranks<T> {
         }
         // One command, so a change is one round trip.
         let command = doc! {"update": self.spec.histogram, "updates": updates, "ordered": true};
+        // In a transaction, a failed decrement aborts everything: no undo.
+        let in_transaction = session.is_some();
         let run = self.db.run_command(command);
         let reply = match session {
             Some(s) => run.session(s).await?,
@@ -786,7 +788,7 @@ impl<T: RankHistogram> Ranks<T> {
             // The decrement found nothing; undo the increment that followed,
             // and drop the document if it made it (else an unknown board
             // would now be known).
-            if let Some(i) = delta.inc {
+            if let Some(i) = delta.inc.filter(|_| !in_transaction) {
                 self.hist
                     .update_one(
                         doc! {"_id": id(i), "count": {"$gt": 0}},
@@ -1052,16 +1054,18 @@ fn is_duplicate_mongo(e: &mongodb::error::Error) -> bool {
     server_codes(e).contains(&DUPLICATE_KEY)
 }
 
+/// A histogram upsert that lost to a concurrent one: retrying it succeeds.
+/// (A duplicate from the players' collection is the caller's, and is not
+/// `Raced`.)
 fn is_duplicate(e: &Error) -> bool {
-    match e {
-        Error::Raced(_) => true,
-        Error::Database(m) => is_duplicate_mongo(m),
-        _ => false,
-    }
+    matches!(e, Error::Raced(_))
 }
 
+/// Worth running the transaction again: the server says so, or a histogram
+/// upsert inside it lost a race.
 fn is_transient(e: &Error) -> bool {
     match e {
+        Error::Raced(_) => true,
         Error::Database(m) | Error::Unavailable(m) => m.contains_label(TRANSIENT_TRANSACTION_ERROR),
         _ => false,
     }
