@@ -8,6 +8,7 @@
 //! their mistakes at once, and after an error a stub impl is still emitted so
 //! that calls elsewhere in their crate do not pile follow-on errors on top.
 
+mod approx_counter;
 mod attr;
 mod bucket;
 mod ctxt;
@@ -20,8 +21,11 @@ use syn::{parse_macro_input, DeriveInput};
 
 /// `#[derive(Model)]`: a struct stored in a MongoDB collection, with the
 /// patterns its helper attributes name (`#[model]`, `#[keyset]`, `#[bucket]`,
-/// `#[rank_histogram]`).
-#[proc_macro_derive(Model, attributes(model, keyset, bucket, rank_histogram))]
+/// `#[rank_histogram]`, `#[approx_counter]`).
+#[proc_macro_derive(
+    Model,
+    attributes(model, keyset, bucket, rank_histogram, approx_counter)
+)]
 pub fn derive_model(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
     model::derive(&input).into()

@@ -24,10 +24,11 @@
 //! ```
 //!
 //! The patterns, one module each: [`keyset`] pagination and the
-//! [`bucket`] pattern, and the [`rank_histogram`].
+//! [`bucket`] pattern, the [`rank_histogram`] and the [`approx_counter`].
 
 #![warn(missing_docs)]
 
+pub mod approx_counter;
 pub mod bucket;
 mod error;
 pub mod keyset;
@@ -45,6 +46,7 @@ pub use mongo_patterns_macros::Model;
 /// What a user module needs: the derive, the trait, the paging types, serde's
 /// derives and the BSON types models hold.
 pub mod prelude {
+    pub use crate::approx_counter::{Counter, CounterStats};
     pub use crate::bucket::{BucketPage, Bucketed, Buckets, PageRequest};
     pub use crate::keyset::{Keyset, Page, PageToken};
     pub use crate::rank_histogram::{Rank, RankHistogram, Ranks, ScoreCount};
@@ -58,6 +60,7 @@ pub mod prelude {
 /// What generated code calls. Not a public API: it changes without notice.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::approx_counter::{ApproxCounted, Counter, CounterSpec, CounterValue, Mode};
     pub use crate::bucket::{BucketKey, BucketSpec, Bucketed, OrderKey};
     pub use crate::keyset::{KeysetSpec, SortKey};
     pub use crate::model::Model;
@@ -65,6 +68,7 @@ pub mod __private {
         BoardKey, FloatScore, Layout, RankHistogram, RankScore, RankSpec,
     };
     pub use core;
+    pub use mongodb::Database;
 
     /// Compiles only when `T` can be a keyset sort key; spanned at the field.
     pub const fn assert_sort_key<T: SortKey + ?Sized>() {}
@@ -74,6 +78,10 @@ pub mod __private {
 
     /// Compiles only when `T` can order a bucket's items; spanned at the field.
     pub const fn assert_order_key<T: OrderKey + ?Sized>() {}
+
+    /// Compiles only when `T` can be an approximate counter; spanned at the
+    /// field.
+    pub const fn assert_counter_value<T: CounterValue>() {}
 
     /// Compiles only when `T` can be a rank board; spanned at the field.
     pub const fn assert_board_key<T: BoardKey + ?Sized>() {}

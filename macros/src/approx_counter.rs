@@ -1,0 +1,506 @@
+//! `#[approx_counter(every = N, mode, max_delay_ms, max_keys, upsert)]` on a
+//! numeric field, or on the struct with `field = "..."`: a counter written
+//! about one time in N. The runtime (`runtime/src/approx_counter.rs`) holds
+//! the pattern; this checks the options and generates one accessor per
+//! counter, `<field>_counter(&db)`.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Attribute, DeriveInput, Expr, ExprLit, Ident, Lit, LitStr, Meta, Type};
+
+use crate::attr::{self, Opt};
+use crate::ctxt::Ctxt;
+use crate::model::Input;
+
+const COUNTER: &str = "approx_counter";
+const FIELD: &str = "field";
+const EVERY: &str = "every";
+const MODE: &str = "mode";
+const MAX_DELAY_MS: &str = "max_delay_ms";
+const MAX_KEYS: &str = "max_keys";
+const UPSERT: &str = "upsert";
+const OPTIONS: &[&str] = &[FIELD, EVERY, MODE, MAX_DELAY_MS, MAX_KEYS, UPSERT];
+const FIELD_OPTIONS: &[&str] = &[EVERY, MODE, MAX_DELAY_MS, MAX_KEYS, UPSERT];
+const MODES: &[&str] = &["sampled", "buffered", "geometric"];
+
+/// Must equal `mongo_patterns::approx_counter::MAX_EVERY`.
+const MAX_EVERY: u64 = 1_000_000;
+const DEFAULT_MAX_DELAY_MS: u64 = 1_000;
+const DEFAULT_MAX_KEYS: u64 = 10_000;
+
+pub struct Counters {
+    id_ty: Type,
+    counters: Vec<Counter>,
+}
+
+struct Counter {
+    bson_name: String,
+    ident: Ident,
+    ty: Type,
+    every: u64,
+    mode: usize,
+    max_delay_ms: u64,
+    max_keys: u64,
+    upsert: bool,
+}
+
+/// One `#[approx_counter]` attribute: where it sits and what it says.
+struct Declared<'a> {
+    attr: &'a Attribute,
+    /// The field it sits on, or `None` on the struct.
+    on_field: Option<usize>,
+}
+
+/// Parses every `#[approx_counter]`, on the struct and on its fields.
+pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Counters> {
+    let mut declared: Vec<Declared> = input
+        .attrs
+        .iter()
+        .filter(|a| a.path().is_ident(COUNTER))
+        .map(|attr| Declared {
+            attr,
+            on_field: None,
+        })
+        .collect();
+    if let syn::Data::Struct(s) = &input.data {
+        for (i, f) in s.fields.iter().enumerate() {
+            let mut on_this = f.attrs.iter().filter(|a| a.path().is_ident(COUNTER));
+            if let Some(attr) = on_this.next() {
+                declared.push(Declared {
+                    attr,
+                    on_field: Some(i),
+                });
+            }
+            for dup in on_this {
+                cx.error_spanned_by(
+                    dup,
+                    "duplicate `#[approx_counter]` on one field; put all options in one",
+                );
+            }
+        }
+    }
+    if declared.is_empty() {
+        return None;
+    }
+    let id = model
+        .fields
+        .iter()
+        .find(|f| f.bson_name == "_id" && f.not_stored.is_none());
+    if id.is_none() {
+        cx.error_spanned_by(
+            declared[0].attr,
+            format!("`#[approx_counter]` writes to a document by its `_id`, and `{}` has no field stored as `_id`; add one, as in `#[serde(rename = \"_id\")] id: String`", model.ident),
+        );
+    }
+    if let Some(b) = input.attrs.iter().find(|a| a.path().is_ident("bucket")) {
+        cx.error_spanned_by(
+            b,
+            "`#[bucket]` cannot be used with `#[approx_counter]`: a counter is a field of one document, and a `#[bucket]` model's documents are buckets of many items",
+        );
+    }
+    let mut counters: Vec<Counter> = Vec::new();
+    let mut ok = true;
+    for d in &declared {
+        match parse_one(cx, model, d) {
+            Some(c) => {
+                if counters.iter().any(|o| o.bson_name == c.bson_name) {
+                    cx.error_spanned_by(
+                        d.attr,
+                        format!(
+                            "`{}` has two `#[approx_counter]` declarations; keep one",
+                            c.bson_name
+                        ),
+                    );
+                    ok = false;
+                } else {
+                    counters.push(c);
+                }
+            }
+            None => ok = false,
+        }
+    }
+    let id_ty = id?.ty.clone();
+    ok.then_some(Counters { id_ty, counters })
+}
+
+fn parse_one(cx: &Ctxt, model: &Input, d: &Declared) -> Option<Counter> {
+    let mut field = Opt::new(cx, COUNTER, FIELD);
+    let mut every = Opt::new(cx, COUNTER, EVERY);
+    let mut mode = Opt::new(cx, COUNTER, MODE);
+    let mut max_delay = Opt::new(cx, COUNTER, MAX_DELAY_MS);
+    let mut max_keys = Opt::new(cx, COUNTER, MAX_KEYS);
+    let mut upsert = Opt::new(cx, COUNTER, UPSERT);
+    let example = if d.on_field.is_some() {
+        "`#[approx_counter(every = 100)]`"
+    } else {
+        "`#[approx_counter(field = \"views\", every = 100)]`"
+    };
+    match &d.attr.meta {
+        Meta::List(_) => {}
+        _ => {
+            cx.error_spanned_by(
+                d.attr,
+                format!("`#[approx_counter]` needs options, as in {example}"),
+            );
+            return None;
+        }
+    }
+    let mut bad_value = false;
+    let parsed = d.attr.parse_nested_meta(|meta| {
+        let name = attr::option_name(&meta);
+        match name.as_str() {
+            FIELD if d.on_field.is_none() => {
+                let lit = attr::parse_lit_str(&meta, COUNTER)?;
+                field.set(&lit, lit.clone());
+            }
+            FIELD => {
+                cx.error_spanned_by(
+                    &meta.path,
+                    "`field` is for `#[approx_counter]` on the struct; on a field, the counter is that field",
+                );
+                attr::skip_value(&meta)?;
+            }
+            EVERY => {
+                let lit = attr::parse_lit_int(&meta, COUNTER)?;
+                match lit.base10_parse::<u64>() {
+                    Ok(0) => cx.error_spanned_by(&lit, "`approx_counter` option `every` must be at least 2: it is N in \"write one time in N\""),
+                    Ok(1) => cx.error_spanned_by(&lit, "`every = 1` writes every increment, which is an exact counter: drop `#[approx_counter]` and `$inc` the field, or pick an N of 2 or more"),
+                    Ok(n) if n <= MAX_EVERY => every.set(&lit, n),
+                    _ => cx.error_spanned_by(&lit, format!("`approx_counter` option `every` is at most {MAX_EVERY}")),
+                }
+                bad_value |= !matches!(lit.base10_parse::<u64>(), Ok(2..=MAX_EVERY));
+            }
+            MODE => {
+                let lit = attr::parse_lit_str(&meta, COUNTER)?;
+                match MODES.iter().position(|m| *m == lit.value()) {
+                    Some(i) => mode.set(&lit, (i, lit.span())),
+                    None => {
+                        let hint = attr::did_you_mean(&lit.value(), MODES.iter().copied())
+                            .map(|s| format!("\nhelp: did you mean `{s}`?"))
+                            .unwrap_or_default();
+                        cx.error_spanned_by(
+                            &lit,
+                            format!("unknown `approx_counter` mode `{}`; expected `sampled` (the default: write `$inc: N` with probability 1/N), `buffered` (count in memory, write every N) or `geometric` (write less often as the count grows){hint}", lit.value()),
+                        );
+                        bad_value = true;
+                    }
+                }
+            }
+            MAX_DELAY_MS | MAX_KEYS => {
+                let lit = attr::parse_lit_int(&meta, COUNTER)?;
+                match lit.base10_parse::<u64>() {
+                    Ok(n) if n >= 1 => {
+                        let slot = if name == MAX_DELAY_MS { &mut max_delay } else { &mut max_keys };
+                        slot.set(&lit, (n, lit.span()));
+                    }
+                    _ => {
+                        cx.error_spanned_by(&lit, format!("`approx_counter` option `{name}` must be at least 1"));
+                        bad_value = true;
+                    }
+                }
+            }
+            UPSERT => {
+                let value: Expr = meta.value()?.parse()?;
+                match &value {
+                    Expr::Lit(ExprLit { lit: Lit::Bool(b), .. }) => upsert.set(b, b.value),
+                    other => {
+                        cx.error_spanned_by(other, "`approx_counter` option `upsert` takes `true` or `false`");
+                        bad_value = true;
+                    }
+                }
+            }
+            _ => {
+                let expected = if d.on_field.is_some() { FIELD_OPTIONS } else { OPTIONS };
+                cx.syn_error(attr::unknown_option(&meta, COUNTER, expected));
+                attr::skip_value(&meta)?;
+                bad_value = true;
+            }
+        }
+        Ok(())
+    });
+    if let Err(e) = parsed {
+        cx.syn_error(e);
+        return None;
+    }
+
+    let mode = mode.get().map(|(_, m)| m);
+    let is_buffered = mode.is_some_and(|(m, _)| MODES[m] == "buffered");
+    let is_sampled = mode.is_none_or(|(m, _)| MODES[m] == "sampled");
+    let max_delay = max_delay.get();
+    if let (Some((_, (_, span))), false) = (&max_delay, is_buffered) {
+        cx.error_spanned_by(
+            quote_spanned!(*span=> max_delay_ms),
+            "`max_delay_ms` applies to `mode = \"buffered\"`: the other modes hold nothing in memory",
+        );
+    }
+    let max_keys = max_keys.get();
+    if let (Some((_, (_, span))), true) = (&max_keys, is_sampled) {
+        cx.error_spanned_by(
+            quote_spanned!(*span=> max_keys),
+            "`max_keys` bounds the keys a `buffered` or `geometric` counter keeps in memory; a `sampled` counter keeps none",
+        );
+    }
+    let every = every.get().map(|(_, n)| n);
+    if every.is_none() && !bad_value {
+        cx.error_spanned_by(
+            d.attr,
+            format!("`#[approx_counter]` needs `every`, the N of \"write one time in N\", as in {example}"),
+        );
+    }
+    let target = match d.on_field {
+        Some(i) => Some(&model.fields[i]),
+        None => match field.get() {
+            Some((_, lit)) => resolve(cx, model, &lit),
+            None => {
+                cx.error_spanned_by(
+                    d.attr,
+                    "`#[approx_counter]` on the struct needs `field = \"...\"`, the counter field; or put the attribute on the field itself",
+                );
+                None
+            }
+        },
+    }?;
+    if let Some(why) = target.not_stored {
+        cx.error_spanned_by(
+            d.attr,
+            format!("`{}` cannot be a counter: it is {why}", target.rust_name),
+        );
+        return None;
+    }
+    if target.bson_name == "_id" {
+        cx.error_spanned_by(
+            d.attr,
+            "`_id` cannot be a counter: it identifies the document",
+        );
+        return None;
+    }
+    Some(Counter {
+        bson_name: target.bson_name.clone(),
+        ident: target.ident.clone(),
+        ty: target.ty.clone(),
+        every: every?,
+        mode: mode.map_or(0, |(m, _)| m),
+        max_delay_ms: max_delay.map_or(DEFAULT_MAX_DELAY_MS, |(_, (n, _))| n),
+        max_keys: max_keys.map_or(DEFAULT_MAX_KEYS, |(_, (n, _))| n),
+        upsert: upsert.get().is_some_and(|(_, b)| b),
+    })
+}
+
+fn resolve<'m, 'a>(
+    cx: &Ctxt,
+    model: &'m Input<'a>,
+    lit: &LitStr,
+) -> Option<&'m crate::model::Field<'a>> {
+    model.resolve(cx, lit, COUNTER, FIELD)
+}
+
+/// After an error, an `ApproxCounted` impl and the accessors the
+/// attributes name, so that calls elsewhere add no errors of their own.
+pub fn stub(input: &DeriveInput, model: &Input) -> Option<TokenStream> {
+    let mut names: Vec<Ident> = Vec::new();
+    for a in input.attrs.iter().filter(|a| a.path().is_ident(COUNTER)) {
+        let _ = a.parse_nested_meta(|meta| {
+            if meta.path.is_ident(FIELD) {
+                if let Ok(l) = meta.value()?.parse::<LitStr>() {
+                    let v = l.value();
+                    if let Some(f) = model
+                        .fields
+                        .iter()
+                        .find(|f| f.bson_name == v || f.rust_name == v)
+                    {
+                        names.push(f.ident.clone());
+                    }
+                }
+            } else {
+                attr::skip_value(&meta)?;
+            }
+            Ok(())
+        });
+    }
+    if let syn::Data::Struct(s) = &input.data {
+        for f in &s.fields {
+            if f.attrs.iter().any(|a| a.path().is_ident(COUNTER)) {
+                names.extend(f.ident.clone());
+            }
+        }
+    }
+    if names.is_empty() {
+        return None;
+    }
+    let id_ty = match model.fields.iter().find(|f| f.bson_name == "_id") {
+        Some(f) => {
+            let ty = f.ty;
+            quote!(#ty)
+        }
+        None => quote!(()),
+    };
+    let ident = &input.ident;
+    let vis = &input.vis;
+    let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
+    let fns = names.iter().map(|n| {
+        let f = accessor(n);
+        quote! {
+            #vis fn #f(db: &::mongo_patterns::__private::Database) -> ::mongo_patterns::__private::Counter<Self> {
+                ::mongo_patterns::__private::Counter::new(db, ::mongo_patterns::__private::CounterSpec {
+                    field: "",
+                    every: 2,
+                    mode: ::mongo_patterns::__private::Mode::Sampled,
+                    max_delay_ms: 1,
+                    max_keys: 1,
+                    upsert: false,
+                })
+            }
+        }
+    });
+    Some(quote! {
+        #[automatically_derived]
+        impl #impl_g ::mongo_patterns::__private::ApproxCounted for #ident #ty_g #where_g {
+            type Id = #id_ty;
+        }
+        #[automatically_derived]
+        impl #impl_g #ident #ty_g #where_g {
+            #(#fns)*
+        }
+    })
+}
+
+fn accessor(field: &Ident) -> Ident {
+    let name = field.to_string();
+    format_ident!(
+        "{}_counter",
+        name.trim_start_matches("r#"),
+        span = field.span()
+    )
+}
+
+impl Counters {
+    pub fn expand(&self, input: &DeriveInput) -> TokenStream {
+        let ident = &input.ident;
+        let vis = &input.vis;
+        let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
+        let id_ty = &self.id_ty;
+        let fns = self.counters.iter().map(|c| {
+            let f = accessor(&c.ident);
+            let field = &c.bson_name;
+            let every = c.every as u32;
+            let mode = format_ident!("{}", ["Sampled", "Buffered", "Geometric"][c.mode], span = Span::call_site());
+            let (delay, keys, upsert) = (c.max_delay_ms, c.max_keys as usize, c.upsert);
+            let doc = format!(
+                "The approximate counter over `{field}`: {} mode, about one write in {every}. See `mongo_patterns::approx_counter`.",
+                MODES[c.mode]
+            );
+            quote! {
+                #[doc = #doc]
+                #vis fn #f(db: &::mongo_patterns::__private::Database) -> ::mongo_patterns::__private::Counter<Self> {
+                    ::mongo_patterns::__private::Counter::new(db, ::mongo_patterns::__private::CounterSpec {
+                        field: #field,
+                        every: #every,
+                        mode: ::mongo_patterns::__private::Mode::#mode,
+                        max_delay_ms: #delay,
+                        max_keys: #keys,
+                        upsert: #upsert,
+                    })
+                }
+            }
+        });
+        let checks = self.counters.iter().map(|c| {
+            let ty = &c.ty;
+            quote_spanned! {ty.span()=> ::mongo_patterns::__private::assert_counter_value::<#ty>(); }
+        });
+        quote! {
+            #[automatically_derived]
+            impl #impl_g ::mongo_patterns::__private::ApproxCounted for #ident #ty_g #where_g {
+                type Id = #id_ty;
+            }
+            #[automatically_derived]
+            impl #impl_g #ident #ty_g #where_g {
+                #(#fns)*
+            }
+            const _: () = {
+                #[allow(dead_code)]
+                fn __counter_fields #impl_g () #where_g { #(#checks)* }
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use syn::parse_quote;
+
+    fn parsed(input: DeriveInput) -> Result<Option<Counters>, Vec<String>> {
+        let cx = Ctxt::new();
+        let r = Input::from_syn(&cx, &input).and_then(|m| parse(&cx, &input, &m));
+        match cx.check() {
+            Ok(()) => Ok(r),
+            Err(e) => Err(e.into_iter().map(|e| e.to_string()).collect()),
+        }
+    }
+
+    #[test]
+    fn field_and_struct_forms() {
+        let c = parsed(parse_quote! {
+            #[serde(rename_all = "camelCase")]
+            #[approx_counter(field = "likes", every = 10, mode = "buffered", max_delay_ms = 250, max_keys = 5, upsert = true)]
+            struct Product {
+                #[serde(rename = "_id")] id: String,
+                #[approx_counter(every = 100)] web_page_views: i64,
+                likes: u32,
+            }
+        })
+        .unwrap()
+        .unwrap();
+        let got: Vec<(&str, u64, usize, u64, u64, bool)> = c
+            .counters
+            .iter()
+            .map(|c| {
+                (
+                    c.bson_name.as_str(),
+                    c.every,
+                    c.mode,
+                    c.max_delay_ms,
+                    c.max_keys,
+                    c.upsert,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("likes", 10, 1, 250, 5, true),
+                ("webPageViews", 100, 0, 1000, 10_000, false)
+            ]
+        );
+    }
+
+    #[test]
+    fn mistakes() {
+        let e = parsed(parse_quote! {
+            struct P {
+                #[serde(rename = "_id")] id: String,
+                #[approx_counter(every = 1)] a: i64,
+                #[approx_counter(every = 0, mode = "sampld")] b: i64,
+                #[approx_counter(every = 5, max_delay_ms = 10)] c: i64,
+                #[approx_counter(mode = "buffered")] d: i64,
+            }
+        })
+        .err()
+        .unwrap();
+        assert_eq!(e.len(), 5, "{e:#?}");
+        assert!(e[0].contains("exact counter"));
+        assert!(e[1].contains("at least 2"));
+        assert!(e[2].contains("did you mean `sampled`"));
+        assert!(e[3].contains("applies to `mode = \"buffered\"`"));
+        assert!(e[4].contains("needs `every`"));
+
+        let e = parsed(parse_quote! {
+            #[approx_counter(field = "views", every = 100)]
+            struct NoId { views: i64 }
+        })
+        .err()
+        .unwrap();
+        assert!(e[0].contains("no field stored as `_id`"), "{e:?}");
+    }
+}

@@ -1,0 +1,641 @@
+//! Approximate counters (seed 003): a hot counter written one time in N.
+//!
+//! A product page viewed millions of times an hour does not need a write
+//! per view. Three modes, chosen by `#[approx_counter(mode = ...)]`:
+//!
+//! - `"sampled"` (the default): each increment writes `$inc: N` with
+//!   probability 1/N. Stateless and crash-safe: the stored value is an
+//!   unbiased estimate at every moment, and a crash loses nothing
+//!   systematic. Relative standard error after `n` increments:
+//!   √((N−1)/n), so 1% at N = 100 and n = 10⁶, but 30% at n = 1,000: small
+//!   counts are noisy. Writes: n/N on average.
+//! - `"buffered"`: counts in memory and writes `$inc: pending` when a key
+//!   reaches N, when its oldest pending increment is `max_delay_ms` old, when
+//!   more than `max_keys` keys are pending (the oldest go first), and on
+//!   [`Counter::flush`] / [`Counter::shutdown`]. Exact once flushed. A crash
+//!   loses what was pending: up to N−1 per key and process (plus what
+//!   arrived in the last `max_delay_ms`). Writes: at most one per N
+//!   increments of a key, plus one per key per `max_delay_ms`.
+//! - `"geometric"`: the write probability falls as the count grows, for
+//!   counts that span orders of magnitude. With `E` the last value this
+//!   process read back for the key, an increment writes `$inc: m` with
+//!   probability 1/m, where `m = max(1, ⌊E/N⌋)` (so counts below 2N are
+//!   exact). Each increment adds 1 in
+//!   expectation whatever `m` is, so the estimate is unbiased; its variance
+//!   is Σ(m−1) ≈ n²/(2N), a relative standard error of about 1/√(2N)
+//!   (7% at N = 100) at any size, for about N·(1 + ln(n/N)) writes (about
+//!   1,000 for 10⁶ increments at N = 100). Writes read the new value back
+//!   (`findOneAndUpdate`), still one round trip.
+//!
+//! `incr_by(id, n)` with `n` of at least the current write size writes `n`
+//! exactly at once, in every mode.
+//!
+//! Whether a write creates a missing document is `upsert` (default `false`:
+//! counting views of a product that does not exist should not invent a
+//! document holding only a counter).
+//!
+//! The random source is per thread (xorshift, seeded from the OS's hasher
+//! keys), or, with [`Counter::seeded`], one deterministic stream per handle
+//! for tests.
+
+use std::borrow::Borrow;
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use bson::{doc, Bson, Document};
+use futures::StreamExt;
+use mongodb::options::ReturnDocument;
+use mongodb::{Collection, Database};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::model::Model;
+
+/// Largest `every`: past it, a counter's error is over 0.1% only after 10⁹
+/// increments, and a buffered key holds that much in memory before writing.
+pub const MAX_EVERY: u32 = 1_000_000;
+/// Buffer shards: tasks bumping different keys rarely meet on a lock.
+const SHARDS: usize = 16;
+/// Concurrent writes in a flush.
+const FLUSH_CONCURRENCY: usize = 16;
+
+/// How a counter trades writes for precision: see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// One write of `$inc: N` with probability 1/N.
+    Sampled,
+    /// Counted in memory, written every N per key or after `max_delay_ms`.
+    Buffered,
+    /// Write probability falling with the count.
+    Geometric,
+}
+
+/// What `#[approx_counter(...)]` declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CounterSpec {
+    /// The BSON name of the counter field.
+    pub field: &'static str,
+    /// N: writes happen about one time in N.
+    pub every: u32,
+    /// The mode.
+    pub mode: Mode,
+    /// Buffered: the longest an increment waits in memory, in milliseconds.
+    pub max_delay_ms: u64,
+    /// Buffered: the most keys pending at once; past it the oldest are
+    /// written.
+    pub max_keys: usize,
+    /// Whether a write creates a missing document.
+    pub upsert: bool,
+}
+
+/// A model with approximate counters, addressed by `_id`.
+/// `#[approx_counter]` implements it.
+pub trait ApproxCounted: Model + Send + Sync + 'static {
+    /// The `_id` field's type.
+    type Id: Serialize + Send + Sync;
+}
+
+/// Field types a counter can have.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be an approximate counter",
+    label = "not a number",
+    note = "a counter must be an integer (i32, i64, u32, u64) or an f64"
+)]
+pub trait CounterValue {}
+
+macro_rules! impls {
+    ($tr:ident: $($t:ty),*) => { $(impl $tr for $t {})* };
+}
+impls!(CounterValue: i32, i64, u32, u64, f64);
+
+/// What a counter handle has seen and sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CounterStats {
+    /// Increments counted (the sum of every `incr_by`'s `n`).
+    pub increments: u64,
+    /// Writes sent to the server.
+    pub writes: u64,
+    /// Increments held in memory, not yet written (buffered mode).
+    pub pending: u64,
+}
+
+impl CounterStats {
+    /// Increments per write: what the counter saved, as a factor.
+    pub fn saving(&self) -> f64 {
+        self.increments as f64 / self.writes.max(1) as f64
+    }
+}
+
+/// The handle a counter field gets: clone it freely, clones share the
+/// buffer, the statistics and the random stream.
+#[derive(Debug)]
+pub struct Counter<T: ApproxCounted> {
+    inner: Arc<Inner>,
+    _model: PhantomData<fn() -> T>,
+}
+
+impl<T: ApproxCounted> Clone for Counter<T> {
+    fn clone(&self) -> Self {
+        Counter {
+            inner: self.inner.clone(),
+            _model: PhantomData,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    coll: Collection<Document>,
+    spec: CounterSpec,
+    increments: AtomicU64,
+    writes: AtomicU64,
+    pending: AtomicU64,
+    /// `Some((seed, draws))` for a seeded handle.
+    seed: Option<(u64, AtomicU64)>,
+    /// Buffered: pending increments per key, in shards.
+    shards: Vec<Mutex<HashMap<Vec<u8>, Pending>>>,
+    /// Geometric: the last value read back per key.
+    seen: Mutex<HashMap<Vec<u8>, i64>>,
+    /// Buffered: keys pending, over all shards.
+    keys: AtomicUsize,
+    /// After `shutdown`, increments are written through.
+    closed: AtomicBool,
+}
+
+#[derive(Debug)]
+struct Pending {
+    id: Bson,
+    count: u64,
+    since: Instant,
+}
+
+impl<T: ApproxCounted> Counter<T> {
+    /// The counter `spec` over `T`'s collection in `db`. In buffered mode,
+    /// inside a Tokio runtime, it starts a task that writes keys whose
+    /// increments waited `max_delay_ms`; the task ends with the last handle.
+    pub fn new(db: &Database, spec: CounterSpec) -> Self {
+        Self::with_inner(Inner::new(db.collection(T::COLLECTION), spec, None))
+    }
+
+    /// The same counter drawing from a deterministic random stream, for
+    /// tests. Call it on a fresh handle (it replaces the handle's state).
+    pub fn seeded(self, seed: u64) -> Self {
+        let inner = Inner::new(self.inner.coll.clone(), self.inner.spec, Some(seed));
+        Self::with_inner(inner)
+    }
+
+    fn with_inner(inner: Inner) -> Self {
+        let counter = Counter {
+            inner: Arc::new(inner),
+            _model: PhantomData,
+        };
+        counter.start_flusher();
+        counter
+    }
+
+    /// The declaration this handle follows.
+    pub fn spec(&self) -> CounterSpec {
+        self.inner.spec
+    }
+
+    /// Counts one increment of `id`'s counter.
+    pub async fn incr<Q>(&self, id: &Q) -> Result<()>
+    where
+        T::Id: Borrow<Q>,
+        Q: Serialize + ?Sized,
+    {
+        self.incr_by(id, 1).await
+    }
+
+    /// Counts `n` increments of `id`'s counter. Writes only when the mode
+    /// says so; a write error is returned, and in buffered mode the
+    /// increments go back into the buffer, so that none is lost.
+    pub async fn incr_by<Q>(&self, id: &Q, n: u64) -> Result<()>
+    where
+        T::Id: Borrow<Q>,
+        Q: Serialize + ?Sized,
+    {
+        if n == 0 {
+            return Ok(());
+        }
+        let id = bson::to_bson(id)?;
+        let inner = &self.inner;
+        inner.increments.fetch_add(n, Ordering::Relaxed);
+        if inner.closed.load(Ordering::Acquire) {
+            return inner.write(&id, n).await;
+        }
+        match inner.spec.mode {
+            Mode::Sampled => {
+                let every = u64::from(inner.spec.every);
+                let amount = if n >= every {
+                    n
+                } else {
+                    every * (0..n).filter(|_| inner.one_in(every)).count() as u64
+                };
+                if amount > 0 {
+                    inner.write(&id, amount).await?;
+                }
+                Ok(())
+            }
+            Mode::Geometric => {
+                let key = key_bytes(&id);
+                let seen = inner
+                    .seen
+                    .lock()
+                    .map_or(0, |m| m.get(&key).copied().unwrap_or(0));
+                let m = (seen / i64::from(inner.spec.every)).max(1) as u64;
+                let amount = if n >= m {
+                    n
+                } else {
+                    m * (0..n).filter(|_| inner.one_in(m)).count() as u64
+                };
+                if amount > 0 {
+                    let now = inner.write_returning(&id, amount).await?;
+                    if let (Some(v), Ok(mut map)) = (now, inner.seen.lock()) {
+                        if map.len() >= inner.spec.max_keys {
+                            map.clear();
+                        }
+                        map.insert(key, v);
+                    }
+                }
+                Ok(())
+            }
+            Mode::Buffered => {
+                let key = key_bytes(&id);
+                let (full, crowded) = inner.buffer(key, id, n);
+                if let Some((id, count)) = full {
+                    inner.write_back_on_error(id, count).await?;
+                }
+                if crowded {
+                    inner.evict_oldest().await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes every pending increment (buffered mode; a no-op otherwise).
+    /// On an error the failed keys stay pending and the first error is
+    /// returned.
+    pub async fn flush(&self) -> Result<()> {
+        self.inner.flush_where(|_| true).await
+    }
+
+    /// Flushes, then writes every later increment straight through (exact).
+    /// Call it before the process exits: what is pending at exit is lost.
+    pub async fn shutdown(&self) -> Result<()> {
+        self.inner.closed.store(true, Ordering::Release);
+        self.flush().await
+    }
+
+    /// The counter's value: the stored value plus what this handle holds
+    /// for `id` (buffered). `0` for a missing document. One round trip.
+    pub async fn estimate<Q>(&self, id: &Q) -> Result<i64>
+    where
+        T::Id: Borrow<Q>,
+        Q: Serialize + ?Sized,
+    {
+        let id = bson::to_bson(id)?;
+        let field = self.inner.spec.field;
+        let stored = self
+            .inner
+            .coll
+            .find_one(doc! {"_id": &id})
+            .projection(doc! {field: 1})
+            .await?
+            .map(|d| number(&d, field, T::COLLECTION))
+            .transpose()?
+            .unwrap_or(0);
+        let key = key_bytes(&id);
+        let shard = &self.inner.shards[shard_of(&key)];
+        let pending = shard
+            .lock()
+            .map_or(0, |s| s.get(&key).map_or(0, |p| p.count));
+        Ok(stored + pending as i64)
+    }
+
+    /// Increments seen, writes sent and increments pending.
+    pub fn stats(&self) -> CounterStats {
+        CounterStats {
+            increments: self.inner.increments.load(Ordering::Relaxed),
+            writes: self.inner.writes.load(Ordering::Relaxed),
+            pending: self.inner.pending.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The documented relative standard error of this counter's value
+    /// after `n` increments (0 for a flushed buffered counter).
+    pub fn relative_error(&self, n: u64) -> f64 {
+        let every = f64::from(self.inner.spec.every);
+        match self.inner.spec.mode {
+            Mode::Sampled => ((every - 1.0) / n.max(1) as f64).sqrt(),
+            Mode::Buffered => 0.0,
+            Mode::Geometric => (1.0 / (2.0 * every)).sqrt(),
+        }
+    }
+
+    fn start_flusher(&self) {
+        if self.inner.spec.mode != Mode::Buffered {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::debug!("no Tokio runtime: buffered counter without a timed flush");
+            return;
+        };
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        let delay = Duration::from_millis(self.inner.spec.max_delay_ms.max(1));
+        runtime.spawn(async move {
+            let mut tick = tokio::time::interval(delay / 2);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                if let Err(e) = inner.flush_where(|p| p.since.elapsed() >= delay).await {
+                    tracing::warn!(error = %e, "timed counter flush failed; kept pending");
+                }
+            }
+        });
+    }
+}
+
+impl<T: ApproxCounted> Drop for Counter<T> {
+    /// The last handle hands what is pending to a final background write,
+    /// if a runtime is still running. Best effort: call `shutdown`.
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.inner) != 1 || self.inner.pending.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let inner = self.inner.clone();
+            runtime.spawn(async move {
+                if let Err(e) = inner.flush_where(|_| true).await {
+                    tracing::warn!(error = %e, "final counter flush failed");
+                }
+            });
+        }
+    }
+}
+
+impl Inner {
+    fn new(coll: Collection<Document>, spec: CounterSpec, seed: Option<u64>) -> Self {
+        Inner {
+            coll,
+            spec,
+            increments: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            pending: AtomicU64::new(0),
+            seed: seed.map(|s| (s, AtomicU64::new(0))),
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            seen: Mutex::default(),
+            keys: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// True with probability 1/n.
+    fn one_in(&self, n: u64) -> bool {
+        n <= 1 || ((u128::from(self.random()) * u128::from(n)) >> 64) == 0
+    }
+
+    fn random(&self) -> u64 {
+        match &self.seed {
+            Some((seed, draws)) => seeded_draw(*seed, draws.fetch_add(1, Ordering::Relaxed)),
+            None => THREAD_RNG.with(|state| {
+                // xorshift64*
+                let mut x = state.get();
+                x ^= x >> 12;
+                x ^= x << 25;
+                x ^= x >> 27;
+                state.set(x);
+                x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+            }),
+        }
+    }
+
+    /// Adds `n` to `key`'s pending count. Returns the key's increments when
+    /// they reached `every`, and whether more than `max_keys` keys are
+    /// pending.
+    fn buffer(&self, key: Vec<u8>, id: Bson, n: u64) -> (Option<(Bson, u64)>, bool) {
+        let every = u64::from(self.spec.every);
+        let Ok(mut shard) = self.shards[shard_of(&key)].lock() else {
+            // A thread panicked while holding the lock: write through.
+            return (Some((id, n)), false);
+        };
+        let entry = shard.entry(key.clone()).or_insert_with(|| {
+            self.keys.fetch_add(1, Ordering::Relaxed);
+            Pending {
+                id,
+                count: 0,
+                since: Instant::now(),
+            }
+        });
+        entry.count += n;
+        self.pending.fetch_add(n, Ordering::Relaxed);
+        let full = if entry.count >= every {
+            self.take(&mut shard, &key)
+        } else {
+            None
+        };
+        let crowded = self.keys.load(Ordering::Relaxed) > self.spec.max_keys;
+        (full, crowded)
+    }
+
+    /// Removes `key` from a locked shard, keeping the tallies.
+    fn take(&self, shard: &mut HashMap<Vec<u8>, Pending>, key: &[u8]) -> Option<(Bson, u64)> {
+        let p = shard.remove(key)?;
+        self.pending.fetch_sub(p.count, Ordering::Relaxed);
+        self.keys.fetch_sub(1, Ordering::Relaxed);
+        Some((p.id, p.count))
+    }
+
+    /// Writes the oldest eighth of the pending keys (at least one), so that
+    /// the scan this takes is paid once per `max_keys / 8` new keys.
+    async fn evict_oldest(&self) -> Result<()> {
+        let mut ages: Vec<(Instant, usize, Vec<u8>)> = Vec::new();
+        for (i, shard) in self.shards.iter().enumerate() {
+            if let Ok(shard) = shard.lock() {
+                ages.extend(shard.iter().map(|(k, p)| (p.since, i, k.clone())));
+            }
+        }
+        let over = ages.len().saturating_sub(self.spec.max_keys);
+        let n = over.max(self.spec.max_keys.div_ceil(8)).min(ages.len());
+        if n == 0 {
+            return Ok(());
+        }
+        ages.select_nth_unstable_by_key(n - 1, |(since, _, _)| *since);
+        let mut batch = Vec::with_capacity(n);
+        for (_, i, key) in ages.into_iter().take(n) {
+            if let Ok(mut shard) = self.shards[i].lock() {
+                batch.extend(self.take(&mut shard, &key));
+            }
+        }
+        self.write_all(batch).await
+    }
+
+    /// Writes `count` for `id`; on failure puts it back into the buffer.
+    async fn write_back_on_error(&self, id: Bson, count: u64) -> Result<()> {
+        match self.write(&id, count).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let key = key_bytes(&id);
+                if let Ok(mut shard) = self.shards[shard_of(&key)].lock() {
+                    let entry = shard.entry(key).or_insert_with(|| {
+                        self.keys.fetch_add(1, Ordering::Relaxed);
+                        Pending {
+                            id,
+                            count: 0,
+                            since: Instant::now(),
+                        }
+                    });
+                    entry.count += count;
+                    self.pending.fetch_add(count, Ordering::Relaxed);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes the pending keys `which` selects, up to 16 at a time.
+    async fn flush_where(&self, which: impl Fn(&Pending) -> bool) -> Result<()> {
+        let mut batch = Vec::new();
+        for shard in &self.shards {
+            let Ok(mut shard) = shard.lock() else {
+                continue;
+            };
+            let keys: Vec<Vec<u8>> = shard
+                .iter()
+                .filter(|(_, p)| which(p))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in keys {
+                batch.extend(self.take(&mut shard, &k));
+            }
+        }
+        self.write_all(batch).await
+    }
+
+    /// Writes taken keys, up to 16 at a time; failures go back pending.
+    async fn write_all(&self, batch: Vec<(Bson, u64)>) -> Result<()> {
+        let results: Vec<Result<()>> = futures::stream::iter(batch)
+            .map(|(id, count)| self.write_back_on_error(id, count))
+            .buffer_unordered(FLUSH_CONCURRENCY)
+            .collect()
+            .await;
+        results.into_iter().collect()
+    }
+
+    async fn write(&self, id: &Bson, amount: u64) -> Result<()> {
+        let field = self.spec.field;
+        self.coll
+            .update_one(
+                doc! {"_id": id},
+                doc! {"$inc": {field: amount_bson(amount)?}},
+            )
+            .upsert(self.spec.upsert)
+            .await?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Writes and reads the new value back (geometric mode).
+    async fn write_returning(&self, id: &Bson, amount: u64) -> Result<Option<i64>> {
+        let field = self.spec.field;
+        let after = self
+            .coll
+            .find_one_and_update(
+                doc! {"_id": id},
+                doc! {"$inc": {field: amount_bson(amount)?}},
+            )
+            .upsert(self.spec.upsert)
+            .return_document(ReturnDocument::After)
+            .projection(doc! {field: 1})
+            .await?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        after
+            .map(|d| number(&d, field, self.coll.name()))
+            .transpose()
+    }
+}
+
+fn amount_bson(amount: u64) -> Result<Bson> {
+    i64::try_from(amount)
+        .map(Bson::Int64)
+        .map_err(|_| Error::invalid("n", format!("{amount} is past i64::MAX")))
+}
+
+/// A counter field's value as an integer.
+fn number(d: &Document, field: &str, collection: &str) -> Result<i64> {
+    match d.get(field) {
+        None | Some(Bson::Null) => Ok(0),
+        Some(Bson::Int32(i)) => Ok(i64::from(*i)),
+        Some(Bson::Int64(i)) => Ok(*i),
+        Some(Bson::Double(f)) if f.is_finite() => Ok(f.round() as i64),
+        Some(other) => Err(Error::UnsupportedValue {
+            collection: collection.to_owned(),
+            id: d.get("_id").map_or("<no _id>".to_owned(), Bson::to_string),
+            field: field.to_owned(),
+            found: format!("{:?}", other.element_type()),
+            why: "counted",
+        }),
+    }
+}
+
+fn key_bytes(id: &Bson) -> Vec<u8> {
+    // The raw BSON of `{"": id}`: equal ids, equal bytes.
+    bson::to_vec(&doc! {"": id}).unwrap_or_else(|_| id.to_string().into_bytes())
+}
+
+fn shard_of(key: &[u8]) -> usize {
+    let mut h = std::hash::DefaultHasher::new();
+    key.hash(&mut h);
+    (h.finish() as usize) % SHARDS
+}
+
+/// Draw `i` of the stream `seed`: SplitMix64 over a counter, so that tasks
+/// sharing a seeded handle never draw the same number.
+fn seeded_draw(seed: u64, i: u64) -> u64 {
+    splitmix64(seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+}
+
+fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+thread_local! {
+    /// Seeded from the process's random hasher keys and the thread, never 0.
+    static THREAD_RNG: Cell<u64> = Cell::new({
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        std::thread::current().id().hash(&mut h);
+        Instant::now().hash(&mut h);
+        splitmix64(h.finish()) | 1
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeded_stream_is_uniform_enough() {
+        let hits = (0..1_000_000_u64)
+            .filter(|&i| ((u128::from(seeded_draw(42, i)) * 100) >> 64) == 0)
+            .count();
+        // Binomial(10⁶, 1/100): σ ≈ 99.5.
+        assert!((9_700..=10_300).contains(&hits), "{hits}");
+    }
+
+    #[test]
+    fn keys_are_canonical() {
+        assert_eq!(key_bytes(&Bson::from("a")), key_bytes(&Bson::from("a")));
+        assert_ne!(key_bytes(&Bson::from("a")), key_bytes(&Bson::from("b")));
+        assert_ne!(key_bytes(&Bson::Int32(1)), key_bytes(&Bson::Int64(1)));
+    }
+}
