@@ -1,12 +1,12 @@
 //! Compile-time UI tests for `#[derive(Model)]`, `#[model(...)]`,
-//! `#[keyset(...)]` and `#[bucket(...)]`: what a user sees when an attribute
-//! is wrong, and that the accepted forms compile (and their consts hold what
-//! they should).
+//! `#[keyset(...)]`, `#[bucket(...)]` and `#[rank_histogram(...)]`: what a
+//! user sees when an attribute is wrong, and that the accepted forms compile
+//! (and their consts hold what they should).
 //!
-//! - `tests/ui/model/*.rs`, `tests/ui/keyset/*.rs`, `tests/ui/bucket/*.rs`:
-//!   must fail to compile with exactly the `.stderr` beside them. One mistake
-//!   per file, except each pattern's `many_mistakes.rs`, which shows that all
-//!   are reported together.
+//! - `tests/ui/model/*.rs`, `tests/ui/keyset/*.rs`, `tests/ui/bucket/*.rs`,
+//!   `tests/ui/rank/*.rs`: must fail to compile with exactly the `.stderr`
+//!   beside them. One mistake per file, except each pattern's
+//!   `many_mistakes.rs`, which shows that all are reported together.
 //! - `tests/ui/pass/*.rs`: must compile and run (no server: they only use
 //!   consts and type-check calls).
 //!
@@ -22,5 +22,6 @@ fn ui() {
     t.compile_fail("tests/ui/model/*.rs");
     t.compile_fail("tests/ui/keyset/*.rs");
     t.compile_fail("tests/ui/bucket/*.rs");
+    t.compile_fail("tests/ui/rank/*.rs");
     t.pass("tests/ui/pass/*.rs");
 }

@@ -148,9 +148,13 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<RankHistog
             } else {
                 "a document's `_id` identifies it; name the field that holds the score"
             };
+            let named = match lit.value() {
+                v if v == "_id" => "`_id`".to_owned(),
+                v => format!("`{v}` (stored as `_id`)"),
+            };
             cx.error_spanned_by(
                 lit,
-                format!("`rank_histogram` option `{option}` names `_id`: {why}"),
+                format!("`rank_histogram` option `{option}` names {named}: {why}"),
             );
             return None;
         }
@@ -168,48 +172,22 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<RankHistog
         }
     }
     // Inference: a field left out is the one candidate of its kind.
-    let stored = || {
-        model
-            .fields
-            .iter()
-            .filter(|f| f.not_stored.is_none() && f.bson_name != "_id")
-    };
     let score = match explicit_score {
         Some(s) => s,
         None => {
-            let taken = explicit_board.flatten().map(|b| b.bson_name.as_str());
-            let candidates: Vec<&Field> = stored()
-                .filter(|f| is_one_of(f.ty, INTEGERS) || is_one_of(f.ty, FLOATS))
-                .filter(|f| Some(f.bson_name.as_str()) != taken)
-                .collect();
-            infer(
-                cx,
-                first,
-                model,
-                SCORE,
-                "numeric",
-                &candidates,
-                "score = \"score\"",
-            )
+            let board = match explicit_board {
+                None => Other::Open,
+                Some(Some(b)) => Other::Is(b),
+                Some(None) => Other::Failed,
+            };
+            infer(cx, first, model, &SCORE_KIND, &BOARD_KIND, board)
         }
     };
     let board = match explicit_board {
         Some(b) => b,
         None => {
-            let taken = score.map(|s| s.bson_name.as_str());
-            let candidates: Vec<&Field> = stored()
-                .filter(|f| is_one_of(f.ty, INTEGERS) || is_one_of(f.ty, KEYS))
-                .filter(|f| Some(f.bson_name.as_str()) != taken)
-                .collect();
-            infer(
-                cx,
-                first,
-                model,
-                BOARD,
-                "String, integer, ObjectId or Uuid",
-                &candidates,
-                "board = \"examId\"",
-            )
+            let score = score.map_or(Other::Failed, Other::Is);
+            infer(cx, first, model, &BOARD_KIND, &SCORE_KIND, score)
         }
     };
 
@@ -239,34 +217,94 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<RankHistog
     })
 }
 
-/// The one candidate for `option`, or an error at the attribute that lists
-/// them.
+/// What fields an option left out may be inferred from.
+struct Kind {
+    option: &'static str,
+    what: &'static str,
+    example: &'static str,
+    fits: fn(&Type) -> bool,
+}
+
+const SCORE_KIND: Kind = Kind {
+    option: SCORE,
+    what: "numeric",
+    example: "score = \"score\"",
+    fits: |ty| is_one_of(ty, INTEGERS) || is_one_of(ty, FLOATS),
+};
+
+const BOARD_KIND: Kind = Kind {
+    option: BOARD,
+    what: "String, integer, ObjectId or Uuid",
+    example: "board = \"examId\"",
+    fits: |ty| is_one_of(ty, INTEGERS) || is_one_of(ty, KEYS),
+};
+
+/// The other option's field, as far as it is known when one is inferred.
+#[derive(Clone, Copy)]
+enum Other<'f, 'a> {
+    /// Not chosen yet (the score is inferred before the board).
+    Open,
+    /// This field, which is then no candidate.
+    Is(&'f Field<'a>),
+    /// Not resolved, and already reported: it may have meant any field of
+    /// its kind.
+    Failed,
+}
+
+/// The one stored field of `kind`, or an error at the attribute that lists
+/// the candidates. While `other` is unresolved, only what stands whatever it
+/// meant is reported, so that one mistake gives one error.
 fn infer<'f, 'a>(
     cx: &Ctxt,
     attr: &Attribute,
-    model: &Input,
-    option: &str,
-    kind: &str,
-    candidates: &[&'f Field<'a>],
-    example: &str,
+    model: &'f Input<'a>,
+    kind: &Kind,
+    other_kind: &Kind,
+    other: Other<'f, 'a>,
 ) -> Option<&'f Field<'a>> {
-    match candidates {
-        [one] => Some(*one),
-        [] => {
+    let candidates: Vec<&Field> = model
+        .fields
+        .iter()
+        .filter(|f| f.not_stored.is_none() && f.bson_name != "_id" && (kind.fits)(f.ty))
+        .filter(|f| !matches!(other, Other::Is(o) if o.bson_name == f.bson_name))
+        .collect();
+    let (option, example) = (kind.option, kind.example);
+    if candidates.is_empty() {
+        let besides = match other {
+            Other::Is(o) if (kind.fits)(o.ty) => {
+                format!(" besides the {} `{}`", other_kind.option, o.bson_name)
+            }
+            _ => String::new(),
+        };
+        cx.error_spanned_by(
+            attr,
+            format!("`#[rank_histogram]` cannot infer the {option}: `{}` has no {} field{besides} that could be it; name one, as in `#[rank_histogram({example})]`", model.ident, kind.what),
+        );
+        return None;
+    }
+    let failed = matches!(other, Other::Failed);
+    let listed: Vec<&Field> = if failed {
+        candidates
+            .into_iter()
+            .filter(|f| !(other_kind.fits)(f.ty))
+            .collect()
+    } else {
+        candidates
+    };
+    match listed.as_slice() {
+        [one] if !failed => Some(*one),
+        [first, _, ..] => {
+            let names: Vec<String> = listed
+                .iter()
+                .map(|f| format!("`{}`", f.bson_name))
+                .collect();
             cx.error_spanned_by(
                 attr,
-                format!("`#[rank_histogram]` cannot infer the {option}: `{}` has no {kind} field that could be it; name one, as in `#[rank_histogram({example})]`", model.ident),
+                format!("`#[rank_histogram]` cannot infer the {option}: {} could each be it; name one, as in `#[rank_histogram({option} = \"{}\")]`", names.join(", "), first.bson_name),
             );
             None
         }
-        many => {
-            let names: Vec<String> = many.iter().map(|f| format!("`{}`", f.bson_name)).collect();
-            cx.error_spanned_by(
-                attr,
-                format!("`#[rank_histogram]` cannot infer the {option}: {} could each be it; name one, as in `#[rank_histogram({option} = \"{}\")]`", names.join(", "), many[0].bson_name),
-            );
-            None
-        }
+        _ => None,
     }
 }
 
@@ -400,16 +438,15 @@ impl RankHistogram {
         let board_check = quote_spanned! {board_ty.span()=>
             ::mongo_patterns::__private::assert_board_key::<#board_ty>();
         };
-        let score_check = quote_spanned! {score_ty.span()=>
-            ::mongo_patterns::__private::assert_rank_score::<#score_ty>();
-        };
         let float_check = self.precision.map(|_| {
             quote_spanned! {score_ty.span()=>
                 ::mongo_patterns::__private::assert_float_score::<#score_ty>();
             }
         });
         // The associated types take the fields' spans, so that a bound they
-        // miss is reported there once, and not again at the macro.
+        // miss is reported there once, and not again at the macro. `Score`'s
+        // bound is `RankScore`, so it is the score's only type check: an
+        // `assert_rank_score` as well would report the same error twice.
         let board_assoc = quote_spanned! {board_ty.span()=> type Board = #board_ty; };
         let score_assoc = quote_spanned! {score_ty.span()=> type Score = #score_ty; };
         quote! {
@@ -434,7 +471,7 @@ impl RankHistogram {
             }
             const _: () = {
                 #[allow(dead_code)]
-                fn __rank_fields #impl_g () #where_g { #board_check #score_check #float_check }
+                fn __rank_fields #impl_g () #where_g { #board_check #float_check }
             };
         }
     }
@@ -505,6 +542,52 @@ mod tests {
             struct S { student: String, exam: String, score: f64 }
         })
         .is_ok());
+    }
+
+    #[test]
+    fn an_unresolved_option_adds_no_inference_error() {
+        let one = |input: DeriveInput| {
+            let e = parsed(input).err().unwrap();
+            assert_eq!(e.len(), 1, "{e:?}");
+            e[0].clone()
+        };
+        // The integers could be the board only if they were not the score.
+        let e = one(parse_quote! {
+            #[rank_histogram]
+            struct S { exam: String, points: i32, attempts: i32 }
+        });
+        assert!(e.contains("infer the score: `points`, `attempts`"), "{e}");
+        let e = one(parse_quote! {
+            #[rank_histogram(score = "pionts")]
+            struct S { exam: String, points: i32 }
+        });
+        assert!(e.contains("did you mean `points`"), "{e}");
+        let e = one(parse_quote! {
+            #[rank_histogram(board = "seasn")]
+            struct S { season: i32, points: i32 }
+        });
+        assert!(e.contains("did you mean `season`"), "{e}");
+        // An ambiguity that stands whatever the score is still is reported.
+        let e = parsed(parse_quote! {
+            #[rank_histogram]
+            struct S { student: String, exam: String, points: i32, bonus: f64 }
+        })
+        .err()
+        .unwrap();
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(
+            e[1].contains("infer the board: `student`, `exam` could"),
+            "{e:?}"
+        );
+        // No candidate at all, with the score's field named.
+        let e = one(parse_quote! {
+            #[rank_histogram]
+            struct S { tags: Vec<String>, points: i32 }
+        });
+        assert!(
+            e.contains("no String, integer, ObjectId or Uuid field besides the score `points`"),
+            "{e}"
+        );
     }
 
     #[test]

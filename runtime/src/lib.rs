@@ -86,9 +86,6 @@ pub mod __private {
     /// Compiles only when `T` can be a rank board; spanned at the field.
     pub const fn assert_board_key<T: BoardKey + ?Sized>() {}
 
-    /// Compiles only when `T` can be a rank score; spanned at the field.
-    pub const fn assert_rank_score<T: RankScore>() {}
-
     /// Compiles only when `precision` can round `T`; spanned at the field.
     pub const fn assert_float_score<T: FloatScore>() {}
 }
