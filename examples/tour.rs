@@ -17,6 +17,7 @@ async fn main() -> mongo_patterns::Result<()> {
     keyset(&client, &commands).await?;
     bucket(&client, &commands).await?;
     rank_histogram(&client, &commands).await?;
+    approx_counter(&client, &commands).await?;
     Ok(())
 }
 
@@ -245,6 +246,68 @@ async fn rank_histogram(client: &Client, commands: &Commands) -> mongo_patterns:
     );
     let err = ranks.remove("exam_001", 33.0).await.unwrap_err();
     println!("removing a score nobody holds: {err}");
+    db.drop().await?;
+    Ok(())
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Model)]
+#[model(collection = "products")]
+#[approx_counter(field = "buffered_views", every = 100, mode = "buffered")]
+struct Product {
+    #[serde(rename = "_id")]
+    id: String,
+    product_name: String,
+    #[approx_counter(every = 100)]
+    web_page_views: i64,
+    buffered_views: i64,
+}
+
+/// Approximate counters: 16 tasks view one product 50,000 times; sampled
+/// and buffered counting, each about one write in 100.
+async fn approx_counter(client: &Client, commands: &Commands) -> mongo_patterns::Result<()> {
+    println!("\n== approximate counter (seed 003)");
+    let db = client.database("mp_tour_counter");
+    db.drop().await?;
+    Product::collection(&db)
+        .insert_one(Product {
+            id: "vlog7923479273".into(),
+            product_name: "儿童健康险（D）".into(),
+            web_page_views: 0,
+            buffered_views: 0,
+        })
+        .await?;
+    let sampled = Product::web_page_views_counter(&db);
+    let buffered = Product::buffered_views_counter(&db);
+    for (name, counter) in [("sampled", &sampled), ("buffered", &buffered)] {
+        commands.take();
+        let tasks: Vec<_> = (0..16)
+            .map(|_| {
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    for _ in 0..3_125 {
+                        counter.incr("vlog7923479273").await?;
+                    }
+                    Ok::<_, mongo_patterns::Error>(())
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("task")?;
+        }
+        counter.shutdown().await?;
+        let s = counter.stats();
+        println!(
+            "{name}: {} views in {} writes ({} commands); the product now shows {}",
+            s.increments,
+            s.writes,
+            commands.take_count(),
+            counter.estimate("vlog7923479273").await?
+        );
+    }
+    println!(
+        "sampled's relative standard error at 50,000 views: {:.1}%; buffered is exact once flushed",
+        100.0 * sampled.relative_error(50_000)
+    );
     db.drop().await?;
     Ok(())
 }
