@@ -1,14 +1,17 @@
 //! Compile-time UI tests for `#[derive(Model)]`, `#[model(...)]`,
-//! `#[keyset(...)]`, `#[bucket(...)]` and `#[rank_histogram(...)]`: what a
-//! user sees when an attribute is wrong, and that the accepted forms compile
-//! (and their consts hold what they should).
+//! `#[keyset(...)]`, `#[bucket(...)]`, `#[rank_histogram(...)]` and
+//! `#[approx_counter(...)]`: what a user sees when an attribute is wrong, and
+//! that the accepted forms compile (and their consts and counter specs hold
+//! what they should).
 //!
 //! - `tests/ui/model/*.rs`, `tests/ui/keyset/*.rs`, `tests/ui/bucket/*.rs`,
-//!   `tests/ui/rank/*.rs`: must fail to compile with exactly the `.stderr`
-//!   beside them. One mistake per file, except each pattern's
+//!   `tests/ui/rank/*.rs`, `tests/ui/counter/*.rs`: must fail to compile
+//!   with exactly the `.stderr` beside them. One mistake per file, except
+//!   each pattern's
 //!   `many_mistakes.rs`, which shows that all are reported together.
 //! - `tests/ui/pass/*.rs`: must compile and run (no server: they only use
-//!   consts and type-check calls).
+//!   consts, type-check calls, and read counters' specs from handles on a
+//!   client that never connects).
 //!
 //! The expected `.stderr` is the compiler's own output and changes between
 //! releases; it is pinned to the toolchain in `rust-toolchain.toml` (1.95.0).
@@ -23,5 +26,6 @@ fn ui() {
     t.compile_fail("tests/ui/keyset/*.rs");
     t.compile_fail("tests/ui/bucket/*.rs");
     t.compile_fail("tests/ui/rank/*.rs");
+    t.compile_fail("tests/ui/counter/*.rs");
     t.pass("tests/ui/pass/*.rs");
 }

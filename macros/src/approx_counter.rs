@@ -88,9 +88,13 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Counters> 
         .iter()
         .find(|f| f.bson_name == "_id" && f.not_stored.is_none());
     if id.is_none() {
+        let fix = match model.fields.iter().find(|f| f.rust_name == "id") {
+            Some(_) => "mark `id` with `#[serde(rename = \"_id\")]`".to_owned(),
+            None => "add one, as in `#[serde(rename = \"_id\")] id: String`".to_owned(),
+        };
         cx.error_spanned_by(
             declared[0].attr,
-            format!("`#[approx_counter]` writes to a document by its `_id`, and `{}` has no field stored as `_id`; add one, as in `#[serde(rename = \"_id\")] id: String`", model.ident),
+            format!("`#[approx_counter]` writes to a document by its `_id`, and `{}` has no field stored as `_id`; {fix}", model.ident),
         );
     }
     if let Some(b) = input.attrs.iter().find(|a| a.path().is_ident("bucket")) {
@@ -146,9 +150,31 @@ fn parse_one(cx: &Ctxt, model: &Input, d: &Declared) -> Option<Counter> {
             return None;
         }
     }
+    // A value already reported: `every` is then not also "missing".
     let mut bad_value = false;
+    // An unknown option that looks like a misspelt `field`: `field` is then
+    // not also "missing".
+    let mut field_typo = false;
+    // A mode already reported: the checks that depend on it are skipped.
+    let mut bad_mode = false;
     let parsed = d.attr.parse_nested_meta(|meta| {
         let name = attr::option_name(&meta);
+        if OPTIONS.contains(&name.as_str()) && !meta.input.peek(syn::Token![=]) {
+            let example = match name.as_str() {
+                FIELD => "field = \"views\"",
+                EVERY => "every = 100",
+                MODE => "mode = \"buffered\"",
+                MAX_DELAY_MS => "max_delay_ms = 1000",
+                MAX_KEYS => "max_keys = 10000",
+                _ => "upsert = true",
+            };
+            cx.error_spanned_by(
+                &meta.path,
+                format!("`approx_counter` option `{name}` needs a value, as in `{example}`"),
+            );
+            bad_value = true;
+            return attr::skip_value(&meta);
+        }
         match name.as_str() {
             FIELD if d.on_field.is_none() => {
                 let lit = attr::parse_lit_str(&meta, COUNTER)?;
@@ -167,7 +193,7 @@ fn parse_one(cx: &Ctxt, model: &Input, d: &Declared) -> Option<Counter> {
                     Ok(0) => cx.error_spanned_by(&lit, "`approx_counter` option `every` must be at least 2: it is N in \"write one time in N\""),
                     Ok(1) => cx.error_spanned_by(&lit, "`every = 1` writes every increment, which is an exact counter: drop `#[approx_counter]` and `$inc` the field, or pick an N of 2 or more"),
                     Ok(n) if n <= MAX_EVERY => every.set(&lit, n),
-                    _ => cx.error_spanned_by(&lit, format!("`approx_counter` option `every` is at most {MAX_EVERY}")),
+                    _ => cx.error_spanned_by(&lit, format!("`approx_counter` option `every` is at most {}", underscored(MAX_EVERY))),
                 }
                 bad_value |= !matches!(lit.base10_parse::<u64>(), Ok(2..=MAX_EVERY));
             }
@@ -184,6 +210,7 @@ fn parse_one(cx: &Ctxt, model: &Input, d: &Declared) -> Option<Counter> {
                             format!("unknown `approx_counter` mode `{}`; expected `sampled` (the default: write `$inc: N` with probability 1/N), `buffered` (count in memory, write every N) or `geometric` (write less often as the count grows){hint}", lit.value()),
                         );
                         bad_value = true;
+                        bad_mode = true;
                     }
                 }
             }
@@ -192,7 +219,7 @@ fn parse_one(cx: &Ctxt, model: &Input, d: &Declared) -> Option<Counter> {
                 match lit.base10_parse::<u64>() {
                     Ok(n) if n >= 1 => {
                         let slot = if name == MAX_DELAY_MS { &mut max_delay } else { &mut max_keys };
-                        slot.set(&lit, (n, lit.span()));
+                        slot.set(&lit, (n, meta.path.span()));
                     }
                     _ => {
                         cx.error_spanned_by(&lit, format!("`approx_counter` option `{name}` must be at least 1"));
@@ -205,7 +232,7 @@ fn parse_one(cx: &Ctxt, model: &Input, d: &Declared) -> Option<Counter> {
                 match &value {
                     Expr::Lit(ExprLit { lit: Lit::Bool(b), .. }) => upsert.set(b, b.value),
                     other => {
-                        cx.error_spanned_by(other, "`approx_counter` option `upsert` takes `true` or `false`");
+                        cx.error_spanned_by(other, "`approx_counter` option `upsert` takes `true` or `false`, as in `upsert = true`");
                         bad_value = true;
                     }
                 }
@@ -215,6 +242,7 @@ fn parse_one(cx: &Ctxt, model: &Input, d: &Declared) -> Option<Counter> {
                 cx.syn_error(attr::unknown_option(&meta, COUNTER, expected));
                 attr::skip_value(&meta)?;
                 bad_value = true;
+                field_typo |= attr::did_you_mean(&name, [FIELD]).is_some();
             }
         }
         Ok(())
@@ -228,17 +256,22 @@ fn parse_one(cx: &Ctxt, model: &Input, d: &Declared) -> Option<Counter> {
     let is_buffered = mode.is_some_and(|(m, _)| MODES[m] == "buffered");
     let is_sampled = mode.is_none_or(|(m, _)| MODES[m] == "sampled");
     let max_delay = max_delay.get();
-    if let (Some((_, (_, span))), false) = (&max_delay, is_buffered) {
+    if let (Some((_, (_, span))), false, false) = (&max_delay, is_buffered, bad_mode) {
         cx.error_spanned_by(
             quote_spanned!(*span=> max_delay_ms),
-            "`max_delay_ms` applies to `mode = \"buffered\"`: the other modes hold nothing in memory",
+            "`max_delay_ms` applies to `mode = \"buffered\"` only: it bounds how long an increment waits in memory, and the other modes never hold one back",
         );
     }
     let max_keys = max_keys.get();
-    if let (Some((_, (_, span))), true) = (&max_keys, is_sampled) {
+    if let (Some((_, (_, span))), true, false) = (&max_keys, is_sampled, bad_mode) {
+        let default = if mode.is_none() {
+            " (the default mode)"
+        } else {
+            ""
+        };
         cx.error_spanned_by(
             quote_spanned!(*span=> max_keys),
-            "`max_keys` bounds the keys a `buffered` or `geometric` counter keeps in memory; a `sampled` counter keeps none",
+            format!("`max_keys` bounds the keys a `buffered` or `geometric` counter keeps in memory; a `sampled` counter{default} keeps none"),
         );
     }
     let every = every.get().map(|(_, n)| n);
@@ -252,6 +285,7 @@ fn parse_one(cx: &Ctxt, model: &Input, d: &Declared) -> Option<Counter> {
         Some(i) => Some(&model.fields[i]),
         None => match field.get() {
             Some((_, lit)) => resolve(cx, model, &lit),
+            None if field_typo => None,
             None => {
                 cx.error_spanned_by(
                     d.attr,
@@ -325,6 +359,9 @@ pub fn stub(input: &DeriveInput, model: &Input) -> Option<TokenStream> {
             }
         }
     }
+    // A field declared twice (an error already) still gets one accessor.
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|n| seen.insert(n.to_string()));
     if names.is_empty() {
         return None;
     }
@@ -363,6 +400,19 @@ pub fn stub(input: &DeriveInput, model: &Input) -> Option<TokenStream> {
             #(#fns)*
         }
     })
+}
+
+/// `1000000` as `1_000_000`, as the user would write it.
+fn underscored(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push('_');
+        }
+        out.push(c);
+    }
+    out
 }
 
 fn accessor(field: &Ident) -> Ident {
@@ -494,6 +544,24 @@ mod tests {
         assert!(e[2].contains("did you mean `sampled`"));
         assert!(e[3].contains("applies to `mode = \"buffered\"`"));
         assert!(e[4].contains("needs `every`"));
+
+        // A misspelt mode or `field` is reported alone, not what it implies.
+        let e = parsed(parse_quote! {
+            #[approx_counter(feild = "b", every = 10)]
+            struct P {
+                #[serde(rename = "_id")] id: String,
+                #[approx_counter(every = 5, mode = "bufered", max_delay_ms = 10)] a: i64,
+                b: i64,
+            }
+        })
+        .err()
+        .unwrap();
+        assert_eq!(e.len(), 2, "{e:#?}");
+        assert!(e[0].contains("option `feild`"));
+        assert!(e[1].contains("did you mean `buffered`"));
+        assert_eq!(underscored(MAX_EVERY), "1_000_000");
+        assert_eq!(underscored(100), "100");
+        assert_eq!(underscored(1000), "1_000");
 
         let e = parsed(parse_quote! {
             #[approx_counter(field = "views", every = 100)]

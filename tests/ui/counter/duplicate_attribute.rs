@@ -1,0 +1,12 @@
+use mongo_patterns::prelude::*;
+
+#[derive(Serialize, Deserialize, Model)]
+struct Product {
+    #[serde(rename = "_id")]
+    id: String,
+    #[approx_counter(every = 100)]
+    #[approx_counter(mode = "buffered")]
+    views: i64,
+}
+
+fn main() {}

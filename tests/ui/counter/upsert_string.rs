@@ -1,0 +1,11 @@
+use mongo_patterns::prelude::*;
+
+#[derive(Serialize, Deserialize, Model)]
+struct Product {
+    #[serde(rename = "_id")]
+    id: String,
+    #[approx_counter(every = 100, upsert = "yes")]
+    views: i64,
+}
+
+fn main() {}
