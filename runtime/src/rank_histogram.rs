@@ -40,7 +40,7 @@
 //!   deployment has them, and [`Ranks::rebuild`] recomputes a board.
 
 use std::borrow::Borrow;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bson::{doc, Bson, Document};
 use futures::TryStreamExt;
@@ -234,8 +234,10 @@ pub struct Ranks<T: RankHistogram> {
     source: Collection<T>,
     hist: Collection<Document>,
     spec: RankSpec,
-    /// Whether the deployment runs transactions: 0 not asked yet, 1 no, 2 yes.
-    transactions: std::sync::Arc<AtomicU8>,
+    /// Whether the deployment refused a transaction (a standalone): then
+    /// writes go one after the other. Learnt from the first refusal, so a
+    /// replica set or a sharded cluster pays no extra round trip to ask.
+    no_transactions: std::sync::Arc<AtomicBool>,
 }
 
 impl<T: RankHistogram> Clone for Ranks<T> {
@@ -245,7 +247,7 @@ impl<T: RankHistogram> Clone for Ranks<T> {
             source: self.source.clone(),
             hist: self.hist.clone(),
             spec: self.spec,
-            transactions: self.transactions.clone(),
+            no_transactions: self.no_transactions.clone(),
         }
     }
 }
@@ -272,7 +274,7 @@ impl<T: RankHistogram> Ranks<T> {
             source: db.collection(T::COLLECTION),
             hist: db.collection(T::RANK.histogram),
             spec: T::RANK,
-            transactions: Default::default(),
+            no_transactions: Default::default(),
         }
     }
 
@@ -450,7 +452,8 @@ impl<T: RankHistogram> Ranks<T> {
     }
 
     /// Every score of `board` with its count and rank, best first. One round
-    /// trip.
+    /// trip (up to 100,000 scores; a larger `"documents"` board continues
+    /// with `getMore`s).
     pub async fn histogram<Q>(&self, board: &Q) -> Result<Vec<ScoreCount<T::Score>>>
     where
         T::Board: Borrow<Q>,
@@ -559,13 +562,20 @@ impl<T: RankHistogram> Ranks<T> {
     /// it when the server says the transaction may succeed on a retry (a
     /// write conflict with another writer of the same board).
     async fn atomically(&self, op: &SourceOp<'_, T>) -> Result<bool> {
-        if !self.has_transactions().await? {
+        if self.no_transactions.load(Ordering::Relaxed) {
             return self.source_op(op, None).await;
         }
         let mut session = self.db.client().start_session().await?;
         for _ in 0..MAX_ATTEMPTS {
             session.start_transaction().await?;
             match self.source_op(op, Some(&mut session)).await {
+                // A standalone refuses transactions on the first write, before
+                // writing anything.
+                Err(e) if refused_transaction(&e) => {
+                    let _ = session.abort_transaction().await;
+                    self.no_transactions.store(true, Ordering::Relaxed);
+                    return self.source_op(op, None).await;
+                }
                 Ok(r) => loop {
                     match session.commit_transaction().await {
                         Ok(()) => return Ok(r),
@@ -640,21 +650,6 @@ impl<T: RankHistogram> Ranks<T> {
         };
         self.write(&b, delta, session).await?;
         Ok(true)
-    }
-
-    /// Whether the deployment runs transactions (a replica set or a
-    /// sharded cluster), asked once with `hello`.
-    async fn has_transactions(&self) -> Result<bool> {
-        match self.transactions.load(Ordering::Relaxed) {
-            1 => return Ok(false),
-            2 => return Ok(true),
-            _ => {}
-        }
-        let hello = self.db.run_command(doc! {"hello": 1}).await?;
-        let yes = hello.contains_key("setName") || hello.get_str("msg") == Ok("isdbgrid");
-        self.transactions
-            .store(if yes { 2 } else { 1 }, Ordering::Relaxed);
-        Ok(yes)
     }
 
     /// Applies `delta` to `board`'s histogram.
@@ -848,8 +843,14 @@ impl<T: RankHistogram> Ranks<T> {
                 if let Some(n) = limit {
                     pipeline.push(doc! {"$limit": i64::from(n)});
                 }
-                let rows: Vec<Document> =
-                    self.hist.aggregate(pipeline).await?.try_collect().await?;
+                // One reply for the whole board (at most `ARRAY_LIMIT` scores).
+                let rows: Vec<Document> = self
+                    .hist
+                    .aggregate(pipeline)
+                    .batch_size(limit.unwrap_or(ARRAY_LIMIT as u32))
+                    .await?
+                    .try_collect()
+                    .await?;
                 if rows.is_empty() && self.hist.find_one(doc! {"_id": board}).await?.is_none() {
                     return Err(self.unknown_board(board));
                 }
@@ -858,7 +859,11 @@ impl<T: RankHistogram> Ranks<T> {
             Layout::Documents => {
                 let mut filter = board_range(board);
                 filter.insert("count", doc! {"$gt": 0});
-                let find = self.hist.find(filter).sort(doc! {"_id": dir});
+                let find = self
+                    .hist
+                    .find(filter)
+                    .sort(doc! {"_id": dir})
+                    .batch_size(limit.unwrap_or(ARRAY_LIMIT as u32));
                 let find = match limit {
                     Some(n) => find.limit(i64::from(n)),
                     None => find,
@@ -1059,6 +1064,15 @@ fn is_duplicate_mongo(e: &mongodb::error::Error) -> bool {
 /// `Raced`.)
 fn is_duplicate(e: &Error) -> bool {
     matches!(e, Error::Raced(_))
+}
+
+/// IllegalOperation: "Transaction numbers are only allowed on a replica set
+/// member or mongos".
+fn refused_transaction(e: &Error) -> bool {
+    match e {
+        Error::Database(m) => server_codes(m).contains(&20),
+        _ => false,
+    }
 }
 
 /// Worth running the transaction again: the server says so, or a histogram
