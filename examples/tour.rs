@@ -4,6 +4,7 @@
 //! it starts itself. Each part uses a database of its own and drops it.
 
 use futures::TryStreamExt;
+use mongo_patterns::bson::DateTime;
 use mongo_patterns::bucket::PageRequest;
 use mongo_patterns::keyset::created_since;
 use mongo_patterns::prelude::*;
@@ -18,6 +19,7 @@ async fn main() -> mongo_patterns::Result<()> {
     bucket(&client, &commands).await?;
     rank_histogram(&client, &commands).await?;
     approx_counter(&client, &commands).await?;
+    shard_key(&client, &commands).await?;
     Ok(())
 }
 
@@ -308,6 +310,74 @@ async fn approx_counter(client: &Client, commands: &Commands) -> mongo_patterns:
         "sampled's relative standard error at 50,000 views: {:.1}%; buffered is exact once flushed",
         100.0 * sampled.relative_error(50_000)
     );
+    db.drop().await?;
+    Ok(())
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Model)]
+#[model(collection = "logs")]
+#[shard_key(coarse = "month", from = "ts", search = "type")]
+struct Log {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    #[serde(rename = "type")]
+    kind: String,
+    ts: i64,
+    msg: String,
+}
+
+/// The shard key: `{month: 1, type: 1}`, `month` derived from `ts`; a
+/// targeted query; the analyser on the seed's candidates; and what
+/// `ensure_sharded` says on a deployment that does not shard.
+async fn shard_key(client: &Client, commands: &Commands) -> mongo_patterns::Result<()> {
+    use mongo_patterns::shard_key::TimeRange;
+    println!("\n== shard key (seed 002)");
+    let db = client.database("mp_tour_shard");
+    db.drop().await?;
+    let logs = Log::sharded(&db);
+    let start = 1_609_459_200_i64; // 2021-01-01, then one log an hour
+    let batch: Vec<Log> = (0..17_520_i64)
+        .map(|i| Log {
+            id: ObjectId::new(),
+            // 80% app, 15% web, 5% admin, as in the seed's workload.
+            kind: match i % 20 {
+                19 => "admin",
+                4 | 8 | 13 => "web",
+                _ => "app",
+            }
+            .into(),
+            ts: start + i * 3_600,
+            msg: format!("event {i}"),
+        })
+        .collect();
+    logs.insert_many(&batch).await?;
+    println!(
+        "shard key {}: 17,520 logs over 2 years, `month` filled on every write",
+        logs.shard_spec()
+    );
+    let last_month = TimeRange::between(
+        DateTime::from_millis((start + 17_520 * 3_600 - 30 * 86_400) * 1_000),
+        DateTime::from_millis((start + 17_520 * 3_600) * 1_000),
+    );
+    commands.take();
+    let web = logs.find("web", last_month, doc! {}).await?;
+    let sent = commands.take();
+    println!(
+        "type web, the last 30 days: {} logs; the filter names the key's prefix: {}",
+        web.len(),
+        sent.first()
+            .and_then(|(_, c)| c.get_document("filter").ok())
+            .cloned()
+            .unwrap_or_default()
+    );
+    for key in [&["type"][..], &["ts"], &["month", "type"]] {
+        let a = logs.analyze(key, 2_000).await?;
+        println!("analyse {{{}}}: {}", key.join(", "), a.verdict.join("; "));
+    }
+    match logs.ensure_sharded(client).await {
+        Ok(()) => println!("sharded"),
+        Err(e) => println!("ensure_sharded: {e}"),
+    }
     db.drop().await?;
     Ok(())
 }

@@ -1,17 +1,18 @@
 //! Compile-time UI tests for `#[derive(Model)]`, `#[model(...)]`,
-//! `#[keyset(...)]`, `#[bucket(...)]`, `#[rank_histogram(...)]` and
-//! `#[approx_counter(...)]`: what a user sees when an attribute is wrong, and
-//! that the accepted forms compile (and their consts and counter specs hold
-//! what they should).
+//! `#[keyset(...)]`, `#[bucket(...)]`, `#[rank_histogram(...)]`,
+//! `#[approx_counter(...)]` and `#[shard_key(...)]`: what a user sees when an
+//! attribute is wrong (for shard keys, also when the key is one of the traps
+//! the derive's lints refuse), and that the accepted forms compile (and their
+//! consts and counter specs hold what they should).
 //!
 //! - `tests/ui/model/*.rs`, `tests/ui/keyset/*.rs`, `tests/ui/bucket/*.rs`,
-//!   `tests/ui/rank/*.rs`, `tests/ui/counter/*.rs`: must fail to compile
-//!   with exactly the `.stderr` beside them. One mistake per file, except
-//!   each pattern's
-//!   `many_mistakes.rs`, which shows that all are reported together.
+//!   `tests/ui/rank/*.rs`, `tests/ui/counter/*.rs`, `tests/ui/shard/*.rs`:
+//!   must fail to compile with exactly the `.stderr` beside them. One
+//!   mistake per file, except each pattern's `many_mistakes.rs`, which shows
+//!   that all are reported together.
 //! - `tests/ui/pass/*.rs`: must compile and run (no server: they only use
-//!   consts, type-check calls, and read counters' specs from handles on a
-//!   client that never connects).
+//!   consts such as the shard key's `SHARD`, type-check calls, and read
+//!   counters' specs from handles on a client that never connects).
 //!
 //! The expected `.stderr` is the compiler's own output and changes between
 //! releases; it is pinned to the toolchain in `rust-toolchain.toml` (1.95.0).
@@ -27,5 +28,6 @@ fn ui() {
     t.compile_fail("tests/ui/bucket/*.rs");
     t.compile_fail("tests/ui/rank/*.rs");
     t.compile_fail("tests/ui/counter/*.rs");
+    t.compile_fail("tests/ui/shard/*.rs");
     t.pass("tests/ui/pass/*.rs");
 }

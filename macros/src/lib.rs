@@ -15,16 +15,17 @@ mod ctxt;
 mod keyset;
 mod model;
 mod rank_histogram;
+mod shard_key;
 
 use proc_macro::TokenStream;
 use syn::{parse_macro_input, DeriveInput};
 
 /// `#[derive(Model)]`: a struct stored in a MongoDB collection, with the
 /// patterns its helper attributes name (`#[model]`, `#[keyset]`, `#[bucket]`,
-/// `#[rank_histogram]`, `#[approx_counter]`).
+/// `#[rank_histogram]`, `#[approx_counter]`, `#[shard_key]`).
 #[proc_macro_derive(
     Model,
-    attributes(model, keyset, bucket, rank_histogram, approx_counter)
+    attributes(model, keyset, bucket, rank_histogram, approx_counter, shard_key)
 )]
 pub fn derive_model(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);

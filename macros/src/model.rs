@@ -8,7 +8,7 @@ use syn::{Data, DeriveInput, Fields, GenericParam, Ident, LitStr, Type};
 
 use crate::attr::{self, Opt};
 use crate::ctxt::Ctxt;
-use crate::{approx_counter, bucket, keyset, rank_histogram};
+use crate::{approx_counter, bucket, keyset, rank_histogram, shard_key};
 
 const MODEL: &str = "model";
 const COLLECTION: &str = "collection";
@@ -42,18 +42,21 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
     let counters = model
         .as_ref()
         .and_then(|m| approx_counter::parse(&cx, input, m));
+    let shard = model.as_ref().and_then(|m| shard_key::parse(&cx, input, m));
     if let Some(errors) = cx.into_compile_errors() {
         let stub = stub(input);
+        let shard_stub = model.as_ref().and_then(|m| shard_key::stub(input, m));
         let counter_stub = model.as_ref().and_then(|m| approx_counter::stub(input, m));
         let bucket_stub = model.as_ref().and_then(|m| bucket::stub(input, m));
         let rank_stub = model.as_ref().and_then(|m| rank_histogram::stub(input, m));
-        return quote! { #errors #stub #bucket_stub #rank_stub #counter_stub };
+        return quote! { #errors #stub #bucket_stub #rank_stub #counter_stub #shard_stub };
     }
     let model = model.expect("no errors, so parsed");
     let mut out = expand(input, &model, keyset.as_ref());
     out.extend(bucket.map(|b| b.expand(input)));
     out.extend(rank.map(|r| r.expand(input)));
     out.extend(counters.map(|c| c.expand(input)));
+    out.extend(shard.map(|s| s.expand(input)));
     out
 }
 

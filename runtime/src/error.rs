@@ -92,6 +92,14 @@ pub enum Error {
         score: String,
     },
 
+    /// The deployment does not shard: `command` answered CommandNotFound
+    /// (a replica set or a standalone).
+    #[error("the deployment is not sharded: `{command}` is not available")]
+    NotSharded {
+        /// The command that was refused.
+        command: &'static str,
+    },
+
     /// A concurrent writer created the same document first. Retried inside
     /// the crate; seen only when retries ran out.
     #[error("lost a race to a concurrent writer: {0}")]

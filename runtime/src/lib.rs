@@ -24,7 +24,8 @@
 //! ```
 //!
 //! The patterns, one module each: [`keyset`] pagination and the
-//! [`bucket`] pattern, the [`rank_histogram`] and the [`approx_counter`].
+//! [`bucket`] pattern, the [`rank_histogram`], the
+//! [`approx_counter`] and the [`shard_key`].
 
 #![warn(missing_docs)]
 
@@ -34,6 +35,7 @@ mod error;
 pub mod keyset;
 mod model;
 pub mod rank_histogram;
+pub mod shard_key;
 
 pub use bson;
 pub use mongodb;
@@ -50,6 +52,7 @@ pub mod prelude {
     pub use crate::bucket::{BucketPage, Bucketed, Buckets, PageRequest};
     pub use crate::keyset::{Keyset, Page, PageToken};
     pub use crate::rank_histogram::{Rank, RankHistogram, Ranks, ScoreCount};
+    pub use crate::shard_key::{ShardKeyed, Sharded, TimeRange};
     pub use crate::{Error, Model};
     pub use bson::oid::ObjectId;
     pub use bson::{doc, DateTime, Document};
@@ -67,6 +70,9 @@ pub mod __private {
     pub use crate::rank_histogram::{
         BoardKey, FloatScore, Layout, RankHistogram, RankScore, RankSpec,
     };
+    pub use crate::shard_key::{
+        CoarseSlot, Derived, Granularity, ShardKeyed, ShardSpec, TimeRepr, Timestamp,
+    };
     pub use core;
     pub use mongodb::Database;
 
@@ -82,6 +88,10 @@ pub mod __private {
     /// Compiles only when `T` can be an approximate counter; spanned at the
     /// field.
     pub const fn assert_counter_value<T: CounterValue>() {}
+
+    /// Compiles only when `T` can hold a derived coarse field; spanned at the
+    /// field.
+    pub const fn assert_coarse_slot<T: CoarseSlot>() {}
 
     /// Compiles only when `T` can be a rank board; spanned at the field.
     pub const fn assert_board_key<T: BoardKey + ?Sized>() {}

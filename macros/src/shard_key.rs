@@ -1,0 +1,600 @@
+//! `#[shard_key(coarse = "month", from = "ts", granularity = "month",
+//! search = "type")]`, or `#[shard_key(hashed = "id")]`: the collection's
+//! shard key. The runtime (`runtime/src/shard_key.rs`) holds the routing;
+//! this checks the key against the struct and refuses, with an explanation
+//! and an opt-out each, the keys seed 002 warns about:
+//!
+//! - `monotonic`: a lone key on a timestamp, an ObjectId or a counter;
+//! - `low_cardinality`: a lone key on a bool or a one-byte type (a
+//!   fieldless enum), checked by the type's size;
+//! - `coarse_not_derived`: a coarse field the repository does not derive
+//!   from a timestamp, so nothing keeps it coarse and ascending;
+//! - `missing_search`: no search field after the coarse one.
+
+use proc_macro2::TokenStream;
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Attribute, DeriveInput, LitStr, Meta, Type};
+
+use crate::attr::{self, Opt};
+use crate::ctxt::Ctxt;
+use crate::model::{Field, Input};
+
+const SHARD: &str = "shard_key";
+const COARSE: &str = "coarse";
+const FROM: &str = "from";
+const GRANULARITY: &str = "granularity";
+const SEARCH: &str = "search";
+const HASHED: &str = "hashed";
+const ALLOW: &str = "allow";
+const OPTIONS: &[&str] = &[COARSE, FROM, GRANULARITY, SEARCH, HASHED, ALLOW];
+
+const GRANULARITIES: &[(&str, &str)] = &[
+    ("hour", "Hour"),
+    ("day", "Day"),
+    ("week", "Week"),
+    ("month", "Month"),
+    ("quarter", "Quarter"),
+    ("year", "Year"),
+];
+
+const MONOTONIC: &str = "monotonic";
+const LOW_CARDINALITY: &str = "low_cardinality";
+const COARSE_NOT_DERIVED: &str = "coarse_not_derived";
+const MISSING_SEARCH: &str = "missing_search";
+const LINTS: &[&str] = &[
+    MONOTONIC,
+    LOW_CARDINALITY,
+    COARSE_NOT_DERIVED,
+    MISSING_SEARCH,
+];
+
+/// Types whose values only grow as documents are written.
+const MONOTONIC_TYPES: &[&str] = &["DateTime", "ObjectId", "Timestamp", "SystemTime", "Instant"];
+/// Integer field names that suggest a timestamp or a counter.
+const MONOTONIC_NAMES: &[&str] = &[
+    "ts",
+    "time",
+    "timestamp",
+    "created",
+    "seq",
+    "sequence",
+    "counter",
+    "version",
+];
+
+pub struct ShardKey {
+    coarse: Option<String>,
+    derived: Option<(String, Type, &'static str)>,
+    coarse_slot: Option<Type>,
+    search: Option<(String, Type)>,
+    hashed: Option<String>,
+    /// A lone key's type to refuse when it fits in one byte.
+    small_check: Option<(String, Type)>,
+}
+
+/// Parses `#[shard_key]` if present. Errors go to `cx`.
+pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<ShardKey> {
+    let attrs: Vec<&Attribute> = input
+        .attrs
+        .iter()
+        .filter(|a| a.path().is_ident(SHARD))
+        .collect();
+    let first = *attrs.first()?;
+    // After a mistake that may hide what the user meant (a second attribute,
+    // a misspelt option or lint), the lints stay quiet: they would judge a
+    // key the user did not write.
+    let mut muted = attrs.len() > 1;
+    for dup in &attrs[1..] {
+        cx.error_spanned_by(
+            dup,
+            "duplicate `#[shard_key]` attribute; put all options in one",
+        );
+    }
+    if !matches!(first.meta, Meta::List(_)) {
+        cx.error_spanned_by(
+            first,
+            "`#[shard_key]` needs a key, as in `#[shard_key(coarse = \"month\", from = \"ts\", search = \"type\")]` or `#[shard_key(hashed = \"id\")]`",
+        );
+        return None;
+    }
+    let mut coarse = Opt::new(cx, SHARD, COARSE);
+    let mut from = Opt::new(cx, SHARD, FROM);
+    let mut granularity = Opt::new(cx, SHARD, GRANULARITY);
+    let mut search = Opt::new(cx, SHARD, SEARCH);
+    let mut hashed = Opt::new(cx, SHARD, HASHED);
+    let mut allowed: Vec<String> = Vec::new();
+    let mut granularity_written = false;
+    let parsed = first.parse_nested_meta(|meta| {
+        let name = attr::option_name(&meta);
+        match name.as_str() {
+            COARSE | FROM | SEARCH | HASHED => {
+                let lit = attr::parse_lit_str(&meta, SHARD)?;
+                let slot = match name.as_str() {
+                    COARSE => &mut coarse,
+                    FROM => &mut from,
+                    SEARCH => &mut search,
+                    _ => &mut hashed,
+                };
+                slot.set(&lit, lit.clone());
+            }
+            GRANULARITY => {
+                granularity_written = true;
+                let lit = attr::parse_lit_str(&meta, SHARD)?;
+                match GRANULARITIES.iter().find(|(g, _)| *g == lit.value()) {
+                    Some((_, variant)) => granularity.set(&lit, *variant),
+                    None => {
+                        let hint = attr::did_you_mean(&lit.value(), GRANULARITIES.iter().map(|(g, _)| *g))
+                            .map(|s| format!("\nhelp: did you mean `{s}`?"))
+                            .unwrap_or_default();
+                        cx.error_spanned_by(
+                            &lit,
+                            format!("unknown `shard_key` granularity `{}`; expected `hour`, `day`, `week`, `month`, `quarter` or `year`{hint}", lit.value()),
+                        );
+                    }
+                }
+            }
+            // allow(monotonic, missing_search)
+            ALLOW => {
+                meta.parse_nested_meta(|lint| {
+                    let l = attr::option_name(&lint);
+                    if LINTS.contains(&l.as_str()) {
+                        allowed.push(l);
+                    } else {
+                        muted = true;
+                        cx.syn_error(attr::unknown_option(&lint, "shard_key(allow)", LINTS));
+                    }
+                    Ok(())
+                })?;
+            }
+            _ => {
+                muted = true;
+                cx.syn_error(attr::unknown_option(&meta, SHARD, OPTIONS));
+                attr::skip_value(&meta)?;
+            }
+        }
+        Ok(())
+    });
+    if let Err(e) = parsed {
+        cx.syn_error(e);
+        return None;
+    }
+    if let Some(b) = input.attrs.iter().find(|a| a.path().is_ident("bucket")) {
+        cx.error_spanned_by(
+            b,
+            "`#[bucket]` cannot be used with `#[shard_key]` yet: a bucket's `_id` and key fields would have to carry the shard key",
+        );
+    }
+    let allows = |lint: &str| muted || allowed.iter().any(|a| a == lint);
+
+    let coarse = coarse.get().map(|(_, l)| l);
+    let from = from.get().map(|(_, l)| l);
+    let granularity = granularity.get();
+    let search = search.get().map(|(_, l)| l);
+    let hashed = hashed.get().map(|(_, l)| l);
+
+    // A hashed key stands alone.
+    if let Some(h) = &hashed {
+        let with_hashed = |name: &str| {
+            format!("`{name}` cannot be used with `hashed`: a hashed shard key is one field (`{{{}: \"hashed\"}}`)", h.value())
+        };
+        for (lit, name) in [(&coarse, COARSE), (&from, FROM), (&search, SEARCH)] {
+            if let Some(l) = lit {
+                cx.error_spanned_by(l, with_hashed(name));
+            }
+        }
+        if let Some((span, _)) = &granularity {
+            cx.error_spanned_by(
+                quote_spanned!(*span=> granularity),
+                with_hashed(GRANULARITY),
+            );
+        }
+        let f = resolve(cx, model, h, HASHED)?;
+        let small_check = (!allows(LOW_CARDINALITY)).then(|| (f.bson_name.clone(), f.ty.clone()));
+        if is_bool(f.ty) && !allows(LOW_CARDINALITY) {
+            low_cardinality(cx, h, &f.bson_name);
+            return None;
+        }
+        return Some(ShardKey {
+            coarse: None,
+            derived: None,
+            coarse_slot: None,
+            search: None,
+            hashed: Some(f.bson_name.clone()),
+            small_check,
+        });
+    }
+    if coarse.is_none() && search.is_none() {
+        cx.error_spanned_by(
+            first,
+            "`#[shard_key]` needs a key: `coarse` and `search` (`{coarse: 1, search: 1}`), or `hashed`",
+        );
+        return None;
+    }
+    if let (Some(f), None) = (&from, &coarse) {
+        cx.error_spanned_by(
+            f,
+            "`from` names the timestamp that `coarse` derives from; add `coarse = \"month\"` (the derived field's name)",
+        );
+    }
+    if let (Some((span, _)), None) = (&granularity, &from) {
+        cx.error_spanned_by(
+            quote_spanned!(*span=> granularity),
+            "`granularity` says how `coarse` rounds the `from` timestamp; add `from = \"ts\"`",
+        );
+    }
+
+    // What the user wrote, resolved or not: a misspelt search field is not a
+    // missing one, and a misspelt granularity not an absent one.
+    let search_written = search.is_some();
+    // `from` or `granularity` without `coarse`, or `granularity` without
+    // `from`, is reported above: the user meant a derived coarse field, so
+    // the key is not judged as written.
+    let meant_derived = from.is_some() || granularity_written;
+    let search = search.and_then(|l| {
+        let f = resolve(cx, model, &l, SEARCH)?;
+        Some((l, f))
+    });
+    let from_field = from.as_ref().and_then(|l| resolve(cx, model, l, FROM));
+    let mut coarse_slot = None;
+    let mut derived = None;
+    let mut coarse_name = None;
+    let mut coarse_field: Option<&Field> = None;
+    if let Some(c) = &coarse {
+        let name = c.value();
+        let field = model
+            .fields
+            .iter()
+            .find(|f| f.bson_name == name)
+            .or_else(|| model.fields.iter().find(|f| f.rust_name == name));
+        match (&from, field) {
+            // Derived: the field may exist (it reads the date back) or not.
+            (Some(_), f) => {
+                let stored = f.map_or(name.clone(), |f| f.bson_name.clone());
+                if let Some(f) = f {
+                    coarse_slot = Some(f.ty.clone());
+                }
+                let g = granularity.map(|(_, g)| g).or_else(|| {
+                    GRANULARITIES
+                        .iter()
+                        .find(|(g, _)| *g == stored)
+                        .map(|(_, v)| *v)
+                });
+                match (g, from_field) {
+                    (Some(g), Some(ff)) => {
+                        if ff.bson_name == stored {
+                            cx.error_spanned_by(c, "`coarse` and `from` name the same field; the coarse field is derived into a field of its own, such as `month`");
+                            return None;
+                        }
+                        derived = Some((ff.bson_name.clone(), ff.ty.clone(), g));
+                    }
+                    (None, _) if granularity_written => {}
+                    (None, _) => cx.error_spanned_by(
+                        c,
+                        format!("`#[shard_key]` cannot tell how far `{stored}` rounds `{}` down: `{stored}` is not a granularity; add `granularity = \"month\"` (or `hour`, `day`, `week`, `quarter`, `year`), or name the field after one, as in `coarse = \"month\"`", from.as_ref().map_or(String::new(), LitStr::value)),
+                    ),
+                    (Some(_), None) => {}
+                }
+                if stored == "_id" {
+                    cx.error_spanned_by(c, "`coarse` cannot be `_id`: the repository derives the coarse field, and `_id` is the document's identity");
+                    return None;
+                }
+                coarse_name = Some(stored);
+            }
+            (None, Some(f)) => {
+                if f.not_stored.is_some() {
+                    resolve(cx, model, c, COARSE)?;
+                }
+                if !meant_derived && !allows(COARSE_NOT_DERIVED) {
+                    cx.error_spanned_by(
+                        c,
+                        format!("`coarse = \"{name}\"` is a field the repository does not derive, so nothing keeps it coarse and ascending (lint `coarse_not_derived`); derive it from a timestamp, as in `coarse = \"month\", from = \"ts\"`, or add `allow(coarse_not_derived)` if `{}` already holds a coarse time", f.bson_name),
+                    );
+                }
+                coarse_name = Some(f.bson_name.clone());
+                coarse_field = Some(f);
+            }
+            // Not a field, and not derived: misspelt, unless the user meant
+            // to derive it and forgot `from` (reported above).
+            (None, None) => {
+                if !meant_derived {
+                    resolve(cx, model, c, COARSE);
+                }
+                return None;
+            }
+        }
+    }
+    if !search_written && !allows(MISSING_SEARCH) {
+        if let Some(c) = &coarse {
+            cx.error_spanned_by(
+                c,
+                "the shard key has no search field (lint `missing_search`): with a coarse field alone, all of a period's documents share one key value, so its chunk cannot split (jumbo) and takes every insert; add the field queries filter by, as in `search = \"type\"`, or `allow(missing_search)`",
+            );
+        }
+    }
+    if let (Some((l, s)), Some(c)) = (&search, &coarse_name) {
+        if s.bson_name == *c {
+            cx.error_spanned_by(l, "`search` and `coarse` name the same field; the key is `{coarse: 1, search: 1}`, two fields");
+            return None;
+        }
+    }
+    // A lone key: one field, nothing after it (nor meant to be).
+    let lone: Option<(&LitStr, &Field)> = match (&coarse_field, &search, &coarse) {
+        (Some(f), None, Some(l)) if !search_written && !meant_derived => Some((l, f)),
+        (None, Some((l, f)), None) if !meant_derived => Some((l, f)),
+        _ => None,
+    };
+    let mut small_check = None;
+    if let Some((lit, f)) = lone {
+        if !allows(MONOTONIC) && looks_monotonic(f) {
+            let name = &f.bson_name;
+            // Only a timestamp can be `from`: an ObjectId's time is not one.
+            let derive = if is_timestamp(f.ty) {
+                format!("a coarse field derived from it and a search field, as in `coarse = \"month\", from = \"{name}\", search = \"type\"`")
+            } else {
+                "a coarse field derived from the document's timestamp and a search field, as in `coarse = \"month\", from = \"ts\", search = \"type\"`".to_owned()
+            };
+            cx.error_spanned_by(
+                lit,
+                format!("`{name}` alone is a monotonic shard key (lint `monotonic`): its values only grow, so every insert goes to the last chunk, on one shard; use {derive}, or hash it (`hashed = \"{name}\"`), or `allow(monotonic)`"),
+            );
+        }
+        if !allows(LOW_CARDINALITY) {
+            if is_bool(f.ty) {
+                low_cardinality(cx, lit, &f.bson_name);
+            } else {
+                small_check = Some((f.bson_name.clone(), f.ty.clone()));
+            }
+        }
+    }
+    let search = search.map(|(_, f)| (f.bson_name.clone(), f.ty.clone()));
+    Some(ShardKey {
+        coarse: coarse_name,
+        derived,
+        coarse_slot,
+        search,
+        hashed: None,
+        small_check,
+    })
+}
+
+fn resolve<'m, 'a>(
+    cx: &Ctxt,
+    model: &'m Input<'a>,
+    lit: &LitStr,
+    option: &str,
+) -> Option<&'m Field<'a>> {
+    model.resolve(cx, lit, SHARD, option)
+}
+
+fn low_cardinality(cx: &Ctxt, at: &LitStr, field: &str) {
+    cx.error_spanned_by(at, low_cardinality_message(field));
+}
+
+fn low_cardinality_message(field: &str) -> String {
+    format!("`{field}` alone is a low-cardinality shard key (lint `low_cardinality`): it has a handful of values, so there can be no more chunks than values, each value's chunk can never split (jumbo), and its shard stays hot; put it after a coarse time field, as in `coarse = \"month\", from = \"ts\", search = \"{field}\"`, or `allow(low_cardinality)`")
+}
+
+fn is_bool(ty: &Type) -> bool {
+    last_ident(ty).is_some_and(|i| i == "bool")
+}
+
+/// What `from` accepts (the runtime's `Timestamp` impls).
+fn is_timestamp(ty: &Type) -> bool {
+    last_ident(ty).is_some_and(|i| ["DateTime", "i32", "i64", "u32", "u64"].contains(&i.as_str()))
+}
+
+fn last_ident(ty: &Type) -> Option<String> {
+    match ty {
+        Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
+        _ => None,
+    }
+}
+
+/// A timestamp or ObjectId by type, or an integer whose name says time or
+/// sequence.
+fn looks_monotonic(f: &Field) -> bool {
+    let Some(ty) = last_ident(f.ty) else {
+        return false;
+    };
+    if MONOTONIC_TYPES.contains(&ty.as_str()) {
+        return true;
+    }
+    let integer = ["i32", "i64", "u32", "u64", "isize", "usize"].contains(&ty.as_str());
+    let name = f.rust_name.to_lowercase();
+    integer
+        && (MONOTONIC_NAMES.contains(&name.as_str())
+            || name.ends_with("_at")
+            || name.ends_with("_time")
+            || name.ends_with("_ts")
+            || name.starts_with("created"))
+}
+
+/// After an error, an impl that claims nothing, so that uses elsewhere add
+/// no errors of their own.
+pub fn stub(input: &DeriveInput, model: &Input) -> Option<TokenStream> {
+    let attr = input.attrs.iter().find(|a| a.path().is_ident(SHARD))?;
+    let mut search = None;
+    let _ = attr.parse_nested_meta(|meta| {
+        if meta.path.is_ident(SEARCH) {
+            search = meta.value()?.parse::<LitStr>().ok().map(|l| l.value());
+        } else {
+            attr::skip_value(&meta)?;
+        }
+        Ok(())
+    });
+    let search_ty = search
+        .and_then(|s| {
+            model
+                .fields
+                .iter()
+                .find(|f| f.bson_name == s || f.rust_name == s)
+        })
+        .map_or(quote!(()), |f| {
+            let ty = f.ty;
+            quote!(#ty)
+        });
+    let ident = &input.ident;
+    let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
+    Some(quote! {
+        #[automatically_derived]
+        impl #impl_g ::mongo_patterns::__private::ShardKeyed for #ident #ty_g #where_g {
+            type Search = #search_ty;
+            const SHARD: ::mongo_patterns::__private::ShardSpec = ::mongo_patterns::__private::ShardSpec {
+                coarse: ::mongo_patterns::__private::core::option::Option::None,
+                derived: ::mongo_patterns::__private::core::option::Option::None,
+                search: ::mongo_patterns::__private::core::option::Option::None,
+                hashed: ::mongo_patterns::__private::core::option::Option::None,
+            };
+        }
+    })
+}
+
+impl ShardKey {
+    pub fn expand(&self, input: &DeriveInput) -> TokenStream {
+        let ident = &input.ident;
+        let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
+        let some =
+            |v: TokenStream| quote!(::mongo_patterns::__private::core::option::Option::Some(#v));
+        let none = quote!(::mongo_patterns::__private::core::option::Option::None);
+        let opt_str = |s: &Option<String>| s.as_ref().map_or(none.clone(), |s| some(quote!(#s)));
+        let coarse = opt_str(&self.coarse);
+        let hashed = opt_str(&self.hashed);
+        let search = opt_str(&self.search.as_ref().map(|(n, _)| n.clone()));
+        let search_ty = self
+            .search
+            .as_ref()
+            .map_or(quote!(()), |(_, ty)| quote!(#ty));
+        let derived = match &self.derived {
+            Some((from, ty, g)) => {
+                let g = syn::Ident::new(g, proc_macro2::Span::call_site());
+                some(quote! {
+                    ::mongo_patterns::__private::Derived {
+                        from: #from,
+                        repr: <#ty as ::mongo_patterns::__private::Timestamp>::REPR,
+                        granularity: ::mongo_patterns::__private::Granularity::#g,
+                    }
+                })
+            }
+            None => none.clone(),
+        };
+        // `from`'s type is checked by `<#ty as Timestamp>::REPR` above, at
+        // the field's type; a second check would repeat the error.
+        let slot_check = self.coarse_slot.as_ref().map(|ty| {
+            quote_spanned! {ty.span()=> ::mongo_patterns::__private::assert_coarse_slot::<#ty>(); }
+        });
+        // One byte holds at most 256 values: a bool, a `u8`, a fieldless
+        // enum. Generic structs skip it (a const cannot name their params).
+        let small = self
+            .small_check
+            .as_ref()
+            .filter(|_| input.generics.params.is_empty())
+            .map(|(name, ty)| {
+                let msg = low_cardinality_message(name);
+                quote_spanned! {ty.span()=>
+                    const _: () = if ::mongo_patterns::__private::core::mem::size_of::<#ty>() <= 1 {
+                        ::mongo_patterns::__private::core::panic!(#msg)
+                    };
+                }
+            });
+        quote! {
+            #[automatically_derived]
+            impl #impl_g ::mongo_patterns::__private::ShardKeyed for #ident #ty_g #where_g {
+                type Search = #search_ty;
+                const SHARD: ::mongo_patterns::__private::ShardSpec = ::mongo_patterns::__private::ShardSpec {
+                    coarse: #coarse,
+                    derived: #derived,
+                    search: #search,
+                    hashed: #hashed,
+                };
+            }
+            const _: () = {
+                #[allow(dead_code)]
+                fn __shard_fields #impl_g () #where_g { #slot_check }
+            };
+            #small
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use syn::parse_quote;
+
+    fn parsed(input: DeriveInput) -> Result<Option<ShardKey>, Vec<String>> {
+        let cx = Ctxt::new();
+        let r = Input::from_syn(&cx, &input).and_then(|m| parse(&cx, &input, &m));
+        match cx.check() {
+            Ok(()) => Ok(r),
+            Err(e) => Err(e.into_iter().map(|e| e.to_string()).collect()),
+        }
+    }
+
+    #[test]
+    fn the_seeds_key() {
+        let k = parsed(parse_quote! {
+            #[shard_key(coarse = "month", from = "ts", search = "type")]
+            struct Log { id: String, #[serde(rename = "type")] kind: String, ts: i64, msg: String }
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(k.coarse.as_deref(), Some("month"));
+        assert_eq!(
+            k.derived.as_ref().map(|d| (d.0.as_str(), d.2)),
+            Some(("ts", "Month"))
+        );
+        assert_eq!(k.search.as_ref().map(|s| s.0.as_str()), Some("type"));
+        assert!(k.coarse_slot.is_none() && k.small_check.is_none());
+    }
+
+    #[test]
+    fn lints_and_opt_outs() {
+        let e = parsed(parse_quote! {
+            #[shard_key(coarse = "ts")]
+            struct Log { ts: DateTime }
+        })
+        .err()
+        .unwrap();
+        let lints: Vec<bool> = [COARSE_NOT_DERIVED, MISSING_SEARCH, MONOTONIC]
+            .iter()
+            .map(|l| e.iter().any(|m| m.contains(&format!("lint `{l}`"))))
+            .collect();
+        assert_eq!(lints, [true, true, true], "{e:#?}");
+        assert!(parsed(parse_quote! {
+            #[shard_key(coarse = "ts", allow(coarse_not_derived, missing_search, monotonic))]
+            struct Log { ts: DateTime }
+        })
+        .is_ok());
+
+        let e = parsed(parse_quote! {
+            #[shard_key(search = "active")]
+            struct U { active: bool }
+        })
+        .err()
+        .unwrap();
+        assert!(e[0].contains("lint `low_cardinality`"), "{e:?}");
+        // An enum's size is only known to the compiler: a const check.
+        let k = parsed(parse_quote! {
+            #[shard_key(search = "kind")]
+            struct Log { kind: LogType }
+        })
+        .unwrap()
+        .unwrap();
+        assert!(k.small_check.is_some());
+    }
+
+    #[test]
+    fn mistakes() {
+        let e = parsed(parse_quote! {
+            #[shard_key(hashed = "id", search = "type", granularity = "mnth", alow(x))]
+            struct Log { id: String, #[serde(rename = "type")] kind: String }
+        })
+        .err()
+        .unwrap();
+        assert_eq!(e.len(), 3, "{e:#?}");
+        assert!(e[0].contains("did you mean `month`"));
+        assert!(e[1].contains("did you mean `allow`"));
+        assert!(e[2].contains("cannot be used with `hashed`"));
+    }
+}

@@ -1,0 +1,760 @@
+//! The shard key pattern (seed 002): `{coarse ascending field: 1, search
+//! field: 1}`, such as `{month: 1, type: 1}` for application logs, with
+//! `month` derived from `ts`.
+//!
+//! Why this shape, and what the repository does about each trap:
+//! - A fine ascending key (`ts`, an ObjectId) sends every insert to the last
+//!   chunk; a coarse one (the month of `ts`) still ascends, so chunks fill
+//!   and migrate in order (sequential I/O), but a whole month splits across
+//!   chunks by the search field. The repository derives the coarse field on
+//!   every write, from the timestamp, so no caller computes it by hand.
+//! - A low-cardinality key alone (`type`) cannot split past its few values:
+//!   jumbo chunks and hot shards. The derive refuses it at compile time
+//!   unless told otherwise.
+//! - A random key (a UUID) balances inserts but rebalancing reads documents
+//!   in random order. A hashed key is available as an explicit choice.
+//! - On a sharded collection every upsert and replace must carry the full
+//!   shard key in its filter (MongoDB 4.2+): [`Sharded::upsert`] and
+//!   [`Sharded::replace`] build that filter, and [`Sharded::update`] takes
+//!   the key's values. Key fields cannot be changed through `update`.
+//! - A query without the key's prefix goes to every shard. [`Sharded::find`]
+//!   takes the search value and a time range, so it is targeted; anything
+//!   else goes through the separately named [`Sharded::scatter`].
+//!
+//! [`Sharded::analyze`] reports what MongoDB 7.0's `analyzeShardKey` reports
+//! under `keyCharacteristics`, on any deployment, by `$sample`; and
+//! [`simulate`] replays a workload on a model of a cluster to compare keys.
+
+pub mod analyze;
+pub mod simulate;
+
+use std::borrow::Borrow;
+use std::marker::PhantomData;
+
+use bson::{doc, Bson, DateTime, Document};
+use futures::TryStreamExt;
+use mongodb::options::IndexOptions;
+use mongodb::{Client, Collection, Database, IndexModel};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+pub use self::analyze::KeyAnalysis;
+use crate::error::{server_codes, Error, Result};
+use crate::model::Model;
+
+/// How far a derived coarse field rounds its timestamp down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Granularity {
+    /// The start of the hour (UTC).
+    Hour,
+    /// Midnight UTC.
+    Day,
+    /// Monday midnight UTC (ISO weeks).
+    Week,
+    /// The first of the month.
+    Month,
+    /// The first of January, April, July or October.
+    Quarter,
+    /// The first of January.
+    Year,
+}
+
+/// How the timestamp a coarse field derives from is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeRepr {
+    /// A BSON date.
+    DateTime,
+    /// Seconds since the Unix epoch (the seed's `ts`).
+    EpochSeconds,
+}
+
+/// A coarse field the repository derives from a timestamp field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Derived {
+    /// The BSON name of the timestamp field.
+    pub from: &'static str,
+    /// How it is stored.
+    pub repr: TimeRepr,
+    /// How far the coarse field rounds it down.
+    pub granularity: Granularity,
+}
+
+/// What `#[shard_key(...)]` declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardSpec {
+    /// The coarse ascending field's BSON name (`{coarse: 1, ...}`).
+    pub coarse: Option<&'static str>,
+    /// Where the coarse field comes from; `None` when the model stores it.
+    pub derived: Option<Derived>,
+    /// The search field's BSON name (`{..., search: 1}`).
+    pub search: Option<&'static str>,
+    /// A hashed key on this field instead (`{field: "hashed"}`).
+    pub hashed: Option<&'static str>,
+}
+
+/// A model in a sharded collection. `#[shard_key]` implements it.
+pub trait ShardKeyed: Model + Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
+    /// The search field's type (`()` without one).
+    type Search: Serialize + Send + Sync;
+    /// The declaration.
+    const SHARD: ShardSpec;
+
+    /// The repository over `db`.
+    fn sharded(db: &Database) -> Sharded<Self> {
+        Sharded::new(db)
+    }
+}
+
+/// Types a coarse field can derive from: a BSON date, or epoch seconds.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a timestamp a coarse shard key field can derive from",
+    label = "not a DateTime or epoch seconds",
+    note = "`from` must name a `bson::DateTime` field, or an integer field holding seconds since the Unix epoch"
+)]
+pub trait Timestamp {
+    /// How the type stores time.
+    const REPR: TimeRepr;
+}
+
+impl Timestamp for DateTime {
+    const REPR: TimeRepr = TimeRepr::DateTime;
+}
+
+macro_rules! epoch_seconds {
+    ($($t:ty),*) => {$(
+        impl Timestamp for $t {
+            const REPR: TimeRepr = TimeRepr::EpochSeconds;
+        }
+    )*};
+}
+epoch_seconds!(i32, i64, u32, u64);
+
+/// Types a struct field can have when the repository derives its value (a
+/// date): the field reads the derived value back.
+#[diagnostic::on_unimplemented(
+    message = "the derived coarse field is a date, and `{Self}` cannot hold one",
+    label = "the repository stores a DateTime here",
+    note = "make the field a `DateTime` (or `Option<DateTime>`), or remove it: the repository adds the field to every stored document"
+)]
+pub trait CoarseSlot {}
+
+impl CoarseSlot for DateTime {}
+impl CoarseSlot for Option<DateTime> {}
+
+/// A time range for a targeted query: from `start` (inclusive) to `end`
+/// (exclusive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeRange {
+    /// Inclusive.
+    pub start: DateTime,
+    /// Exclusive.
+    pub end: DateTime,
+}
+
+impl TimeRange {
+    /// `[start, end)`.
+    pub fn between(start: DateTime, end: DateTime) -> Self {
+        TimeRange { start, end }
+    }
+
+    /// The last `days` days up to now.
+    pub fn last_days(days: u32) -> Self {
+        let end = DateTime::now();
+        let start = DateTime::from_millis(end.timestamp_millis() - i64::from(days) * 86_400_000);
+        TimeRange { start, end }
+    }
+}
+
+/// The typed repository a `#[shard_key]` model gets: see the module docs.
+#[derive(Debug)]
+pub struct Sharded<T: ShardKeyed> {
+    db: Database,
+    coll: Collection<Document>,
+    typed: Collection<T>,
+    spec: ShardSpec,
+    _model: PhantomData<fn() -> T>,
+}
+
+impl<T: ShardKeyed> Clone for Sharded<T> {
+    fn clone(&self) -> Self {
+        Sharded {
+            db: self.db.clone(),
+            coll: self.coll.clone(),
+            typed: self.typed.clone(),
+            spec: self.spec,
+            _model: PhantomData,
+        }
+    }
+}
+
+/// MongoDB's CommandNotFound: the deployment has no such command.
+const COMMAND_NOT_FOUND: i32 = 59;
+
+impl<T: ShardKeyed> Sharded<T> {
+    /// The repository for `T` in `db`.
+    pub fn new(db: &Database) -> Self {
+        Sharded {
+            db: db.clone(),
+            coll: db.collection(T::COLLECTION),
+            typed: db.collection(T::COLLECTION),
+            spec: T::SHARD,
+            _model: PhantomData,
+        }
+    }
+
+    /// The shard key document, as `shardCollection` takes it:
+    /// `{month: 1, type: 1}` or `{id: "hashed"}`.
+    pub fn shard_spec(&self) -> Document {
+        shard_spec(&self.spec)
+    }
+
+    /// The commands that shard the collection, in order: the supporting
+    /// index, `enableSharding` (only MongoDB before 6.0 needs it; harmless
+    /// after) and `shardCollection`.
+    pub fn shard_commands(&self) -> Vec<Document> {
+        let db = self.db.name();
+        let ns = format!("{db}.{}", T::COLLECTION);
+        vec![
+            doc! {
+                "createIndexes": T::COLLECTION,
+                "indexes": [{"key": self.shard_spec(), "name": index_name(&self.spec)}],
+            },
+            doc! {"enableSharding": db},
+            doc! {"shardCollection": ns, "key": self.shard_spec()},
+        ]
+    }
+
+    /// The same commands as a mongosh script, for a DBA to review and run.
+    pub fn mongosh_script(&self) -> String {
+        let db = self.db.name();
+        let key = shell_doc(&self.shard_spec());
+        format!(
+            "// Shard `{db}.{coll}` on {key} (generated by mongo-patterns).\n\
+             // 1. The index the shard key needs.\n\
+             db.getSiblingDB({db:?}).getCollection({coll:?}).createIndex({key}, {{ name: {name:?} }});\n\
+             // 2. Needed before MongoDB 6.0 only; harmless after.\n\
+             sh.enableSharding({db:?});\n\
+             // 3. Shard it.\n\
+             sh.shardCollection({ns:?}, {key});\n",
+            coll = T::COLLECTION,
+            name = index_name(&self.spec),
+            ns = format!("{db}.{}", T::COLLECTION),
+        )
+    }
+
+    /// Creates the key's index and shards the collection (`enableSharding`
+    /// first, which MongoDB before 6.0 needs). Fails with
+    /// [`Error::NotSharded`] on a deployment without sharding (a replica set
+    /// or a standalone answers CommandNotFound), after creating the index,
+    /// which serves targeted queries there too.
+    pub async fn ensure_sharded(&self, client: &Client) -> Result<()> {
+        let index = IndexModel::builder()
+            .keys(self.shard_spec())
+            .options(IndexOptions::builder().name(index_name(&self.spec)).build())
+            .build();
+        self.coll.create_index(index).await?;
+        let admin = client.database("admin");
+        let [_, enable, shard] =
+            <[Document; 3]>::try_from(self.shard_commands()).expect("three commands");
+        for (name, command) in [("enableSharding", enable), ("shardCollection", shard)] {
+            match admin.run_command(command).await {
+                Ok(_) => {}
+                Err(e) if server_codes(&e).contains(&COMMAND_NOT_FOUND) => {
+                    return Err(Error::NotSharded { command: name })
+                }
+                // Sharding already enabled for the database.
+                Err(e) if name == "enableSharding" && server_codes(&e).contains(&23) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// The document as stored: serialized, with the derived coarse field
+    /// filled in from its timestamp.
+    pub fn to_document(&self, item: &T) -> Result<Document> {
+        let mut d = bson::to_document(item)?;
+        fill(&self.spec, &mut d, T::COLLECTION)?;
+        Ok(d)
+    }
+
+    /// The full shard key of a stored document, plus its `_id`: the filter
+    /// MongoDB requires for an upsert or a replace on a sharded collection.
+    pub fn key_filter(&self, stored: &Document) -> Result<Document> {
+        let mut f = doc! {};
+        match stored.get("_id") {
+            Some(id) => f.insert("_id", id.clone()),
+            None => {
+                return Err(Error::invalid(
+                    "item",
+                    "it serializes without an `_id`; an upsert or a replace needs one to find the document",
+                ))
+            }
+        };
+        for field in key_fields(&self.spec) {
+            f.insert(field, stored.get(field).cloned().unwrap_or(Bson::Null));
+        }
+        Ok(f)
+    }
+
+    /// Inserts `item`, its coarse field derived.
+    pub async fn insert(&self, item: &T) -> Result<()> {
+        self.coll.insert_one(self.to_document(item)?).await?;
+        Ok(())
+    }
+
+    /// Inserts `items` in one `insertMany`, their coarse fields derived.
+    pub async fn insert_many(&self, items: &[T]) -> Result<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let docs = items
+            .iter()
+            .map(|i| self.to_document(i))
+            .collect::<Result<Vec<_>>>()?;
+        self.coll.insert_many(docs).await?;
+        Ok(())
+    }
+
+    /// Replaces the document with `item`'s `_id`, by a filter on the full
+    /// shard key and the `_id`. Returns whether one matched.
+    pub async fn replace(&self, item: &T) -> Result<bool> {
+        let d = self.to_document(item)?;
+        let r = self.coll.replace_one(self.key_filter(&d)?, &d).await?;
+        Ok(r.matched_count > 0)
+    }
+
+    /// Inserts or replaces `item`, by a filter on the full shard key and the
+    /// `_id`. Returns whether it was inserted.
+    pub async fn upsert(&self, item: &T) -> Result<bool> {
+        let d = self.to_document(item)?;
+        let r = self
+            .coll
+            .replace_one(self.key_filter(&d)?, &d)
+            .upsert(true)
+            .await?;
+        Ok(r.upserted_id.is_some())
+    }
+
+    /// Updates the documents `filter` matches within one shard key value:
+    /// `at` (the time the coarse field is derived from, or the coarse
+    /// value itself when the model stores it) and `search`. Refuses an
+    /// update that changes a key field or the timestamp the key derives
+    /// from. Returns how many matched.
+    pub async fn update<Q>(
+        &self,
+        at: DateTime,
+        search: &Q,
+        filter: Document,
+        update: Document,
+    ) -> Result<u64>
+    where
+        T::Search: Borrow<Q>,
+        Q: Serialize + ?Sized,
+    {
+        check_update(&self.spec, &update)?;
+        let mut f = self.point_filter(at, search)?;
+        for (k, v) in filter {
+            f.insert(k, v);
+        }
+        Ok(self.coll.update_many(f, update).await?.matched_count)
+    }
+
+    /// The filter of a targeted query: the search value and the coarse
+    /// values `range` spans, then the exact time range on the timestamp.
+    pub fn targeted_filter<Q>(&self, search: &Q, range: TimeRange) -> Result<Document>
+    where
+        T::Search: Borrow<Q>,
+        Q: Serialize + ?Sized,
+    {
+        if range.end <= range.start {
+            return Err(Error::invalid("range", "its end is not after its start"));
+        }
+        let mut f = doc! {};
+        let Some(coarse) = self.spec.coarse else {
+            return Err(Error::invalid(
+                "range",
+                "this model's shard key has no coarse field; use `find_by_hashed` or `scatter`",
+            ));
+        };
+        let last = DateTime::from_millis(range.end.timestamp_millis() - 1);
+        match self.spec.derived {
+            Some(d) => {
+                f.insert(
+                    coarse,
+                    doc! {"$gte": truncate(range.start, d.granularity), "$lte": truncate(last, d.granularity)},
+                );
+            }
+            None => {
+                f.insert(coarse, doc! {"$gte": range.start, "$lt": range.end});
+            }
+        }
+        if let Some(s) = self.spec.search {
+            f.insert(s, bson::to_bson(search)?);
+        }
+        if let Some(d) = self.spec.derived {
+            let (lo, hi) = match d.repr {
+                TimeRepr::DateTime => (Bson::DateTime(range.start), Bson::DateTime(range.end)),
+                TimeRepr::EpochSeconds => (
+                    Bson::Int64(range.start.timestamp_millis().div_euclid(1000)),
+                    Bson::Int64((range.end.timestamp_millis() + 999).div_euclid(1000)),
+                ),
+            };
+            f.insert(d.from, doc! {"$gte": lo, "$lt": hi});
+        }
+        Ok(f)
+    }
+
+    /// A targeted query: documents with `search` in `range`, and `extra`
+    /// conditions, routed by the shard key's prefix to the shards that hold
+    /// that range.
+    pub async fn find<Q>(&self, search: &Q, range: TimeRange, extra: Document) -> Result<Vec<T>>
+    where
+        T::Search: Borrow<Q>,
+        Q: Serialize + ?Sized,
+    {
+        let mut f = self.targeted_filter(search, range)?;
+        for (k, v) in extra {
+            f.insert(k, v);
+        }
+        Ok(self.typed.find(f).await?.try_collect().await?)
+    }
+
+    /// A query by the hashed key's value: targeted to one shard.
+    pub async fn find_by_hashed<Q: Serialize + ?Sized>(&self, value: &Q) -> Result<Vec<T>> {
+        let Some(h) = self.spec.hashed else {
+            return Err(Error::invalid(
+                "value",
+                "this model's shard key is not hashed",
+            ));
+        };
+        Ok(self
+            .typed
+            .find(doc! {h: bson::to_bson(value)?})
+            .await?
+            .try_collect()
+            .await?)
+    }
+
+    /// Any query, sent to every shard that holds the collection. Named
+    /// apart so that a scatter-gather is never an accident.
+    pub async fn scatter(&self, filter: Document) -> Result<Vec<T>> {
+        tracing::debug!(collection = T::COLLECTION, "scatter-gather query");
+        Ok(self.typed.find(filter).await?.try_collect().await?)
+    }
+
+    /// Analyses a candidate shard key (BSON field names, in key order) on a
+    /// `$sample` of up to `sample` documents: see [`analyze`].
+    pub async fn analyze(&self, key: &[&str], sample: u32) -> Result<KeyAnalysis> {
+        analyze::analyze(&self.coll, key, sample).await
+    }
+
+    fn point_filter<Q>(&self, at: DateTime, search: &Q) -> Result<Document>
+    where
+        Q: Serialize + ?Sized,
+    {
+        let mut f = doc! {};
+        if let Some(c) = self.spec.coarse {
+            let v = match self.spec.derived {
+                Some(d) => truncate(at, d.granularity),
+                None => at,
+            };
+            f.insert(c, v);
+        }
+        if let Some(s) = self.spec.search {
+            f.insert(s, bson::to_bson(search)?);
+        }
+        Ok(f)
+    }
+}
+
+/// `{coarse: 1, search: 1}`, or `{field: "hashed"}`.
+pub fn shard_spec(spec: &ShardSpec) -> Document {
+    let mut d = doc! {};
+    if let Some(h) = spec.hashed {
+        d.insert(h, "hashed");
+        return d;
+    }
+    for f in spec.coarse.iter().chain(spec.search.iter()) {
+        d.insert(*f, 1);
+    }
+    d
+}
+
+fn key_fields(spec: &ShardSpec) -> Vec<&'static str> {
+    spec.hashed
+        .iter()
+        .chain(spec.coarse.iter())
+        .chain(spec.search.iter())
+        .copied()
+        .collect()
+}
+
+fn index_name(spec: &ShardSpec) -> String {
+    format!("mp_shard_{}", key_fields(spec).join("_"))
+}
+
+/// Fills the derived coarse field of a stored document.
+fn fill(spec: &ShardSpec, d: &mut Document, collection: &str) -> Result<()> {
+    let (Some(coarse), Some(derived)) = (spec.coarse, spec.derived) else {
+        return Ok(());
+    };
+    let at = match (d.get(derived.from), derived.repr) {
+        (Some(Bson::DateTime(t)), _) => *t,
+        (Some(Bson::Int64(s)), TimeRepr::EpochSeconds) => seconds(*s)?,
+        (Some(Bson::Int32(s)), TimeRepr::EpochSeconds) => seconds(i64::from(*s))?,
+        (other, _) => {
+            return Err(Error::UnsupportedValue {
+                collection: collection.to_owned(),
+                id: d.get("_id").map_or("<no _id>".to_owned(), Bson::to_string),
+                field: derived.from.to_owned(),
+                found: other.map_or("nothing".to_owned(), |b| format!("{:?}", b.element_type())),
+                why: "a timestamp to derive the shard key from",
+            })
+        }
+    };
+    d.insert(coarse, truncate(at, derived.granularity));
+    Ok(())
+}
+
+fn seconds(s: i64) -> Result<DateTime> {
+    s.checked_mul(1000)
+        .map(DateTime::from_millis)
+        .ok_or_else(|| Error::invalid("timestamp", format!("{s} seconds is out of range")))
+}
+
+/// Update operators whose argument names fields to change.
+const FIELD_OPERATORS: &[&str] = &[
+    "$set",
+    "$unset",
+    "$inc",
+    "$mul",
+    "$rename",
+    "$min",
+    "$max",
+    "$currentDate",
+    "$setOnInsert",
+    "$push",
+    "$pull",
+    "$addToSet",
+    "$pop",
+    "$pullAll",
+    "$bit",
+];
+
+/// Refuses an update that would change a shard key field or the timestamp
+/// a key field derives from.
+fn check_update(spec: &ShardSpec, update: &Document) -> Result<()> {
+    let mut protected = key_fields(spec);
+    protected.extend(spec.derived.map(|d| d.from));
+    protected.push("_id");
+    let touches = |path: &str| {
+        protected
+            .iter()
+            .any(|p| path == *p || path.starts_with(&format!("{p}.")))
+    };
+    if update.keys().any(|k| !k.starts_with('$')) {
+        return Err(Error::invalid(
+            "update",
+            "a replacement document; use `replace`, which keeps the shard key",
+        ));
+    }
+    for (op, args) in update {
+        if !FIELD_OPERATORS.contains(&op.as_str()) {
+            return Err(Error::invalid(
+                "update",
+                format!("unsupported operator `{op}`"),
+            ));
+        }
+        let Some(args) = args.as_document() else {
+            continue;
+        };
+        for (path, value) in args {
+            let renamed_to = (op == "$rename").then(|| value.as_str()).flatten();
+            if touches(path) || renamed_to.is_some_and(touches) {
+                return Err(Error::invalid(
+                    "update",
+                    format!("`{op}` changes `{path}`, part of the shard key (or what it derives from); a key changes by delete and insert, or `replace`"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `t` rounded down to the start of its hour, day, ISO week, month,
+/// quarter or year, in UTC.
+pub fn truncate(t: DateTime, g: Granularity) -> DateTime {
+    const HOUR: i64 = 3_600_000;
+    const DAY: i64 = 24 * HOUR;
+    let ms = t.timestamp_millis();
+    let days = ms.div_euclid(DAY);
+    let at_day = |d: i64| DateTime::from_millis(d * DAY);
+    match g {
+        Granularity::Hour => DateTime::from_millis(ms.div_euclid(HOUR) * HOUR),
+        Granularity::Day => at_day(days),
+        // 1970-01-01 was a Thursday: Monday is 3 days before.
+        Granularity::Week => at_day(days - (days + 3).rem_euclid(7)),
+        Granularity::Month | Granularity::Quarter | Granularity::Year => {
+            let (y, m, _) = civil_from_days(days);
+            let m = match g {
+                Granularity::Month => m,
+                Granularity::Quarter => (m - 1) / 3 * 3 + 1,
+                _ => 1,
+            };
+            at_day(days_from_civil(y, m, 1))
+        }
+    }
+}
+
+/// Howard Hinnant's `civil_from_days`: days since 1970-01-01 → (y, m, d).
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// The inverse: (y, m, d) → days since 1970-01-01.
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// A key document in mongosh's syntax: `{ month: 1, type: 1 }`.
+fn shell_doc(d: &Document) -> String {
+    let fields: Vec<String> = d
+        .iter()
+        .map(|(k, v)| {
+            let key = if k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                k.clone()
+            } else {
+                format!("{k:?}")
+            };
+            let value = match v {
+                Bson::String(s) => format!("{s:?}"),
+                other => other.to_string(),
+            };
+            format!("{key}: {value}")
+        })
+        .collect();
+    format!("{{ {} }}", fields.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOGS: ShardSpec = ShardSpec {
+        coarse: Some("month"),
+        derived: Some(Derived {
+            from: "ts",
+            repr: TimeRepr::EpochSeconds,
+            granularity: Granularity::Month,
+        }),
+        search: Some("type"),
+        hashed: None,
+    };
+
+    fn at(s: &str) -> DateTime {
+        DateTime::parse_rfc3339_str(s).unwrap()
+    }
+
+    #[test]
+    fn truncation() {
+        let t = at("2021-10-25T03:34:59.123Z"); // the seed's ts, 1635132899
+        assert_eq!(t.timestamp_millis() / 1000, 1_635_132_899);
+        let cases = [
+            (Granularity::Hour, "2021-10-25T03:00:00Z"),
+            (Granularity::Day, "2021-10-25T00:00:00Z"),
+            (Granularity::Week, "2021-10-25T00:00:00Z"), // a Monday
+            (Granularity::Month, "2021-10-01T00:00:00Z"),
+            (Granularity::Quarter, "2021-10-01T00:00:00Z"),
+            (Granularity::Year, "2021-01-01T00:00:00Z"),
+        ];
+        for (g, want) in cases {
+            assert_eq!(truncate(t, g), at(want), "{g:?}");
+        }
+        assert_eq!(
+            truncate(at("2024-02-29T23:59:59Z"), Granularity::Week),
+            at("2024-02-26T00:00:00Z")
+        );
+        assert_eq!(
+            truncate(at("2024-05-31T12:00:00Z"), Granularity::Quarter),
+            at("2024-04-01T00:00:00Z")
+        );
+        assert_eq!(
+            truncate(at("1969-12-31T23:00:00Z"), Granularity::Month),
+            at("1969-12-01T00:00:00Z")
+        );
+        for days in -800_000..800_000 {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), days);
+        }
+    }
+
+    #[test]
+    fn key_and_commands() {
+        assert_eq!(shard_spec(&LOGS), doc! {"month": 1, "type": 1});
+        let hashed = ShardSpec {
+            coarse: None,
+            derived: None,
+            search: None,
+            hashed: Some("id"),
+        };
+        assert_eq!(shard_spec(&hashed), doc! {"id": "hashed"});
+        assert_eq!(shell_doc(&shard_spec(&LOGS)), "{ month: 1, type: 1 }");
+        assert_eq!(shell_doc(&shard_spec(&hashed)), "{ id: \"hashed\" }");
+        assert_eq!(index_name(&LOGS), "mp_shard_month_type");
+    }
+
+    #[test]
+    fn derived_field_and_filters() {
+        let mut d = doc! {"_id": "4df16cf0", "type": "app", "ts": 1_635_132_899_i64};
+        fill(&LOGS, &mut d, "logs").unwrap();
+        assert_eq!(
+            d.get_datetime("month").unwrap(),
+            &at("2021-10-01T00:00:00Z")
+        );
+        let mut bad = doc! {"_id": 1, "ts": "yesterday"};
+        assert!(matches!(
+            fill(&LOGS, &mut bad, "logs"),
+            Err(Error::UnsupportedValue { .. })
+        ));
+    }
+
+    #[test]
+    fn updates_cannot_touch_the_key() {
+        let ok = doc! {"$set": {"msg": "x"}, "$inc": {"retries": 1}};
+        assert!(check_update(&LOGS, &ok).is_ok());
+        for bad in [
+            doc! {"$set": {"type": "web"}},
+            doc! {"$set": {"month": 1}},
+            doc! {"$inc": {"ts": 1}},
+            doc! {"$rename": {"msg": "type"}},
+            doc! {"$unset": {"type.sub": ""}},
+            doc! {"$set": {"_id": 2}},
+            doc! {"msg": "replacement"},
+            doc! {"$where": "1"},
+        ] {
+            assert!(
+                matches!(
+                    check_update(&LOGS, &bad),
+                    Err(Error::InvalidArgument { .. })
+                ),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! The shard key repository against a real MongoDB-wire server (which does
+//! not shard: routing is checked on the commands sent, and `ensure_sharded`
+//! must say so).
+
+use futures::TryStreamExt;
+use mongo_patterns::bson::{Bson, DateTime};
+use mongo_patterns::prelude::*;
+use mongo_patterns::shard_key::TimeRange;
+use mongo_patterns::Error;
+use mongo_patterns_testkit::{client, fresh_db};
+
+/// Seed 002's application log, `ts` in epoch seconds; `month` is derived.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "logs")]
+#[shard_key(coarse = "month", from = "ts", search = "type")]
+struct Log {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    uuid: String,
+    #[serde(rename = "type")]
+    kind: String,
+    level: String,
+    ts: i64,
+    msg: String,
+}
+
+/// A `DateTime` timestamp, weekly, the derived field read back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "events")]
+#[shard_key(coarse = "week", from = "at", search = "tenantId")]
+struct Event {
+    #[serde(rename = "_id")]
+    id: i64,
+    tenant_id: String,
+    at: DateTime,
+    #[serde(default)]
+    week: Option<DateTime>,
+}
+
+/// A hashed key, chosen explicitly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "sessions")]
+#[shard_key(hashed = "_id")]
+struct Session {
+    #[serde(rename = "_id")]
+    id: String,
+    user: String,
+}
+
+const SEED_TS: i64 = 1_635_132_899; // 2021-10-25T03:34:59Z
+
+fn at(s: &str) -> DateTime {
+    DateTime::parse_rfc3339_str(s).unwrap()
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// `n` logs over 24 months from 2021-01-01, in ts order, types 80/15/5.
+fn logs(n: usize, seed: u64) -> Vec<Log> {
+    let mut rng = Rng(seed);
+    let start = 1_609_459_200_i64; // 2021-01-01
+    let span = 2 * 365 * 86_400_i64;
+    (0..n)
+        .map(|i| {
+            let r = rng.next() % 100;
+            let kind = if r < 80 {
+                "app"
+            } else if r < 95 {
+                "web"
+            } else {
+                "admin"
+            };
+            Log {
+                id: ObjectId::new(),
+                uuid: format!("{:016x}{:016x}", rng.next(), rng.next()),
+                kind: kind.to_owned(),
+                level: if r.is_multiple_of(2) { "high" } else { "low" }.to_owned(),
+                ts: start + span * i as i64 / n as i64,
+                msg: format!("event {i}"),
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn derived_field_filled_on_every_write() {
+    let (db, commands) = fresh_db("shard_derived").await;
+    let repo = Log::sharded(&db);
+    let log = Log {
+        id: ObjectId::new(),
+        uuid: "4df16cf0-2699-410f-a07e-ca0bc3d3e153".into(),
+        kind: "app".into(),
+        level: "high".into(),
+        ts: SEED_TS,
+        msg: "Database crash".into(),
+    };
+    repo.insert(&log).await.unwrap();
+    let raw = db
+        .collection::<Document>("logs")
+        .find_one(doc! {"_id": log.id})
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        raw.get_datetime("month").unwrap(),
+        &at("2021-10-01T00:00:00Z")
+    );
+
+    // An upsert filters on the full shard key and the `_id`, and fills the
+    // field again (the log moved to November).
+    let mut moved = log.clone();
+    moved.ts = SEED_TS + 10 * 86_400;
+    commands.take();
+    assert!(
+        !repo.replace(&moved).await.unwrap(),
+        "the key changed: no match"
+    );
+    assert!(!repo.upsert(&log).await.unwrap(), "it exists: replaced");
+    let sent = commands.take();
+    for (name, cmd) in &sent {
+        assert_eq!(name, "update");
+        let q = cmd.get_array("updates").unwrap()[0]
+            .as_document()
+            .unwrap()
+            .get_document("q")
+            .unwrap()
+            .clone();
+        let keys: Vec<&str> = q.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["_id", "month", "type"], "{q}");
+    }
+    assert_eq!(
+        Log::collection(&db)
+            .find_one(doc! {})
+            .await
+            .unwrap()
+            .unwrap(),
+        log,
+        "reads back as written"
+    );
+
+    // insert_many, and a DateTime timestamp read back through its slot.
+    let events = Event::sharded(&db);
+    events
+        .insert_many(&[
+            Event {
+                id: 1,
+                tenant_id: "t1".into(),
+                at: at("2024-02-29T23:59:59Z"),
+                week: None,
+            },
+            Event {
+                id: 2,
+                tenant_id: "t1".into(),
+                at: at("2024-03-04T00:00:00Z"),
+                week: None,
+            },
+        ])
+        .await
+        .unwrap();
+    let weeks: Vec<Option<DateTime>> = Event::collection(&db)
+        .find(doc! {})
+        .sort(doc! {"_id": 1})
+        .await
+        .unwrap()
+        .map_ok(|e| e.week)
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(
+        weeks,
+        [
+            Some(at("2024-02-26T00:00:00Z")),
+            Some(at("2024-03-04T00:00:00Z"))
+        ]
+    );
+}
+
+#[tokio::test]
+async fn targeted_queries_carry_the_key_prefix() {
+    let (db, commands) = fresh_db("shard_targeted").await;
+    let repo = Log::sharded(&db);
+    let all = logs(3_000, 7);
+    repo.insert_many(&all).await.unwrap();
+
+    // "Type app, October 2022": the month and the type, then the exact ts.
+    let range = TimeRange::between(at("2022-10-01T00:00:00Z"), at("2022-11-01T00:00:00Z"));
+    commands.take();
+    let got = repo.find("app", range, doc! {}).await.unwrap();
+    let sent: Vec<_> = commands
+        .take()
+        .into_iter()
+        .filter(|(name, _)| name != "getMore")
+        .collect();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].0, "find");
+    let filter = sent[0].1.get_document("filter").unwrap();
+    assert_eq!(
+        filter.get_document("month").unwrap(),
+        &doc! {"$gte": at("2022-10-01T00:00:00Z"), "$lte": at("2022-10-01T00:00:00Z")}
+    );
+    assert_eq!(filter.get_str("type"), Ok("app"));
+    let (lo, hi) = (1_664_582_400, 1_667_260_800);
+    let want: Vec<&Log> = all
+        .iter()
+        .filter(|l| l.kind == "app" && l.ts >= lo && l.ts < hi)
+        .collect();
+    assert!(!want.is_empty());
+    assert_eq!(got.len(), want.len());
+    assert!(got
+        .iter()
+        .all(|l| l.kind == "app" && l.ts >= lo && l.ts < hi));
+
+    // A range across months names each month it spans, as one range.
+    let f = repo
+        .targeted_filter(
+            "web",
+            TimeRange::between(at("2022-10-15T00:00:00Z"), at("2022-12-02T00:00:00Z")),
+        )
+        .unwrap();
+    assert_eq!(
+        f.get_document("month").unwrap(),
+        &doc! {"$gte": at("2022-10-01T00:00:00Z"), "$lte": at("2022-12-01T00:00:00Z")}
+    );
+    assert!(matches!(
+        repo.targeted_filter(
+            "web",
+            TimeRange::between(at("2022-10-15T00:00:00Z"), at("2022-10-15T00:00:00Z"))
+        ),
+        Err(Error::InvalidArgument { .. })
+    ));
+
+    // Anything else is a scatter, by name.
+    let errors = repo.scatter(doc! {"msg": "event 5"}).await.unwrap();
+    assert_eq!(errors.len(), 1);
+
+    // Updates name the key's values and cannot change them.
+    let n = repo
+        .update(
+            at("2022-10-20T00:00:00Z"),
+            "app",
+            doc! {"ts": {"$gte": lo, "$lt": hi}},
+            doc! {"$set": {"level": "reviewed"}},
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, want.len() as u64);
+    let err = repo
+        .update(
+            at("2022-10-20T00:00:00Z"),
+            "app",
+            doc! {},
+            doc! {"$set": {"type": "web"}},
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidArgument { name: "update", .. }),
+        "{err:?}"
+    );
+
+    // A hashed key routes by its value.
+    let sessions = Session::sharded(&db);
+    sessions
+        .insert(&Session {
+            id: "s1".into(),
+            user: "u".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(sessions.find_by_hashed("s1").await.unwrap().len(), 1);
+    assert_eq!(sessions.shard_spec(), doc! {"_id": "hashed"});
+}
+
+#[tokio::test]
+async fn ensure_sharded_says_not_sharded() {
+    let (db, _) = fresh_db("shard_ensure").await;
+    let (client, _) = client(&mongo_patterns_testkit::server_uri()).await;
+    let db = client.database(db.name());
+    let repo = Log::sharded(&db);
+    let err = repo.ensure_sharded(&client).await.unwrap_err();
+    assert!(matches!(err, Error::NotSharded { .. }), "{err:?}");
+    // The index was made first: it serves targeted queries unsharded too.
+    let names = db
+        .collection::<Document>("logs")
+        .list_index_names()
+        .await
+        .unwrap();
+    assert!(
+        names.contains(&"mp_shard_month_type".to_owned()),
+        "{names:?}"
+    );
+
+    let commands = repo.shard_commands();
+    assert_eq!(
+        commands[2],
+        doc! {"shardCollection": format!("{}.logs", db.name()), "key": {"month": 1, "type": 1}}
+    );
+    assert_eq!(commands[1], doc! {"enableSharding": db.name()});
+    let script = repo.mongosh_script();
+    assert!(script.contains(&format!(
+        "sh.shardCollection(\"{}.logs\", {{ month: 1, type: 1 }});",
+        db.name()
+    )));
+    assert!(
+        script.contains("createIndex({ month: 1, type: 1 }, { name: \"mp_shard_month_type\" })")
+    );
+}
+
+#[tokio::test]
+async fn analyser_finds_the_seeds_bad_keys() {
+    let (db, _) = fresh_db("shard_analyze").await;
+    let repo = Log::sharded(&db);
+    for chunk in logs(20_000, 11).chunks(5_000) {
+        repo.insert_many(chunk).await.unwrap();
+    }
+    let ts = repo.analyze(&["ts"], 2_000).await.unwrap();
+    assert_eq!(ts.monotonic(), Some(true), "{ts:#?}");
+    assert!(!ts.low_cardinality());
+    let uuid = repo.analyze(&["uuid"], 2_000).await.unwrap();
+    assert_eq!(uuid.monotonic(), Some(false), "{uuid:#?}");
+    assert_eq!(uuid.distinct, uuid.sampled);
+    let kind = repo.analyze(&["type"], 2_000).await.unwrap();
+    assert!(kind.low_cardinality(), "{kind:#?}");
+    assert_eq!(kind.distinct, 3);
+    assert_eq!(kind.most_common[0].0, doc! {"type": "app"});
+    assert!((0.75..0.85).contains(&kind.most_common[0].2), "{kind:#?}");
+    assert!(kind
+        .verdict
+        .iter()
+        .any(|v| v.starts_with("low cardinality")));
+    let seeds = repo.analyze(&["month", "type"], 2_000).await.unwrap();
+    assert!(seeds.distinct > 24 && seeds.distinct <= 72, "{seeds:#?}");
+    assert!(
+        seeds
+            .verdict
+            .iter()
+            .any(|v| v.starts_with("coarse and ascending")),
+        "{seeds:#?}"
+    );
+    assert!(matches!(
+        repo.analyze(&[], 10).await.unwrap_err(),
+        Error::InvalidArgument { .. }
+    ));
+    // A document without the field counts as null, as in a shard key.
+    let raw = db.collection::<Document>("logs");
+    raw.insert_one(doc! {"_id": ObjectId::new(), "type": Bson::Null})
+        .await
+        .unwrap();
+    assert!(repo.analyze(&["type"], 30_000).await.unwrap().distinct == 4);
+}

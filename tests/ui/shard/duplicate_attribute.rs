@@ -1,0 +1,14 @@
+use mongo_patterns::prelude::*;
+
+#[derive(Serialize, Deserialize, Model)]
+#[shard_key(coarse = "month", from = "ts")]
+#[shard_key(search = "type")]
+struct Log {
+    #[serde(rename = "_id")]
+    id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    ts: i64,
+}
+
+fn main() {}

@@ -1,0 +1,13 @@
+use mongo_patterns::prelude::*;
+
+#[derive(Serialize, Deserialize, Model)]
+#[shard_key(coarse = "month", from = "ts", serach = "type")]
+struct Log {
+    #[serde(rename = "_id")]
+    id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    ts: i64,
+}
+
+fn main() {}
