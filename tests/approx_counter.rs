@@ -252,6 +252,16 @@ async fn missing_documents_and_lost_connections() {
             .unwrap(),
         0
     );
+    // Geometric on a missing document: sampled writes, not one per view.
+    let geo_missing = Product::likes_counter(&db).seeded(5);
+    for _ in 0..1_000 {
+        geo_missing.incr("nope").await.unwrap();
+    }
+    assert!(
+        geo_missing.stats().writes < 300,
+        "{:?}",
+        geo_missing.stats()
+    );
     // The struct-level form, geometric.
     product(&db, "p").await;
     let likes = Product::likes_counter(&db);

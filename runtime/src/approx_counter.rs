@@ -27,6 +27,9 @@
 //!   1,000 for 10⁶ increments at N = 100). Writes read the new value back
 //!   (`findOneAndUpdate`), still one round trip.
 //!
+//!   A document found missing (with `upsert` off) is then sampled with
+//!   m = N, as in `"sampled"`.
+//!
 //! `incr_by(id, n)` with `n` of at least the current write size writes `n`
 //! exactly at once, in every mode.
 //!
@@ -256,7 +259,11 @@ impl<T: ApproxCounted> Counter<T> {
                 };
                 if amount > 0 {
                     let now = inner.write_returning(&id, amount).await?;
-                    if let (Some(v), Ok(mut map)) = (now, inner.seen.lock()) {
+                    // A missing document (upsert off) samples like `sampled`
+                    // from then on (m = N), rather than writing every time.
+                    let every = i64::from(inner.spec.every);
+                    let v = now.unwrap_or(every * every);
+                    if let Ok(mut map) = inner.seen.lock() {
                         if map.len() >= inner.spec.max_keys {
                             map.clear();
                         }
