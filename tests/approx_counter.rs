@@ -165,18 +165,25 @@ async fn geometric_within_its_bound() {
     }
     let got = views.estimate("hot").await.unwrap();
     let rse = views.relative_error(MILLION);
-    assert!((rse - (1.0_f64 / 200.0).sqrt()).abs() < 1e-12);
+    assert!((rse - (1.0_f64 / 200.0).sqrt()).abs() < 1e-3, "{rse}");
     let err = (got as f64 - MILLION as f64).abs() / MILLION as f64;
     assert!(err <= 3.0 * rse, "relative error {err} over 3 × {rse}");
-    // About N·(1 + ln(n/N)) ≈ 1,021 writes for 10⁶ increments.
+    // n/N = 100 writes up to N² = 10⁴, then about N·ln(n/N²) ≈ 460 more.
     let writes = views.stats().writes;
-    assert!((500..=2_000).contains(&writes), "{writes} writes");
+    assert!((300..=1_500).contains(&writes), "{writes} writes");
 
-    // A second key starts exact: the first writes carry 1 each.
-    for _ in 0..50 {
+    // A small count is sampled one in N, as in sampled mode.
+    for _ in 0..5_000 {
         views.incr("cold").await.unwrap();
     }
-    assert_eq!(views.estimate("cold").await.unwrap(), 50);
+    let cold = views.estimate("cold").await.unwrap();
+    assert_eq!(cold % 100, 0, "{cold}");
+    let sigma = views.relative_error(5_000) * 5_000.0;
+    assert!((sigma - 100.0 * (5_000.0_f64 * 0.99 / 100.0).sqrt()).abs() < 1e-6);
+    assert!(
+        (cold - 5_000).unsigned_abs() as f64 <= 3.0 * sigma,
+        "{cold}"
+    );
 }
 
 /// 16 tasks × 100,000 increments over 10 keys, buffered: exact after
@@ -264,15 +271,17 @@ async fn missing_documents_and_lost_connections() {
     );
     // The struct-level form, geometric.
     product(&db, "p").await;
-    let likes = Product::likes_counter(&db);
-    for _ in 0..19 {
+    let likes = Product::likes_counter(&db).seeded(9);
+    for _ in 0..2_000 {
         likes.incr("p").await.unwrap();
     }
-    assert_eq!(
-        likes.estimate("p").await.unwrap(),
-        19,
-        "counts below 2N are exact"
+    let got = likes.estimate("p").await.unwrap();
+    let sigma = likes.relative_error(2_000) * 2_000.0;
+    assert!(
+        (got - 2_000).unsigned_abs() as f64 <= 3.0 * sigma,
+        "{got} ± {sigma}"
     );
+    assert!(likes.stats().writes < 300, "{:?}", likes.stats());
 
     // A lost connection is an error, and buffered increments stay pending.
     let port = std::net::TcpListener::bind("127.0.0.1:0")

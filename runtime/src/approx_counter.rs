@@ -16,19 +16,21 @@
 //!   loses what was pending: up to N−1 per key and process (plus what
 //!   arrived in the last `max_delay_ms`). Writes: at most one per N
 //!   increments of a key, plus one per key per `max_delay_ms`.
-//! - `"geometric"`: the write probability falls as the count grows, for
-//!   counts that span orders of magnitude. With `E` the last value this
-//!   process read back for the key, an increment writes `$inc: m` with
-//!   probability 1/m, where `m = max(1, ⌊E/N⌋)` (so counts below 2N are
-//!   exact). Each increment adds 1 in
-//!   expectation whatever `m` is, so the estimate is unbiased; its variance
-//!   is Σ(m−1) ≈ n²/(2N), a relative standard error of about 1/√(2N)
-//!   (7% at N = 100) at any size, for about N·(1 + ln(n/N)) writes (about
-//!   1,000 for 10⁶ increments at N = 100). Writes read the new value back
-//!   (`findOneAndUpdate`), still one round trip.
-//!
-//!   A document found missing (with `upsert` off) is then sampled with
-//!   m = N, as in `"sampled"`.
+//! - `"geometric"`: sampled while a count is small, then a write
+//!   probability that falls as the count grows, for counts that span orders
+//!   of magnitude. With `E` the value this process last read back for the
+//!   key, an increment writes `$inc: m` with probability 1/m, where
+//!   `m = max(N, ⌊E/N⌋)`: N (as `"sampled"`) until `E` passes N², then
+//!   growing with `E`. Each increment adds 1 in expectation whatever `m`
+//!   is, so the estimate is unbiased. Its variance is Σ(m−1): n(N−1) up to
+//!   N² (the relative standard error of `"sampled"`, √((N−1)/n)), then
+//!   growing by about E/N an increment, so that the relative standard
+//!   error levels off towards 1/√(2N) (7.1% at N = 100) however large the
+//!   count ([`Counter::relative_error`] computes it). Writes: n/N up to N²,
+//!   then about N·ln(n/N²) more (about 560 for 10⁶ increments of one key at
+//!   N = 100, against 10,000 sampled). Writes read the new value back
+//!   (`findAndModify`), still one round trip; a document found missing
+//!   (with `upsert` off) stays at the first step.
 //!
 //! `incr_by(id, n)` with `n` of at least the current write size writes `n`
 //! exactly at once, in every mode.
@@ -162,8 +164,8 @@ struct Inner {
     seed: Option<(u64, AtomicU64)>,
     /// Buffered: pending increments per key, in shards.
     shards: Vec<Mutex<HashMap<Vec<u8>, Pending>>>,
-    /// Geometric: the last value read back per key.
-    seen: Mutex<HashMap<Vec<u8>, i64>>,
+    /// Geometric: the last value read back per key, in shards.
+    seen: Vec<Mutex<HashMap<Vec<u8>, i64>>>,
     /// Buffered: keys pending, over all shards.
     keys: AtomicUsize,
     /// After `shutdown`, increments are written through.
@@ -247,27 +249,26 @@ impl<T: ApproxCounted> Counter<T> {
             }
             Mode::Geometric => {
                 let key = key_bytes(&id);
-                let seen = inner
-                    .seen
+                let shard = &inner.seen[shard_of(&key)];
+                let seen = shard
                     .lock()
                     .map_or(0, |m| m.get(&key).copied().unwrap_or(0));
-                let m = (seen / i64::from(inner.spec.every)).max(1) as u64;
+                let m = geometric_step(seen, inner.spec.every);
                 let amount = if n >= m {
                     n
                 } else {
                     m * (0..n).filter(|_| inner.one_in(m)).count() as u64
                 };
                 if amount > 0 {
-                    let now = inner.write_returning(&id, amount).await?;
-                    // A missing document (upsert off) samples like `sampled`
-                    // from then on (m = N), rather than writing every time.
-                    let every = i64::from(inner.spec.every);
-                    let v = now.unwrap_or(every * every);
-                    if let Ok(mut map) = inner.seen.lock() {
-                        if map.len() >= inner.spec.max_keys {
-                            map.clear();
+                    // A missing document (upsert off) reads back nothing, and
+                    // stays at the first step.
+                    if let Some(v) = inner.write_returning(&id, amount).await? {
+                        if let Ok(mut map) = shard.lock() {
+                            if map.len() >= inner.spec.max_keys.div_ceil(SHARDS) {
+                                map.clear();
+                            }
+                            map.insert(key, v);
                         }
-                        map.insert(key, v);
                     }
                 }
                 Ok(())
@@ -339,10 +340,20 @@ impl<T: ApproxCounted> Counter<T> {
     /// after `n` increments (0 for a flushed buffered counter).
     pub fn relative_error(&self, n: u64) -> f64 {
         let every = f64::from(self.inner.spec.every);
+        let n = n.max(1) as f64;
         match self.inner.spec.mode {
-            Mode::Sampled => ((every - 1.0) / n.max(1) as f64).sqrt(),
+            Mode::Sampled => ((every - 1.0) / n).sqrt(),
             Mode::Buffered => 0.0,
-            Mode::Geometric => (1.0 / (2.0 * every)).sqrt(),
+            Mode::Geometric => {
+                // Σ(m−1): N−1 an increment up to N², then about E/N.
+                let knee = every * every;
+                let var = if n <= knee {
+                    n * (every - 1.0)
+                } else {
+                    knee * (every - 1.0) + (n * n - knee * knee) / (2.0 * every) - (n - knee)
+                };
+                var.max(0.0).sqrt() / n
+            }
         }
     }
 
@@ -398,7 +409,7 @@ impl Inner {
             pending: AtomicU64::new(0),
             seed: seed.map(|s| (s, AtomicU64::new(0))),
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            seen: Mutex::default(),
+            seen: (0..SHARDS).map(|_| Mutex::default()).collect(),
             keys: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
         }
@@ -433,14 +444,17 @@ impl Inner {
             // A thread panicked while holding the lock: write through.
             return (Some((id, n)), false);
         };
-        let entry = shard.entry(key.clone()).or_insert_with(|| {
-            self.keys.fetch_add(1, Ordering::Relaxed);
-            Pending {
-                id,
-                count: 0,
-                since: Instant::now(),
+        let entry = match shard.get_mut(&key) {
+            Some(entry) => entry,
+            None => {
+                self.keys.fetch_add(1, Ordering::Relaxed);
+                shard.entry(key.clone()).or_insert(Pending {
+                    id,
+                    count: 0,
+                    since: Instant::now(),
+                })
             }
-        });
+        };
         entry.count += n;
         self.pending.fetch_add(n, Ordering::Relaxed);
         let full = if entry.count >= every {
@@ -592,9 +606,28 @@ fn number(d: &Document, field: &str, collection: &str) -> Result<i64> {
     }
 }
 
+/// `m` for geometric mode: `N` until the value passes N², then `⌊E/N⌋`.
+fn geometric_step(seen: i64, every: u32) -> u64 {
+    let every = u64::from(every);
+    (u64::try_from(seen).unwrap_or(0) / every).max(every)
+}
+
+/// A key's bytes in the buffers: its BSON type and value, so that equal
+/// ids give equal bytes (common `_id` types without building a document).
 fn key_bytes(id: &Bson) -> Vec<u8> {
-    // The raw BSON of `{"": id}`: equal ids, equal bytes.
-    bson::to_vec(&doc! {"": id}).unwrap_or_else(|_| id.to_string().into_bytes())
+    let tagged = |tag: u8, bytes: &[u8]| {
+        let mut v = Vec::with_capacity(bytes.len() + 1);
+        v.push(tag);
+        v.extend_from_slice(bytes);
+        v
+    };
+    match id {
+        Bson::String(s) => tagged(0x02, s.as_bytes()),
+        Bson::ObjectId(o) => tagged(0x07, &o.bytes()),
+        Bson::Int32(i) => tagged(0x10, &i.to_le_bytes()),
+        Bson::Int64(i) => tagged(0x12, &i.to_le_bytes()),
+        other => bson::to_vec(&doc! {"": other}).unwrap_or_else(|_| other.to_string().into_bytes()),
+    }
 }
 
 fn shard_of(key: &[u8]) -> usize {
