@@ -202,9 +202,7 @@ fn parse_one(cx: &Ctxt, model: &Input, d: &Declared) -> Option<Counter> {
                 match MODES.iter().position(|m| *m == lit.value()) {
                     Some(i) => mode.set(&lit, (i, lit.span())),
                     None => {
-                        let hint = attr::did_you_mean(&lit.value(), MODES.iter().copied())
-                            .map(|s| format!("\nhelp: did you mean `{s}`?"))
-                            .unwrap_or_default();
+                        let hint = attr::hint(&lit.value(), MODES.iter().copied());
                         cx.error_spanned_by(
                             &lit,
                             format!("unknown `approx_counter` mode `{}`; expected `sampled` (the default: write `$inc: N` with probability 1/N), `buffered` (count in memory, write every N) or `geometric` (write less often as the count grows){hint}", lit.value()),

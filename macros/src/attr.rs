@@ -92,9 +92,7 @@ pub fn unknown_option(meta: &ParseNestedMeta, attr: &str, expected: &[&str]) -> 
         [only] => format!("unknown `{attr}` option `{got}`; expected `{only}`"),
         _ => format!("unknown `{attr}` option `{got}`; expected one of {list}"),
     };
-    if let Some(s) = did_you_mean(&got, expected.iter().copied()) {
-        msg.push_str(&format!("\nhelp: did you mean `{s}`?"));
-    }
+    msg.push_str(&hint(&got, expected.iter().copied()));
     syn::Error::new_spanned(&meta.path, msg)
 }
 
@@ -107,6 +105,14 @@ pub fn skip_value(meta: &ParseNestedMeta) -> syn::Result<()> {
         meta.parse_nested_meta(|inner| skip_value(&inner))?;
     }
     Ok(())
+}
+
+/// `"\nhelp: did you mean `x`?"` for the candidate closest to `got`, or
+/// nothing: the tail of an error message about a value.
+pub fn hint<'a>(got: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    did_you_mean(got, candidates)
+        .map(|s| format!("\nhelp: did you mean `{s}`?"))
+        .unwrap_or_default()
 }
 
 /// The closest candidate to `got`, if one is close enough to be a typo.

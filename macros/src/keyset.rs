@@ -55,10 +55,10 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Keyset> {
                     "asc" | "ascending" => order.set(&lit, false),
                     "desc" | "descending" => order.set(&lit, true),
                     other => {
-                        let mut msg = format!("unknown `keyset` order `{other}`; expected `asc` or `desc`");
-                        if let Some(s) = attr::did_you_mean(other, ["asc", "desc", "ascending", "descending"]) {
-                            msg.push_str(&format!("\nhelp: did you mean `{s}`?"));
-                        }
+                        let msg = format!(
+                            "unknown `keyset` order `{other}`; expected `asc` or `desc`{}",
+                            attr::hint(other, ["asc", "desc", "ascending", "descending"])
+                        );
                         cx.error_spanned_by(&lit, msg);
                     }
                 }

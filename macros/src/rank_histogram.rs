@@ -89,7 +89,7 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<RankHistog
                                 &lit,
                                 format!(
                                     "unknown `rank_histogram` order `{other}`; expected `desc` (a higher score ranks first, the default) or `asc` (a lower score ranks first, as for a race time){}",
-                                    hint(other, &["desc", "asc", "descending", "ascending"])
+                                    attr::hint(other, ["desc", "asc", "descending", "ascending"])
                                 ),
                             ),
                         }
@@ -104,7 +104,7 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<RankHistog
                                 &lit,
                                 format!(
                                     "unknown `rank_histogram` layout `{other}`; expected `array` (one document per board, up to about 10,000 distinct scores) or `documents` (one document per board and score, for any number){}",
-                                    hint(other, &["array", "documents"])
+                                    attr::hint(other, ["array", "documents"])
                                 ),
                             ),
                         }
@@ -319,12 +319,6 @@ fn is_one_of(ty: &Type, names: &[&str]) -> bool {
             .is_some_and(|s| s.arguments.is_none() && names.iter().any(|n| s.ident == n)),
         _ => false,
     }
-}
-
-fn hint(got: &str, options: &[&str]) -> String {
-    attr::did_you_mean(got, options.iter().copied())
-        .map(|s| format!("\nhelp: did you mean `{s}`?"))
-        .unwrap_or_default()
 }
 
 /// `precision = 0.5`: a positive, finite number literal.

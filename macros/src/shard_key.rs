@@ -124,9 +124,7 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<ShardKey> 
                 match GRANULARITIES.iter().find(|(g, _)| *g == lit.value()) {
                     Some((_, variant)) => granularity.set(&lit, *variant),
                     None => {
-                        let hint = attr::did_you_mean(&lit.value(), GRANULARITIES.iter().map(|(g, _)| *g))
-                            .map(|s| format!("\nhelp: did you mean `{s}`?"))
-                            .unwrap_or_default();
+                        let hint = attr::hint(&lit.value(), GRANULARITIES.iter().map(|(g, _)| *g));
                         cx.error_spanned_by(
                             &lit,
                             format!("unknown `shard_key` granularity `{}`; expected `hour`, `day`, `week`, `month`, `quarter` or `year`{hint}", lit.value()),
