@@ -228,14 +228,14 @@ impl<T: ApproxCounted> Counter<T> {
         if n == 0 {
             return Ok(());
         }
-        let id = bson::to_bson(id)?;
         let inner = &self.inner;
         inner.increments.fetch_add(n, Ordering::Relaxed);
         if inner.closed.load(Ordering::Acquire) {
-            return inner.write(&id, n).await;
+            return inner.write(&bson::to_bson(id)?, n).await;
         }
         match inner.spec.mode {
             Mode::Sampled => {
+                // The draw first: the id is serialized only for a write.
                 let every = u64::from(inner.spec.every);
                 let amount = if n >= every {
                     n
@@ -243,11 +243,12 @@ impl<T: ApproxCounted> Counter<T> {
                     every * (0..n).filter(|_| inner.one_in(every)).count() as u64
                 };
                 if amount > 0 {
-                    inner.write(&id, amount).await?;
+                    inner.write(&bson::to_bson(id)?, amount).await?;
                 }
                 Ok(())
             }
             Mode::Geometric => {
+                let id = bson::to_bson(id)?;
                 let key = key_bytes(&id);
                 let shard = &inner.seen[shard_of(&key)];
                 let seen = shard
@@ -274,6 +275,7 @@ impl<T: ApproxCounted> Counter<T> {
                 Ok(())
             }
             Mode::Buffered => {
+                let id = bson::to_bson(id)?;
                 let key = key_bytes(&id);
                 let (full, crowded) = inner.buffer(key, id, n);
                 if let Some((id, count)) = full {
