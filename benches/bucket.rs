@@ -46,13 +46,16 @@
 //!    without command monitoring, repetitions interleaved.
 
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::TryStreamExt;
 use mongo_patterns::bson::{self, Bson, RawBson, RawBsonRef, RawDocumentBuf};
 use mongo_patterns::bucket::{PageRequest, MAX_BUCKET_BYTES};
 use mongo_patterns::mongodb::{Client, Collection, IndexModel};
 use mongo_patterns::prelude::*;
+use mongo_patterns_testkit::bench::{
+    self, cpu_ns, cpu_ticks, median, median_f64, ms, opt, stat_u64, thousands,
+};
 use mongo_patterns_testkit::{client, server_uri, Commands};
 
 /// Turns a page reply (sliced buckets) into trades.
@@ -165,20 +168,15 @@ impl Args {
 }
 
 fn num<T: std::str::FromStr>(s: &str) -> T {
-    s.replace('_', "")
-        .parse()
-        .unwrap_or_else(|_| usage(&format!("`{s}` is not a number")))
+    bench::num(s, usage)
 }
 
 fn usage(err: &str) -> ! {
-    if !err.is_empty() {
-        eprintln!("error: {err}");
-    }
-    eprintln!(
-        "usage: cargo bench --bench bucket -- [--trades N] [--batch N] [--reps N] \
-         [--writes N] [--cpu-reps N] [--cpu-ops N]"
-    );
-    std::process::exit(if err.is_empty() { 0 } else { 2 })
+    bench::usage(
+        "cargo bench --bench bucket -- [--trades N] [--batch N] [--reps N] \
+         [--writes N] [--cpu-reps N] [--cpu-ops N]",
+        err,
+    )
 }
 
 fn main() {
@@ -300,15 +298,6 @@ struct Explained {
     docs: Option<u64>,
 }
 
-fn stat_u64(stats: &Document, k: &str) -> Option<u64> {
-    match stats.get(k)? {
-        Bson::Int32(v) => Some(*v as u64),
-        Bson::Int64(v) => Some(*v as u64),
-        Bson::Double(v) => Some(*v as u64),
-        _ => None,
-    }
-}
-
 async fn explain(db: &Database, cmd: Document) -> BoxResult<Explained> {
     let reply = db
         .run_command(doc! {"explain": cmd, "verbosity": "executionStats"})
@@ -351,10 +340,6 @@ async fn reply_bytes(db: &Database, cmd: Document) -> BoxResult<(u64, usize)> {
     Ok((bytes, batch.len()))
 }
 
-fn opt(v: Option<u64>) -> String {
-    v.map_or_else(|| "n/a".into(), thousands)
-}
-
 /// The aggregation the repository sends for items `[from, from + n)`
 /// (written out as by hand; checked against `page_pipeline`).
 fn range_pipeline(key: i64, from: i64, n: i64) -> Vec<Document> {
@@ -368,7 +353,11 @@ fn range_pipeline(key: i64, from: i64, n: i64) -> Vec<Document> {
         doc! {"$project": {
             "_id": 0,
             "start": 1,
-            "items": {"$slice": ["$items", {"$max": [0, {"$subtract": [from, "$start"]}]}, n]},
+            "items": {"$slice": [
+                "$items",
+                {"$max": [0, {"$subtract": [from, "$start"]}]},
+                {"$subtract": [from + n, {"$max": [from, "$start"]}]},
+            ]},
         }},
     ]
 }
@@ -1072,78 +1061,4 @@ fn decode_spliced(buckets: &[RawDocumentBuf], key: i64) -> BoxResult<Vec<Trade>>
         }
     }
     Ok(out)
-}
-
-fn cpu_ns() -> u64 {
-    let mut total = 0u64;
-    let mut found = false;
-    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
-        for task in tasks.flatten() {
-            let Ok(s) = std::fs::read_to_string(task.path().join("schedstat")) else {
-                continue;
-            };
-            if let Some(ns) = s
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse::<u64>().ok())
-            {
-                total += ns;
-                found = true;
-            }
-        }
-    }
-    if found {
-        total
-    } else {
-        cpu_ticks() * 10_000_000
-    }
-}
-
-/// utime + stime of the whole process, in clock ticks (`/proc/self/stat`).
-fn cpu_ticks() -> u64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let field = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    field(11) + field(12)
-}
-
-fn median(v: &mut [Duration]) -> Duration {
-    v.sort();
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2
-    }
-}
-
-fn median_f64(sorted: &[f64]) -> f64 {
-    let n = sorted.len();
-    if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }

@@ -75,6 +75,7 @@ use mongo_patterns::approx_counter::{CounterSpec, Mode, MAX_EVERY};
 use mongo_patterns::bson::Bson;
 use mongo_patterns::mongodb::Collection;
 use mongo_patterns::prelude::*;
+use mongo_patterns_testkit::bench::{self, cpu_ns, sort_median_f64, splitmix64, thousands};
 use mongo_patterns_testkit::{client, server_uri, Commands};
 
 type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -230,21 +231,16 @@ impl Args {
 }
 
 fn num<T: std::str::FromStr>(s: &str) -> T {
-    s.replace('_', "")
-        .parse()
-        .unwrap_or_else(|_| usage(&format!("`{s}` is not a number")))
+    bench::num(s, usage)
 }
 
 fn usage(err: &str) -> ! {
-    if !err.is_empty() {
-        eprintln!("error: {err}");
-    }
-    eprintln!(
-        "usage: cargo bench --bench counter -- [--increments N] [--exact-increments N] \
+    bench::usage(
+        "cargo bench --bench counter -- [--increments N] [--exact-increments N] \
          [--keys N] [--zipf S] [--tasks N] [--every N] [--modes sampled,buffered,geometric,exact] \
-         [--seed N] [--threads N] [--cpu-reps N] [--cpu-ops N] [--path-reps N] [--path-ops N]"
-    );
-    std::process::exit(if err.is_empty() { 0 } else { 2 })
+         [--seed N] [--threads N] [--cpu-reps N] [--cpu-ops N] [--path-reps N] [--path-ops N]",
+        err,
+    )
 }
 
 fn main() {
@@ -303,13 +299,6 @@ async fn run(args: Args) -> BoxResult<()> {
 }
 
 // --------------------------------------------------------------- workload
-
-fn splitmix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
 
 /// Draw `i` of the stream `seed`, as `Counter::seeded` draws it.
 fn seeded_draw(seed: u64, i: u64) -> u64 {
@@ -459,45 +448,6 @@ impl Tally {
         self.drain();
         self.counts.lock().expect("tally").clone()
     }
-}
-
-fn cpu_ns() -> u64 {
-    let mut total = 0u64;
-    let mut found = false;
-    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
-        for task in tasks.flatten() {
-            let Ok(s) = std::fs::read_to_string(task.path().join("schedstat")) else {
-                continue;
-            };
-            if let Some(ns) = s
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse::<u64>().ok())
-            {
-                total += ns;
-                found = true;
-            }
-        }
-    }
-    if found {
-        total
-    } else {
-        cpu_ticks() * 10_000_000
-    }
-}
-
-/// utime + stime of the whole process, in clock ticks (`/proc/self/stat`).
-fn cpu_ticks() -> u64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let field = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    field(11) + field(12)
 }
 
 // ------------------------------------------------------------------ runs
@@ -1188,16 +1138,6 @@ async fn hand_sampled(
     Ok(false)
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 async fn cpu_comparison(args: &Args, uri: &str, db: &Database) -> BoxResult<String> {
     eprintln!("client CPU: sampled `incr` vs hand-written");
     let plain = Client::with_uri_str(uri).await?;
@@ -1289,8 +1229,8 @@ async fn cpu_comparison(args: &Args, uri: &str, db: &Database) -> BoxResult<Stri
             writes.push(w[0] as f64);
         }
         let mut ratios: Vec<f64> = gen.iter().zip(&hand).map(|(g, h)| g / h).collect();
-        let (gm, hm) = (median(&mut gen), median(&mut hand));
-        let rm = median(&mut ratios);
+        let (gm, hm) = (sort_median_f64(&mut gen), sort_median_f64(&mut hand));
+        let rm = sort_median_f64(&mut ratios);
         out += &format!(
             "| {} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} ({:.3} – {:.3}) |\n",
             thousands(u64::from(every)),
@@ -1300,7 +1240,7 @@ async fn cpu_comparison(args: &Args, uri: &str, db: &Database) -> BoxResult<Stri
             } else {
                 "CPU, all threads"
             },
-            thousands(median(&mut writes) as u64),
+            thousands(sort_median_f64(&mut writes) as u64),
             gm,
             hm,
             gm / hm,
@@ -1428,7 +1368,7 @@ async fn no_write_path(args: &Args, uri: &str, db: &Database, w: &Workload) -> B
                 writes += c.stats().writes - w0;
                 c.shutdown().await?;
             }
-            let (wm, cm) = (median(&mut wall), median(&mut cpu));
+            let (wm, cm) = (sort_median_f64(&mut wall), sort_median_f64(&mut cpu));
             if base.is_nan() {
                 base = cm;
             }
@@ -1441,16 +1381,4 @@ async fn no_write_path(args: &Args, uri: &str, db: &Database, w: &Workload) -> B
     }
     out += "\n";
     Ok(out)
-}
-
-fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }

@@ -66,6 +66,10 @@ use futures::{StreamExt, TryStreamExt};
 use mongo_patterns::bson::Bson;
 use mongo_patterns::mongodb::{Client, Collection};
 use mongo_patterns::prelude::*;
+use mongo_patterns_testkit::bench::{
+    self, clock_ticks_per_second, cpu_ns, cpu_ticks, median, median_f64, ms, splitmix64, stat_u64,
+    thousands,
+};
 use mongo_patterns_testkit::{client, server_uri, Commands};
 
 type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -152,20 +156,15 @@ impl Args {
 }
 
 fn num<T: std::str::FromStr>(s: &str) -> T {
-    s.replace('_', "")
-        .parse()
-        .unwrap_or_else(|_| usage(&format!("`{s}` is not a number")))
+    bench::num(s, usage)
 }
 
 fn usage(err: &str) -> ! {
-    if !err.is_empty() {
-        eprintln!("error: {err}");
-    }
-    eprintln!(
-        "usage: cargo bench --bench keyset -- [--docs N] [--page-size N] [--depths a,b,..] \
-         [--reps N] [--scan N] [--scan-page N] [--cpu-reps N] [--batch N] [--multi-thread]"
-    );
-    std::process::exit(if err.is_empty() { 0 } else { 2 })
+    bench::usage(
+        "cargo bench --bench keyset -- [--docs N] [--page-size N] [--depths a,b,..] \
+         [--reps N] [--scan N] [--scan-page N] [--cpu-reps N] [--batch N] [--multi-thread]",
+        err,
+    )
 }
 
 fn main() {
@@ -396,13 +395,6 @@ async fn load(args: &Args, db: &Database) -> BoxResult<Duration> {
     Ok(took)
 }
 
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 // ---------------------------------------------------------- pages at depth
 
 #[derive(Debug, Clone, Default)]
@@ -551,12 +543,7 @@ async fn explain(db: &Database, find: Document) -> BoxResult<Explained> {
         .run_command(doc! {"explain": find, "verbosity": "executionStats"})
         .await?;
     let stats = reply.get_document("executionStats")?;
-    let count = |k: &str| match stats.get(k) {
-        Some(Bson::Int32(v)) => *v as u64,
-        Some(Bson::Int64(v)) => *v as u64,
-        Some(Bson::Double(v)) => *v as u64,
-        _ => 0,
-    };
+    let count = |k: &str| stat_u64(stats, k).unwrap_or(0);
     let plan = reply
         .get_document("queryPlanner")
         .and_then(|q| q.get_document("winningPlan"))
@@ -867,90 +854,4 @@ impl Variant {
             wall_median: Duration::ZERO,
         }
     }
-}
-
-// ------------------------------------------------------------ measurement
-
-/// This process's on-CPU time in nanoseconds, summed over its live threads
-/// (`/proc/self/task/*/schedstat`, first field). Falls back to
-/// `/proc/self/stat` (clock-tick resolution) where schedstat is missing.
-fn cpu_ns() -> u64 {
-    let mut total = 0u64;
-    let mut found = false;
-    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
-        for task in tasks.flatten() {
-            let Ok(s) = std::fs::read_to_string(task.path().join("schedstat")) else {
-                continue;
-            };
-            if let Some(ns) = s
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse::<u64>().ok())
-            {
-                total += ns;
-                found = true;
-            }
-        }
-    }
-    if found {
-        total
-    } else {
-        cpu_ticks() * 1_000_000_000 / clock_ticks_per_second()
-    }
-}
-
-/// utime + stime of the whole process, in clock ticks (`/proc/self/stat`,
-/// fields 14 and 15; counted after the parenthesised command name).
-fn cpu_ticks() -> u64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let field = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // After ")": index 0 is field 3 (state), so utime (14) is 11, stime (15) is 12.
-    field(11) + field(12)
-}
-
-/// `USER_HZ`, which Linux fixes at 100 for `/proc`.
-fn clock_ticks_per_second() -> u64 {
-    100
-}
-
-fn median(v: &mut [Duration]) -> Duration {
-    v.sort();
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2
-    }
-}
-
-fn median_f64(sorted: &[f64]) -> f64 {
-    let n = sorted.len();
-    if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }

@@ -64,6 +64,9 @@ use futures::TryStreamExt;
 use mongo_patterns::bson::{self, Bson};
 use mongo_patterns::mongodb::{Client, Collection, IndexModel};
 use mongo_patterns::prelude::*;
+use mongo_patterns_testkit::bench::{
+    self, cpu_ns, cpu_ticks, median, median_f64, ms, opt, splitmix64, stat_u64, thousands,
+};
 use mongo_patterns_testkit::{client, server_uri, Commands};
 
 type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -136,13 +139,6 @@ impl Exam for StudentDocs {
             score,
         }
     }
-}
-
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// Student `i`'s score in half points (0 to 200). Student 0 alone has full
@@ -239,21 +235,16 @@ impl Args {
 }
 
 fn num<T: std::str::FromStr>(s: &str) -> T {
-    s.replace('_', "")
-        .parse()
-        .unwrap_or_else(|_| usage(&format!("`{s}` is not a number")))
+    bench::num(s, usage)
 }
 
 fn usage(err: &str) -> ! {
-    if !err.is_empty() {
-        eprintln!("error: {err}");
-    }
-    eprintln!(
-        "usage: cargo bench --bench rank -- [--students N] [--batch N] [--reps N] \
+    bench::usage(
+        "cargo bench --bench rank -- [--students N] [--batch N] [--reps N] \
          [--window-reps N] [--no-window] [--change-reps N] [--small-reps N] [--ops N] \
-         [--cpu-reps N] [--cpu-ops N]"
-    );
-    std::process::exit(if err.is_empty() { 0 } else { 2 })
+         [--cpu-reps N] [--cpu-ops N]",
+        err,
+    )
 }
 
 fn main() {
@@ -534,15 +525,6 @@ async fn load(
 struct Explained {
     keys: Option<u64>,
     docs: Option<u64>,
-}
-
-fn stat_u64(stats: &Document, k: &str) -> Option<u64> {
-    match stats.get(k)? {
-        Bson::Int32(v) => Some(*v as u64),
-        Bson::Int64(v) => Some(*v as u64),
-        Bson::Double(v) => Some(*v as u64),
-        _ => None,
-    }
 }
 
 fn find_stats(reply: &Document) -> Option<&Document> {
@@ -1642,91 +1624,6 @@ async fn generated_vs_hand(
 }
 
 // ------------------------------------------------------------ helpers
-
-/// This process's on-CPU time in nanoseconds, summed over its live threads
-/// (`/proc/self/task/*/schedstat`, first field). Falls back to
-/// `/proc/self/stat` (clock-tick resolution) where schedstat is missing.
-fn cpu_ns() -> u64 {
-    let mut total = 0u64;
-    let mut found = false;
-    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
-        for task in tasks.flatten() {
-            let Ok(s) = std::fs::read_to_string(task.path().join("schedstat")) else {
-                continue;
-            };
-            if let Some(ns) = s
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse::<u64>().ok())
-            {
-                total += ns;
-                found = true;
-            }
-        }
-    }
-    if found {
-        total
-    } else {
-        cpu_ticks() * 10_000_000
-    }
-}
-
-/// utime + stime of the whole process, in clock ticks (`/proc/self/stat`).
-fn cpu_ticks() -> u64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let field = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // After ")": index 0 is field 3 (state), so utime (14) is 11, stime (15) is 12.
-    field(11) + field(12)
-}
-
-fn median(v: &mut [Duration]) -> Duration {
-    if v.is_empty() {
-        return Duration::ZERO;
-    }
-    v.sort();
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2
-    }
-}
-
-fn median_f64(sorted: &[f64]) -> f64 {
-    let n = sorted.len();
-    if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn opt(v: Option<u64>) -> String {
-    v.map_or_else(|| "n/a".into(), thousands)
-}
-
-fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
 
 fn thousands_i(n: i64) -> String {
     if n < 0 {

@@ -8,6 +8,8 @@
 //! temporary storage directory; it stops, and its directory is removed, when
 //! the process exits, even if the process is killed.
 
+pub mod bench;
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
