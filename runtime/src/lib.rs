@@ -67,9 +67,7 @@ pub mod __private {
     pub use crate::bucket::{BucketKey, BucketSpec, Bucketed, OrderKey};
     pub use crate::keyset::{KeysetSpec, SortKey};
     pub use crate::model::Model;
-    pub use crate::rank_histogram::{
-        BoardKey, FloatScore, Layout, RankHistogram, RankScore, RankSpec,
-    };
+    pub use crate::rank_histogram::{BoardKey, FloatScore, Layout, RankHistogram, RankSpec};
     pub use crate::shard_key::{
         CoarseSlot, Derived, Granularity, ShardKeyed, ShardSpec, TimeRepr, Timestamp,
     };
