@@ -691,12 +691,11 @@ impl<T: Bucketed> Buckets<T> {
     fn malformed(&self, d: &Document, field: &'static str) -> Error {
         Error::UnsupportedValue {
             collection: self.coll.name().to_owned(),
-            id: d.get("_id").map_or("<no _id>".into(), |id| {
-                id.clone().into_relaxed_extjson().to_string()
-            }),
+            id: d.get("_id").cloned().unwrap_or(Bson::Null),
             field: field.to_owned(),
             found: "a missing or non-integer value".to_owned(),
             why: "a bucket's bookkeeping",
+            dropped: None,
         }
     }
 
@@ -753,10 +752,11 @@ impl<T: Bucketed> Buckets<T> {
             _ => {
                 return Err(Error::UnsupportedValue {
                     collection: self.coll.name().to_owned(),
-                    id: "<bucket>".into(),
+                    id: Bson::Null,
                     field: self.spec.items.to_owned(),
                     found: "a non-array value".into(),
                     why: "a bucket's items",
+                    dropped: None,
                 })
             }
         };
@@ -774,7 +774,7 @@ impl<T: Bucketed> Buckets<T> {
             out.push(bson::from_slice(item.as_bytes()).map_err(|source| {
                 Error::UnexpectedDocument {
                     collection: self.coll.name().to_owned(),
-                    id: format!("an item of key {key}"),
+                    id: Bson::Null,
                     source,
                 }
             })?);
@@ -785,10 +785,11 @@ impl<T: Bucketed> Buckets<T> {
     fn bad_item(&self, why: String) -> Error {
         Error::UnsupportedValue {
             collection: self.coll.name().to_owned(),
-            id: "<bucket>".into(),
+            id: Bson::Null,
             field: self.spec.items.to_owned(),
             found: why,
             why: "a bucket's items",
+            dropped: None,
         }
     }
 

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use bson::Bson;
+
 /// The result of every fallible call in this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -24,34 +26,59 @@ pub enum Error {
         reason: String,
     },
 
-    /// A stored document does not deserialize into the model.
+    /// A stored document does not deserialize into the model. Nothing was
+    /// written.
     #[error("document {id} in `{collection}` does not match the model: {source}")]
+    #[non_exhaustive]
     UnexpectedDocument {
         /// The collection it was read from.
         collection: String,
-        /// Its `_id`, rendered as extended JSON, or `<no _id>`.
-        id: String,
+        /// Its `_id` as stored.
+        id: Bson,
         /// What serde said.
         #[source]
         source: bson::de::Error,
     },
 
-    /// A stored document holds a value that the pattern cannot order by, such
-    /// as an array in a sort key.
+    /// A stored document holds a value that the pattern cannot use, such
+    /// as an array in a sort key or a string in a counter. Nothing was
+    /// written, except as `dropped` says.
     #[error(
-        "document {id} in `{collection}`: field `{field}` holds {found}, which cannot be {why}"
+        "document {id} in `{collection}`: field `{field}` holds {found}, which cannot be {why}{}",
+        .dropped.map(|n| format!("; {n} pending increments of it were dropped")).unwrap_or_default()
     )]
+    #[non_exhaustive]
     UnsupportedValue {
         /// The collection it was read from.
         collection: String,
-        /// Its `_id`, rendered as extended JSON.
-        id: String,
+        /// Its `_id` as stored.
+        id: Bson,
         /// The BSON field name.
         field: String,
         /// The BSON type that was found.
         found: String,
         /// What the value was needed for.
         why: &'static str,
+        /// Counters only: the pending increments of this document that were
+        /// given up because the server refused them (other keys keep theirs).
+        dropped: Option<u64>,
+    },
+
+    /// A stored document breaks an invariant of its pattern (another client
+    /// wrote it, or it was edited by hand): a bucket whose `count` is not its
+    /// array's length, a histogram entry with a negative count, a score
+    /// listed twice. The call wrote nothing on top of it.
+    #[error("document {id} in `{collection}` is damaged: `{field}` {problem}")]
+    #[non_exhaustive]
+    Damaged {
+        /// The collection it was read from.
+        collection: String,
+        /// Its `_id` as stored.
+        id: Bson,
+        /// The BSON field (or dotted path) at fault.
+        field: String,
+        /// What is wrong with it.
+        problem: String,
     },
 
     /// A document would pass MongoDB's 16 MiB limit: an item too large for
@@ -153,6 +180,21 @@ impl Error {
     /// True when the failure was reaching the server, not the request itself.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, Error::Unavailable(_))
+    }
+
+    /// A [`Error::Damaged`] for document `id` of `collection`.
+    pub(crate) fn damaged(
+        collection: &str,
+        id: Bson,
+        field: impl Into<String>,
+        problem: impl Into<String>,
+    ) -> Self {
+        Error::Damaged {
+            collection: collection.to_owned(),
+            id,
+            field: field.into(),
+            problem: problem.into(),
+        }
     }
 
     pub(crate) fn invalid(name: &'static str, reason: impl Into<String>) -> Self {

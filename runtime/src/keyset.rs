@@ -360,6 +360,7 @@ where
                             format!("{:?}", v.element_type())
                         }),
                         why: "a keyset sort key (arrays and code cannot be ordered)",
+                        dropped: None,
                     }),
                 }
             })
@@ -385,13 +386,13 @@ struct Plan {
     limit: i64,
 }
 
-fn id_of(raw: &RawDocument) -> String {
-    match raw.get("_id") {
-        Ok(Some(v)) => Bson::try_from(v.to_raw_bson())
-            .map(|b| b.into_relaxed_extjson().to_string())
-            .unwrap_or_else(|_| "<unreadable _id>".into()),
-        _ => "<no _id>".into(),
-    }
+/// The `_id` of a stored document, to name it in an error.
+pub(crate) fn id_of(raw: &RawDocument) -> Bson {
+    raw.get("_id")
+        .ok()
+        .flatten()
+        .and_then(|v| Bson::try_from(v.to_raw_bson()).ok())
+        .unwrap_or(Bson::Null)
 }
 
 /// Documents strictly after `values` in the order `keys` ascending (or

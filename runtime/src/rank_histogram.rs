@@ -896,7 +896,7 @@ impl<T: RankHistogram> Ranks<T> {
             let score =
                 bson::from_bson::<T::Score>(s.clone()).map_err(|e| Error::UnexpectedDocument {
                     collection: self.spec.histogram.to_owned(),
-                    id: format!("{board} score {s}"),
+                    id: board.clone(),
                     source: e,
                 })?;
             out.push(ScoreCount {
@@ -1035,7 +1035,7 @@ fn count(d: &Document, field: &str, collection: &str) -> Result<u64> {
         .and_then(|n| u64::try_from(n).ok())
         .ok_or_else(|| Error::UnexpectedDocument {
             collection: collection.to_owned(),
-            id: format!("{d}"),
+            id: d.get("_id").cloned().unwrap_or(Bson::Null),
             source: serde::de::Error::custom(format!("`{field}` is not a count")),
         })
 }

@@ -506,10 +506,11 @@ fn fill(spec: &ShardSpec, d: &mut Document, collection: &str) -> Result<()> {
         (other, _) => {
             return Err(Error::UnsupportedValue {
                 collection: collection.to_owned(),
-                id: d.get("_id").map_or("<no _id>".to_owned(), Bson::to_string),
+                id: d.get("_id").cloned().unwrap_or(Bson::Null),
                 field: derived.from.to_owned(),
                 found: other.map_or("nothing".to_owned(), |b| format!("{:?}", b.element_type())),
                 why: "a timestamp to derive the shard key from",
+                dropped: None,
             })
         }
     };

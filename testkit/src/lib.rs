@@ -10,9 +10,10 @@
 
 pub mod bench;
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::Receiver;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -139,6 +140,152 @@ fn start_server() -> Result<Server, String> {
         uri: format!("mongodb://{addr}/?directConnection=true"),
         _child: Mutex::new(child),
     })
+}
+
+/// How to start a server of a test's own.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServerOptions {
+    /// Advertise a standalone in `hello` (`--standalone`).
+    pub standalone: bool,
+    /// Make every acknowledged write durable before the reply
+    /// (`--sync-on-commit`): then a `kill -9` loses no acknowledged write.
+    pub sync_on_commit: bool,
+}
+
+/// A server of one test's own, which the test can kill (`kill -9`) and
+/// start again in place, on the same port and storage: for crash tests.
+///
+/// It always runs the surrogate (`MONGODB_URI` cannot be killed from here),
+/// and stops with its directory removed when the process exits, however it
+/// exits.
+pub struct OwnServer {
+    uri: String,
+    port: u16,
+    control: Mutex<ChildStdin>,
+    events: Mutex<Receiver<String>>,
+    // Held so the watchdog lives as long as the handle.
+    _child: Mutex<Child>,
+}
+
+impl OwnServer {
+    /// Starts a server on a free port with a fresh storage directory. Panics
+    /// with instructions when the surrogate is not installed.
+    pub fn start(opts: ServerOptions) -> OwnServer {
+        let bin = server_binary().expect(
+            "secantusd-rs was not found; run `scripts/test-server` (installs it into the cache) or set SECANTUSD",
+        );
+        let dir = std::env::temp_dir().join(format!(
+            "mongo-patterns-own-{}-{}",
+            std::process::id(),
+            unique()
+        ));
+        let mut flags = Vec::new();
+        if opts.standalone {
+            flags.push("--standalone");
+        }
+        if opts.sync_on_commit {
+            flags.push("--sync-on-commit");
+        }
+        // A watchdog as in `start_server`, that also takes commands on its
+        // stdin: `kill` (SIGKILL, then says `killed`) and `start PORT`.
+        let script = r#"
+            bin=$0; dir=$1; shift 2
+            port=0
+            start() {
+                "$bin" --port "$port" --storage-path "$dir" --log-file-max 16MB --cache-size 256M --log-level WARNING "$@" <&- &
+                pid=$!
+            }
+            start "$@"
+            while read -r cmd arg; do
+                case "$cmd" in
+                    kill) kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; echo killed ;;
+                    start) port=$arg; start "$@" ;;
+                esac
+            done
+            kill "$pid" 2>/dev/null
+            wait "$pid" 2>/dev/null
+            rm -rf "$dir"
+        "#;
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg(&bin)
+            .arg(&dir)
+            .args(&flags)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        let control = child.stdin.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let event = match line.split("listening on ").nth(1) {
+                    Some(addr) => addr.trim().to_owned(),
+                    None if line.trim() == "killed" => "killed".to_owned(),
+                    None => continue,
+                };
+                if tx.send(event).is_err() {
+                    break;
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(START_TIMEOUT)
+            .unwrap_or_else(|_| panic!("{} did not report a port", bin.display()));
+        let port = addr
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {addr:?}"));
+        OwnServer {
+            uri: format!("mongodb://{addr}/?directConnection=true"),
+            port,
+            control: Mutex::new(control),
+            events: Mutex::new(rx),
+            _child: Mutex::new(child),
+        }
+    }
+
+    /// Its connection string.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// `kill -9`, and wait until the process is gone.
+    pub fn kill(&self) {
+        self.send("kill");
+        self.expect("killed");
+    }
+
+    /// Starts it again on the same port and storage, and waits until it
+    /// listens.
+    pub fn restart(&self) {
+        self.send(&format!("start {}", self.port));
+        let addr = self.next_event();
+        assert!(addr.ends_with(&format!(":{}", self.port)), "restarted on {addr}");
+    }
+
+    fn send(&self, line: &str) {
+        let mut control = self.control.lock().unwrap();
+        writeln!(control, "{line}").expect("the watchdog is gone");
+        control.flush().expect("the watchdog is gone");
+    }
+
+    fn expect(&self, what: &str) {
+        let got = self.next_event();
+        assert_eq!(got, what, "test server: expected {what:?}");
+    }
+
+    fn next_event(&self) -> String {
+        self.events
+            .lock()
+            .unwrap()
+            .recv_timeout(START_TIMEOUT)
+            .expect("the test server did not answer within 60 s")
+    }
 }
 
 fn unique() -> u64 {
