@@ -189,7 +189,7 @@ impl OwnServer {
         // A watchdog as in `start_server`, that also takes commands on its
         // stdin: `kill` (SIGKILL, then says `killed`) and `start PORT`.
         let script = r#"
-            bin=$0; dir=$1; shift 2
+            bin=$0; dir=$1; shift
             port=0
             start() {
                 "$bin" --port "$port" --storage-path "$dir" --log-file-max 16MB --cache-size 256M --log-level WARNING "$@" <&- &
