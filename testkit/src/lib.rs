@@ -13,8 +13,8 @@ pub mod bench;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::Receiver;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -265,7 +265,10 @@ impl OwnServer {
     pub fn restart(&self) {
         self.send(&format!("start {}", self.port));
         let addr = self.next_event();
-        assert!(addr.ends_with(&format!(":{}", self.port)), "restarted on {addr}");
+        assert!(
+            addr.ends_with(&format!(":{}", self.port)),
+            "restarted on {addr}"
+        );
     }
 
     fn send(&self, line: &str) {
