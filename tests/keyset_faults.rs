@@ -690,11 +690,13 @@ async fn oversized_sort_values_fail_on_every_page_size() {
     }
 }
 
-/// The boundary must stay one index range: a page deep into a collection
-/// examines about a page of keys, as `$gt` alone did, for numbers, strings
-/// and `_id`, in both directions (the server's `explain`).
+/// Admitting every type bracket must not cost an index scan: a page deep
+/// into a collection examines what the bracket-local `$gt`/`$lt` boundary
+/// examined (the server's `explain`), for numbers, strings and `_id`, in
+/// both directions. By `_id` alone that is about a page of keys (an `$or`
+/// of `$gt` and `$type` branches scanned the whole index).
 #[tokio::test]
-async fn deep_pages_still_seek() {
+async fn deep_pages_cost_what_bracket_local_boundaries_did() {
     let (db, _) = fresh_db("keyset_seek").await;
     let raw = db.collection::<Document>("seek");
     let docs: Vec<Document> = (0..2000_i64)
