@@ -10,9 +10,9 @@
 //! Values of every type are paged in MongoDB's own order (BSON comparison
 //! order: MinKey, null and missing, numbers with NaN lowest, strings,
 //! documents, binary, ObjectId, bool, date, timestamp, regex, MaxKey).
-//! `$gt`/`$lt` only match inside one type bracket, so each boundary also
-//! admits, by `$type`, the brackets that follow (or precede, descending);
-//! NaN, which `$gt`/`$lt` never match, is handled with `$eq`/`$gte`. A
+//! `$gt`/`$lt` only match inside one type bracket, and never match NaN, so
+//! each boundary is the complement of what sorts at or before the boundary
+//! value (`$not`, `$nin`), which the server plans as one index range. A
 //! value that cannot be a position (an array, code, MinKey...) is a typed
 //! error wherever it appears, never a silent skip.
 
@@ -462,7 +462,7 @@ where
         }
     }
 
-    /// The token of `raw`, whose sort values [`check_sort_values`] passed.
+    /// The token of `raw`, whose sort values `check_sort_values` passed.
     fn token_of(
         &self,
         raw: &RawDocument,

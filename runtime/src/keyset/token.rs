@@ -11,7 +11,7 @@
 //! accident, not a forger: anyone can build a well-formed token, but it can
 //! only move where a page starts inside the query's own filter, since
 //! decoded values are plain BSON scalars (or documents of them) always used
-//! as operands of `$eq`/`$gt`/`$lt`/`$gte`, never query operators. Signed
+//! as operands of comparison operators, never query operators. Signed
 //! (a key on the query), the HMAC covers the token and the caller's filter:
 //! a token that this key did not issue for this very filter is refused.
 //!
@@ -341,10 +341,21 @@ impl serde::Serialize for PageToken {
     }
 }
 
+/// Parses straight from the deserializer's string, without copying it, so
+/// an oversized token is refused before any allocation.
 impl<'de> serde::Deserialize<'de> for PageToken {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
+        struct Token;
+        impl serde::de::Visitor<'_> for Token {
+            type Value = PageToken;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a page token string")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<PageToken, E> {
+                s.parse().map_err(E::custom)
+            }
+        }
+        d.deserialize_str(Token)
     }
 }
 
@@ -494,6 +505,24 @@ mod tests {
         out.extend_from_slice(&5i32.to_le_bytes());
         out.resize(total, 0);
         out
+    }
+
+    #[test]
+    fn serde_round_trips_and_refuses_oversized_strings() {
+        #[derive(serde::Serialize, serde::Deserialize)]
+        struct Request {
+            token: PageToken,
+        }
+        let doc = bson::to_document(&Request { token: token() }).unwrap();
+        let back: Request = bson::from_document(doc).unwrap();
+        assert_eq!(back.token, token_with(&back.token));
+        let huge = bson::doc! {"token": "A".repeat(MAX_TOKEN_LEN + 1)};
+        assert!(bson::from_document::<Request>(huge).is_err());
+    }
+
+    /// `token()` holds a fresh ObjectId: rebuild it with `t`'s.
+    fn token_with(t: &PageToken) -> PageToken {
+        PageToken::new(7, vec![Bson::String("a\"b".into()), t.values[1].clone()])
     }
 
     #[test]
