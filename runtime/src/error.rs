@@ -220,8 +220,18 @@ pub enum CursorError {
     Corrupted,
     /// The bytes are not a token's layout.
     Malformed(String),
-    /// The token belongs to another collection or another sort order.
+    /// The token belongs to another database, collection, sort order or
+    /// direction, or it is signed and the query has no signing key.
     Foreign,
+    /// Longer than [`MAX_TOKEN_LEN`](crate::keyset::MAX_TOKEN_LEN): refused
+    /// before it is decoded.
+    TooLong(usize),
+    /// A value nested deeper than [`MAX_TOKEN_DEPTH`](crate::keyset::MAX_TOKEN_DEPTH):
+    /// refused before it is decoded.
+    TooDeep,
+    /// The query signs its tokens and this one's signature does not match:
+    /// forged, unsigned, or issued for another filter or key.
+    BadSignature,
 }
 
 impl fmt::Display for CursorError {
@@ -232,7 +242,22 @@ impl fmt::Display for CursorError {
             CursorError::UnsupportedVersion(v) => write!(f, "unsupported token version {v}"),
             CursorError::Corrupted => f.write_str("checksum mismatch (altered or truncated)"),
             CursorError::Malformed(why) => write!(f, "malformed: {why}"),
-            CursorError::Foreign => f.write_str("issued for another collection or sort order"),
+            CursorError::Foreign => f.write_str(
+                "issued for another database, collection, sort order or direction (or signed, for a query without a key)",
+            ),
+            CursorError::TooLong(n) => write!(
+                f,
+                "{n} characters, more than the {} a token may have",
+                crate::keyset::MAX_TOKEN_LEN
+            ),
+            CursorError::TooDeep => write!(
+                f,
+                "a value nested deeper than {} levels",
+                crate::keyset::MAX_TOKEN_DEPTH
+            ),
+            CursorError::BadSignature => {
+                f.write_str("signature mismatch (forged, or issued for another filter or key)")
+            }
         }
     }
 }

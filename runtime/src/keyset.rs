@@ -7,21 +7,34 @@
 //! nor skipped. The extra document tells whether a next page exists, without
 //! a `count`.
 //!
-//! Null and missing sort values are paged in MongoDB's own order: they sort
-//! together, before every other value ascending and after it descending.
+//! Values of every type are paged in MongoDB's own order (BSON comparison
+//! order: MinKey, null and missing, numbers with NaN lowest, strings,
+//! documents, binary, ObjectId, bool, date, timestamp, regex, MaxKey).
+//! `$gt`/`$lt` only match inside one type bracket, and never match NaN, so
+//! each boundary is the complement of what sorts at or before the boundary
+//! value (`$not`, `$nin`), which the server plans as one index range. A
+//! value that cannot be a position (an array, code, MinKey...) is a typed
+//! error wherever it appears, never a silent skip.
+
+// The crate's `Error` is large by design (it names documents by their BSON
+// `_id`); whether to box it is a decision for every pattern at once.
+#![allow(clippy::result_large_err)]
 
 mod token;
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use bson::oid::ObjectId;
+use bson::raw::RawBsonRef;
 use bson::{doc, Bson, DateTime, Document, RawDocument, RawDocumentBuf};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use mongodb::{Collection, Database};
 use serde::de::DeserializeOwned;
 
-pub use token::PageToken;
+use token::SigningKey;
+pub use token::{PageToken, MAX_KEY_BYTES, MAX_TOKEN_DEPTH, MAX_TOKEN_LEN};
 
 use crate::error::{Error, Result};
 
@@ -30,6 +43,11 @@ use crate::error::{Error, Result};
 pub const MAX_PAGE_SIZE: u32 = 100_000;
 /// Page size when neither the model nor the call names one.
 pub const DEFAULT_PAGE_SIZE: u32 = 100;
+/// Deepest nesting [`Keyset::untrusted_filter`] walks; deeper filters are
+/// refused.
+pub const MAX_FILTER_DEPTH: usize = 32;
+/// Shortest key [`Keyset::signing_key`] accepts, in bytes.
+pub const MIN_SIGNING_KEY_LEN: usize = 16;
 
 /// A model's default paging: the sort keys before `_id`, the direction and
 /// the page size. `#[keyset(...)]` sets it; without it, `_id` ascending.
@@ -126,6 +144,7 @@ pub struct Keyset<T> {
     filter: Document,
     page_size: u32,
     position: Position,
+    key: Option<SigningKey>,
     _items: PhantomData<fn() -> T>,
 }
 
@@ -138,6 +157,7 @@ impl<T> Clone for Keyset<T> {
             filter: self.filter.clone(),
             page_size: self.page_size,
             position: self.position.clone(),
+            key: self.key.clone(),
             _items: PhantomData,
         }
     }
@@ -156,14 +176,43 @@ where
             filter: Document::new(),
             page_size: spec.page_size,
             position: Position::Start,
+            key: None,
             _items: PhantomData,
         }
     }
 
     /// Only documents matching `filter` (replaces any earlier filter). The
     /// filter is the caller's; tokens never widen it.
+    ///
+    /// The filter is trusted code: it is sent as given, and operators such
+    /// as `$where`, `$function` and `$accumulator` run JavaScript on the
+    /// server. For a filter built from user input, use
+    /// [`untrusted_filter`](Self::untrusted_filter).
     pub fn filter(mut self, filter: Document) -> Self {
         self.filter = filter;
+        self
+    }
+
+    /// [`filter`](Self::filter), for a filter built from user input: refused
+    /// with `InvalidArgument` (before anything is sent) if it asks the server
+    /// to run JavaScript (`$where`, `$function`, `$accumulator`, or a code
+    /// value anywhere) or nests deeper than [`MAX_FILTER_DEPTH`]. Other
+    /// operators (`$regex`, `$expr`...) stay available: decide which fields
+    /// a user may name before building the filter.
+    pub fn untrusted_filter(self, filter: Document) -> Result<Self> {
+        check_untrusted(&filter)?;
+        Ok(self.filter(filter))
+    }
+
+    /// Signs this query's page tokens with `key` (HMAC-SHA-256, at least
+    /// [`MIN_SIGNING_KEY_LEN`] bytes, checked when a page is fetched). The
+    /// signature covers the token and this query's filter, so a token this
+    /// key did not issue for this very filter (forged, edited, or replayed
+    /// against another filter or tenant) is `InvalidCursor(BadSignature)`.
+    /// Without a key, tokens carry a checksum: it catches accidents, not a
+    /// forger, who can then choose where a page starts inside the filter.
+    pub fn signing_key(mut self, key: impl Into<Arc<[u8]>>) -> Self {
+        self.key = Some(SigningKey(key.into()));
         self
     }
 
@@ -191,13 +240,17 @@ where
         self
     }
 
-    /// The page that follows the item `token` marks (a page's `next`).
+    /// The page that follows the item `token` marks (a page's `next`). The
+    /// token must come from this query: the same database, collection, sort
+    /// keys and direction (and, signed, the same filter and key), or the
+    /// page is `InvalidCursor`.
     pub fn after(mut self, token: &PageToken) -> Self {
         self.position = Position::After(token.clone());
         self
     }
 
-    /// The page that precedes the item `token` marks (a page's `prev`).
+    /// The page that precedes the item `token` marks (a page's `prev`),
+    /// still in this query's direction.
     pub fn before(mut self, token: &PageToken) -> Self {
         self.position = Position::Before(token.clone());
         self
@@ -239,11 +292,14 @@ where
                 break;
             }
             let raw = cursor.current();
+            // Every document, not only the edges: a value without a sort
+            // position fails on every page size alike.
+            self.check_sort_values(raw)?;
             if items.is_empty() {
-                head = Some(self.token_of(raw)?);
+                head = Some(self.token_of(raw, plan.fingerprint, plan.signing.as_deref())?);
             }
             if items.len() + 1 == size {
-                tail = Some(self.token_of(raw)?);
+                tail = Some(self.token_of(raw, plan.fingerprint, plan.signing.as_deref())?);
             }
             items.push(
                 cursor
@@ -294,13 +350,18 @@ where
         .boxed()
     }
 
-    fn fingerprint(&self) -> u32 {
-        let mut bytes = self.coll.name().as_bytes().to_vec();
-        for key in self.sort {
-            bytes.push(0);
-            bytes.extend_from_slice(key.as_bytes());
+    /// Database, collection, sort keys and declared direction: what makes a
+    /// token this query's.
+    fn fingerprint(&self) -> u64 {
+        let ns = self.coll.namespace();
+        let mut bytes = Vec::with_capacity(64);
+        let parts = [ns.db.as_str(), ns.coll.as_str()];
+        for part in parts.into_iter().chain(self.sort.iter().copied()) {
+            bytes.extend_from_slice(&(part.len() as u64).to_le_bytes());
+            bytes.extend_from_slice(part.as_bytes());
         }
-        token::fnv1a64(&bytes) as u32
+        bytes.push(u8::from(self.descending));
+        token::fnv1a64(&bytes)
     }
 
     fn plan(&self) -> Result<Plan> {
@@ -310,6 +371,20 @@ where
                 format!("{} is not in 1..={MAX_PAGE_SIZE}", self.page_size),
             ));
         }
+        let signing = match &self.key {
+            Some(key) if key.0.len() < MIN_SIGNING_KEY_LEN => {
+                return Err(Error::invalid(
+                    "signing_key",
+                    format!(
+                        "{} bytes; a signing key needs at least {MIN_SIGNING_KEY_LEN}",
+                        key.0.len()
+                    ),
+                ))
+            }
+            Some(_) => Some(bson::to_vec(&self.filter)?),
+            None => None,
+        };
+        let fingerprint = self.fingerprint();
         let (boundary, scan_descending) = match &self.position {
             Position::Start => (None, self.descending),
             Position::After(t) => (Some(t), self.descending),
@@ -317,7 +392,8 @@ where
         };
         let mut filter = self.filter.clone();
         if let Some(t) = boundary {
-            let values = t.values_for(self.fingerprint(), self.sort.len() + 1)?;
+            let key = self.key.as_ref().zip(signing.as_deref());
+            let values = t.values_for(fingerprint, self.sort.len() + 1, key)?;
             let after = boundary_filter(self.keys(), values, scan_descending);
             filter = if filter.is_empty() {
                 after
@@ -334,6 +410,8 @@ where
             filter,
             sort,
             limit: i64::from(self.page_size) + 1,
+            fingerprint,
+            signing,
         })
     }
 
@@ -341,31 +419,69 @@ where
         self.sort.iter().copied().chain(std::iter::once("_id"))
     }
 
-    fn token_of(&self, raw: &RawDocument) -> Result<PageToken> {
+    /// Refuses a document whose sort values have no position: an array,
+    /// code, a regex, MinKey/MaxKey, a document too deep, or values too
+    /// large for a token. Reads the raw bytes only.
+    fn check_sort_values(&self, raw: &RawDocument) -> Result<()> {
+        let mut bytes = 0;
+        for key in self.keys() {
+            let value = match raw.get(key) {
+                Ok(Some(v)) => v,
+                Ok(None) => continue,
+                Err(_) => return Err(self.unsupported(raw, key, "an unreadable value".into())),
+            };
+            if let Err(e) = token::check_raw(value) {
+                let found = match e {
+                    crate::error::CursorError::TooDeep => {
+                        format!("a document nested deeper than {MAX_TOKEN_DEPTH}")
+                    }
+                    _ => format!("{:?}", value.element_type()),
+                };
+                return Err(self.unsupported(raw, key, found));
+            }
+            bytes += raw_size(value);
+            if bytes > MAX_KEY_BYTES {
+                return Err(self.unsupported(
+                    raw,
+                    key,
+                    format!("sort values of {bytes} bytes or more (at most {MAX_KEY_BYTES} fit in a page token)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn unsupported(&self, raw: &RawDocument, key: &str, found: String) -> Error {
+        Error::UnsupportedValue {
+            collection: self.coll.name().to_owned(),
+            id: id_of(raw),
+            field: key.to_owned(),
+            found,
+            why: "a keyset sort key (arrays, code, regexes, MinKey/MaxKey and oversized values have no usable position)",
+            dropped: None,
+        }
+    }
+
+    /// The token of `raw`, whose sort values `check_sort_values` passed.
+    fn token_of(
+        &self,
+        raw: &RawDocument,
+        fingerprint: u64,
+        signing: Option<&[u8]>,
+    ) -> Result<PageToken> {
         let values = self
             .keys()
-            .map(|key| {
-                let value = match raw.get(key) {
-                    Ok(Some(v)) => Bson::try_from(v.to_raw_bson()).ok(),
-                    Ok(None) => Some(Bson::Null),
-                    Err(_) => None,
-                };
-                match value {
-                    Some(v) if token::check_value(&v, 0).is_ok() => Ok(v),
-                    other => Err(Error::UnsupportedValue {
-                        collection: self.coll.name().to_owned(),
-                        id: id_of(raw),
-                        field: key.to_owned(),
-                        found: other.map_or("an unreadable value".into(), |v| {
-                            format!("{:?}", v.element_type())
-                        }),
-                        why: "a keyset sort key (arrays and code cannot be ordered)",
-                        dropped: None,
-                    }),
-                }
+            .map(|key| match raw.get(key) {
+                Ok(Some(v)) => Bson::try_from(v.to_raw_bson())
+                    .map_err(|_| self.unsupported(raw, key, "an unreadable value".into())),
+                _ => Ok(Bson::Null),
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(PageToken::new(self.fingerprint(), values))
+        let token = PageToken::new(fingerprint, values);
+        match (&self.key, signing) {
+            (Some(key), Some(filter)) => token.signed(key, filter),
+            _ => Ok(token),
+        }
     }
 
     fn unexpected(&self, raw: &RawDocument, e: mongodb::error::Error) -> Error {
@@ -384,6 +500,19 @@ struct Plan {
     filter: Document,
     sort: Document,
     limit: i64,
+    fingerprint: u64,
+    /// The filter's BSON, when the query signs its tokens.
+    signing: Option<Vec<u8>>,
+}
+
+/// Bytes a raw value takes in a token, near enough to bound its size.
+fn raw_size(v: RawBsonRef<'_>) -> usize {
+    match v {
+        RawBsonRef::String(s) => s.len() + 5,
+        RawBsonRef::Document(d) => d.as_bytes().len(),
+        RawBsonRef::Binary(b) => b.bytes.len() + 5,
+        _ => 16,
+    }
 }
 
 /// The `_id` of a stored document, to name it in an error.
@@ -393,6 +522,64 @@ pub(crate) fn id_of(raw: &RawDocument) -> Bson {
         .flatten()
         .and_then(|v| Bson::try_from(v.to_raw_bson()).ok())
         .unwrap_or(Bson::Null)
+}
+
+const NULL: usize = 2;
+const NUMBER: usize = 3;
+const TIMESTAMP: usize = 10;
+
+/// A value's type bracket, in MongoDB's comparison order: MinKey,
+/// undefined, null (and missing), numbers, strings, documents, binary,
+/// ObjectId, bool, date, timestamp, then the types no token holds.
+fn bracket(v: &Bson) -> usize {
+    match v {
+        Bson::MinKey => 0,
+        Bson::Undefined => 1,
+        Bson::Null => NULL,
+        Bson::Double(_) | Bson::Int32(_) | Bson::Int64(_) | Bson::Decimal128(_) => NUMBER,
+        Bson::String(_) | Bson::Symbol(_) => 4,
+        Bson::Document(_) | Bson::Array(_) => 5,
+        Bson::Binary(_) => 6,
+        Bson::ObjectId(_) => 7,
+        Bson::Boolean(_) => 8,
+        Bson::DateTime(_) => 9,
+        Bson::Timestamp(_) => TIMESTAMP,
+        Bson::RegularExpression(_) => 11,
+        Bson::DbPointer(_) => 12,
+        Bson::JavaScriptCode(_) => 13,
+        Bson::JavaScriptCodeWithScope(_) => 14,
+        Bson::MaxKey => 15,
+    }
+}
+
+/// The smallest value of a bracket from numbers to timestamps (NaN aside):
+/// `$gte` it matches the whole bracket.
+fn bracket_min(b: usize) -> Bson {
+    match b {
+        NUMBER => Bson::Double(f64::NEG_INFINITY),
+        4 => Bson::String(String::new()),
+        5 => Bson::Document(Document::new()),
+        6 => Bson::Binary(bson::Binary {
+            subtype: bson::spec::BinarySubtype::Generic,
+            bytes: Vec::new(),
+        }),
+        7 => Bson::ObjectId(ObjectId::from_bytes([0; 12])),
+        8 => Bson::Boolean(false),
+        9 => Bson::DateTime(DateTime::MIN),
+        _ => Bson::Timestamp(bson::Timestamp {
+            time: 0,
+            increment: 0,
+        }),
+    }
+}
+
+/// NaN, as a double or a decimal (whose combination field is all ones).
+fn is_nan(v: &Bson) -> bool {
+    match v {
+        Bson::Double(f) => f.is_nan(),
+        Bson::Decimal128(d) => d.bytes()[15] & 0x7c == 0x7c,
+        _ => false,
+    }
 }
 
 /// Documents strictly after `values` in the order `keys` ascending (or
@@ -406,42 +593,105 @@ fn boundary_filter(
     let mut equal = Document::new();
     for (key, value) in keys.zip(values) {
         let mut branch = equal.clone();
-        match (value, descending) {
-            // Ascending, nothing is below null; everything non-null is above.
-            (Bson::Null, false) => {
-                branch.insert(key, doc! {"$ne": Bson::Null});
-            }
-            // Descending, nothing follows null.
-            (Bson::Null, true) => {
-                equal.insert(key, doc! {"$eq": Bson::Null});
-                continue;
-            }
-            (v, false) => {
-                branch.insert(key, doc! {"$gt": v.clone()});
-            }
-            // `_id` is never null.
-            (v, true) if key == "_id" => {
-                branch.insert(key, doc! {"$lt": v.clone()});
-            }
-            // Descending, null and missing come after every value.
-            (v, true) => {
-                branch.insert(
-                    "$or",
-                    vec![
-                        Bson::Document(doc! {key: {"$lt": v.clone()}}),
-                        Bson::Document(doc! {key: {"$eq": Bson::Null}}),
-                    ],
-                );
-            }
-        }
+        branch.extend(beyond(key, value, descending));
         branches.push(Bson::Document(branch));
+        // `$eq: null` matches null and missing, `$eq: NaN` every NaN (as
+        // measured on the server), as the sort puts each set together.
         equal.insert(key, doc! {"$eq": value.clone()});
     }
-    // Paging by `_id` alone: the plain `{_id: {$gt: last}}`.
     match <[Bson; 1]>::try_from(branches) {
         Ok([Bson::Document(only)]) => only,
         Ok([other]) => doc! {"$or": [other]},
         Err(branches) => doc! {"$or": branches},
+    }
+}
+
+/// Values of `key` strictly after `v` in MongoDB's sort order (before it,
+/// descending), across type brackets, as conditions the server turns into
+/// one index range.
+///
+/// `$gt`/`$lt` only match inside `v`'s bracket, so the condition is the
+/// complement of what sorts at or before `v`: `$not: {$lte: v}` (everything
+/// but `v`'s bracket up to `v`), then `$not: {$gte: <bracket's minimum>}`
+/// for each earlier bracket, and `$nin: [null, NaN]` for null, missing and
+/// NaN (NaN sorts below every number, but `$lte`/`$gte` with a number never
+/// match it). On the test server this plans as a seek, as `$gt` alone did;
+/// an `$or` of `$gt` and `$type` branches scanned the whole index. Arrays
+/// sort by an element; these conditions match an array exactly where it
+/// sorts, so a page reaches it and refuses it, rather than skip it. Types no
+/// token holds (MinKey, regex, code...) are not excluded: wherever one sorts,
+/// a page reaches it and refuses it.
+fn beyond(key: &str, v: &Bson, descending: bool) -> Document {
+    let b = bracket(v);
+    let nan = is_nan(v);
+    let mut first = Document::new();
+    let mut excluded: Vec<usize>;
+    let mut nin: Vec<Bson> = Vec::new();
+    if !descending {
+        first.insert("$not", doc! {"$lte": v.clone()});
+        excluded = (NUMBER..b.min(TIMESTAMP + 1)).collect();
+        if b != NULL {
+            nin = vec![Bson::Null, Bson::Double(f64::NAN)];
+        }
+    } else {
+        first.insert("$not", doc! {"$gte": v.clone()});
+        excluded = (b + 1..=TIMESTAMP).filter(|&x| x >= NUMBER).collect();
+        // Every other number sorts above NaN.
+        if nan {
+            excluded.insert(0, NUMBER);
+        }
+        if b == NULL {
+            nin.push(Bson::Double(f64::NAN));
+        }
+    }
+    if !nin.is_empty() {
+        first.insert("$nin", nin);
+    }
+    let mut conditions = vec![doc! {key: first}];
+    conditions.extend(
+        excluded
+            .into_iter()
+            .map(|x| doc! {key: {"$not": {"$gte": bracket_min(x)}}}),
+    );
+    match <[Document; 1]>::try_from(conditions) {
+        Ok([only]) => only,
+        Err(all) => doc! {"$and": all},
+    }
+}
+
+/// Refuses server-side JavaScript and excessive nesting in a filter, walking
+/// it with an explicit stack.
+fn check_untrusted(filter: &Document) -> Result<()> {
+    const JS: [&str; 3] = ["$where", "$function", "$accumulator"];
+    let refuse = |why: String| Err(Error::invalid("filter", why));
+    let mut stack: Vec<(&Bson, usize)> = Vec::new();
+    let mut docs: Vec<(&Document, usize)> = vec![(filter, 1)];
+    loop {
+        if let Some((d, depth)) = docs.pop() {
+            for (k, v) in d {
+                if JS.contains(&k.as_str()) {
+                    return refuse(format!(
+                        "`{k}` runs JavaScript on the server, refused in an untrusted filter"
+                    ));
+                }
+                stack.push((v, depth));
+            }
+            continue;
+        }
+        let Some((v, depth)) = stack.pop() else {
+            return Ok(());
+        };
+        match v {
+            Bson::JavaScriptCode(_) | Bson::JavaScriptCodeWithScope(_) => {
+                return refuse("a JavaScript code value, refused in an untrusted filter".into())
+            }
+            Bson::Document(_) | Bson::Array(_) if depth >= MAX_FILTER_DEPTH => {
+                return refuse(format!("nested deeper than {MAX_FILTER_DEPTH} levels"))
+            }
+            Bson::Document(d) => docs.push((d, depth + 1)),
+            Bson::Array(a) => stack.extend(a.iter().map(|v| (v, depth + 1))),
+            _ => {}
+        }
     }
 }
 
@@ -495,48 +745,112 @@ mod tests {
         k.iter().copied().chain(std::iter::once("_id"))
     }
 
+    /// Equal as the server reads them (`NaN != NaN` for `PartialEq`).
+    macro_rules! same {
+        ($a:expr, $b:expr) => {
+            assert_eq!(($a).to_string(), ($b).to_string())
+        };
+    }
+
     #[test]
     fn boundary_is_a_strict_or() {
         let f = boundary_filter(keys(&["t"]), &[Bson::Int32(5), Bson::Int32(9)], false);
-        assert_eq!(
+        same!(
             f,
             doc! {"$or": [
-                {"t": {"$gt": 5}},
-                {"t": {"$eq": 5}, "_id": {"$gt": 9}},
+                {"t": {"$not": {"$lte": 5}, "$nin": [null, f64::NAN]}},
+                {"t": {"$eq": 5}, "_id": {"$not": {"$lte": 9}, "$nin": [null, f64::NAN]}},
             ]}
         );
     }
 
     #[test]
-    fn descending_boundary_keeps_nulls_last() {
+    fn descending_boundary_keeps_nans_and_nulls_last() {
         let f = boundary_filter(keys(&["t"]), &[Bson::Int32(5), Bson::Int32(9)], true);
-        assert_eq!(
+        let later: Vec<Document> = (4..=TIMESTAMP)
+            .map(|b| doc! {"t": {"$not": {"$gte": bracket_min(b)}}})
+            .collect();
+        let Some(Bson::Document(first)) = f.get_array("$or").unwrap().first().cloned() else {
+            panic!("{f}")
+        };
+        let mut want = vec![doc! {"t": {"$not": {"$gte": 5}}}];
+        want.extend(later);
+        same!(first, doc! {"$and": want});
+    }
+
+    #[test]
+    fn brackets_before_a_string_are_excluded() {
+        let f = beyond("t", &Bson::String("m".into()), false);
+        same!(
             f,
-            doc! {"$or": [
-                {"$or": [{"t": {"$lt": 5}}, {"t": {"$eq": null}}]},
-                {"t": {"$eq": 5}, "_id": {"$lt": 9}},
+            doc! {"$and": [
+                {"t": {"$not": {"$lte": "m"}, "$nin": [null, f64::NAN]}},
+                {"t": {"$not": {"$gte": f64::NEG_INFINITY}}},
             ]}
+        );
+        // After NaN come the other numbers; before it, only null.
+        same!(
+            beyond("t", &Bson::Double(f64::NAN), false),
+            doc! {"t": {"$not": {"$lte": f64::NAN}, "$nin": [null, f64::NAN]}}
+        );
+        let down = beyond("t", &Bson::Double(f64::NAN), true);
+        same!(
+            down.get_array("$and").unwrap()[1],
+            Bson::Document(doc! {"t": {"$not": {"$gte": f64::NEG_INFINITY}}})
         );
     }
 
     #[test]
     fn null_boundaries() {
         let up = boundary_filter(keys(&["t"]), &[Bson::Null, Bson::Int32(9)], false);
-        assert_eq!(
+        same!(
             up,
             doc! {"$or": [
-                {"t": {"$ne": null}},
-                {"t": {"$eq": null}, "_id": {"$gt": 9}},
+                {"t": {"$not": {"$lte": null}}},
+                {"t": {"$eq": null}, "_id": {"$not": {"$lte": 9}, "$nin": [null, f64::NAN]}},
             ]}
         );
-        let down = boundary_filter(keys(&["t"]), &[Bson::Null, Bson::Int32(9)], true);
-        assert_eq!(down, doc! {"t": {"$eq": null}, "_id": {"$lt": 9}});
+        let down = beyond("t", &Bson::Null, true);
+        let all = down.get_array("$and").unwrap();
+        same!(
+            all[0],
+            Bson::Document(doc! {"t": {"$not": {"$gte": null}, "$nin": [f64::NAN]}})
+        );
+        same!(all.len(), 1 + (TIMESTAMP - NUMBER + 1));
     }
 
     #[test]
     fn id_only_boundary() {
         let f = boundary_filter(keys(&[]), &[Bson::Int32(9)], false);
-        assert_eq!(f, doc! {"_id": {"$gt": 9}});
+        same!(
+            f,
+            doc! {"_id": {"$not": {"$lte": 9}, "$nin": [null, f64::NAN]}}
+        );
+    }
+
+    #[test]
+    fn untrusted_filters_refuse_javascript() {
+        for f in [
+            doc! {"$where": "sleep(100)"},
+            doc! {"a": 1, "$or": [{"b": 2}, {"$where": "1"}]},
+            doc! {"$expr": {"$function": {"body": "f", "args": [], "lang": "js"}}},
+            doc! {"$expr": {"$eq": [{"$accumulator": {}}, 1]}},
+            doc! {"a": {"$eq": Bson::JavaScriptCode("x".into())}},
+        ] {
+            assert!(
+                matches!(
+                    check_untrusted(&f),
+                    Err(Error::InvalidArgument { name: "filter", .. })
+                ),
+                "{f}"
+            );
+        }
+        let mut deep = doc! {"a": 1};
+        for _ in 0..MAX_FILTER_DEPTH {
+            deep = doc! {"$and": [deep]};
+        }
+        assert!(check_untrusted(&deep).is_err());
+        assert!(check_untrusted(&doc! {"a": {"$in": [1, 2]}, "b": {"$regex": "^x"}}).is_ok());
     }
 
     #[test]
