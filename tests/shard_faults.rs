@@ -446,3 +446,97 @@ async fn audit_reports_documents_a_targeted_query_cannot_see() {
     let audit = bounded(repo.audit(1)).await.unwrap();
     assert_eq!((audit.damaged.len(), audit.scanned), (1, 23));
 }
+
+/// Upserts and replaces that move a document between months, cut at every
+/// point by a timeout: each `_id` is stored once, whole (one of the
+/// versions written), its coarse field its timestamp's month; the next
+/// uncut call completes.
+#[tokio::test]
+async fn cancelled_moves_leave_one_whole_document() {
+    let (db, _) = fresh_db("shard_faults_cancel").await;
+    let repo = Log::sharded(&db);
+    let raw = db.collection::<Document>("logs");
+    let oct = at("2021-10-25T03:34:59Z").timestamp_millis() / 1000;
+    let months = [oct, oct + 10 * 86_400, oct + 40 * 86_400];
+    let ids = 4_i64;
+    // How long an uncut move takes here: the cuts spread over 0–1.5 times it.
+    let mut took = Vec::new();
+    for i in 0..5 {
+        let t = std::time::Instant::now();
+        bounded(repo.upsert(&log(99, "app", months[i % 3])))
+            .await
+            .unwrap();
+        took.push(t.elapsed());
+    }
+    raw.delete_one(doc! {"_id": 99_i64}).await.unwrap();
+    took.sort();
+    let typical = took[0];
+    let (mut cut, mut done, mut scale) = (0, 0, typical);
+    for round in 0..200_u64 {
+        let id = (round % ids as u64) as i64;
+        let mut item = log(
+            id,
+            ["app", "web"][(round / 7 % 2) as usize],
+            months[(round % 3) as usize],
+        );
+        item.msg = format!("round {round}");
+        // Cut before, between or after the commands: `scale` follows the
+        // machine's speed, so that about half the calls are cut.
+        let delay = scale.mul_f64((round * 7919 % 20) as f64 / 13.0);
+        let call = async {
+            if round % 2 == 0 {
+                repo.upsert(&item).await.map(|_| ())
+            } else {
+                repo.replace(&item).await.map(|_| ())
+            }
+        };
+        match tokio::time::timeout(delay, call).await {
+            Ok(r) => {
+                r.unwrap();
+                done += 1;
+                scale = scale.mul_f64(0.9);
+            }
+            Err(_) => {
+                cut += 1;
+                scale = scale.mul_f64(1.1);
+            }
+        }
+        let stored: Vec<Document> = {
+            use futures::TryStreamExt;
+            raw.find(doc! {"_id": id})
+                .await
+                .unwrap()
+                .try_collect()
+                .await
+                .unwrap()
+        };
+        assert!(stored.len() <= 1, "round {round}: {stored:?}");
+        for d in &stored {
+            let ts = d.get_i64("ts").unwrap();
+            let month = mongo_patterns::shard_key::truncate(
+                DateTime::from_millis(ts * 1000),
+                mongo_patterns::shard_key::Granularity::Month,
+            );
+            assert_eq!(d.get_datetime("month").unwrap(), &month, "{d}");
+            let r: u64 = d.get_str("msg").unwrap()[6..].parse().unwrap();
+            assert!(r <= round && r % ids as u64 == id as u64, "{d}");
+        }
+    }
+    assert!(
+        cut >= 10 && done >= 10,
+        "cut {cut}, done {done}, typical {typical:?}"
+    );
+    // Uncut calls complete whatever a cut one left.
+    for id in 0..ids {
+        let mut item = log(id, "admin", months[0]);
+        item.msg = "final".into();
+        bounded(repo.upsert(&item)).await.unwrap();
+        assert!(bounded(repo.replace(&item)).await.unwrap());
+    }
+    let all = raw_all(&db, "logs").await;
+    assert_eq!(all.len(), ids as usize, "{all:?}");
+    assert!(all
+        .iter()
+        .all(|d| d.get_str("msg") == Ok("final") && d.get_str("type") == Ok("admin")));
+    eprintln!("cut {cut} of 200 calls, {done} completed; an uncut move took {typical:?}");
+}

@@ -155,8 +155,9 @@ pub enum Error {
         collection: String,
         /// Its `_id` as stored.
         id: Bson,
-        /// Its shard key fields as stored.
-        stored: bson::Document,
+        /// Its shard key fields as stored (boxed: the variant stays no
+        /// larger than the others).
+        stored: Box<bson::Document>,
     },
 }
 

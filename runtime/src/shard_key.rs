@@ -462,7 +462,7 @@ impl<T: ShardKeyed> Sharded<T> {
                     return Err(Error::ShardKeyMismatch {
                         collection: T::COLLECTION.to_owned(),
                         id,
-                        stored: key,
+                        stored: Box::new(key),
                     });
                 }
             }
