@@ -249,6 +249,28 @@ async fn key_change_moves_the_document() {
     assert!(matches!(bounded(sessions.upsert(&s2)).await, Ok(false)));
     let stored = raw_all(&db, "sessions").await;
     assert_eq!(stored, [doc! {"_id": 1_i64, "user": "bob"}]);
+
+    // A key that is the `_id` cannot change: one command each way.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+    #[model(collection = "tokens")]
+    #[shard_key(hashed = "_id")]
+    struct Token {
+        #[serde(rename = "_id")]
+        id: String,
+        user: String,
+    }
+    let tokens = Token::sharded(&db);
+    let t = Token {
+        id: "t1".into(),
+        user: "ann".into(),
+    };
+    commands.take();
+    assert!(matches!(bounded(tokens.replace(&t)).await, Ok(false)));
+    assert!(matches!(bounded(tokens.upsert(&t)).await, Ok(true)));
+    assert!(matches!(bounded(tokens.upsert(&t)).await, Ok(false)));
+    assert!(matches!(bounded(tokens.replace(&t)).await, Ok(true)));
+    assert_eq!(commands.take().len(), 4);
+    assert_eq!(raw_all(&db, "tokens").await.len(), 1);
 }
 
 /// Documents another client wrote without the coarse field, or with a

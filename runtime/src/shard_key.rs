@@ -15,8 +15,11 @@
 //!   in random order. A hashed key is available as an explicit choice.
 //! - On a sharded collection every upsert and replace must carry the full
 //!   shard key in its filter (MongoDB 4.2+): [`Sharded::upsert`] and
-//!   [`Sharded::replace`] build that filter, and [`Sharded::update`] takes
-//!   the key's values. Key fields cannot be changed through `update`.
+//!   [`Sharded::replace`] build that filter, and move a document whose key
+//!   changed (they look up the key it is stored under, so an upsert never
+//!   inserts a second document with the same `_id` on another shard);
+//!   [`Sharded::update`] takes the key's values. Key fields cannot be
+//!   changed through `update`.
 //! - A query without the key's prefix goes to every shard. [`Sharded::find`]
 //!   takes the search value and a time range, so it is targeted; anything
 //!   else goes through the separately named [`Sharded::scatter`].
@@ -142,7 +145,8 @@ impl CoarseSlot for DateTime {}
 impl CoarseSlot for Option<DateTime> {}
 
 /// A time range for a targeted query: from `start` (inclusive) to `end`
-/// (exclusive).
+/// (exclusive), exact to the millisecond on the timestamp field (a
+/// timestamp in epoch seconds is at its second's first millisecond).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimeRange {
     /// Inclusive.
@@ -350,6 +354,16 @@ impl<T: ShardKeyed> Sharded<T> {
     /// on a miss, the key the `_id` is stored under.
     async fn write(&self, d: &Document, upsert: bool) -> Result<Written> {
         let filter = self.key_filter(d)?;
+        if key_fields(&self.spec) == ["_id"] {
+            // The key is the `_id`: it cannot change, and the unique index
+            // on `_id` keeps an upsert from doubling it.
+            let r = self.coll.replace_one(filter, d).upsert(upsert).await?;
+            return Ok(match (r.upserted_id, r.matched_count) {
+                (Some(_), _) => Written::Inserted,
+                (None, 0) => Written::Nothing,
+                (None, _) => Written::Replaced,
+            });
+        }
         if self
             .coll
             .replace_one(filter.clone(), d)
