@@ -226,7 +226,7 @@ fn parse_one(cx: &Ctxt, model: &Input, d: &Declared) -> Option<Counter> {
                 }
             }
             UPSERT => {
-                let value: Expr = meta.value()?.parse()?;
+                let value = attr::parse_value(&meta)?;
                 match &value {
                     Expr::Lit(ExprLit { lit: Lit::Bool(b), .. }) => upsert.set(b, b.value),
                     other => {

@@ -45,10 +45,26 @@ impl<'c, T> Opt<'c, T> {
     }
 }
 
+/// The value of `key = value`, as written. A `macro_rules!` macro passes
+/// a `$x:literal` (or `$x:expr`) on inside an invisible group (one without
+/// delimiters), which syn keeps as [`Expr::Group`]: it is unwrapped here, so
+/// that every option reads the value as if written in place.
+pub fn parse_value(meta: &ParseNestedMeta) -> syn::Result<Expr> {
+    Ok(ungroup(meta.value()?.parse::<Expr>()?))
+}
+
+/// `e` without the invisible groups around it (see [`parse_value`]).
+pub fn ungroup(mut e: Expr) -> Expr {
+    while let Expr::Group(g) = e {
+        e = *g.expr;
+    }
+    e
+}
+
 /// `key = "string"`, pointing at the value when it is not a string.
 pub fn parse_lit_str(meta: &ParseNestedMeta, attr: &str) -> syn::Result<LitStr> {
     let key = option_name(meta);
-    match meta.value()?.parse::<Expr>()? {
+    match parse_value(meta)? {
         Expr::Lit(ExprLit {
             lit: Lit::Str(s), ..
         }) => Ok(s),
@@ -62,7 +78,7 @@ pub fn parse_lit_str(meta: &ParseNestedMeta, attr: &str) -> syn::Result<LitStr> 
 /// `key = 123`, an integer literal without suffix games.
 pub fn parse_lit_int(meta: &ParseNestedMeta, attr: &str) -> syn::Result<LitInt> {
     let key = option_name(meta);
-    match meta.value()?.parse::<Expr>()? {
+    match parse_value(meta)? {
         Expr::Lit(ExprLit {
             lit: Lit::Int(i), ..
         }) => Ok(i),
@@ -161,6 +177,50 @@ fn edit_distance(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proc_macro2::{Delimiter, Group, TokenStream};
+    use quote::quote;
+    use syn::parse::Parser;
+
+    /// `tokens` as a `macro_rules!` macro passes on a `$x:literal`: inside
+    /// a group without delimiters.
+    fn invisible(tokens: TokenStream) -> TokenStream {
+        Group::new(Delimiter::None, tokens).into_token_stream()
+    }
+
+    /// Parses `key = <value>` with `f`.
+    fn parse_with<T>(
+        value: TokenStream,
+        f: impl Fn(&ParseNestedMeta) -> syn::Result<T>,
+    ) -> syn::Result<T> {
+        let mut out = None;
+        syn::meta::parser(|meta| {
+            out = Some(f(&meta)?);
+            Ok(())
+        })
+        .parse2(quote!(key = #value))?;
+        Ok(out.expect("one option"))
+    }
+
+    #[test]
+    fn literals_from_macro_rules() {
+        let s = parse_with(invisible(quote!("month")), |m| parse_lit_str(m, "x")).unwrap();
+        assert_eq!(s.value(), "month");
+        let i = parse_with(invisible(quote!(100)), |m| parse_lit_int(m, "x")).unwrap();
+        assert_eq!(i.base10_digits(), "100");
+        // Nested groups (a macro calling a macro) unwrap too.
+        let twice = invisible(invisible(quote!("a")));
+        assert_eq!(
+            parse_with(twice, |m| parse_lit_str(m, "x"))
+                .unwrap()
+                .value(),
+            "a"
+        );
+        // The error still points at a value that is not a literal.
+        let e = parse_with(invisible(quote!(a + b)), |m| parse_lit_str(m, "x")).unwrap_err();
+        assert!(e.to_string().contains("takes a string literal"), "{e}");
+        let e = parse_with(invisible(quote!("s")), |m| parse_lit_int(m, "x")).unwrap_err();
+        assert!(e.to_string().contains("takes an integer literal"), "{e}");
+    }
 
     #[test]
     fn suggestions() {

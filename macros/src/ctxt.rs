@@ -32,6 +32,12 @@ impl Ctxt {
             .push(err);
     }
 
+    /// How many errors were reported so far: a check that only makes sense
+    /// when nothing else failed compares counts.
+    pub fn error_count(&self) -> usize {
+        self.errors.borrow().as_ref().map_or(0, Vec::len)
+    }
+
     /// All errors combined into one, or `Ok` when there were none.
     pub fn check(self) -> Result<(), syn::Error> {
         let errors = self.errors.borrow_mut().take().expect("check() twice");

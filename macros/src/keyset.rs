@@ -124,12 +124,12 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Keyset> {
 }
 
 fn parse_sort(meta: &syn::meta::ParseNestedMeta) -> syn::Result<Vec<LitStr>> {
-    let expr: Expr = meta.value()?.parse()?;
+    let expr = crate::attr::parse_value(meta)?;
     let hint = "`keyset` option `sort` takes a field name or a list of them, as in `sort = \"date\"` or `sort = [\"day\", \"score\"]`";
-    let lit = |e: &Expr| match e {
+    let lit = |e: &Expr| match crate::attr::ungroup(e.clone()) {
         Expr::Lit(ExprLit {
             lit: Lit::Str(s), ..
-        }) => Ok(s.clone()),
+        }) => Ok(s),
         other => Err(syn::Error::new_spanned(other, hint)),
     };
     match &expr {

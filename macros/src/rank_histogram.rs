@@ -111,7 +111,7 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<RankHistog
                     }
                     // precision = 0.5
                     PRECISION => {
-                        let value: Expr = meta.value()?.parse()?;
+                        let value = attr::parse_value(&meta)?;
                         match precision_value(&value) {
                             Ok(p) => precision.set(&value, p),
                             Err(why) => cx.error_spanned_by(&value, why),

@@ -81,6 +81,7 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<ShardKey> 
         .filter(|a| a.path().is_ident(SHARD))
         .collect();
     let first = *attrs.first()?;
+    let errors_before = cx.error_count();
     // After a mistake that may hide what the user meant (a second attribute,
     // a misspelt option or lint), the lints stay quiet: they would judge a
     // key the user did not write.
@@ -193,6 +194,10 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<ShardKey> 
             low_cardinality(cx, h, &f.bson_name);
             return None;
         }
+        if cx.error_count() > errors_before {
+            return None;
+        }
+        require_id(cx, model, first)?;
         return Some(ShardKey {
             coarse: None,
             derived: None,
@@ -346,6 +351,9 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<ShardKey> 
         }
     }
     let search = search.map(|(_, f)| (f.bson_name.clone(), f.ty.clone()));
+    if cx.error_count() == errors_before {
+        require_id(cx, model, first)?;
+    }
     Some(ShardKey {
         coarse: coarse_name,
         derived,
@@ -354,6 +362,29 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<ShardKey> 
         hashed: None,
         small_check,
     })
+}
+
+/// `upsert` and `replace` find a document by its `_id` and its full shard
+/// key: a model without a stored `_id` could insert but never replace.
+/// Reported only for a key that is otherwise right, so that it never adds
+/// to another mistake's errors.
+fn require_id(cx: &Ctxt, model: &Input, attr: &Attribute) -> Option<()> {
+    if model
+        .fields
+        .iter()
+        .any(|f| f.bson_name == "_id" && f.not_stored.is_none())
+    {
+        return Some(());
+    }
+    let fix = match model.fields.iter().find(|f| f.rust_name == "id") {
+        Some(_) => "mark `id` with `#[serde(rename = \"_id\")]`".to_owned(),
+        None => "add one, as in `#[serde(rename = \"_id\")] id: ObjectId`".to_owned(),
+    };
+    cx.error_spanned_by(
+        attr,
+        format!("`#[shard_key]` replaces and upserts a document by its `_id` and full shard key, and `{}` has no field stored as `_id`; {fix}", model.ident),
+    );
+    None
 }
 
 fn resolve<'m, 'a>(
@@ -533,7 +564,7 @@ mod tests {
     fn the_seeds_key() {
         let k = parsed(parse_quote! {
             #[shard_key(coarse = "month", from = "ts", search = "type")]
-            struct Log { id: String, #[serde(rename = "type")] kind: String, ts: i64, msg: String }
+            struct Log { #[serde(rename = "_id")] id: String, #[serde(rename = "type")] kind: String, ts: i64, msg: String }
         })
         .unwrap()
         .unwrap();
@@ -561,7 +592,7 @@ mod tests {
         assert_eq!(lints, [true, true, true], "{e:#?}");
         assert!(parsed(parse_quote! {
             #[shard_key(coarse = "ts", allow(coarse_not_derived, missing_search, monotonic))]
-            struct Log { ts: DateTime }
+            struct Log { _id: ObjectId, ts: DateTime }
         })
         .is_ok());
 
@@ -575,11 +606,60 @@ mod tests {
         // An enum's size is only known to the compiler: a const check.
         let k = parsed(parse_quote! {
             #[shard_key(search = "kind")]
-            struct Log { kind: LogType }
+            struct Log { _id: ObjectId, kind: LogType }
         })
         .unwrap()
         .unwrap();
         assert!(k.small_check.is_some());
+    }
+
+    #[test]
+    fn needs_a_stored_id() {
+        let e = parsed(parse_quote! {
+            #[shard_key(coarse = "month", from = "ts", search = "type")]
+            struct Log { id: String, #[serde(rename = "type")] kind: String, ts: i64 }
+        })
+        .err()
+        .unwrap();
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(
+            e[0].contains("has no field stored as `_id`; mark `id`"),
+            "{e:?}"
+        );
+        let e = parsed(parse_quote! {
+            #[shard_key(hashed = "user")]
+            struct Session { user: String, #[serde(skip)] _id: String }
+        })
+        .err()
+        .unwrap();
+        assert!(
+            e[0].contains("has no field stored as `_id`; add one"),
+            "{e:?}"
+        );
+        // Another mistake is reported alone.
+        let e = parsed(parse_quote! {
+            #[shard_key(coarse = "month", from = "ts", search = "tpye")]
+            struct Log { r#type: String, ts: i64 }
+        })
+        .err()
+        .unwrap();
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(!e[0].contains("`_id`"), "{e:?}");
+    }
+
+    #[test]
+    fn literals_from_macro_rules() {
+        use proc_macro2::{Delimiter, Group};
+        let g = |t: TokenStream| Group::new(Delimiter::None, t);
+        let (c, f, s) = (g(quote!("month")), g(quote!("ts")), g(quote!("type")));
+        let input: DeriveInput = syn::parse2(quote! {
+            #[shard_key(coarse = #c, from = #f, search = #s)]
+            struct Log { #[serde(rename = "_id")] id: i64, #[serde(rename = #s)] kind: String, ts: i64 }
+        })
+        .unwrap();
+        let k = parsed(input).unwrap().unwrap();
+        assert_eq!(k.coarse.as_deref(), Some("month"));
+        assert_eq!(k.search.as_ref().map(|s| s.0.as_str()), Some("type"));
     }
 
     #[test]

@@ -144,6 +144,21 @@ pub enum Error {
     /// The server answered with an error.
     #[error("MongoDB error: {0}")]
     Database(#[source] mongodb::error::Error),
+
+    /// A shard key repository's `update` named a document by its `_id`
+    /// and a shard key value, and the document is stored under another
+    /// value (`stored`). Nothing was written.
+    #[error("document {id} in `{collection}` is stored under shard key {stored}, not the one the call named")]
+    #[non_exhaustive]
+    ShardKeyMismatch {
+        /// The collection.
+        collection: String,
+        /// Its `_id` as stored.
+        id: Bson,
+        /// Its shard key fields as stored (boxed: the variant stays no
+        /// larger than the others).
+        stored: Box<bson::Document>,
+    },
 }
 
 /// Server codes for a document over 16 MiB (BSONObjectTooLarge, and the

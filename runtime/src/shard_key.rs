@@ -15,8 +15,11 @@
 //!   in random order. A hashed key is available as an explicit choice.
 //! - On a sharded collection every upsert and replace must carry the full
 //!   shard key in its filter (MongoDB 4.2+): [`Sharded::upsert`] and
-//!   [`Sharded::replace`] build that filter, and [`Sharded::update`] takes
-//!   the key's values. Key fields cannot be changed through `update`.
+//!   [`Sharded::replace`] build that filter, and move a document whose key
+//!   changed (they look up the key it is stored under, so an upsert never
+//!   inserts a second document with the same `_id` on another shard);
+//!   [`Sharded::update`] takes the key's values. Key fields cannot be
+//!   changed through `update`.
 //! - A query without the key's prefix goes to every shard. [`Sharded::find`]
 //!   takes the search value and a time range, so it is targeted; anything
 //!   else goes through the separately named [`Sharded::scatter`].
@@ -142,7 +145,8 @@ impl CoarseSlot for DateTime {}
 impl CoarseSlot for Option<DateTime> {}
 
 /// A time range for a targeted query: from `start` (inclusive) to `end`
-/// (exclusive).
+/// (exclusive), exact to the millisecond on the timestamp field (a
+/// timestamp in epoch seconds is at its second's first millisecond).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimeRange {
     /// Inclusive.
@@ -318,22 +322,110 @@ impl<T: ShardKeyed> Sharded<T> {
 
     /// Replaces the document with `item`'s `_id`, by a filter on the full
     /// shard key and the `_id`. Returns whether one matched.
+    ///
+    /// When nothing matched, the stored key is looked up by `_id` (as
+    /// Spring Data's `@Sharded` does): a document stored under another key
+    /// value (its timestamp moved to another month, its search value
+    /// changed) is replaced by a filter on that stored key, and MongoDB
+    /// moves it to the new key's chunk in the same write (4.2+, as a
+    /// retryable write, which is the driver's default). A stored document
+    /// whose key is missing, mistyped or not derived from its own timestamp
+    /// is [`Error::Damaged`], and nothing is written.
     pub async fn replace(&self, item: &T) -> Result<bool> {
         let d = self.to_document(item)?;
-        let r = self.coll.replace_one(self.key_filter(&d)?, &d).await?;
-        Ok(r.matched_count > 0)
+        Ok(self.write(&d, false).await? != Written::Nothing)
     }
 
     /// Inserts or replaces `item`, by a filter on the full shard key and the
     /// `_id`. Returns whether it was inserted.
+    ///
+    /// It never inserts a second document with the same `_id` under a new
+    /// key: a miss looks the `_id` up first, as [`Sharded::replace`] does,
+    /// and inserts only when no document holds it. So an upsert that
+    /// inserts costs three round trips (the miss, the lookup by `_id`, which
+    /// a sharded cluster sends to every shard, and the insert); one that
+    /// replaces under an unchanged key costs one.
     pub async fn upsert(&self, item: &T) -> Result<bool> {
         let d = self.to_document(item)?;
-        let r = self
+        Ok(self.write(&d, true).await? == Written::Inserted)
+    }
+
+    /// The write behind `replace` and `upsert`: the new key first, then,
+    /// on a miss, the key the `_id` is stored under.
+    async fn write(&self, d: &Document, upsert: bool) -> Result<Written> {
+        let filter = self.key_filter(d)?;
+        if key_fields(&self.spec) == ["_id"] {
+            // The key is the `_id`: it cannot change, and the unique index
+            // on `_id` keeps an upsert from doubling it.
+            let r = self.coll.replace_one(filter, d).upsert(upsert).await?;
+            return Ok(match (r.upserted_id, r.matched_count) {
+                (Some(_), _) => Written::Inserted,
+                (None, 0) => Written::Nothing,
+                (None, _) => Written::Replaced,
+            });
+        }
+        if self
             .coll
-            .replace_one(self.key_filter(&d)?, &d)
-            .upsert(true)
-            .await?;
-        Ok(r.upserted_id.is_some())
+            .replace_one(filter.clone(), d)
+            .await?
+            .matched_count
+            > 0
+        {
+            return Ok(Written::Replaced);
+        }
+        let id = filter.get("_id").cloned().unwrap_or(Bson::Null);
+        // Each round lost a race to a writer that moved, deleted or
+        // inserted the `_id` between our lookup and our write.
+        for _ in 0..WRITE_ROUNDS {
+            match self.stored_key(&id, d).await? {
+                Some(stored) => {
+                    if self.coll.replace_one(stored, d).await?.matched_count > 0 {
+                        return Ok(Written::Replaced);
+                    }
+                }
+                None if !upsert => return Ok(Written::Nothing),
+                None => match self.coll.replace_one(filter.clone(), d).upsert(true).await {
+                    Ok(r) if r.upserted_id.is_some() => return Ok(Written::Inserted),
+                    Ok(r) if r.matched_count > 0 => return Ok(Written::Replaced),
+                    Ok(_) => {}
+                    // Inserted meanwhile under another key: look again.
+                    Err(e) if server_codes(&e).contains(&DUPLICATE_KEY) => {}
+                    Err(e) => return Err(e.into()),
+                },
+            }
+        }
+        Err(Error::Contended {
+            operation: if upsert { "upsert" } else { "replace" },
+            attempts: WRITE_ROUNDS,
+        })
+    }
+
+    /// The filter on the `_id` and the key it is stored under, or `None`
+    /// when no document holds the `_id`. `new` is the document about to be
+    /// written: a key field it has and the stored one lacks, or holds as
+    /// another type, is damage.
+    async fn stored_key(&self, id: &Bson, new: &Document) -> Result<Option<Document>> {
+        let mut projection = doc! {"_id": 1};
+        for f in key_fields(&self.spec)
+            .into_iter()
+            .chain(self.spec.derived.map(|d| d.from))
+        {
+            projection.insert(f, 1);
+        }
+        let Some(stored) = self
+            .coll
+            .find_one(doc! {"_id": id.clone()})
+            .projection(projection)
+            .await?
+        else {
+            return Ok(None);
+        };
+        check_stored(&self.spec, T::COLLECTION, &stored, Some(new))?;
+        let mut f = doc! {"_id": id.clone()};
+        for field in key_fields(&self.spec) {
+            f.insert(field, stored.get(field).cloned().unwrap_or(Bson::Null));
+        }
+        Ok(Some(f))
     }
 
     /// Updates the documents `filter` matches within one shard key value:
@@ -341,6 +433,11 @@ impl<T: ShardKeyed> Sharded<T> {
     /// value itself when the model stores it) and `search`. Refuses an
     /// update that changes a key field or the timestamp the key derives
     /// from. Returns how many matched.
+    ///
+    /// When `filter` names one `_id` and nothing matched, the document is
+    /// looked up: one stored under another key value is
+    /// [`Error::ShardKeyMismatch`], one whose key is damaged
+    /// [`Error::Damaged`], instead of `Ok(0)`.
     pub async fn update<Q>(
         &self,
         at: DateTime,
@@ -353,11 +450,38 @@ impl<T: ShardKeyed> Sharded<T> {
         Q: Serialize + ?Sized,
     {
         check_update(&self.spec, &update)?;
-        let mut f = self.point_filter(at, search)?;
+        let point = self.point_filter(at, search)?;
+        let id = filter
+            .get("_id")
+            .filter(|v| {
+                !v.as_document()
+                    .is_some_and(|d| d.keys().any(|k| k.starts_with('$')))
+            })
+            .cloned();
+        let mut f = point.clone();
         for (k, v) in filter {
             f.insert(k, v);
         }
-        Ok(self.coll.update_many(f, update).await?.matched_count)
+        let matched = self.coll.update_many(f, update).await?.matched_count;
+        if let (0, Some(id)) = (matched, id) {
+            if let Some(stored) = self.stored_key(&id, &point).await? {
+                let differs = point.iter().any(|(k, v)| {
+                    stored
+                        .get(k)
+                        .is_none_or(|s| analyze::cmp_bson(s, v) != std::cmp::Ordering::Equal)
+                });
+                if differs {
+                    let mut key = stored;
+                    key.remove("_id");
+                    return Err(Error::ShardKeyMismatch {
+                        collection: T::COLLECTION.to_owned(),
+                        id,
+                        stored: Box::new(key),
+                    });
+                }
+            }
+        }
+        Ok(matched)
     }
 
     /// The filter of a targeted query: the search value and the coarse
@@ -395,9 +519,13 @@ impl<T: ShardKeyed> Sharded<T> {
         if let Some(d) = self.spec.derived {
             let (lo, hi) = match d.repr {
                 TimeRepr::DateTime => (Bson::DateTime(range.start), Bson::DateTime(range.end)),
+                // A log at second `s` happened at `s * 1000` ms: it is in
+                // `[start, end)` when `s >= ceil(start / 1000)` and
+                // `s < ceil(end / 1000)`. Rounding the start down would let in
+                // the start's own second before the start.
                 TimeRepr::EpochSeconds => (
-                    Bson::Int64(range.start.timestamp_millis().div_euclid(1000)),
-                    Bson::Int64((range.end.timestamp_millis() + 999).div_euclid(1000)),
+                    Bson::Int64(ceil_seconds(range.start)),
+                    Bson::Int64(ceil_seconds(range.end)),
                 ),
             };
             f.insert(d.from, doc! {"$gte": lo, "$lt": hi});
@@ -408,6 +536,13 @@ impl<T: ShardKeyed> Sharded<T> {
     /// A targeted query: documents with `search` in `range`, and `extra`
     /// conditions, routed by the shard key's prefix to the shards that hold
     /// that range.
+    ///
+    /// A targeted query sees only documents that carry the key: one written
+    /// by another client without the coarse field, or with one that is not
+    /// its timestamp's period, is in no range and never returned.
+    /// [`Sharded::scatter`] sees it, and [`Sharded::audit`] lists such
+    /// documents. A document that does not deserialize is
+    /// [`Error::UnexpectedDocument`], named by its `_id`.
     pub async fn find<Q>(&self, search: &Q, range: TimeRange, extra: Document) -> Result<Vec<T>>
     where
         T::Search: Borrow<Q>,
@@ -417,7 +552,7 @@ impl<T: ShardKeyed> Sharded<T> {
         for (k, v) in extra {
             f.insert(k, v);
         }
-        Ok(self.typed.find(f).await?.try_collect().await?)
+        self.collect(f).await
     }
 
     /// A query by the hashed key's value: targeted to one shard.
@@ -428,19 +563,70 @@ impl<T: ShardKeyed> Sharded<T> {
                 "this model's shard key is not hashed",
             ));
         };
-        Ok(self
-            .typed
-            .find(doc! {h: bson::to_bson(value)?})
-            .await?
-            .try_collect()
-            .await?)
+        self.collect(doc! {h: bson::to_bson(value)?}).await
     }
 
     /// Any query, sent to every shard that holds the collection. Named
     /// apart so that a scatter-gather is never an accident.
     pub async fn scatter(&self, filter: Document) -> Result<Vec<T>> {
         tracing::debug!(collection = T::COLLECTION, "scatter-gather query");
-        Ok(self.typed.find(filter).await?.try_collect().await?)
+        self.collect(filter).await
+    }
+
+    /// Checks every document's shard key (a scatter-gather over the whole
+    /// collection, projected to the key fields): the coarse field present,
+    /// and, when derived, a date equal to its timestamp's period. Such a
+    /// document is invisible to [`Sharded::find`], and writes to it are
+    /// refused. Reports up to `max` of them, as [`Error::Damaged`], in
+    /// `_id` order.
+    pub async fn audit(&self, max: usize) -> Result<Audit> {
+        let mut projection = doc! {"_id": 1};
+        for f in key_fields(&self.spec)
+            .into_iter()
+            .chain(self.spec.derived.map(|d| d.from))
+        {
+            projection.insert(f, 1);
+        }
+        let mut cursor = self
+            .coll
+            .find(doc! {})
+            .projection(projection)
+            .sort(doc! {"_id": 1})
+            .await?;
+        let mut audit = Audit {
+            scanned: 0,
+            damaged: Vec::new(),
+        };
+        while let Some(d) = cursor.try_next().await? {
+            audit.scanned += 1;
+            if audit.damaged.len() < max {
+                if let Err(e) = check_stored(&self.spec, T::COLLECTION, &d, None) {
+                    audit.damaged.push(e);
+                }
+            }
+        }
+        Ok(audit)
+    }
+
+    /// Every document `filter` matches, each deserialized on its own so
+    /// that one that does not fit the model is named by its `_id`.
+    async fn collect(&self, filter: Document) -> Result<Vec<T>> {
+        let mut cursor = self.typed.find(filter).await?;
+        let mut out = Vec::new();
+        while cursor.advance().await? {
+            let item = cursor.deserialize_current().map_err(|e| match *e.kind {
+                mongodb::error::ErrorKind::BsonDeserialization(source) => {
+                    Error::UnexpectedDocument {
+                        collection: T::COLLECTION.to_owned(),
+                        id: crate::keyset::id_of(cursor.current()),
+                        source,
+                    }
+                }
+                _ => Error::from(e),
+            })?;
+            out.push(item);
+        }
+        Ok(out)
     }
 
     /// Analyses a candidate shard key (BSON field names, in key order) on a
@@ -466,6 +652,131 @@ impl<T: ShardKeyed> Sharded<T> {
         }
         Ok(f)
     }
+}
+
+/// What [`Sharded::audit`] found.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Audit {
+    /// Documents checked: the whole collection.
+    pub scanned: u64,
+    /// Up to the asked number of documents whose key is missing or wrong,
+    /// each an [`Error::Damaged`] naming its `_id` and field.
+    pub damaged: Vec<Error>,
+}
+
+/// What a replace or an upsert did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Written {
+    Replaced,
+    Inserted,
+    Nothing,
+}
+
+/// Lookups and writes a replace or an upsert tries after its first miss,
+/// each lost to a concurrent writer of the same `_id`, before it gives up
+/// with [`Error::Contended`].
+const WRITE_ROUNDS: usize = 5;
+
+/// MongoDB's DuplicateKey.
+const DUPLICATE_KEY: i32 = 11000;
+
+/// BSON types that compare as one in a filter: numbers, and null with a
+/// missing value.
+fn same_bracket(a: &Bson, b: &Bson) -> bool {
+    let bracket = |v: &Bson| match v {
+        Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => 0x01,
+        Bson::Null | Bson::Undefined => 0x0a,
+        other => other.element_type() as u8,
+    };
+    bracket(a) == bracket(b)
+}
+
+fn type_name(v: Option<&Bson>) -> String {
+    v.map_or("nothing".to_owned(), |b| format!("{:?}", b.element_type()))
+}
+
+/// Checks a stored document's shard key: each key field that `new` (the
+/// document about to be written, or, for an audit, the derived coarse
+/// field alone) has must be stored, as the same type; a derived coarse
+/// field must be its stored timestamp's period.
+fn check_stored(
+    spec: &ShardSpec,
+    collection: &str,
+    stored: &Document,
+    new: Option<&Document>,
+) -> Result<()> {
+    let id = || stored.get("_id").cloned().unwrap_or(Bson::Null);
+    let damaged = |field: &str, problem: String| Error::damaged(collection, id(), field, problem);
+    for field in key_fields(spec) {
+        let want = match new {
+            Some(n) => n.get(field),
+            // An audit knows only that the coarse field is always stored.
+            None if Some(field) == spec.coarse => Some(&Bson::Null),
+            None => None,
+        };
+        let Some(want) = want else { continue };
+        match stored.get(field) {
+            None => {
+                return Err(damaged(
+                    field,
+                    "is missing: it is part of the shard key, and the model always stores it"
+                        .to_owned(),
+                ))
+            }
+            Some(got) if new.is_some() && !same_bracket(got, want) => {
+                return Err(damaged(
+                    field,
+                    format!(
+                        "holds {}, where the model stores {}",
+                        type_name(Some(got)),
+                        type_name(Some(want))
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    let (Some(coarse), Some(derived)) = (spec.coarse, spec.derived) else {
+        return Ok(());
+    };
+    let Some(Bson::DateTime(month)) = stored.get(coarse) else {
+        return Err(damaged(
+            coarse,
+            format!(
+                "holds {}, not the date derived from `{}`",
+                type_name(stored.get(coarse)),
+                derived.from
+            ),
+        ));
+    };
+    let at = match (stored.get(derived.from), derived.repr) {
+        (Some(Bson::DateTime(t)), _) => Some(*t),
+        (Some(Bson::Int64(s)), TimeRepr::EpochSeconds) => seconds(*s).ok(),
+        (Some(Bson::Int32(s)), TimeRepr::EpochSeconds) => seconds(i64::from(*s)).ok(),
+        _ => None,
+    };
+    let Some(at) = at else {
+        return Err(damaged(
+            derived.from,
+            format!(
+                "holds {}, not a timestamp the shard key derives from",
+                type_name(stored.get(derived.from))
+            ),
+        ));
+    };
+    let want = truncate(at, derived.granularity);
+    if *month != want {
+        return Err(damaged(
+            coarse,
+            format!(
+                "is {month}, but `{}` is in the {} of {want}",
+                derived.from,
+                format!("{:?}", derived.granularity).to_lowercase()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `{coarse: 1, search: 1}`, or `{field: "hashed"}`.
@@ -516,6 +827,12 @@ fn fill(spec: &ShardSpec, d: &mut Document, collection: &str) -> Result<()> {
     };
     d.insert(coarse, truncate(at, derived.granularity));
     Ok(())
+}
+
+/// The first whole second at or after `t`, in epoch seconds.
+fn ceil_seconds(t: DateTime) -> i64 {
+    let ms = t.timestamp_millis();
+    ms.div_euclid(1000) + i64::from(ms.rem_euclid(1000) != 0)
 }
 
 fn seconds(s: i64) -> Result<DateTime> {

@@ -44,6 +44,16 @@ pub struct KeyAnalysis {
     /// -1..=1; `None` when insertion order is unknown (no ObjectId `_id`s)
     /// or the sample is too small.
     pub correlation: Option<f64>,
+    /// For a key of two fields or more: distinct values of the prefix (every
+    /// field but the last) in the sample.
+    pub prefix_distinct: Option<u64>,
+    /// For a key of two fields or more: Spearman's correlation of the last
+    /// field's order with insertion order among documents that share a
+    /// prefix value, averaged over prefix values weighted by their
+    /// documents. Near 1 for `{type, ts}`: each type is one ascending
+    /// stream, though the whole key is not monotonic. `None` as for
+    /// `correlation`, or when no prefix value has 3 documents.
+    pub prefix_correlation: Option<f64>,
     /// What the figures mean, in words.
     pub verdict: Vec<String>,
 }
@@ -137,17 +147,79 @@ pub fn characteristics(key: &[&str], values: &[(Vec<Bson>, Bson)]) -> KeyAnalysi
             key_rank[idx] = r;
         }
     }
-    let correlation = insertion_ranks(values).and_then(|ins| spearman(&key_rank, &ins));
+    let insertion = insertion_ranks(values);
+    let correlation = insertion.as_ref().and_then(|ins| spearman(&key_rank, ins));
+    let (prefix_distinct, prefix_correlation) = match key.len() {
+        0 | 1 => (None, None),
+        len => {
+            let (distinct, c) = per_prefix(values, &order, len - 1, insertion.as_deref());
+            (Some(distinct), c)
+        }
+    };
     let mut a = KeyAnalysis {
         key: key.iter().map(|k| k.to_string()).collect(),
         sampled: n as u64,
         distinct: runs.len() as u64,
         most_common,
         correlation,
+        prefix_distinct,
+        prefix_correlation,
         verdict: Vec::new(),
     };
     a.verdict = verdict(&a);
     a
+}
+
+/// The prefix's distinct values (the first `prefix` fields), and the
+/// correlation of the rest of the key with insertion order within each
+/// prefix value, weighted by the value's documents. `order` sorts `values`
+/// by key, so each prefix value is one run of it, sorted by the rest.
+fn per_prefix(
+    values: &[(Vec<Bson>, Bson)],
+    order: &[usize],
+    prefix: usize,
+    insertion: Option<&[f64]>,
+) -> (u64, Option<f64>) {
+    let mut groups: Vec<&[usize]> = Vec::new();
+    let mut start = 0;
+    for i in 1..=order.len() {
+        let split = i == order.len()
+            || cmp_tuple(
+                &values[order[start]].0[..prefix],
+                &values[order[i]].0[..prefix],
+            )
+            .is_ne();
+        if split {
+            groups.push(&order[start..i]);
+            start = i;
+        }
+    }
+    let Some(ins) = insertion else {
+        return (groups.len() as u64, None);
+    };
+    let (mut sum, mut weight) = (0.0, 0.0);
+    for g in groups.iter().filter(|g| g.len() >= 3) {
+        // Within the group, `g` is in key order; tied key values share a
+        // rank, as in the whole key's correlation.
+        let mut key_rank = vec![0.0; g.len()];
+        let mut i = 0;
+        while i < g.len() {
+            let mut j = i + 1;
+            while j < g.len() && cmp_tuple(&values[g[i]].0, &values[g[j]].0).is_eq() {
+                j += 1;
+            }
+            for r in &mut key_rank[i..j] {
+                *r = (i + j - 1) as f64 / 2.0;
+            }
+            i = j;
+        }
+        let ins_rank: Vec<f64> = g.iter().map(|&idx| ins[idx]).collect();
+        if let Some(c) = spearman(&key_rank, &ins_rank) {
+            sum += c * g.len() as f64;
+            weight += g.len() as f64;
+        }
+    }
+    (groups.len() as u64, (weight > 0.0).then(|| sum / weight))
 }
 
 /// Ranks by `_id` when every `_id` is an ObjectId (creation order).
@@ -185,6 +257,23 @@ fn verdict(a: &KeyAnalysis) -> Vec<String> {
     let key = format!("{{{}}}", a.key.join(", "));
     let top = a.most_common.first().map_or(0.0, |(_, _, share)| *share);
     let mut out = Vec::new();
+    // `{type, ts}`: each value of a low-cardinality prefix is one ascending
+    // stream, so inserts go to one chunk per prefix value, although the key
+    // as a whole is neither monotonic nor low-cardinality.
+    let streams = match (a.prefix_distinct, a.prefix_correlation) {
+        (Some(p), Some(c))
+            if p < LOW_CARDINALITY && c >= MONOTONIC && a.monotonic() == Some(false) =>
+        {
+            let prefix = format!("{{{}}}", a.key[..a.key.len() - 1].join(", "));
+            let last = &a.key[a.key.len() - 1];
+            out.push(format!(
+                "one ascending stream per {prefix} value (correlation {c:.2} of `{last}` with insertion order within each): {p} prefix values, so every insert goes to the last chunk of its value, and at most {p} chunks (on as many shards) take all inserts; put a coarse time field first, as in {{month, {}}}, or hash it",
+                a.key[..a.key.len() - 1].join(", ")
+            ));
+            true
+        }
+        _ => false,
+    };
     match (a.low_cardinality(), a.monotonic(), a.correlation) {
         (true, Some(true), Some(c)) => out.push(format!(
             "coarse and ascending (correlation {c:.2} with insertion order): {} distinct values, and new ones come with time; each value's documents share one chunk (the largest holds {:.0}% of the sample), so a value must fit in a chunk; inserts go to the newest values' chunks",
@@ -209,9 +298,9 @@ fn verdict(a: &KeyAnalysis) -> Vec<String> {
     match (a.correlation, a.monotonic()) {
         (Some(c), Some(false)) => {
             out.push(format!(
-                "not monotonic (correlation {c:.2} with insertion order)"
+                "not monotonic as a whole (correlation {c:.2} with insertion order)"
             ));
-            if !a.low_cardinality() && top <= HOT_VALUE {
+            if !a.low_cardinality() && top <= HOT_VALUE && !streams {
                 out.push(format!(
                     "{key} spreads inserts; if its values are random (a UUID), rebalancing reads documents in random order, and queries that do not name it go to every shard"
                 ));
@@ -313,6 +402,80 @@ mod tests {
         assert!(a.correlation.unwrap().abs() < 0.1);
         assert!(a.verdict[0].starts_with("low cardinality"));
         assert!(a.verdict[1].starts_with("hot value"));
+    }
+
+    /// `{type, ts}`: a low-cardinality prefix, then a monotonic field. It
+    /// does not spread inserts: each type's inserts go to that type's last
+    /// chunk. `{month, type}` is the opposite order: coarse and ascending,
+    /// with the types spreading each month.
+    #[test]
+    fn ascending_stream_per_prefix() {
+        let n = 3000;
+        let id = ids(n);
+        let kinds = ["app", "web", "admin"];
+        let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let rows: Vec<(Bson, i64, Bson)> = (0..n)
+            .map(|i| {
+                let ts = 1_600_000_000 + i as i64 * 21_600;
+                (Bson::from(kinds[(next() % 3) as usize]), ts, id[i].clone())
+            })
+            .collect();
+        let type_ts: Vec<_> = rows
+            .iter()
+            .map(|(k, ts, id)| (vec![k.clone(), Bson::Int64(*ts)], id.clone()))
+            .collect();
+        let a = characteristics(&["type", "ts"], &type_ts);
+        assert!(
+            !a.low_cardinality() && a.monotonic() == Some(false),
+            "{a:#?}"
+        );
+        assert!(a.prefix_correlation.unwrap() > 0.99, "{a:#?}");
+        assert!(
+            a.verdict
+                .iter()
+                .any(|v| v.starts_with("one ascending stream per {type} value")),
+            "{:#?}",
+            a.verdict
+        );
+        assert!(
+            !a.verdict.iter().any(|v| v.contains("spreads inserts")),
+            "{:#?}",
+            a.verdict
+        );
+
+        // `{month, type}`: the month ascends, the type does not within it.
+        let month_type: Vec<_> = rows
+            .iter()
+            .map(|(k, ts, id)| (vec![Bson::Int64(ts / (30 * 86_400)), k.clone()], id.clone()))
+            .collect();
+        let a = characteristics(&["month", "type"], &month_type);
+        assert!(a.low_cardinality() && a.monotonic() == Some(true), "{a:#?}");
+        assert!(a.prefix_correlation.unwrap().abs() < 0.2, "{a:#?}");
+        assert!(a.verdict[0].starts_with("coarse and ascending"), "{a:#?}");
+        assert!(
+            !a.verdict.iter().any(|v| v.contains("ascending stream")),
+            "{:#?}",
+            a.verdict
+        );
+
+        // A random second field after the type spreads inserts.
+        let type_uuid: Vec<_> = rows
+            .iter()
+            .map(|(k, _, id)| (vec![k.clone(), Bson::Int64(next() as i64)], id.clone()))
+            .collect();
+        let a = characteristics(&["type", "uuid"], &type_uuid);
+        assert!(a.prefix_correlation.unwrap().abs() < 0.2, "{a:#?}");
+        assert!(
+            a.verdict.iter().any(|v| v.contains("spreads inserts")),
+            "{:#?}",
+            a.verdict
+        );
     }
 
     #[test]

@@ -37,7 +37,8 @@ struct Event {
 }
 
 // A coarse field whose name is not a granularity says how it rounds; `u32`
-// epoch seconds.
+// epoch seconds. Every model has an `_id` (here by its own name): `upsert`
+// and `replace` find a document by it.
 #[derive(Serialize, Deserialize, Model)]
 #[shard_key(
     coarse = "hour_start",
@@ -46,6 +47,7 @@ struct Event {
     search = "sensor"
 )]
 struct Reading {
+    _id: ObjectId,
     sensor: u64,
     at: u32,
     value: f64,
@@ -64,6 +66,7 @@ struct Session {
 #[derive(Serialize, Deserialize, Model)]
 #[shard_key(coarse = "ts", allow(coarse_not_derived, missing_search, monotonic))]
 struct Tick {
+    _id: ObjectId,
     ts: DateTime,
 }
 
@@ -77,12 +80,14 @@ enum Level {
 #[derive(Serialize, Deserialize, Model)]
 #[shard_key(search = "level", allow(low_cardinality))]
 struct Alert {
+    _id: ObjectId,
     level: Level,
 }
 
 #[derive(Serialize, Deserialize, Model)]
 #[shard_key(search = "active", allow(low_cardinality))]
 struct Flag {
+    _id: ObjectId,
     active: bool,
 }
 
@@ -90,6 +95,7 @@ struct Flag {
 #[derive(Serialize, Deserialize, Model)]
 #[shard_key(coarse = "month", search = "type", allow(coarse_not_derived))]
 struct Invoice {
+    _id: ObjectId,
     #[serde(rename = "type")]
     kind: String,
     month: DateTime,
@@ -99,6 +105,7 @@ struct Invoice {
 #[derive(Serialize, Deserialize, Model)]
 #[shard_key(coarse = "day", from = "ts", allow(missing_search))]
 struct Audit {
+    _id: ObjectId,
     ts: i64,
 }
 
@@ -106,6 +113,7 @@ struct Audit {
 #[derive(Serialize, Deserialize, Model)]
 #[shard_key(search = "seq", allow(monotonic))]
 struct Entry {
+    _id: ObjectId,
     seq: u64,
 }
 
@@ -239,6 +247,7 @@ fn main() {
     };
     let _ = (e.id, &e.tenant_id, e.occurred_at, e.week);
     let r = Reading {
+        _id: ObjectId::new(),
         sensor: 1,
         at: 0,
         value: 0.0,
@@ -250,17 +259,35 @@ fn main() {
     };
     let _ = (s.id, &s.user);
     let _ = Tick {
+        _id: ObjectId::new(),
         ts: DateTime::now(),
     }
     .ts;
-    let _ = Alert { level: Level::Low }.level;
+    let _ = Alert {
+        _id: ObjectId::new(),
+        level: Level::Low,
+    }
+    .level;
     let _ = Level::High;
-    let _ = Flag { active: true }.active;
+    let _ = Flag {
+        _id: ObjectId::new(),
+        active: true,
+    }
+    .active;
     let i = Invoice {
+        _id: ObjectId::new(),
         kind: String::new(),
         month: DateTime::now(),
     };
     let _ = (&i.kind, i.month);
-    let _ = Audit { ts: 0 }.ts;
-    let _ = Entry { seq: 0 }.seq;
+    let _ = Audit {
+        _id: ObjectId::new(),
+        ts: 0,
+    }
+    .ts;
+    let _ = Entry {
+        _id: ObjectId::new(),
+        seq: 0,
+    }
+    .seq;
 }

@@ -1,0 +1,564 @@
+//! The shard key repository under faults: millisecond range bounds, a
+//! shard key that changed under an upsert or a replace, and documents that
+//! another client wrote (missing or mistyped key fields). Every invariant is
+//! checked with the raw driver.
+
+use std::future::Future;
+use std::time::Duration;
+
+use mongo_patterns::bson::{Bson, DateTime};
+use mongo_patterns::prelude::*;
+use mongo_patterns::shard_key::TimeRange;
+use mongo_patterns::Error;
+use mongo_patterns_testkit::fresh_db;
+
+/// Seed 002's application log, `ts` in epoch seconds; `month` is derived.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "logs")]
+#[shard_key(coarse = "month", from = "ts", search = "type")]
+struct Log {
+    #[serde(rename = "_id")]
+    id: i64,
+    #[serde(rename = "type")]
+    kind: String,
+    ts: i64,
+    msg: String,
+}
+
+/// A `DateTime` timestamp, daily.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "events")]
+#[shard_key(coarse = "day", from = "at", search = "tenant")]
+struct Event {
+    #[serde(rename = "_id")]
+    id: i64,
+    tenant: String,
+    at: DateTime,
+}
+
+/// A hashed key on a field that is not `_id`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "sessions")]
+#[shard_key(hashed = "user")]
+struct Session {
+    #[serde(rename = "_id")]
+    id: i64,
+    user: String,
+}
+
+fn at(s: &str) -> DateTime {
+    DateTime::parse_rfc3339_str(s).unwrap()
+}
+
+/// Every call here is bounded: a hang fails the test instead of the suite.
+async fn bounded<F: Future>(f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(30), f)
+        .await
+        .expect("call timed out")
+}
+
+fn log(id: i64, kind: &str, ts: i64) -> Log {
+    Log {
+        id,
+        kind: kind.to_owned(),
+        ts,
+        msg: format!("log {id}"),
+    }
+}
+
+async fn raw_all(db: &Database, coll: &str) -> Vec<Document> {
+    use futures::TryStreamExt;
+    db.collection::<Document>(coll)
+        .find(doc! {})
+        .sort(doc! {"_id": 1})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap()
+}
+
+/// A range that starts within a second excludes that second's earlier
+/// logs: the bound on `ts` (epoch seconds) rounds the start up, not down.
+#[tokio::test]
+async fn range_bounds_are_exact_to_the_millisecond() {
+    let (db, _) = fresh_db("shard_faults_range").await;
+    let repo = Log::sharded(&db);
+    let midnight = at("2024-03-01T00:00:00Z").timestamp_millis() / 1000;
+    // 23:59:58, 23:59:59, 00:00:00, 00:00:01.
+    let logs: Vec<Log> = (0..4).map(|i| log(i, "app", midnight - 2 + i)).collect();
+    bounded(repo.insert_many(&logs)).await.unwrap();
+
+    let ms = |s: &str| at(s).timestamp_millis();
+    let cases = [
+        // [23:59:59.500, 00:00:00.500): only 00:00:00.
+        (
+            "2024-02-29T23:59:59.500Z",
+            "2024-03-01T00:00:00.500Z",
+            vec![2],
+        ),
+        // [23:59:59.000, 00:00:00.001): 23:59:59 and 00:00:00.
+        (
+            "2024-02-29T23:59:59Z",
+            "2024-03-01T00:00:00.001Z",
+            vec![1, 2],
+        ),
+        // [23:59:58.001, 23:59:59.000): nothing.
+        ("2024-02-29T23:59:58.001Z", "2024-02-29T23:59:59Z", vec![]),
+        // [23:59:58.999, 00:00:01.000): 23:59:59 and 00:00:00.
+        (
+            "2024-02-29T23:59:58.999Z",
+            "2024-03-01T00:00:01Z",
+            vec![1, 2],
+        ),
+    ];
+    for (start, end, want) in cases {
+        let range = TimeRange::between(at(start), at(end));
+        let mut got: Vec<i64> = bounded(repo.find("app", range, doc! {}))
+            .await
+            .unwrap()
+            .iter()
+            .map(|l| l.id)
+            .collect();
+        got.sort();
+        // The same answer by hand, with the raw driver: ts * 1000 in range.
+        let by_hand: Vec<i64> = raw_all(&db, "logs")
+            .await
+            .iter()
+            .filter(|d| {
+                let t = d.get_i64("ts").unwrap() * 1000;
+                t >= ms(start) && t < ms(end)
+            })
+            .map(|d| d.get_i64("_id").unwrap())
+            .collect();
+        assert_eq!(by_hand, want, "[{start}, {end})");
+        assert_eq!(got, want, "[{start}, {end})");
+    }
+
+    // `last_days` starts at a millisecond of now: the log one second before
+    // it (rounded down to its second) is not in the range.
+    let range = loop {
+        let r = TimeRange::last_days(1);
+        if r.start.timestamp_millis() % 1000 != 0 {
+            break r;
+        }
+    };
+    let before = range.start.timestamp_millis().div_euclid(1000);
+    bounded(repo.insert(&log(10, "web", before))).await.unwrap();
+    bounded(repo.insert(&log(11, "web", before + 1)))
+        .await
+        .unwrap();
+    let got: Vec<i64> = bounded(repo.find("web", range, doc! {}))
+        .await
+        .unwrap()
+        .iter()
+        .map(|l| l.id)
+        .collect();
+    assert_eq!(got, [11], "range starts at {:?}", range.start);
+}
+
+/// An upsert or a replace after the timestamp moved to another month: the
+/// document moves to its new key, once, and no second document with the
+/// same `_id` appears.
+#[tokio::test]
+async fn key_change_moves_the_document() {
+    let (db, commands) = fresh_db("shard_faults_move").await;
+    let repo = Log::sharded(&db);
+    let oct = at("2021-10-25T03:34:59Z").timestamp_millis() / 1000;
+    let nov = oct + 10 * 86_400;
+    bounded(repo.insert(&log(1, "app", oct))).await.unwrap();
+
+    // The timestamp moved to November: an upsert replaces the document.
+    let mut moved = log(1, "app", nov);
+    moved.msg = "moved".into();
+    let inserted = bounded(repo.upsert(&moved)).await;
+    assert!(matches!(inserted, Ok(false)), "{inserted:?}");
+    let stored = raw_all(&db, "logs").await;
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert_eq!(stored[0].get_str("msg"), Ok("moved"));
+    assert_eq!(
+        stored[0].get_datetime("month").unwrap(),
+        &at("2021-11-01T00:00:00Z")
+    );
+
+    // Its type changed too, then back to October: a replace moves it.
+    let mut back = log(1, "web", oct);
+    back.msg = "back".into();
+    commands.take();
+    assert!(matches!(bounded(repo.replace(&back)).await, Ok(true)));
+    let sent: Vec<(String, Document)> = commands.take();
+    let stored = raw_all(&db, "logs").await;
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert_eq!(
+        (stored[0].get_str("type"), stored[0].get_str("msg")),
+        (Ok("web"), Ok("back"))
+    );
+    assert_eq!(
+        stored[0].get_datetime("month").unwrap(),
+        &at("2021-10-01T00:00:00Z")
+    );
+    // Each write carries the full shard key in its filter: the miss on the
+    // new key, the lookup by `_id`, the write on the stored key.
+    let names: Vec<&str> = sent.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["update", "find", "update"], "{sent:?}");
+    for (_, cmd) in sent.iter().filter(|(n, _)| n == "update") {
+        let q = cmd.get_array("updates").unwrap()[0]
+            .as_document()
+            .unwrap()
+            .get_document("q")
+            .unwrap();
+        let keys: Vec<&str> = q.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["_id", "month", "type"], "{q}");
+    }
+    assert_eq!(
+        sent[2].1.get_array("updates").unwrap()[0]
+            .as_document()
+            .unwrap()
+            .get_document("q")
+            .unwrap()
+            .get_datetime("month")
+            .unwrap(),
+        &at("2021-11-01T00:00:00Z"),
+        "the second write names the stored key"
+    );
+
+    // A replace of an `_id` that does not exist is still Ok(false), and
+    // writes nothing; an upsert of it inserts.
+    assert!(matches!(
+        bounded(repo.replace(&log(2, "app", oct))).await,
+        Ok(false)
+    ));
+    assert_eq!(raw_all(&db, "logs").await.len(), 1);
+    assert!(matches!(
+        bounded(repo.upsert(&log(2, "app", oct))).await,
+        Ok(true)
+    ));
+    assert_eq!(raw_all(&db, "logs").await.len(), 2);
+
+    // A hashed key on another field moves the same way.
+    let sessions = Session::sharded(&db);
+    let s = Session {
+        id: 1,
+        user: "ann".into(),
+    };
+    bounded(sessions.insert(&s)).await.unwrap();
+    let s2 = Session {
+        id: 1,
+        user: "bob".into(),
+    };
+    assert!(matches!(bounded(sessions.upsert(&s2)).await, Ok(false)));
+    let stored = raw_all(&db, "sessions").await;
+    assert_eq!(stored, [doc! {"_id": 1_i64, "user": "bob"}]);
+
+    // A key that is the `_id` cannot change: one command each way.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+    #[model(collection = "tokens")]
+    #[shard_key(hashed = "_id")]
+    struct Token {
+        #[serde(rename = "_id")]
+        id: String,
+        user: String,
+    }
+    let tokens = Token::sharded(&db);
+    let t = Token {
+        id: "t1".into(),
+        user: "ann".into(),
+    };
+    commands.take();
+    assert!(matches!(bounded(tokens.replace(&t)).await, Ok(false)));
+    assert!(matches!(bounded(tokens.upsert(&t)).await, Ok(true)));
+    assert!(matches!(bounded(tokens.upsert(&t)).await, Ok(false)));
+    assert!(matches!(bounded(tokens.replace(&t)).await, Ok(true)));
+    assert_eq!(commands.take().len(), 4);
+    assert_eq!(raw_all(&db, "tokens").await.len(), 1);
+}
+
+/// Documents another client wrote without the coarse field, or with a
+/// coarse field that is not its timestamp's month: writes refuse them with
+/// `Damaged`, naming the `_id`, and leave them as they are.
+#[tokio::test]
+async fn damaged_keys_are_refused_by_writes() {
+    let (db, _) = fresh_db("shard_faults_damaged").await;
+    let repo = Log::sharded(&db);
+    let raw = db.collection::<Document>("logs");
+    let oct = at("2021-10-25T03:34:59Z").timestamp_millis() / 1000;
+    let damaged = [
+        // No coarse field at all.
+        doc! {"_id": 1_i64, "type": "app", "ts": oct, "msg": "no month"},
+        // A coarse field that is not a date.
+        doc! {"_id": 2_i64, "type": "app", "ts": oct, "month": "2021-10", "msg": "string month"},
+        // A coarse field that is not the month of `ts`.
+        doc! {"_id": 3_i64, "type": "app", "ts": oct, "month": at("2021-09-01T00:00:00Z"), "msg": "wrong month"},
+        // No search field.
+        doc! {"_id": 4_i64, "ts": oct, "month": at("2021-10-01T00:00:00Z"), "msg": "no type"},
+    ];
+    raw.insert_many(damaged.clone()).await.unwrap();
+    for d in &damaged {
+        let id = d.get_i64("_id").unwrap();
+        let item = log(id, "app", oct);
+        for (op, r) in [
+            ("replace", bounded(repo.replace(&item)).await.map(|_| ())),
+            ("upsert", bounded(repo.upsert(&item)).await.map(|_| ())),
+            (
+                "update",
+                bounded(repo.update(
+                    DateTime::from_millis(oct * 1000),
+                    "app",
+                    doc! {"_id": id},
+                    doc! {"$set": {"msg": "updated"}},
+                ))
+                .await
+                .map(|_| ()),
+            ),
+        ] {
+            match r {
+                Err(Error::Damaged {
+                    collection,
+                    id: got,
+                    field,
+                    ..
+                }) => {
+                    assert_eq!(collection, "logs");
+                    assert_eq!(got, Bson::Int64(id), "{op} {d}");
+                    let want = if id == 4 { "type" } else { "month" };
+                    assert_eq!(field, want, "{op} {d}");
+                }
+                other => panic!("{op} of {d}: {other:?}"),
+            }
+        }
+    }
+    // Nothing was written: every damaged document is as it was, and no
+    // second document appeared.
+    assert_eq!(raw_all(&db, "logs").await, damaged);
+
+    // `update` naming an `_id` stored under another key: a typed error
+    // naming it, not Ok(0).
+    bounded(repo.insert(&log(5, "web", oct))).await.unwrap();
+    let r = bounded(repo.update(
+        DateTime::from_millis(oct * 1000),
+        "app",
+        doc! {"_id": 5_i64},
+        doc! {"$set": {"msg": "updated"}},
+    ))
+    .await;
+    match r {
+        Err(Error::ShardKeyMismatch { id, stored, .. }) => {
+            assert_eq!(id, Bson::Int64(5));
+            assert_eq!(stored.get_str("type"), Ok("web"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let five = raw.find_one(doc! {"_id": 5_i64}).await.unwrap().unwrap();
+    assert_eq!(five.get_str("msg"), Ok("log 5"));
+    // Under its own key, the update is made.
+    let n = bounded(repo.update(
+        DateTime::from_millis(oct * 1000),
+        "web",
+        doc! {"_id": 5_i64},
+        doc! {"$set": {"msg": "updated"}},
+    ))
+    .await
+    .unwrap();
+    assert_eq!(n, 1);
+}
+
+/// A mistyped field: reads give `UnexpectedDocument` naming the `_id`, on
+/// every read path.
+#[tokio::test]
+async fn mistyped_documents_are_named_on_reads() {
+    let (db, _) = fresh_db("shard_faults_mistyped").await;
+    let events = Event::sharded(&db);
+    let day = at("2024-03-01T12:00:00Z");
+    for id in 0..5 {
+        bounded(events.insert(&Event {
+            id,
+            tenant: "t1".into(),
+            at: day,
+        }))
+        .await
+        .unwrap();
+    }
+    // Another client writes `tenant` as a number in one of them.
+    let raw = db.collection::<Document>("events");
+    raw.update_one(doc! {"_id": 3_i64}, doc! {"$set": {"tenant": 5}})
+        .await
+        .unwrap();
+    let unexpected = |r: mongo_patterns::Result<Vec<Event>>, what: &str| match r {
+        Err(Error::UnexpectedDocument { collection, id, .. }) => {
+            assert_eq!(collection, "events", "{what}");
+            assert_eq!(id, Bson::Int64(3), "{what}");
+        }
+        other => panic!("{what}: {other:?}"),
+    };
+    unexpected(bounded(events.scatter(doc! {})).await, "scatter");
+    unexpected(
+        bounded(events.scatter(doc! {"_id": {"$gte": 3_i64}})).await,
+        "scatter from 3",
+    );
+
+    let sessions = Session::sharded(&db);
+    let raw = db.collection::<Document>("sessions");
+    raw.insert_many([
+        doc! {"_id": 1_i64, "user": "ann"},
+        doc! {"_id": Bson::String("two".into()), "user": "ann"},
+    ])
+    .await
+    .unwrap();
+    match bounded(sessions.find_by_hashed("ann")).await {
+        Err(Error::UnexpectedDocument { id, .. }) => assert_eq!(id, Bson::from("two")),
+        other => panic!("find_by_hashed: {other:?}"),
+    }
+
+    // A targeted query that meets a mistyped document: the log's `msg` is
+    // a number.
+    let logs = Log::sharded(&db);
+    let oct = at("2021-10-25T03:34:59Z").timestamp_millis() / 1000;
+    bounded(logs.insert(&log(1, "app", oct))).await.unwrap();
+    db.collection::<Document>("logs")
+        .update_one(doc! {"_id": 1_i64}, doc! {"$set": {"msg": 42}})
+        .await
+        .unwrap();
+    let range = TimeRange::between(at("2021-10-01T00:00:00Z"), at("2021-11-01T00:00:00Z"));
+    match bounded(logs.find("app", range, doc! {})).await {
+        Err(Error::UnexpectedDocument { id, .. }) => assert_eq!(id, Bson::Int64(1)),
+        other => panic!("find: {other:?}"),
+    }
+}
+
+/// A document without the coarse field cannot be found by a targeted
+/// query (its key is not in any range); `audit` reports it, by `_id`.
+#[tokio::test]
+async fn audit_reports_documents_a_targeted_query_cannot_see() {
+    let (db, _) = fresh_db("shard_faults_audit").await;
+    let repo = Log::sharded(&db);
+    let oct = at("2021-10-25T03:34:59Z").timestamp_millis() / 1000;
+    for id in 0..20 {
+        bounded(repo.insert(&log(id, "app", oct + id)))
+            .await
+            .unwrap();
+    }
+    let raw = db.collection::<Document>("logs");
+    raw.insert_many([
+        doc! {"_id": 100_i64, "type": "app", "ts": oct, "msg": "no month"},
+        doc! {"_id": 101_i64, "type": "app", "ts": oct, "month": at("2020-01-01T00:00:00Z"), "msg": "wrong month"},
+        doc! {"_id": 102_i64, "type": "app", "ts": "noon", "month": at("2021-10-01T00:00:00Z"), "msg": "string ts"},
+    ])
+    .await
+    .unwrap();
+    let range = TimeRange::between(at("2021-10-01T00:00:00Z"), at("2021-11-01T00:00:00Z"));
+    // What a targeted query sees: the 20 good logs only.
+    assert_eq!(
+        bounded(repo.find("app", range, doc! {}))
+            .await
+            .unwrap()
+            .len(),
+        20
+    );
+    let audit = bounded(repo.audit(100)).await.unwrap();
+    assert_eq!(audit.scanned, 23);
+    let ids: Vec<Bson> = audit
+        .damaged
+        .iter()
+        .map(|e| match e {
+            Error::Damaged { id, .. } => id.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(ids, [Bson::Int64(100), Bson::Int64(101), Bson::Int64(102)]);
+    let audit = bounded(repo.audit(1)).await.unwrap();
+    assert_eq!((audit.damaged.len(), audit.scanned), (1, 23));
+}
+
+/// Upserts and replaces that move a document between months, cut at every
+/// point by a timeout: each `_id` is stored once, whole (one of the
+/// versions written), its coarse field its timestamp's month; the next
+/// uncut call completes.
+#[tokio::test]
+async fn cancelled_moves_leave_one_whole_document() {
+    let (db, _) = fresh_db("shard_faults_cancel").await;
+    let repo = Log::sharded(&db);
+    let raw = db.collection::<Document>("logs");
+    let oct = at("2021-10-25T03:34:59Z").timestamp_millis() / 1000;
+    let months = [oct, oct + 10 * 86_400, oct + 40 * 86_400];
+    let ids = 4_i64;
+    // How long an uncut move takes here: the cuts spread over 0–1.5 times it.
+    let mut took = Vec::new();
+    for i in 0..5 {
+        let t = std::time::Instant::now();
+        bounded(repo.upsert(&log(99, "app", months[i % 3])))
+            .await
+            .unwrap();
+        took.push(t.elapsed());
+    }
+    raw.delete_one(doc! {"_id": 99_i64}).await.unwrap();
+    took.sort();
+    let typical = took[0];
+    let (mut cut, mut done, mut scale) = (0, 0, typical);
+    for round in 0..200_u64 {
+        let id = (round % ids as u64) as i64;
+        let mut item = log(
+            id,
+            ["app", "web"][(round / 7 % 2) as usize],
+            months[(round % 3) as usize],
+        );
+        item.msg = format!("round {round}");
+        // Cut before, between or after the commands: `scale` follows the
+        // machine's speed, so that about half the calls are cut.
+        let delay = scale.mul_f64((round * 7919 % 20) as f64 / 13.0);
+        let call = async {
+            if round % 2 == 0 {
+                repo.upsert(&item).await.map(|_| ())
+            } else {
+                repo.replace(&item).await.map(|_| ())
+            }
+        };
+        match tokio::time::timeout(delay, call).await {
+            Ok(r) => {
+                r.unwrap();
+                done += 1;
+                scale = scale.mul_f64(0.9);
+            }
+            Err(_) => {
+                cut += 1;
+                scale = scale.mul_f64(1.1);
+            }
+        }
+        let stored: Vec<Document> = {
+            use futures::TryStreamExt;
+            raw.find(doc! {"_id": id})
+                .await
+                .unwrap()
+                .try_collect()
+                .await
+                .unwrap()
+        };
+        assert!(stored.len() <= 1, "round {round}: {stored:?}");
+        for d in &stored {
+            let ts = d.get_i64("ts").unwrap();
+            let month = mongo_patterns::shard_key::truncate(
+                DateTime::from_millis(ts * 1000),
+                mongo_patterns::shard_key::Granularity::Month,
+            );
+            assert_eq!(d.get_datetime("month").unwrap(), &month, "{d}");
+            let r: u64 = d.get_str("msg").unwrap()[6..].parse().unwrap();
+            assert!(r <= round && r % ids as u64 == id as u64, "{d}");
+        }
+    }
+    assert!(
+        cut >= 10 && done >= 10,
+        "cut {cut}, done {done}, typical {typical:?}"
+    );
+    // Uncut calls complete whatever a cut one left.
+    for id in 0..ids {
+        let mut item = log(id, "admin", months[0]);
+        item.msg = "final".into();
+        bounded(repo.upsert(&item)).await.unwrap();
+        assert!(bounded(repo.replace(&item)).await.unwrap());
+    }
+    let all = raw_all(&db, "logs").await;
+    assert_eq!(all.len(), ids as usize, "{all:?}");
+    assert!(all
+        .iter()
+        .all(|d| d.get_str("msg") == Ok("final") && d.get_str("type") == Ok("admin")));
+    eprintln!("cut {cut} of 200 calls, {done} completed; an uncut move took {typical:?}");
+}
