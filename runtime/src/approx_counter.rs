@@ -1,4 +1,4 @@
-//! Approximate counters (seed 003): a hot counter written one time in N.
+//! Approximate counters: a hot counter written one time in N.
 //!
 //! A product page viewed millions of times an hour does not need a write
 //! per view. Three modes, chosen by `#[approx_counter(mode = ...)]`:
@@ -12,10 +12,14 @@
 //! - `"buffered"`: counts in memory and writes `$inc: pending` when a key
 //!   reaches N, when its oldest pending increment is `max_delay_ms` old, when
 //!   more than `max_keys` keys are pending (the oldest go first), and on
-//!   [`Counter::flush`] / [`Counter::shutdown`]. Exact once flushed. A crash
-//!   loses what was pending: up to N−1 per key and process (plus what
-//!   arrived in the last `max_delay_ms`). Writes: at most one per N
-//!   increments of a key, plus one per key per `max_delay_ms`.
+//!   [`Counter::flush`] / [`Counter::shutdown`]. Exact once flushed, also
+//!   across cut calls and writes whose outcome is unknown: each write
+//!   carries a flush id that the document remembers (the field
+//!   [`FLUSHES`], about 500 bytes), so a re-sent write is applied once. A
+//!   crash of the process loses what was pending: up to N−1 per key and
+//!   process (plus what arrived in the last `max_delay_ms`). Writes: at
+//!   most one per N increments of a key, plus one per key per
+//!   `max_delay_ms`.
 //! - `"geometric"`: sampled while a count is small, then a write
 //!   probability that falls as the count grows, for counts that span orders
 //!   of magnitude. With `E` the value this process last read back for the
@@ -42,6 +46,34 @@
 //! The random source is per thread (xorshift, seeded from the OS's hasher
 //! keys), or, with [`Counter::seeded`], one deterministic stream per handle
 //! for tests.
+//!
+//! # Failure behaviour
+//!
+//! - A call cut at any `.await` (a timeout, `select!`): buffered, its
+//!   increments were counted when it first ran and stay pending until a
+//!   write is known to have landed; a write cut in flight is re-sent with
+//!   the same flush id, so it lands once. Sampled or geometric, a cut
+//!   call's single write may or may not have landed (the count moves by
+//!   its `m` or not at all); nothing is applied twice.
+//! - A server crash, a lost connection, a timeout: `Unavailable` (retry
+//!   later). Buffered increments stay pending and the next flush re-sends
+//!   them; a write the server applied but whose reply was lost is refused
+//!   as a repeat. The bound: the document remembers the last flush of
+//!   [`HANDLES_KEPT`] handles, so a write is applied twice only if that
+//!   many other handles wrote the same document between the lost reply
+//!   and the re-send.
+//! - A counter field holding a non-number (another client wrote it):
+//!   `UnsupportedValue` naming the document's `_id`, with `dropped` the
+//!   increments given up for that document only; other keys are written,
+//!   later flushes succeed, and nothing is written on top of it.
+//! - An `n` past `i64::MAX` (or making a key's pending count pass it) and
+//!   a spec no counter can follow are `InvalidArgument`; nothing enters
+//!   the buffer.
+//! - A model with `#[serde(deny_unknown_fields)]` cannot read documents a
+//!   buffered counter wrote: they gain [`FLUSHES`].
+//! - A call's future kept but never polled again while it writes holds its
+//!   key's write: a `flush` waits for it up to 30 s, then returns
+//!   `Contended` with the key still pending. Drop cut futures.
 
 use std::borrow::Borrow;
 use std::cell::Cell;
@@ -62,8 +94,8 @@ use crate::model::Model;
 
 mod buffer;
 
-pub use buffer::{FLUSHES, HANDLES_KEPT};
 use buffer::{Slot, Want};
+pub use buffer::{FLUSHES, HANDLES_KEPT};
 
 /// Largest `every`: past it, a counter's error is over 0.1% only after 10⁹
 /// increments, and a buffered key holds that much in memory before writing.
@@ -688,6 +720,42 @@ mod tests {
             .count();
         // Binomial(10⁶, 1/100): σ ≈ 99.5.
         assert!((9_700..=10_300).contains(&hits), "{hits}");
+    }
+
+    fn spec(field: &'static str, every: u32, mode: Mode, max_keys: usize) -> CounterSpec {
+        CounterSpec {
+            field,
+            every,
+            mode,
+            max_delay_ms: 1,
+            max_keys,
+            upsert: false,
+        }
+    }
+
+    #[test]
+    fn specs_no_counter_can_follow_are_invalid_arguments() {
+        let name = |s: CounterSpec| match s.check() {
+            Err(Error::InvalidArgument { name, .. }) => Some(name),
+            _ => None,
+        };
+        for mode in [Mode::Sampled, Mode::Buffered, Mode::Geometric] {
+            assert_eq!(name(spec("v", 0, mode, 1)), Some("every"));
+            assert_eq!(name(spec("v", MAX_EVERY + 1, mode, 1)), Some("every"));
+            for f in ["", "_id", "a.b", "$v", FLUSHES] {
+                assert_eq!(name(spec(f, 10, mode, 1)), Some("field"), "{f:?}");
+            }
+            assert_eq!(name(spec("v", 1, mode, 1)), None);
+            assert_eq!(name(spec("v", MAX_EVERY, mode, 1)), None);
+        }
+        assert_eq!(name(spec("v", 10, Mode::Buffered, 0)), Some("max_keys"));
+        assert_eq!(name(spec("v", 10, Mode::Sampled, 0)), None);
+    }
+
+    #[test]
+    fn geometric_step_never_divides_by_zero() {
+        assert_eq!(geometric_step(i64::MAX, 1), i64::MAX as u64);
+        assert_eq!(geometric_step(-5, 10), 10);
     }
 
     #[test]

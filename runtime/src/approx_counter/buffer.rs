@@ -24,14 +24,14 @@
 //! round trip per flush; a marker per flush (`$push` with `$slice`) would
 //! forget a write after a fixed number of other flushes, which a hot key
 //! reaches in well under a second. The cost is the field: at most
-//! `HANDLES_KEPT` entries of about 30 bytes (under 500 bytes) in each
+//! `HANDLES_KEPT` entries of about 31 bytes (504 bytes measured) in each
 //! document a buffered counter wrote. The bound: a repeat is refused unless
 //! `HANDLES_KEPT` other handles wrote the same document between the lost
 //! write and its re-send.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bson::{doc, Bson, Document};
 use futures::StreamExt;
@@ -48,6 +48,9 @@ pub const HANDLES_KEPT: i64 = 16;
 const ROUNDS: usize = 4;
 /// Tries of one flush write against a document that changed under it.
 const TRIES: usize = 4;
+/// The longest a flush waits for a key another call is writing (a future
+/// kept but no longer polled would hold it for ever).
+const BUSY_WAIT: Duration = Duration::from_secs(30);
 /// E11000: with `upsert`, a filter that refused an existing document.
 const DUPLICATE_KEY: i32 = 11000;
 
@@ -162,10 +165,12 @@ impl Inner {
 
     /// Writes `key` as `want` says: first a write in flight whose outcome
     /// is unknown (same id, same amount), then what was counted since.
-    /// With `wait`, a key another task is writing is waited for; without,
-    /// it is left to that task.
+    /// With `wait`, a key another task is writing is waited for (up to
+    /// [`BUSY_WAIT`], then `Contended`); without, it is left to that task.
     pub(super) async fn drain(&self, key: &[u8], want: Want, wait: bool) -> Result<()> {
         let mut rounds = 0;
+        let mut waits = 0;
+        let deadline = tokio::time::Instant::now() + BUSY_WAIT;
         while rounds < ROUNDS {
             let idle = self.idle.notified();
             tokio::pin!(idle);
@@ -173,7 +178,13 @@ impl Inner {
             let (id, flight) = match self.pick(key, want) {
                 Pick::Nothing => return Ok(()),
                 Pick::Busy if wait => {
-                    idle.await;
+                    waits += 1;
+                    if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                        return Err(Error::Contended {
+                            operation: "flush",
+                            attempts: waits,
+                        });
+                    }
                     continue;
                 }
                 Pick::Busy => return Ok(()),
@@ -298,7 +309,12 @@ impl Inner {
         let mut keys = Vec::new();
         for shard in &self.shards {
             let shard = lock(shard);
-            keys.extend(shard.iter().filter(|(_, s)| which(s)).map(|(k, _)| k.clone()));
+            keys.extend(
+                shard
+                    .iter()
+                    .filter(|(_, s)| which(s))
+                    .map(|(k, _)| k.clone()),
+            );
         }
         self.drain_all(keys, true).await
     }
@@ -372,9 +388,7 @@ impl Inner {
             if applied(&d, hid, seq) {
                 return Ok(());
             }
-            if let Err(e) = super::number(&d, field, self.coll.name()) {
-                return Err(e);
-            }
+            super::number(&d, field, self.coll.name())?;
             // Changed in between (another client fixed the field): again.
         }
         Err(Error::Contended {
@@ -400,4 +414,25 @@ fn applied(d: &Document, hid: i64, seq: i64) -> bool {
 /// A fresh slot map per shard.
 pub(super) fn shards() -> Vec<std::sync::Mutex<HashMap<Vec<u8>, Slot>>> {
     (0..SHARDS).map(|_| std::sync::Mutex::default()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flush_is_applied_when_its_handle_marked_it_or_a_later_one() {
+        let d = doc! {FLUSHES: [{"h": 7_i64, "s": 5_i64}, {"h": 8_i64, "s": 2_i64}]};
+        assert!(applied(&d, 7, 5));
+        assert!(applied(&d, 7, 4));
+        assert!(!applied(&d, 7, 6));
+        assert!(!applied(&d, 9, 1), "another handle's entry says nothing");
+        assert!(!applied(&doc! {}, 7, 1));
+        assert!(!applied(&doc! {FLUSHES: "damaged"}, 7, 1));
+        assert!(!applied(
+            &doc! {FLUSHES: [1, {"h": 7_i32, "s": 9_i64}]},
+            7,
+            1
+        ));
+    }
 }
