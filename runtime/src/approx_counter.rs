@@ -315,7 +315,11 @@ impl<T: ApproxCounted> Counter<T> {
             let key = key_bytes(&id);
             let (due, crowded) = inner.buffer(&key, id, n)?;
             if due {
-                inner.drain(&key, Want::Full, false).await?;
+                // After `shutdown`, wait for a write of this key under way
+                // in another call, then write through; before, leave a
+                // busy key to its writer.
+                let closed = inner.closed.load(Ordering::Acquire);
+                inner.drain(&key, Want::Full, closed).await?;
             }
             if crowded {
                 inner.evict_oldest().await?;

@@ -121,7 +121,8 @@ impl Drop for Writing<'_> {
 impl Inner {
     /// Adds `n` to `id`'s pending count, refusing a total past `i64::MAX`
     /// before anything is added. Returns whether the key is now due for a
-    /// write, and whether more than `max_keys` keys are pending.
+    /// write (it may be under way in another call), and whether more than
+    /// `max_keys` keys are pending.
     pub(super) fn buffer(&self, key: &[u8], id: Bson, n: u64) -> Result<(bool, bool)> {
         let every = u64::from(self.spec.every);
         let mut shard = lock(&self.shards[shard_of(key)]);
@@ -151,7 +152,7 @@ impl Inner {
         slot.count += n;
         self.increments.fetch_add(n, Ordering::Relaxed);
         self.pending.fetch_add(n, Ordering::Relaxed);
-        let due = !slot.busy && (slot.held() >= every || self.closed.load(Ordering::Acquire));
+        let due = slot.held() >= every || self.closed.load(Ordering::Acquire);
         let crowded = self.keys.load(Ordering::Relaxed) > self.spec.max_keys;
         Ok((due, crowded))
     }
