@@ -736,3 +736,46 @@ async fn crash_server_killed_and_restarted_mid_run() {
         buffered.stats()
     );
 }
+
+/// A call's future polled once (its write under way) and then kept without
+/// being polled holds its key: `flush` waits for it 30 s at most, then is
+/// `Contended` with the key still pending; dropped, the key flushes exactly.
+#[tokio::test]
+async fn contention_a_parked_write_holds_flush_30_s_at_most() {
+    let (db, _) = fresh_db("counter_parked").await;
+    let views = Buffered::views_counter(&db);
+    views.incr_by(&1, 99).await.unwrap();
+    views.incr_by(&2, 5).await.unwrap();
+    let mut parked = Box::pin(views.incr(&1));
+    assert!(
+        futures::poll!(parked.as_mut()).is_pending(),
+        "its write is under way"
+    );
+    let t = Instant::now();
+    let err = bounded("flush", views.flush()).await.unwrap_err();
+    let waited = t.elapsed();
+    assert!(
+        matches!(
+            err,
+            Error::Contended {
+                operation: "flush",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        waited >= Duration::from_secs(29) && waited < Duration::from_secs(45),
+        "{waited:?}"
+    );
+    assert_eq!(
+        stored(&db, "buffered", 2).await,
+        5,
+        "other keys were written"
+    );
+    assert_eq!(views.stats().pending, 100);
+    drop(parked);
+    bounded("flush", views.flush()).await.unwrap();
+    assert_eq!(views.stats().pending, 0);
+    assert_eq!(stored(&db, "buffered", 1).await, 100);
+}
