@@ -1,4 +1,4 @@
-//! Approximate counters (seed 003): a hot counter written one time in N.
+//! Approximate counters: a hot counter written one time in N.
 //!
 //! A product page viewed millions of times an hour does not need a write
 //! per view. Three modes, chosen by `#[approx_counter(mode = ...)]`:
@@ -12,10 +12,14 @@
 //! - `"buffered"`: counts in memory and writes `$inc: pending` when a key
 //!   reaches N, when its oldest pending increment is `max_delay_ms` old, when
 //!   more than `max_keys` keys are pending (the oldest go first), and on
-//!   [`Counter::flush`] / [`Counter::shutdown`]. Exact once flushed. A crash
-//!   loses what was pending: up to N−1 per key and process (plus what
-//!   arrived in the last `max_delay_ms`). Writes: at most one per N
-//!   increments of a key, plus one per key per `max_delay_ms`.
+//!   [`Counter::flush`] / [`Counter::shutdown`]. Exact once flushed, also
+//!   across cut calls and writes whose outcome is unknown: each write
+//!   carries a flush id that the document remembers (the field
+//!   [`FLUSHES`], about 500 bytes), so a re-sent write is applied once. A
+//!   crash of the process loses what was pending: up to N−1 per key and
+//!   process (plus what arrived in the last `max_delay_ms`). Writes: at
+//!   most one per N increments of a key, plus one per key per
+//!   `max_delay_ms`.
 //! - `"geometric"`: sampled while a count is small, then a write
 //!   probability that falls as the count grows, for counts that span orders
 //!   of magnitude. With `E` the value this process last read back for the
@@ -42,6 +46,34 @@
 //! The random source is per thread (xorshift, seeded from the OS's hasher
 //! keys), or, with [`Counter::seeded`], one deterministic stream per handle
 //! for tests.
+//!
+//! # Failure behaviour
+//!
+//! - A call cut at any `.await` (a timeout, `select!`): buffered, its
+//!   increments were counted when it first ran and stay pending until a
+//!   write is known to have landed; a write cut in flight is re-sent with
+//!   the same flush id, so it lands once. Sampled or geometric, a cut
+//!   call's single write may or may not have landed (the count moves by
+//!   its `m` or not at all); nothing is applied twice.
+//! - A server crash, a lost connection, a timeout: `Unavailable` (retry
+//!   later). Buffered increments stay pending and the next flush re-sends
+//!   them; a write the server applied but whose reply was lost is refused
+//!   as a repeat. The bound: the document remembers the last flush of
+//!   [`HANDLES_KEPT`] handles, so a write is applied twice only if that
+//!   many other handles wrote the same document between the lost reply
+//!   and the re-send.
+//! - A counter field holding a non-number (another client wrote it):
+//!   `UnsupportedValue` naming the document's `_id`, with `dropped` the
+//!   increments given up for that document only; other keys are written,
+//!   later flushes succeed, and nothing is written on top of it.
+//! - An `n` past `i64::MAX` (or making a key's pending count pass it) and
+//!   a spec no counter can follow are `InvalidArgument`; nothing enters
+//!   the buffer.
+//! - A model with `#[serde(deny_unknown_fields)]` cannot read documents a
+//!   buffered counter wrote: they gain [`FLUSHES`].
+//! - A call's future kept but never polled again while it writes holds its
+//!   key's write: a `flush` waits for it up to 30 s, then returns
+//!   `Contended` with the key still pending. Drop cut futures.
 
 use std::borrow::Borrow;
 use std::cell::Cell;
@@ -49,17 +81,21 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use bson::{doc, Bson, Document};
-use futures::StreamExt;
 use mongodb::options::ReturnDocument;
 use mongodb::{Collection, Database};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::model::Model;
+
+mod buffer;
+
+use buffer::{Slot, Want};
+pub use buffer::{FLUSHES, HANDLES_KEPT};
 
 /// Largest `every`: past it, a counter's error is over 0.1% only after 10⁹
 /// increments, and a buffered key holds that much in memory before writing.
@@ -68,6 +104,8 @@ pub const MAX_EVERY: u32 = 1_000_000;
 const SHARDS: usize = 16;
 /// Concurrent writes in a flush.
 const FLUSH_CONCURRENCY: usize = 16;
+/// The server's code for `$inc` on a value that is not a number.
+const TYPE_MISMATCH: i32 = 14;
 
 /// How a counter trades writes for precision: see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,17 +123,40 @@ pub enum Mode {
 pub struct CounterSpec {
     /// The BSON name of the counter field.
     pub field: &'static str,
-    /// N: writes happen about one time in N.
+    /// N: writes happen about one time in N (1 to [`MAX_EVERY`]).
     pub every: u32,
     /// The mode.
     pub mode: Mode,
     /// Buffered: the longest an increment waits in memory, in milliseconds.
     pub max_delay_ms: u64,
-    /// Buffered: the most keys pending at once; past it the oldest are
-    /// written.
+    /// Buffered: the most keys pending at once (at least 1); past it the
+    /// oldest are written.
     pub max_keys: usize,
     /// Whether a write creates a missing document.
     pub upsert: bool,
+}
+
+impl CounterSpec {
+    /// `InvalidArgument` for a declaration no counter can follow.
+    fn check(&self) -> Result<()> {
+        if self.every == 0 || self.every > MAX_EVERY {
+            return Err(Error::invalid(
+                "every",
+                format!("{} is outside 1..={MAX_EVERY}", self.every),
+            ));
+        }
+        let f = self.field;
+        if f.is_empty() || f.starts_with('$') || f.contains('.') || f == "_id" || f == FLUSHES {
+            return Err(Error::invalid(
+                "field",
+                format!("{f:?} cannot be a counter field"),
+            ));
+        }
+        if self.mode == Mode::Buffered && self.max_keys == 0 {
+            return Err(Error::invalid("max_keys", "a buffer holds at least 1 key"));
+        }
+        Ok(())
+    }
 }
 
 /// A model with approximate counters, addressed by `_id`.
@@ -121,11 +182,12 @@ impls!(CounterValue: i32, i64, u32, u64, f64);
 /// What a counter handle has seen and sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CounterStats {
-    /// Increments counted (the sum of every `incr_by`'s `n`).
+    /// Increments counted (the sum of every accepted `incr_by`'s `n`).
     pub increments: u64,
-    /// Writes sent to the server.
+    /// Writes the server acknowledged.
     pub writes: u64,
-    /// Increments held in memory, not yet written (buffered mode).
+    /// Increments held in memory, not known to be written (buffered mode):
+    /// not yet sent, or sent by a write whose outcome is unknown.
     pub pending: u64,
 }
 
@@ -157,13 +219,21 @@ impl<T: ApproxCounted> Clone for Counter<T> {
 struct Inner {
     coll: Collection<Document>,
     spec: CounterSpec,
+    /// Why `spec` cannot be followed: every call then returns it.
+    invalid: Option<(&'static str, String)>,
+    /// This handle's random id in the flush markers (buffered).
+    handle: u64,
+    /// The next flush sequence number.
+    seq: AtomicU64,
     increments: AtomicU64,
     writes: AtomicU64,
     pending: AtomicU64,
     /// `Some((seed, draws))` for a seeded handle.
     seed: Option<(u64, AtomicU64)>,
     /// Buffered: pending increments per key, in shards.
-    shards: Vec<Mutex<HashMap<Vec<u8>, Pending>>>,
+    shards: Vec<Mutex<HashMap<Vec<u8>, Slot>>>,
+    /// Buffered: told when a key's writer ends.
+    idle: tokio::sync::Notify,
     /// Geometric: the last value read back per key, in shards.
     seen: Vec<Mutex<HashMap<Vec<u8>, i64>>>,
     /// Buffered: keys pending, over all shards.
@@ -172,19 +242,24 @@ struct Inner {
     closed: AtomicBool,
 }
 
-#[derive(Debug)]
-struct Pending {
-    id: Bson,
-    count: u64,
-    since: Instant,
-}
-
 impl<T: ApproxCounted> Counter<T> {
     /// The counter `spec` over `T`'s collection in `db`. In buffered mode,
     /// inside a Tokio runtime, it starts a task that writes keys whose
     /// increments waited `max_delay_ms`; the task ends with the last handle.
+    ///
+    /// A `spec` no counter can follow (`every` of 0 or past [`MAX_EVERY`],
+    /// a `field` that is empty, `_id`, dotted or `$`-prefixed, a buffered
+    /// `max_keys` of 0) gives a handle whose every call is
+    /// `InvalidArgument`; [`Counter::try_new`] says so at once. The derive
+    /// checks its declarations at compile time.
     pub fn new(db: &Database, spec: CounterSpec) -> Self {
         Self::with_inner(Inner::new(db.collection(T::COLLECTION), spec, None))
+    }
+
+    /// [`Counter::new`], refusing an invalid `spec` with `InvalidArgument`.
+    pub fn try_new(db: &Database, spec: CounterSpec) -> Result<Self> {
+        spec.check()?;
+        Ok(Self::new(db, spec))
     }
 
     /// The same counter drawing from a deterministic random stream, for
@@ -218,23 +293,45 @@ impl<T: ApproxCounted> Counter<T> {
     }
 
     /// Counts `n` increments of `id`'s counter. Writes only when the mode
-    /// says so; a write error is returned, and in buffered mode the
-    /// increments go back into the buffer, so that none is lost.
+    /// says so. An `n` past `i64::MAX`, or one that would take what is
+    /// pending for `id` past it, is `InvalidArgument` and counts nothing.
+    ///
+    /// Buffered, the increments are counted when the call first runs: a
+    /// write error is returned with them still pending, and a call cut
+    /// while it writes (a timeout, `select!`) leaves them pending too.
     pub async fn incr_by<Q>(&self, id: &Q, n: u64) -> Result<()>
     where
         T::Id: Borrow<Q>,
         Q: Serialize + ?Sized,
     {
+        let inner = &self.inner;
+        inner.check()?;
         if n == 0 {
             return Ok(());
         }
-        let inner = &self.inner;
+        amount_bson(n)?;
+        if inner.spec.mode == Mode::Buffered {
+            let id = bson::to_bson(id)?;
+            let key = key_bytes(&id);
+            let (due, crowded) = inner.buffer(&key, id, n)?;
+            if due {
+                // After `shutdown`, wait for a write of this key under way
+                // in another call, then write through; before, leave a
+                // busy key to its writer.
+                let closed = inner.closed.load(Ordering::Acquire);
+                inner.drain(&key, Want::Full, closed).await?;
+            }
+            if crowded {
+                inner.evict_oldest().await?;
+            }
+            return Ok(());
+        }
         inner.increments.fetch_add(n, Ordering::Relaxed);
         if inner.closed.load(Ordering::Acquire) {
             return inner.write(&bson::to_bson(id)?, n).await;
         }
         match inner.spec.mode {
-            Mode::Sampled => {
+            Mode::Sampled | Mode::Buffered => {
                 // The draw first: the id is serialized only for a write.
                 let every = u64::from(inner.spec.every);
                 let amount = if n >= every {
@@ -251,9 +348,7 @@ impl<T: ApproxCounted> Counter<T> {
                 let id = bson::to_bson(id)?;
                 let key = key_bytes(&id);
                 let shard = &inner.seen[shard_of(&key)];
-                let seen = shard
-                    .lock()
-                    .map_or(0, |m| m.get(&key).copied().unwrap_or(0));
+                let seen = lock(shard).get(&key).copied().unwrap_or(0);
                 let m = geometric_step(seen, inner.spec.every);
                 let amount = if n >= m {
                     n
@@ -264,52 +359,45 @@ impl<T: ApproxCounted> Counter<T> {
                     // A missing document (upsert off) reads back nothing, and
                     // stays at the first step.
                     if let Some(v) = inner.write_returning(&id, amount).await? {
-                        if let Ok(mut map) = shard.lock() {
-                            if map.len() >= inner.spec.max_keys.div_ceil(SHARDS) {
-                                map.clear();
-                            }
-                            map.insert(key, v);
+                        let mut map = lock(shard);
+                        if map.len() >= inner.spec.max_keys.div_ceil(SHARDS) {
+                            map.clear();
                         }
+                        map.insert(key, v);
                     }
-                }
-                Ok(())
-            }
-            Mode::Buffered => {
-                let id = bson::to_bson(id)?;
-                let key = key_bytes(&id);
-                let (full, crowded) = inner.buffer(key, id, n);
-                if let Some((id, count)) = full {
-                    inner.write_back_on_error(id, count).await?;
-                }
-                if crowded {
-                    inner.evict_oldest().await?;
                 }
                 Ok(())
             }
         }
     }
 
-    /// Writes every pending increment (buffered mode; a no-op otherwise).
-    /// On an error the failed keys stay pending and the first error is
-    /// returned.
+    /// Writes every pending increment (buffered mode; a no-op otherwise),
+    /// waiting for writes other tasks have under way. Every key is tried;
+    /// on an error the failed keys stay pending (except as
+    /// `UnsupportedValue` says) and the first error is returned.
     pub async fn flush(&self) -> Result<()> {
+        self.inner.check()?;
         self.inner.flush_where(|_| true).await
     }
 
     /// Flushes, then writes every later increment straight through (exact).
     /// Call it before the process exits: what is pending at exit is lost.
     pub async fn shutdown(&self) -> Result<()> {
+        self.inner.check()?;
         self.inner.closed.store(true, Ordering::Release);
         self.flush().await
     }
 
     /// The counter's value: the stored value plus what this handle holds
-    /// for `id` (buffered). `0` for a missing document. One round trip.
+    /// for `id` (buffered; a write whose outcome is unknown is counted as
+    /// pending, so the value can be over by it until it is re-sent). `0`
+    /// for a missing document. One round trip.
     pub async fn estimate<Q>(&self, id: &Q) -> Result<i64>
     where
         T::Id: Borrow<Q>,
         Q: Serialize + ?Sized,
     {
+        self.inner.check()?;
         let id = bson::to_bson(id)?;
         let field = self.inner.spec.field;
         let stored = self
@@ -321,15 +409,11 @@ impl<T: ApproxCounted> Counter<T> {
             .map(|d| number(&d, field, T::COLLECTION))
             .transpose()?
             .unwrap_or(0);
-        let key = key_bytes(&id);
-        let shard = &self.inner.shards[shard_of(&key)];
-        let pending = shard
-            .lock()
-            .map_or(0, |s| s.get(&key).map_or(0, |p| p.count));
-        Ok(stored + pending as i64)
+        let pending = self.inner.held(&key_bytes(&id));
+        Ok(stored.saturating_add_unsigned(pending))
     }
 
-    /// Increments seen, writes sent and increments pending.
+    /// Increments seen, writes acknowledged and increments pending.
     pub fn stats(&self) -> CounterStats {
         CounterStats {
             increments: self.inner.increments.load(Ordering::Relaxed),
@@ -339,8 +423,12 @@ impl<T: ApproxCounted> Counter<T> {
     }
 
     /// The documented relative standard error of this counter's value
-    /// after `n` increments (0 for a flushed buffered counter).
+    /// after `n` increments (0 for a flushed buffered counter; NaN for an
+    /// invalid `spec`).
     pub fn relative_error(&self, n: u64) -> f64 {
+        if self.inner.invalid.is_some() {
+            return f64::NAN;
+        }
         let every = f64::from(self.inner.spec.every);
         let n = n.max(1) as f64;
         match self.inner.spec.mode {
@@ -360,7 +448,7 @@ impl<T: ApproxCounted> Counter<T> {
     }
 
     fn start_flusher(&self) {
-        if self.inner.spec.mode != Mode::Buffered {
+        if self.inner.spec.mode != Mode::Buffered || self.inner.invalid.is_some() {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -403,17 +491,32 @@ impl<T: ApproxCounted> Drop for Counter<T> {
 
 impl Inner {
     fn new(coll: Collection<Document>, spec: CounterSpec, seed: Option<u64>) -> Self {
+        let invalid = match spec.check() {
+            Err(Error::InvalidArgument { name, reason }) => Some((name, reason)),
+            _ => None,
+        };
         Inner {
             coll,
             spec,
+            invalid,
+            handle: random_handle(),
+            seq: AtomicU64::new(1),
             increments: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             pending: AtomicU64::new(0),
             seed: seed.map(|s| (s, AtomicU64::new(0))),
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            shards: buffer::shards(),
+            idle: tokio::sync::Notify::new(),
             seen: (0..SHARDS).map(|_| Mutex::default()).collect(),
             keys: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        match &self.invalid {
+            Some((name, reason)) => Err(Error::invalid(name, reason.clone())),
+            None => Ok(()),
         }
     }
 
@@ -437,138 +540,31 @@ impl Inner {
         }
     }
 
-    /// Adds `n` to `key`'s pending count. Returns the key's increments when
-    /// they reached `every`, and whether more than `max_keys` keys are
-    /// pending.
-    fn buffer(&self, key: Vec<u8>, id: Bson, n: u64) -> (Option<(Bson, u64)>, bool) {
-        let every = u64::from(self.spec.every);
-        let Ok(mut shard) = self.shards[shard_of(&key)].lock() else {
-            // A thread panicked while holding the lock: write through.
-            return (Some((id, n)), false);
-        };
-        let entry = match shard.get_mut(&key) {
-            Some(entry) => entry,
-            None => {
-                self.keys.fetch_add(1, Ordering::Relaxed);
-                shard.entry(key.clone()).or_insert(Pending {
-                    id,
-                    count: 0,
-                    since: Instant::now(),
-                })
-            }
-        };
-        entry.count += n;
-        self.pending.fetch_add(n, Ordering::Relaxed);
-        let full = if entry.count >= every {
-            self.take(&mut shard, &key)
-        } else {
-            None
-        };
-        let crowded = self.keys.load(Ordering::Relaxed) > self.spec.max_keys;
-        (full, crowded)
-    }
-
-    /// Removes `key` from a locked shard, keeping the tallies.
-    fn take(&self, shard: &mut HashMap<Vec<u8>, Pending>, key: &[u8]) -> Option<(Bson, u64)> {
-        let p = shard.remove(key)?;
-        self.pending.fetch_sub(p.count, Ordering::Relaxed);
-        self.keys.fetch_sub(1, Ordering::Relaxed);
-        Some((p.id, p.count))
-    }
-
-    /// Writes the oldest eighth of the pending keys (at least one), so that
-    /// the scan this takes is paid once per `max_keys / 8` new keys.
-    async fn evict_oldest(&self) -> Result<()> {
-        let mut ages: Vec<(Instant, usize, Vec<u8>)> = Vec::new();
-        for (i, shard) in self.shards.iter().enumerate() {
-            if let Ok(shard) = shard.lock() {
-                ages.extend(shard.iter().map(|(k, p)| (p.since, i, k.clone())));
-            }
-        }
-        let over = ages.len().saturating_sub(self.spec.max_keys);
-        let n = over.max(self.spec.max_keys.div_ceil(8)).min(ages.len());
-        if n == 0 {
-            return Ok(());
-        }
-        ages.select_nth_unstable_by_key(n - 1, |(since, _, _)| *since);
-        let mut batch = Vec::with_capacity(n);
-        for (_, i, key) in ages.into_iter().take(n) {
-            if let Ok(mut shard) = self.shards[i].lock() {
-                batch.extend(self.take(&mut shard, &key));
-            }
-        }
-        self.write_all(batch).await
-    }
-
-    /// Writes `count` for `id`; on failure puts it back into the buffer.
-    async fn write_back_on_error(&self, id: Bson, count: u64) -> Result<()> {
-        match self.write(&id, count).await {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let key = key_bytes(&id);
-                if let Ok(mut shard) = self.shards[shard_of(&key)].lock() {
-                    let entry = shard.entry(key).or_insert_with(|| {
-                        self.keys.fetch_add(1, Ordering::Relaxed);
-                        Pending {
-                            id,
-                            count: 0,
-                            since: Instant::now(),
-                        }
-                    });
-                    entry.count += count;
-                    self.pending.fetch_add(count, Ordering::Relaxed);
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// Writes the pending keys `which` selects, up to 16 at a time.
-    async fn flush_where(&self, which: impl Fn(&Pending) -> bool) -> Result<()> {
-        let mut batch = Vec::new();
-        for shard in &self.shards {
-            let Ok(mut shard) = shard.lock() else {
-                continue;
-            };
-            let keys: Vec<Vec<u8>> = shard
-                .iter()
-                .filter(|(_, p)| which(p))
-                .map(|(k, _)| k.clone())
-                .collect();
-            for k in keys {
-                batch.extend(self.take(&mut shard, &k));
-            }
-        }
-        self.write_all(batch).await
-    }
-
-    /// Writes taken keys, up to 16 at a time; failures go back pending.
-    async fn write_all(&self, batch: Vec<(Bson, u64)>) -> Result<()> {
-        let results: Vec<Result<()>> = futures::stream::iter(batch)
-            .map(|(id, count)| self.write_back_on_error(id, count))
-            .buffer_unordered(FLUSH_CONCURRENCY)
-            .collect()
-            .await;
-        results.into_iter().collect()
-    }
-
+    /// Sampled and geometric writes (and all after `shutdown`, but for
+    /// buffered mode, which keeps its flush ids).
     async fn write(&self, id: &Bson, amount: u64) -> Result<()> {
         let field = self.spec.field;
-        self.coll
+        let res = self
+            .coll
             .update_one(
                 doc! {"_id": id},
                 doc! {"$inc": {field: amount_bson(amount)?}},
             )
             .upsert(self.spec.upsert)
-            .await?;
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+            .await;
+        match res {
+            Ok(_) => {
+                self.writes.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => Err(self.refused(id, amount, e).await),
+        }
     }
 
     /// Writes and reads the new value back (geometric mode).
     async fn write_returning(&self, id: &Bson, amount: u64) -> Result<Option<i64>> {
         let field = self.spec.field;
-        let after = self
+        let res = self
             .coll
             .find_one_and_update(
                 doc! {"_id": id},
@@ -577,12 +573,67 @@ impl Inner {
             .upsert(self.spec.upsert)
             .return_document(ReturnDocument::After)
             .projection(doc! {field: 1})
-            .await?;
+            .await;
+        let after = match res {
+            Ok(after) => after,
+            Err(e) => return Err(self.refused(id, amount, e).await),
+        };
         self.writes.fetch_add(1, Ordering::Relaxed);
         after
             .map(|d| number(&d, field, self.coll.name()))
             .transpose()
     }
+
+    /// A failed `$inc` as the caller should see it: `UnsupportedValue`
+    /// naming the document when the server refused its field (the write's
+    /// `amount` is then dropped), the driver's error otherwise.
+    async fn refused(&self, id: &Bson, amount: u64, e: mongodb::error::Error) -> Error {
+        if !crate::error::server_codes(&e).contains(&TYPE_MISMATCH) {
+            return e.into();
+        }
+        let field = self.spec.field;
+        let found = self
+            .coll
+            .find_one(doc! {"_id": id})
+            .projection(doc! {field: 1})
+            .await;
+        match found.map(|d| d.map(|d| number(&d, field, self.coll.name()))) {
+            Ok(Some(Err(Error::UnsupportedValue {
+                collection,
+                id,
+                field,
+                found,
+                why,
+                ..
+            }))) => Error::UnsupportedValue {
+                collection,
+                id,
+                field,
+                found,
+                why,
+                dropped: Some(amount),
+            },
+            // Fixed (or deleted) since: the original error stands.
+            _ => e.into(),
+        }
+    }
+}
+
+/// A shard's map, also after a thread panicked holding it: every update
+/// under these locks leaves the map consistent, so it stays usable.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A handle's id in the flush markers: random, so that two handles (in one
+/// process or many) meet with probability 2⁻⁶⁴.
+fn random_handle() -> u64 {
+    static HANDLES: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    std::process::id().hash(&mut h);
+    std::time::SystemTime::now().hash(&mut h);
+    HANDLES.fetch_add(1, Ordering::Relaxed).hash(&mut h);
+    splitmix64(h.finish())
 }
 
 fn amount_bson(amount: u64) -> Result<Bson> {
@@ -673,6 +724,42 @@ mod tests {
             .count();
         // Binomial(10⁶, 1/100): σ ≈ 99.5.
         assert!((9_700..=10_300).contains(&hits), "{hits}");
+    }
+
+    fn spec(field: &'static str, every: u32, mode: Mode, max_keys: usize) -> CounterSpec {
+        CounterSpec {
+            field,
+            every,
+            mode,
+            max_delay_ms: 1,
+            max_keys,
+            upsert: false,
+        }
+    }
+
+    #[test]
+    fn specs_no_counter_can_follow_are_invalid_arguments() {
+        let name = |s: CounterSpec| match s.check() {
+            Err(Error::InvalidArgument { name, .. }) => Some(name),
+            _ => None,
+        };
+        for mode in [Mode::Sampled, Mode::Buffered, Mode::Geometric] {
+            assert_eq!(name(spec("v", 0, mode, 1)), Some("every"));
+            assert_eq!(name(spec("v", MAX_EVERY + 1, mode, 1)), Some("every"));
+            for f in ["", "_id", "a.b", "$v", FLUSHES] {
+                assert_eq!(name(spec(f, 10, mode, 1)), Some("field"), "{f:?}");
+            }
+            assert_eq!(name(spec("v", 1, mode, 1)), None);
+            assert_eq!(name(spec("v", MAX_EVERY, mode, 1)), None);
+        }
+        assert_eq!(name(spec("v", 10, Mode::Buffered, 0)), Some("max_keys"));
+        assert_eq!(name(spec("v", 10, Mode::Sampled, 0)), None);
+    }
+
+    #[test]
+    fn geometric_step_never_divides_by_zero() {
+        assert_eq!(geometric_step(i64::MAX, 1), i64::MAX as u64);
+        assert_eq!(geometric_step(-5, 10), 10);
     }
 
     #[test]
