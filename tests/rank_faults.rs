@@ -170,7 +170,9 @@ async fn cancelled_writes<T: Exam>(name: &str) {
     // insert
     for i in 0..CUTS {
         let p = T::new(format!("i{i}"), "b", (i % 7) as f64);
-        n_cut += tokio::time::timeout(cut(i), ranks.insert(&p)).await.is_err() as i64;
+        n_cut += tokio::time::timeout(cut(i), ranks.insert(&p))
+            .await
+            .is_err() as i64;
     }
     uncut("insert", ranks.insert(&T::new("fresh".into(), "b", 1.0))).await;
     assert_consistent::<T>(&db, "b", "after cut inserts").await;
@@ -253,18 +255,17 @@ async fn cancelled_writes<T: Exam>(name: &str) {
     n_cut += maybe;
     uncut("remove", ranks.remove("h", last)).await;
     let left = total(stored::<T>(&db, "h").await);
-    assert!(left <= maybe, "{left} left, {maybe} removals cut, {done} done");
+    assert!(
+        left <= maybe,
+        "{left} left, {maybe} removals cut, {done} done"
+    );
     eprintln!("{name}: {n_cut} calls cut");
     assert!(n_cut > 100, "only {n_cut} calls were cut");
 }
 
 #[tokio::test]
 async fn cancelled_writes_array() {
-    bounded(
-        240,
-        cancelled_writes::<ArrayScore>("rank_f_cancel_array"),
-    )
-    .await;
+    bounded(240, cancelled_writes::<ArrayScore>("rank_f_cancel_array")).await;
 }
 
 #[tokio::test]
@@ -479,7 +480,11 @@ async fn damaged_documents(count: Bson, what: &str) {
     assert_damaged(ranks.record("b", 20.0).await, &id, &what("record"));
     assert_damaged(ranks.remove("b", 20.0).await, &id, &what("remove"));
     assert_damaged(ranks.change("b", 10.0, 20.0).await, &id, &what("change to"));
-    assert_damaged(ranks.change("b", 20.0, 10.0).await, &id, &what("change from"));
+    assert_damaged(
+        ranks.change("b", 20.0, 10.0).await,
+        &id,
+        &what("change from"),
+    );
     assert_damaged(ranks.rank("b", 15.0).await, &id, &what("rank"));
     assert_damaged(ranks.top("b", 2).await, &id, &what("top"));
     assert_damaged(ranks.histogram("b").await, &id, &what("histogram"));
@@ -591,7 +596,10 @@ async fn top_one_round_trip<T: Exam>(name: &str) {
     let sent: Vec<String> = commands.take().into_iter().map(|(n, _)| n).collect();
     eprintln!("{name}: top(120) sent {sent:?}");
     assert_eq!(top.len(), 120);
-    assert_eq!((top[0].score, top[119].score, top[119].rank), (149.0, 30.0, 120));
+    assert_eq!(
+        (top[0].score, top[119].score, top[119].rank),
+        (149.0, 30.0, 120)
+    );
     assert_eq!(sent.len(), 1, "top is one round trip: {sent:?}");
     let all = ranks.histogram("b").await.unwrap();
     let sent: Vec<String> = commands.take().into_iter().map(|(n, _)| n).collect();
@@ -685,7 +693,12 @@ async fn standalone_without_transactions() {
             .await
             .unwrap_err();
         assert!(
-            matches!(err, Error::NoTransactions { operation: "insert" }),
+            matches!(
+                err,
+                Error::NoTransactions {
+                    operation: "insert"
+                }
+            ),
             "{err:?}"
         );
         let err = strict
@@ -810,13 +823,13 @@ async fn crash_kill_and_restart_mid_run() {
         }
     })
     .await;
-    eprintln!("crash: {ok} calls succeeded, {} failed: {failed:?}", failed.len());
+    eprintln!(
+        "crash: {ok} calls succeeded, {} failed: {failed:?}",
+        failed.len()
+    );
     assert!(ok > 0);
     // The same handles go on.
-    assert!(array
-        .update_score(doc! {"_id": "p0"}, 9.0)
-        .await
-        .unwrap());
+    assert!(array.update_score(doc! {"_id": "p0"}, 9.0).await.unwrap());
     assert!(docs.update_score(doc! {"_id": "p0"}, 9.0).await.unwrap());
     assert_consistent::<ArrayScore>(&db, "b", "after the crash (array)").await;
     assert_consistent::<DocsScore>(&db, "b", "after the crash (documents)").await;

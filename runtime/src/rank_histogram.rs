@@ -39,7 +39,6 @@
 //!   and [`Ranks::delete`] change both in one transaction where the
 //!   deployment has them, and [`Ranks::rebuild`] recomputes a board.
 
-
 use std::borrow::Borrow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -75,7 +74,6 @@ const DUPLICATE_KEY: i32 = 11000;
 const WRITE_CONFLICT: i32 = 112;
 /// ConversionFailure: what [`refuse`] raises.
 const REFUSED: i32 = 241;
-
 
 /// How a board stores its histogram: see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1036,17 +1034,21 @@ impl<T: RankHistogram> Ranks<T> {
                         doc! {"_id.s": {"$not": {"$type": "number"}}},
                     ],
                 );
-                let suspects: Vec<Document> =
-                    self.hist.find(filter).limit(16).await?.try_collect().await?;
+                let suspects: Vec<Document> = self
+                    .hist
+                    .find(filter)
+                    .limit(16)
+                    .await?
+                    .try_collect()
+                    .await?;
                 suspects.iter().find_map(|d| {
                     let p = document_problem(d)?;
                     Some((d.get("_id").cloned().unwrap_or(Bson::Null), p))
                 })
             }
         };
-        Ok(found.map(|(id, (field, problem))| {
-            Error::damaged(self.spec.histogram, id, field, problem)
-        }))
+        Ok(found
+            .map(|(id, (field, problem))| Error::damaged(self.spec.histogram, id, field, problem)))
     }
 
     async fn array_full(&self, board: &Bson, score: &Bson) -> Result<bool> {
@@ -1087,7 +1089,12 @@ impl<T: RankHistogram> Ranks<T> {
                     return Err(self.damage_or(board, "the board check").await);
                 }
                 let entries = d.get_array("scores").map_err(|_| {
-                    Error::damaged(self.spec.histogram, board.clone(), "scores", "is not an array")
+                    Error::damaged(
+                        self.spec.histogram,
+                        board.clone(),
+                        "scores",
+                        "is not an array",
+                    )
                 })?;
                 entries
                     .iter()
@@ -1244,11 +1251,7 @@ impl Drop for OpenTransaction {
         };
         runtime.spawn(async move {
             let kill = doc! {"killSessions": [session.id().clone()]};
-            let _ = session
-                .client()
-                .database("admin")
-                .run_command(kill)
-                .await;
+            let _ = session.client().database("admin").run_command(kill).await;
             drop(session);
         });
     }
@@ -1280,7 +1283,10 @@ fn transient(e: mongodb::error::Error) -> mongodb::error::Error {
         "errorLabels": [TRANSIENT_TRANSACTION_ERROR],
     };
     match bson::from_document::<mongodb::error::WriteConcernError>(wc) {
-        Ok(wc) => mongodb::error::ErrorKind::Write(mongodb::error::WriteFailure::WriteConcernError(wc)).into(),
+        Ok(wc) => {
+            mongodb::error::ErrorKind::Write(mongodb::error::WriteFailure::WriteConcernError(wc))
+                .into()
+        }
         Err(_) => e,
     }
 }
@@ -1288,7 +1294,12 @@ fn transient(e: mongodb::error::Error) -> mongodb::error::Error {
 /// The first failed operation of a `bulkWrite` reply: (index, code,
 /// message).
 fn first_bulk_error(reply: &Document) -> Option<(usize, i32, String)> {
-    if reply.get("nErrors").and_then(Bson::as_i64_lossy).unwrap_or(0) == 0 {
+    if reply
+        .get("nErrors")
+        .and_then(Bson::as_i64_lossy)
+        .unwrap_or(0)
+        == 0
+    {
         return None;
     }
     let batch = reply
@@ -1309,7 +1320,11 @@ fn first_bulk_error(reply: &Document) -> Option<(usize, i32, String)> {
             r.get_i32("code").unwrap_or_default(),
             r.get_str("errmsg").unwrap_or("write error").to_owned(),
         ),
-        None => (0, 0, "bulkWrite reported an error it did not list".to_owned()),
+        None => (
+            0,
+            0,
+            "bulkWrite reported an error it did not list".to_owned(),
+        ),
     })
 }
 
@@ -1385,11 +1400,17 @@ fn array_problem(d: &Document) -> Option<(String, String)> {
     let mut seen: Vec<(f64, usize)> = Vec::with_capacity(scores.len());
     for (i, e) in scores.iter().enumerate() {
         let Some(e) = e.as_document() else {
-            return Some((format!("scores.{i}"), format!("holds {e}, not a {{score, count}} entry")));
+            return Some((
+                format!("scores.{i}"),
+                format!("holds {e}, not a {{score, count}} entry"),
+            ));
         };
         let Some(score) = e.get("score").and_then(as_number) else {
             let found = e.get("score").map_or("nothing".to_owned(), Bson::to_string);
-            return Some((format!("scores.{i}.score"), format!("holds {found}, not a number")));
+            return Some((
+                format!("scores.{i}.score"),
+                format!("holds {found}, not a number"),
+            ));
         };
         match e.get("count") {
             Some(Bson::Int32(_) | Bson::Int64(_)) => {}
@@ -1401,7 +1422,11 @@ fn array_problem(d: &Document) -> Option<(String, String)> {
                 ));
             }
         }
-        if let Some(n) = e.get("count").and_then(Bson::as_i64_lossy).filter(|n| *n < 1) {
+        if let Some(n) = e
+            .get("count")
+            .and_then(Bson::as_i64_lossy)
+            .filter(|n| *n < 1)
+        {
             return Some((
                 format!("scores.{i}.count"),
                 format!("is {n} at score {score}: a count on the board is at least 1"),
@@ -1583,6 +1608,76 @@ mod tests {
         assert_eq!(round(-0.0, None), 0.0);
         assert!(round(-0.0, None).is_sign_positive());
         assert_eq!(round(0.1 + 0.2, Some(0.1)), 0.3);
+    }
+
+    #[test]
+    fn rounding_past_the_largest_double_is_infinite_and_refused_upstream() {
+        // `score_bson` refuses what this returns for such scores.
+        assert!(!round(f64::MAX, Some(0.5)).is_finite());
+        assert!(!round(f64::MIN, Some(0.5)).is_finite());
+        assert_eq!(round(1e300, Some(0.5)), 1e300);
+    }
+
+    #[test]
+    fn array_boards_are_checked_entry_by_entry() {
+        let ok = doc! {"_id": "b", "scores": [{"score": 2.0, "count": 1_i64}, {"score": 1.0, "count": 3_i32}]};
+        assert_eq!(array_problem(&ok), None);
+        assert_eq!(array_problem(&doc! {"_id": "b"}), None);
+        let dup = doc! {"_id": "b", "scores": [{"score": 2.0, "count": 1_i64}, {"score": 2.0, "count": 1_i64}]};
+        let (field, problem) = array_problem(&dup).unwrap();
+        assert_eq!(field, "scores");
+        assert!(problem.contains("twice"), "{problem}");
+        let neg = doc! {"_id": "b", "scores": [{"score": 2.0, "count": -1_i64}]};
+        assert_eq!(array_problem(&neg).unwrap().0, "scores.0.count");
+        let frac = doc! {"_id": "b", "scores": [{"score": 2.0, "count": 1.5}]};
+        assert_eq!(array_problem(&frac).unwrap().0, "scores.0.count");
+        let text = doc! {"_id": "b", "scores": [{"score": "x", "count": 1_i64}]};
+        assert_eq!(array_problem(&text).unwrap().0, "scores.0.score");
+        assert_eq!(array_problem(&doc! {"scores": 3}).unwrap().0, "scores");
+    }
+
+    #[test]
+    fn score_documents_are_checked() {
+        let id = |s: Bson| doc! {"b": "b", "s": s};
+        assert_eq!(
+            document_problem(&doc! {"_id": id(2.0.into()), "count": 0_i64}),
+            None
+        );
+        assert_eq!(
+            document_problem(&doc! {"_id": id(Bson::MinKey), "count": 0_i64}),
+            None
+        );
+        let bad = [
+            doc! {"_id": id(2.0.into()), "count": -1_i64},
+            doc! {"_id": id(2.0.into()), "count": 2.5},
+            doc! {"_id": id(2.0.into()), "count": "2"},
+            doc! {"_id": id(2.0.into())},
+            doc! {"_id": id("two".into()), "count": 1_i64},
+            doc! {"_id": id(Bson::MinKey), "count": 4_i64},
+        ];
+        for d in bad {
+            assert!(document_problem(&d).is_some(), "{d}");
+        }
+    }
+
+    #[test]
+    fn backoff_is_jittered_and_capped() {
+        for attempt in [0, 1, 5, 20, 1000] {
+            let cap = (5.0 * 1.5_f64.powi(attempt.min(30) as i32)).min(500.0);
+            let d = backoff(attempt);
+            assert!(
+                d <= Duration::from_micros((cap * 1000.0) as u64),
+                "{attempt}: {d:?}"
+            );
+        }
+        let spread: std::collections::HashSet<Duration> = (0..20).map(|_| backoff(10)).collect();
+        assert!(spread.len() > 1, "jittered");
+    }
+
+    #[test]
+    fn lost_races_are_labelled_transient() {
+        let e = transient(mongodb::error::Error::custom("lost"));
+        assert!(e.contains_label(TRANSIENT_TRANSACTION_ERROR));
     }
 
     #[test]
