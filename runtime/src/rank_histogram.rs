@@ -65,9 +65,9 @@ pub const ARRAY_LIMIT: usize = 100_000;
 /// transaction's write conflict) before it returns [`Error::Contended`]:
 /// the bound of the driver's convenient transaction API.
 const RETRY_BOUND: Duration = Duration::from_secs(120);
-/// How long a non-atomic write waits for a concurrent writer's histogram
-/// half to land.
-const NON_ATOMIC_WAIT: Duration = Duration::from_secs(5);
+/// How long a non-atomic write waits for a concurrent writer's `+1` to
+/// land.
+const NON_ATOMIC_WAIT: Duration = Duration::from_secs(30);
 /// Duplicate key.
 const DUPLICATE_KEY: i32 = 11000;
 /// WriteConflict.
@@ -326,10 +326,11 @@ impl<T: RankHistogram> Ranks<T> {
     /// and [`delete`](Self::delete) write the player and then the histogram
     /// when the deployment has no transactions (a standalone server).
     /// Off by default: they then fail with [`Error::NoTransactions`] and
-    /// write nothing. When on, a histogram write that finds the old score
-    /// missing waits up to 5 s for a concurrent writer's half to land; a
-    /// call cancelled or failed between the two writes leaves the board
-    /// off by one until [`rebuild`](Self::rebuild).
+    /// write nothing. When on, the player is written, then `+1` at the new
+    /// score, then `-1` at the old one, which waits up to 30 s for a
+    /// concurrent writer's `+1` there to land (`+1` first, so that no two
+    /// writers wait for each other); a call cancelled or failed between the
+    /// writes leaves the board off by one until [`rebuild`](Self::rebuild).
     pub fn allow_non_atomic(mut self, allow: bool) -> Self {
         self.allow_non_atomic = allow;
         self
@@ -485,7 +486,7 @@ impl<T: RankHistogram> Ranks<T> {
                 vec![
                     doc! {"$match": {"_id": board}},
                     // A damaged board is reported, not summed.
-                    doc! {"$set": {"valid": valid_board()}},
+                    doc! {"$set": {"valid": valid_board(self.spec.descending)}},
                     doc! {"$set": {"scores": {"$cond": ["$valid", {"$ifNull": ["$scores", []]}, []]}}},
                     doc! {"$project": {
                         "_id": 0,
@@ -725,12 +726,26 @@ impl<T: RankHistogram> Ranks<T> {
         let Some(m) = self.player_write(op, None).await? else {
             return Ok(false);
         };
-        // A concurrent writer may have moved this player off the old score
-        // in its player write, with its histogram write still to land.
+        // `+1` first: it cannot fail for want of a count, so no two writers
+        // can each wait for the other's.
+        if let Some(i) = &m.inc {
+            let inc = Delta {
+                dec: None,
+                inc: Some(i),
+            };
+            self.write(&m.board, inc, None).await?;
+        }
+        let Some(d) = &m.dec else { return Ok(true) };
+        let dec = Delta {
+            dec: Some(d),
+            inc: None,
+        };
+        // A concurrent writer may have moved this player onto the old score
+        // with its `+1` still to land.
         let start = Instant::now();
         let mut attempt = 0;
         loop {
-            match self.write(&m.board, m.delta(), None).await {
+            match self.write(&m.board, dec, None).await {
                 Err(Error::ScoreNotFound { .. }) if start.elapsed() < NON_ATOMIC_WAIT => {
                     tokio::time::sleep(backoff(attempt)).await;
                     attempt += 1;
@@ -954,7 +969,7 @@ impl<T: RankHistogram> Ranks<T> {
         let admin = self.db.client().database("admin");
         let in_transaction = session.is_some();
         let mut session = session;
-        let mut from = 0;
+        let (mut from, mut resumed) = (0, 0);
         loop {
             let command = doc! {
                 "bulkWrite": 1, "ops": &ops[from..], "nsInfo": [{"ns": &ns}],
@@ -972,9 +987,14 @@ impl<T: RankHistogram> Ranks<T> {
             match code {
                 // Inside a transaction the server aborted it: it is rerun.
                 DUPLICATE_KEY | WRITE_CONFLICT if in_transaction => return Err(Error::Raced(e())),
-                // A concurrent writer created the document first: what came
-                // before is written, and that upsert is now an update.
-                DUPLICATE_KEY => from += idx,
+                // A concurrent writer created the document first (that
+                // upsert is now an update), or wrote it at the same time:
+                // what came before is written, so go on from there.
+                DUPLICATE_KEY | WRITE_CONFLICT => {
+                    from += idx;
+                    tokio::time::sleep(backoff(resumed)).await;
+                    resumed += 1;
+                }
                 REFUSED => return Err(self.why_not_written(board, delta).await),
                 _ => return Err(Error::Database(e())),
             }
@@ -1022,7 +1042,7 @@ impl<T: RankHistogram> Ranks<T> {
         let found = match self.spec.layout {
             Layout::Array => match self.hist.find_one(doc! {"_id": board}).await? {
                 None => None,
-                Some(d) => array_problem(&d).map(|p| (board.clone(), p)),
+                Some(d) => array_problem(&d, self.spec.descending).map(|p| (board.clone(), p)),
             },
             Layout::Documents => {
                 let mut filter = board_range(board);
@@ -1066,19 +1086,17 @@ impl<T: RankHistogram> Ranks<T> {
         let dir = if self.spec.descending { -1 } else { 1 };
         let rows: Vec<(Bson, Document)> = match self.spec.layout {
             Layout::Array => {
-                let sorted = bson::bson!({"$sortArray": {
-                    "input": {"$filter": {"input": "$scores", "as": "e", "cond": {"$gt": ["$$e.count", 0]}}},
-                    "sortBy": {"score": dir},
-                }});
+                // A valid board is sorted best first, every count at least 1.
+                let all = bson::bson!({"$ifNull": ["$scores", []]});
                 let scores = match limit {
-                    Some(n) => bson::bson!({"$slice": [sorted, i64::from(n)]}),
-                    None => sorted,
+                    Some(n) => bson::bson!({"$slice": [all, i64::from(n)]}),
+                    None => all,
                 };
                 // One document back, whatever `limit`: the first batch holds
                 // the answer.
                 let pipeline = vec![
                     doc! {"$match": {"_id": board}},
-                    doc! {"$set": {"valid": valid_board()}},
+                    doc! {"$set": {"valid": valid_board(self.spec.descending)}},
                     doc! {"$project": {"valid": 1, "scores": {"$cond": ["$valid", scores, []]}}},
                 ];
                 let mut cursor = self.hist.aggregate(pipeline).await?;
@@ -1349,8 +1367,10 @@ fn refuse() -> Bson {
 }
 
 /// Whether an array board is well-formed: `scores` an array (or absent) of
-/// `{score: number, count: integer ≥ 1}`, no score twice.
-fn valid_board() -> Bson {
+/// `{score: number, count: integer ≥ 1}`, strictly best first (so no score
+/// twice). One pass over the array, on the server.
+fn valid_board(descending: bool) -> Bson {
+    let before = if descending { "$gt" } else { "$lt" };
     bson::bson!({"$let": {
         "vars": {"a": {"$ifNull": ["$scores", []]}},
         "in": {"$cond": [
@@ -1361,10 +1381,17 @@ fn valid_board() -> Bson {
                     {"$in": [{"$type": "$$e.count"}, ["int", "long"]]},
                     {"$gte": ["$$e.count", 1]},
                 ]}}}]},
-                {"$eq": [
-                    {"$size": "$$a"},
-                    {"$size": {"$setUnion": [{"$map": {"input": "$$a", "as": "e", "in": "$$e.score"}}, []]}},
-                ]},
+                {"$allElementsTrue": [{"$map": {
+                    "input": {"$range": [1, {"$size": "$$a"}]},
+                    "as": "i",
+                    "in": {"$let": {
+                        "vars": {
+                            "p": {"$arrayElemAt": ["$$a", {"$subtract": ["$$i", 1]}]},
+                            "q": {"$arrayElemAt": ["$$a", "$$i"]},
+                        },
+                        "in": {before: ["$$p.score", "$$q.score"]},
+                    }},
+                }}]},
             ]},
             false,
         ]},
@@ -1386,7 +1413,7 @@ fn valid_document() -> Bson {
 }
 
 /// What is wrong with an array board, if anything: (field, problem).
-fn array_problem(d: &Document) -> Option<(String, String)> {
+fn array_problem(d: &Document, descending: bool) -> Option<(String, String)> {
     let scores = match d.get("scores") {
         None | Some(Bson::Null) => return None,
         Some(Bson::Array(a)) => a,
@@ -1397,7 +1424,7 @@ fn array_problem(d: &Document) -> Option<(String, String)> {
             ))
         }
     };
-    let mut seen: Vec<(f64, usize)> = Vec::with_capacity(scores.len());
+    let mut seen: Vec<f64> = Vec::with_capacity(scores.len());
     for (i, e) in scores.iter().enumerate() {
         let Some(e) = e.as_document() else {
             return Some((
@@ -1432,13 +1459,21 @@ fn array_problem(d: &Document) -> Option<(String, String)> {
                 format!("is {n} at score {score}: a count on the board is at least 1"),
             ));
         }
-        if let Some((_, j)) = seen.iter().find(|(s, _)| *s == score) {
-            return Some((
-                "scores".into(),
-                format!("lists score {score} twice (entries {j} and {i})"),
-            ));
+        if let Some(&prev) = seen.last() {
+            let in_order = if descending {
+                prev > score
+            } else {
+                prev < score
+            };
+            if !in_order {
+                let problem = match seen.iter().position(|s| *s == score) {
+                    Some(j) => format!("lists score {score} twice (entries {j} and {i})"),
+                    None => format!("is out of order at entry {i} (score {score} after {prev})"),
+                };
+                return Some(("scores".into(), problem));
+            }
         }
-        seen.push((score, i));
+        seen.push(score);
     }
     None
 }
@@ -1514,7 +1549,7 @@ fn array_update(delta: Delta<'_>, descending: bool) -> Vec<Document> {
     }
     vec![
         // Nothing is written on a damaged board.
-        doc! {"$set": {"scores": {"$cond": [valid_board(), {"$ifNull": ["$scores", []]}, refuse()]}}},
+        doc! {"$set": {"scores": {"$cond": [valid_board(descending), {"$ifNull": ["$scores", []]}, refuse()]}}},
         doc! {"$set": {"scores": {"$filter": {
             "input": arr, "as": "e", "cond": {"$gt": ["$$e.count", 0]},
         }}}},
@@ -1621,19 +1656,30 @@ mod tests {
     #[test]
     fn array_boards_are_checked_entry_by_entry() {
         let ok = doc! {"_id": "b", "scores": [{"score": 2.0, "count": 1_i64}, {"score": 1.0, "count": 3_i32}]};
-        assert_eq!(array_problem(&ok), None);
-        assert_eq!(array_problem(&doc! {"_id": "b"}), None);
+        assert_eq!(array_problem(&ok, true), None);
+        assert_eq!(array_problem(&doc! {"_id": "b"}, true), None);
         let dup = doc! {"_id": "b", "scores": [{"score": 2.0, "count": 1_i64}, {"score": 2.0, "count": 1_i64}]};
-        let (field, problem) = array_problem(&dup).unwrap();
+        let (field, problem) = array_problem(&dup, true).unwrap();
         assert_eq!(field, "scores");
         assert!(problem.contains("twice"), "{problem}");
         let neg = doc! {"_id": "b", "scores": [{"score": 2.0, "count": -1_i64}]};
-        assert_eq!(array_problem(&neg).unwrap().0, "scores.0.count");
+        assert_eq!(array_problem(&neg, true).unwrap().0, "scores.0.count");
         let frac = doc! {"_id": "b", "scores": [{"score": 2.0, "count": 1.5}]};
-        assert_eq!(array_problem(&frac).unwrap().0, "scores.0.count");
+        assert_eq!(array_problem(&frac, true).unwrap().0, "scores.0.count");
         let text = doc! {"_id": "b", "scores": [{"score": "x", "count": 1_i64}]};
-        assert_eq!(array_problem(&text).unwrap().0, "scores.0.score");
-        assert_eq!(array_problem(&doc! {"scores": 3}).unwrap().0, "scores");
+        assert_eq!(array_problem(&text, true).unwrap().0, "scores.0.score");
+        assert_eq!(
+            array_problem(&doc! {"scores": 3}, true).unwrap().0,
+            "scores"
+        );
+        let unsorted = doc! {"_id": "b", "scores": [{"score": 1.0, "count": 1_i64}, {"score": 2.0, "count": 1_i64}]};
+        assert!(array_problem(&unsorted, true)
+            .unwrap()
+            .1
+            .contains("out of order"));
+        assert_eq!(array_problem(&unsorted, false), None);
+        let apart = doc! {"_id": "b", "scores": [{"score": 3.0, "count": 1_i64}, {"score": 2.0, "count": 1_i64}, {"score": 3.0, "count": 1_i64}]};
+        assert!(array_problem(&apart, true).unwrap().1.contains("twice"));
     }
 
     #[test]
