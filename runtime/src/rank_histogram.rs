@@ -18,8 +18,10 @@
 //!   [`ARRAY_LIMIT`] (about 4 MB, a quarter of the 16 MiB limit).
 //! - `"documents"`: one document per (board, score),
 //!   `{_id: {b: board, s: score}, count}`. A write touches one or two small
-//!   documents by `_id` and `rank` sums one `_id` range, so a board can hold
-//!   any number of distinct scores.
+//!   documents by `_id` (one ordered `bulkWrite`, MongoDB 8.0+, which also
+//!   deletes a score whose count reached 0) and `rank` sums one `_id`
+//!   range, so a board can hold any number of distinct scores. A marker
+//!   `{_id: {b: board, s: MinKey}, count: 0}` keeps an emptied board known.
 //!
 //! The traps of the hand-written version, and what this does instead:
 //! - A score seen for the first time must be added once. The seed's
@@ -36,8 +38,17 @@
 //!   the client and in `rebuild`'s server pipeline.
 //! - The histogram drifts from the per-player documents when one write
 //!   lands and the other fails. [`Ranks::insert`], [`Ranks::update_score`]
-//!   and [`Ranks::delete`] change both in one transaction where the
-//!   deployment has them, and [`Ranks::rebuild`] recomputes a board.
+//!   and [`Ranks::delete`] change both in one transaction, retried as the
+//!   driver's convenient API does (jittered backoff, 120 s in all); without
+//!   transactions they refuse ([`Error::NoTransactions`]) unless the caller
+//!   opts in with [`Ranks::allow_non_atomic`]. [`Ranks::rebuild`]
+//!   recomputes a board.
+//! - A call dropped mid-transaction (a timeout) must not leave the
+//!   transaction holding its locks: the session is killed on the server.
+//! - Another client may break a board (a score twice, a negative count).
+//!   Every call that meets it fails with [`Error::Damaged`] naming the
+//!   document, and the writes check the board on the server before writing,
+//!   so nothing is written on top of it.
 
 use std::borrow::Borrow;
 use std::sync::atomic::{AtomicBool, Ordering};
