@@ -1382,31 +1382,31 @@ fn refuse() -> Bson {
 /// twice). One pass over the array, on the server.
 fn valid_board(descending: bool) -> Bson {
     let before = if descending { "$gt" } else { "$lt" };
-    bson::bson!({"$let": {
-        "vars": {"a": {"$ifNull": ["$scores", []]}},
-        "in": {"$cond": [
-            {"$isArray": "$$a"},
-            {"$and": [
-                {"$allElementsTrue": [{"$map": {"input": "$$a", "as": "e", "in": {"$and": [
-                    {"$isNumber": "$$e.score"},
-                    {"$in": [{"$type": "$$e.count"}, ["int", "long"]]},
-                    {"$gte": ["$$e.count", 1]},
-                ]}}}]},
-                {"$allElementsTrue": [{"$map": {
-                    "input": {"$range": [1, {"$size": "$$a"}]},
-                    "as": "i",
-                    "in": {"$let": {
-                        "vars": {
-                            "p": {"$arrayElemAt": ["$$a", {"$subtract": ["$$i", 1]}]},
-                            "q": {"$arrayElemAt": ["$$a", "$$i"]},
-                        },
-                        "in": {before: ["$$p.score", "$$q.score"]},
-                    }},
-                }}]},
-            ]},
-            false,
+    // Written without `$let` and with neighbours compared through `$zip`
+    // (the scores against themselves shifted by one): on some servers a
+    // variable bound to the array, or `$arrayElemAt` by index in a `$map`,
+    // costs a copy of the array per use, 10 to 20 times the whole check.
+    let a = bson::bson!({"$ifNull": ["$scores", []]});
+    let s = bson::bson!({"$map": {"input": a.clone(), "as": "e", "in": "$$e.score"}});
+    bson::bson!({"$cond": [
+        {"$isArray": a.clone()},
+        {"$and": [
+            {"$allElementsTrue": [{"$map": {"input": a, "as": "e", "in": {"$and": [
+                {"$isNumber": "$$e.score"},
+                {"$in": [{"$type": "$$e.count"}, ["int", "long"]]},
+                {"$gte": ["$$e.count", 1]},
+            ]}}}]},
+            {"$allElementsTrue": [{"$map": {
+                "input": {"$zip": {"inputs": [
+                    s.clone(),
+                    {"$slice": [s.clone(), 1, {"$max": [{"$size": s}, 1]}]},
+                ]}},
+                "as": "z",
+                "in": {before: [{"$arrayElemAt": ["$$z", 0]}, {"$arrayElemAt": ["$$z", 1]}]},
+            }}]},
         ]},
-    }})
+        false,
+    ]})
 }
 
 /// Whether a document of the documents layout is well-formed: a numeric
