@@ -980,7 +980,7 @@ impl<T: RankHistogram> Ranks<T> {
         let admin = self.db.client().database("admin");
         let in_transaction = session.is_some();
         let mut session = session;
-        let (mut from, mut resumed) = (0, 0);
+        let (mut from, mut resumed, started) = (0, 0, Instant::now());
         loop {
             let command = doc! {
                 "bulkWrite": 1, "ops": &ops[from..], "nsInfo": [{"ns": &ns}],
@@ -1001,10 +1001,16 @@ impl<T: RankHistogram> Ranks<T> {
                 // A concurrent writer created the document first (that
                 // upsert is now an update), or wrote it at the same time:
                 // what came before is written, so go on from there.
-                DUPLICATE_KEY | WRITE_CONFLICT => {
+                DUPLICATE_KEY | WRITE_CONFLICT if started.elapsed() < RETRY_BOUND => {
                     from += idx;
                     tokio::time::sleep(backoff(resumed)).await;
                     resumed += 1;
+                }
+                DUPLICATE_KEY | WRITE_CONFLICT => {
+                    return Err(Error::Contended {
+                        operation: "rank write",
+                        attempts: resumed as usize + 1,
+                    })
                 }
                 REFUSED => return Err(self.why_not_written(board, delta).await),
                 _ => return Err(Error::Database(e())),
