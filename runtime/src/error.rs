@@ -159,6 +159,15 @@ pub enum Error {
         /// larger than the others).
         stored: Box<bson::Document>,
     },
+
+    /// A write that must change two documents together met a deployment
+    /// without transactions (or one told not to use them), and the caller
+    /// did not allow writing them one after the other. Nothing was written.
+    #[error("`{operation}` needs a transaction, which this deployment does not run; allow non-atomic writes to write one document after the other")]
+    NoTransactions {
+        /// The repository method.
+        operation: &'static str,
+    },
 }
 
 /// Server codes for a document over 16 MiB (BSONObjectTooLarge, and the

@@ -18,8 +18,10 @@
 //!   [`ARRAY_LIMIT`] (about 4 MB, a quarter of the 16 MiB limit).
 //! - `"documents"`: one document per (board, score),
 //!   `{_id: {b: board, s: score}, count}`. A write touches one or two small
-//!   documents by `_id` and `rank` sums one `_id` range, so a board can hold
-//!   any number of distinct scores.
+//!   documents by `_id` (one ordered `bulkWrite`, MongoDB 8.0+, which also
+//!   deletes a score whose count reached 0) and `rank` sums one `_id`
+//!   range, so a board can hold any number of distinct scores. A marker
+//!   `{_id: {b: board, s: MinKey}, count: 0}` keeps an emptied board known.
 //!
 //! The traps of the hand-written version, and what this does instead:
 //! - A score seen for the first time must be added once. The seed's
@@ -36,15 +38,26 @@
 //!   the client and in `rebuild`'s server pipeline.
 //! - The histogram drifts from the per-player documents when one write
 //!   lands and the other fails. [`Ranks::insert`], [`Ranks::update_score`]
-//!   and [`Ranks::delete`] change both in one transaction where the
-//!   deployment has them, and [`Ranks::rebuild`] recomputes a board.
+//!   and [`Ranks::delete`] change both in one transaction, retried as the
+//!   driver's convenient API does (jittered backoff, 120 s in all); without
+//!   transactions they refuse ([`Error::NoTransactions`]) unless the caller
+//!   opts in with [`Ranks::allow_non_atomic`]. [`Ranks::rebuild`]
+//!   recomputes a board.
+//! - A call dropped mid-transaction (a timeout) must not leave the
+//!   transaction holding its locks: the session is killed on the server.
+//! - Another client may break a board (a score twice, a negative count).
+//!   Every call that meets it fails with [`Error::Damaged`] naming the
+//!   document, and the writes check the board on the server before writing,
+//!   so nothing is written on top of it.
 
 use std::borrow::Borrow;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bson::{doc, Bson, Document};
-use futures::TryStreamExt;
-use mongodb::error::{TRANSIENT_TRANSACTION_ERROR, UNKNOWN_TRANSACTION_COMMIT_RESULT};
+use futures::{FutureExt, TryStreamExt};
+use mongodb::error::TRANSIENT_TRANSACTION_ERROR;
 use mongodb::options::IndexOptions;
 use mongodb::{ClientSession, Collection, Database, IndexModel};
 use serde::de::DeserializeOwned;
@@ -59,12 +72,19 @@ pub const ARRAY_ADVISED: usize = 10_000;
 /// Distinct scores the `"array"` layout refuses to pass: about 4 MB, a
 /// quarter of MongoDB's 16 MiB document limit.
 pub const ARRAY_LIMIT: usize = 100_000;
-/// Times a write retries after losing a race (a concurrent upsert, a
-/// transaction's write conflict) before it returns
-/// [`Error::Contended`].
-const MAX_ATTEMPTS: usize = 100;
+/// How long a write retries lost races (a concurrent upsert, a
+/// transaction's write conflict) before it returns [`Error::Contended`]:
+/// the bound of the driver's convenient transaction API.
+const RETRY_BOUND: Duration = Duration::from_secs(120);
+/// How long a non-atomic write waits for a concurrent writer's `+1` to
+/// land.
+const NON_ATOMIC_WAIT: Duration = Duration::from_secs(30);
 /// Duplicate key.
 const DUPLICATE_KEY: i32 = 11000;
+/// WriteConflict.
+const WRITE_CONFLICT: i32 = 112;
+/// ConversionFailure: what [`refuse`] raises.
+const REFUSED: i32 = 241;
 
 /// How a board stores its histogram: see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,10 +254,15 @@ pub struct Ranks<T: RankHistogram> {
     source: Collection<T>,
     hist: Collection<Document>,
     spec: RankSpec,
-    /// Whether the deployment refused a transaction (a standalone): then
-    /// writes go one after the other. Learnt from the first refusal, so a
-    /// replica set or a sharded cluster pays no extra round trip to ask.
-    no_transactions: std::sync::Arc<AtomicBool>,
+    /// Whether the deployment refused a transaction (a standalone): learnt
+    /// from the first refusal, so a replica set or a sharded cluster pays no
+    /// extra round trip to ask.
+    no_transactions: Arc<AtomicBool>,
+    /// Whether `insert`, `update_score` and `delete` start transactions.
+    transactions: bool,
+    /// Whether they may write the player and the histogram one after the
+    /// other when there is no transaction.
+    allow_non_atomic: bool,
 }
 
 impl<T: RankHistogram> Clone for Ranks<T> {
@@ -248,6 +273,8 @@ impl<T: RankHistogram> Clone for Ranks<T> {
             hist: self.hist.clone(),
             spec: self.spec,
             no_transactions: self.no_transactions.clone(),
+            transactions: self.transactions,
+            allow_non_atomic: self.allow_non_atomic,
         }
     }
 }
@@ -257,6 +284,32 @@ enum SourceOp<'a, T: RankHistogram> {
     Insert(&'a T),
     Update(Document, T::Score),
     Delete(Document),
+}
+
+impl<T: RankHistogram> SourceOp<'_, T> {
+    fn name(&self) -> &'static str {
+        match self {
+            SourceOp::Insert(_) => "insert",
+            SourceOp::Update(..) => "update_score",
+            SourceOp::Delete(_) => "delete",
+        }
+    }
+}
+
+/// What the histogram must do after a player's write.
+struct Move {
+    board: Bson,
+    dec: Option<Bson>,
+    inc: Option<Bson>,
+}
+
+impl Move {
+    fn delta(&self) -> Delta<'_> {
+        Delta {
+            dec: self.dec.as_ref(),
+            inc: self.inc.as_ref(),
+        }
+    }
 }
 
 /// A write to a histogram: `-1` at `dec`, then `+1` at `inc`.
@@ -275,7 +328,32 @@ impl<T: RankHistogram> Ranks<T> {
             hist: db.collection(T::RANK.histogram),
             spec: T::RANK,
             no_transactions: Default::default(),
+            transactions: true,
+            allow_non_atomic: false,
         }
+    }
+
+    /// Lets [`insert`](Self::insert), [`update_score`](Self::update_score)
+    /// and [`delete`](Self::delete) write the player and then the histogram
+    /// when the deployment has no transactions (a standalone server).
+    /// Off by default: they then fail with [`Error::NoTransactions`] and
+    /// write nothing. When on, the player is written, then `+1` at the new
+    /// score, then `-1` at the old one, which waits up to 30 s for a
+    /// concurrent writer's `+1` there to land (`+1` first, so that no two
+    /// writers wait for each other); a call cancelled or failed between the
+    /// writes leaves the board off by one until [`rebuild`](Self::rebuild).
+    pub fn allow_non_atomic(mut self, allow: bool) -> Self {
+        self.allow_non_atomic = allow;
+        self
+    }
+
+    /// Whether [`insert`](Self::insert), [`update_score`](Self::update_score)
+    /// and [`delete`](Self::delete) use transactions (the default). `false`
+    /// behaves as a deployment without them: see
+    /// [`allow_non_atomic`](Self::allow_non_atomic).
+    pub fn transactions(mut self, use_them: bool) -> Self {
+        self.transactions = use_them;
+        self
     }
 
     /// The collection that holds the histograms.
@@ -362,7 +440,8 @@ impl<T: RankHistogram> Ranks<T> {
     /// the server, in one round trip, over the board's distinct scores.
     /// A score nobody holds still ranks (`ties` is 0). Fails with
     /// [`Error::UnknownBoard`] for a board never
-    /// written.
+    /// written, and with [`Error::Damaged`] for a board another client
+    /// broke (a score listed twice, a count below 1).
     pub async fn rank<Q>(&self, board: &Q, score: T::Score) -> Result<Rank>
     where
         T::Board: Borrow<Q>,
@@ -374,7 +453,21 @@ impl<T: RankHistogram> Ranks<T> {
         let Some(d) = cursor.try_next().await? else {
             return Err(self.unknown_board(&b));
         };
-        let get = |f: &str| count(&d, f, self.spec.histogram);
+        match self.spec.layout {
+            Layout::Array if d.get_bool("valid") != Ok(true) => {
+                return Err(self.damage_or(&b, "the board check").await);
+            }
+            Layout::Documents => {
+                if let Ok(bad) = d.get_document("bad") {
+                    let id = bad.get("_id").cloned().unwrap_or(Bson::Null);
+                    let (field, problem) = document_problem(bad)
+                        .unwrap_or_else(|| ("count".into(), "fails the count check".into()));
+                    return Err(Error::damaged(self.spec.histogram, id, field, problem));
+                }
+            }
+            Layout::Array => {}
+        }
+        let get = |f: &str| self.reply_count(&d, f, &b);
         let (above, distinct_above, ties, total) = (
             get("above")?,
             get("distinctAbove")?,
@@ -403,8 +496,12 @@ impl<T: RankHistogram> Ranks<T> {
                 };
                 vec![
                     doc! {"$match": {"_id": board}},
+                    // A damaged board is reported, not summed.
+                    doc! {"$set": {"valid": valid_board(self.spec.descending)}},
+                    doc! {"$set": {"scores": {"$cond": ["$valid", {"$ifNull": ["$scores", []]}, []]}}},
                     doc! {"$project": {
                         "_id": 0,
+                        "valid": 1,
                         "above": sum_where(doc! {better: ["$$e.score", score]}),
                         "distinctAbove": {"$size": {"$filter": {
                             "input": "$scores", "as": "e",
@@ -428,6 +525,8 @@ impl<T: RankHistogram> Ranks<T> {
                         ),
                         "ties": when(doc! {"$eq": ["$_id.s", score]}, "$count".into()),
                         "total": {"$sum": "$count"},
+                        // One damaged document, if any (`$max` skips nulls).
+                        "bad": {"$max": {"$cond": [valid_document(), Bson::Null, "$$ROOT"]}},
                     }},
                 ]
             }
@@ -464,22 +563,20 @@ impl<T: RankHistogram> Ranks<T> {
     }
 
     /// Inserts a player's document and counts its score, in one transaction
-    /// where the deployment has them (three round trips: insert, histogram,
-    /// commit); otherwise one after the other.
+    /// (three round trips: insert, histogram, commit).
     pub async fn insert(&self, doc: &T) -> Result<()> {
         self.atomically(&SourceOp::Insert(doc)).await.map(drop)
     }
 
     /// Sets the score of the first player document `filter` matches and
-    /// moves it on the histogram, in one transaction where the deployment
-    /// has them. Returns whether a document matched.
+    /// moves it on the histogram, in one transaction. Returns whether a
+    /// document matched.
     pub async fn update_score(&self, filter: Document, new: T::Score) -> Result<bool> {
         self.atomically(&SourceOp::Update(filter, new)).await
     }
 
     /// Deletes the first player document `filter` matches and uncounts its
-    /// score, in one transaction where the deployment has them. Returns
-    /// whether a document matched.
+    /// score, in one transaction. Returns whether a document matched.
     pub async fn delete(&self, filter: Document) -> Result<bool> {
         self.atomically(&SourceOp::Delete(filter)).await
     }
@@ -487,9 +584,9 @@ impl<T: RankHistogram> Ranks<T> {
     /// Recomputes `board`'s histogram from the players' documents, for
     /// repair, and returns how many players it counted. Scores are grouped
     /// on the server (rounded as `precision` says); documents whose score is
-    /// missing, not a number, NaN or infinite are not counted. Run it while
-    /// no writes to this board are in flight: one that lands between the
-    /// read and the write is lost from the histogram.
+    /// missing, not a number, NaN or infinite (also once rounded) are not
+    /// counted. Run it while no writes to this board are in flight: one that
+    /// lands between the read and the write is lost from the histogram.
     pub async fn rebuild<Q>(&self, board: &Q) -> Result<u64>
     where
         T::Board: Borrow<Q>,
@@ -511,6 +608,8 @@ impl<T: RankHistogram> Ranks<T> {
                 self.spec.score: {"$type": "number", "$gt": f64::NEG_INFINITY, "$lt": f64::INFINITY},
             }},
             doc! {"$group": {"_id": key, "count": {"$sum": 1}}},
+            // A score that rounding would take past the largest double.
+            doc! {"$match": {"_id": {"$gt": f64::NEG_INFINITY, "$lt": f64::INFINITY}}},
             doc! {"$sort": {"_id": dir}},
         ];
         let groups: Vec<Document> = self
@@ -524,7 +623,11 @@ impl<T: RankHistogram> Ranks<T> {
         let mut scores = Vec::with_capacity(groups.len());
         for g in &groups {
             let s = g.get("_id").cloned().unwrap_or(Bson::Null);
-            let n = count(g, "count", T::COLLECTION)?;
+            let n = g
+                .get("count")
+                .and_then(Bson::as_i64_lossy)
+                .and_then(|n| u64::try_from(n).ok())
+                .unwrap_or_default();
             total += n;
             scores.push((self.normalize(s), n));
         }
@@ -541,92 +644,167 @@ impl<T: RankHistogram> Ranks<T> {
             }
             Layout::Documents => {
                 self.hist.delete_many(board_range(&b)).await?;
-                let docs: Vec<Document> = scores
+                let mut docs: Vec<Document> = scores
                     .iter()
                     .map(|(s, n)| doc! {"_id": {"b": &b, "s": s}, "count": *n as i64})
                     .collect();
-                if docs.is_empty() {
-                    // An empty board is still a known board.
-                    self.hist
-                        .insert_one(doc! {"_id": {"b": &b, "s": Bson::MinKey}, "count": 0_i64})
-                        .await?;
-                } else {
-                    self.hist.insert_many(docs).await?;
-                }
+                // The marker that keeps an emptied board known.
+                docs.push(doc! {"_id": {"b": &b, "s": Bson::MinKey}, "count": 0_i64});
+                self.hist.insert_many(docs).await?;
             }
         }
         Ok(total)
     }
 
-    /// Runs `op` in a transaction where the deployment has them, retrying
-    /// it when the server says the transaction may succeed on a retry (a
-    /// write conflict with another writer of the same board).
+    /// Runs `op` in a transaction through the driver's convenient API: a
+    /// transient failure (a write conflict with another writer of the same
+    /// board, a lost upsert race, a dropped connection) reruns it after a
+    /// jittered backoff, and an unknown commit result retries the commit,
+    /// for up to 120 s in all. A call dropped while its transaction is open
+    /// has the server abort it at once (`killSessions`), so the players and
+    /// board it touched are free for the next writer.
     async fn atomically(&self, op: &SourceOp<'_, T>) -> Result<bool> {
-        if self.no_transactions.load(Ordering::Relaxed) {
-            return self.source_op(op, None).await;
+        if !self.transactions || self.no_transactions.load(Ordering::Relaxed) {
+            return self.non_atomic(op).await;
         }
-        let mut session = self.db.client().start_session().await?;
-        for _ in 0..MAX_ATTEMPTS {
-            session.start_transaction().await?;
-            match self.source_op(op, Some(&mut session)).await {
-                // A standalone refuses transactions on the first write, before
-                // writing anything.
-                Err(e) if refused_transaction(&e) => {
-                    let _ = session.abort_transaction().await;
-                    self.no_transactions.store(true, Ordering::Relaxed);
-                    return self.source_op(op, None).await;
-                }
-                Ok(r) => loop {
-                    match session.commit_transaction().await {
-                        Ok(()) => return Ok(r),
-                        // The driver retried the commit once already.
-                        Err(e) if e.contains_label(UNKNOWN_TRANSACTION_COMMIT_RESULT) => continue,
-                        Err(e) if e.contains_label(TRANSIENT_TRANSACTION_ERROR) => break,
-                        Err(e) => return Err(e.into()),
+        let session = self.db.client().start_session().await?;
+        let mut txn = OpenTransaction {
+            session: Some(session),
+            armed: true,
+        };
+        let Some(session) = txn.session.as_mut() else {
+            // Only `Drop` takes the session out.
+            return Err(Error::invalid("session", "no session"));
+        };
+        let mut stashed: Option<Error> = None;
+        let mut attempts = 0;
+        // `and_run` rather than `and_run2`: the latter's async closure
+        // trips rust-lang/rust#96865 (a future not `Send` "general enough")
+        // in callers that spawn this call.
+        let result = session
+            .start_transaction()
+            .and_run(
+                (self, op, &mut stashed, &mut attempts),
+                |s, (this, op, stashed, attempts)| {
+                    async move {
+                        **attempts += 1;
+                        match this.source_op(op, s).await {
+                            Ok(r) => Ok(r),
+                            Err(e) => Err(to_driver(e, stashed)),
+                        }
                     }
+                    .boxed()
                 },
-                Err(e) => {
-                    let _ = session.abort_transaction().await;
-                    if !is_transient(&e) {
-                        return Err(e);
-                    }
+            )
+            .await;
+        let e = match result {
+            Ok(r) => {
+                txn.armed = false;
+                return Ok(r);
+            }
+            Err(e) => e,
+        };
+        if e.get_custom::<Stashed>().is_some() {
+            // The callback's own error; `and_run2` aborted the transaction.
+            txn.armed = false;
+            return Err(stashed.unwrap_or_else(|| Error::Database(e)));
+        }
+        if matches!(*e.kind, mongodb::error::ErrorKind::Transaction { .. })
+            && e.to_string().contains("maximum time")
+        {
+            return Err(Error::Contended {
+                operation: op.name(),
+                attempts,
+            });
+        }
+        let e = Error::from(e);
+        if refused_transaction(&e) {
+            // A standalone refuses on the first write, before writing.
+            txn.armed = false;
+            self.no_transactions.store(true, Ordering::Relaxed);
+            return self.non_atomic(op).await;
+        }
+        Err(e)
+    }
+
+    /// `op` without a transaction, where the caller allowed it.
+    async fn non_atomic(&self, op: &SourceOp<'_, T>) -> Result<bool> {
+        if !self.allow_non_atomic {
+            return Err(Error::NoTransactions {
+                operation: op.name(),
+            });
+        }
+        let Some(m) = self.player_write(op, None).await? else {
+            return Ok(false);
+        };
+        // `+1` first: it cannot fail for want of a count, so no two writers
+        // can each wait for the other's.
+        if let Some(i) = &m.inc {
+            let inc = Delta {
+                dec: None,
+                inc: Some(i),
+            };
+            self.write(&m.board, inc, None).await?;
+        }
+        let Some(d) = &m.dec else { return Ok(true) };
+        let dec = Delta {
+            dec: Some(d),
+            inc: None,
+        };
+        // A concurrent writer may have moved this player onto the old score
+        // with its `+1` still to land.
+        let start = Instant::now();
+        let mut attempt = 0;
+        loop {
+            match self.write(&m.board, dec, None).await {
+                Err(Error::ScoreNotFound { .. }) if start.elapsed() < NON_ATOMIC_WAIT => {
+                    tokio::time::sleep(backoff(attempt)).await;
+                    attempt += 1;
                 }
+                other => return other.map(|()| true),
             }
         }
-        Err(Error::Contended {
-            operation: "rank transaction",
-            attempts: MAX_ATTEMPTS,
-        })
     }
 
     /// One write to the players' collection and the matching histogram
-    /// write; `false` when the filter matched nothing.
-    async fn source_op(
+    /// write, in `session`'s transaction; `false` when the filter matched
+    /// nothing.
+    async fn source_op(&self, op: &SourceOp<'_, T>, session: &mut ClientSession) -> Result<bool> {
+        let Some(m) = self.player_write(op, Some(&mut *session)).await? else {
+            return Ok(false);
+        };
+        self.write(&m.board, m.delta(), Some(session)).await?;
+        Ok(true)
+    }
+
+    /// The player's half of `op`; what the histogram must then do, or
+    /// `None` when the filter matched nothing. Scores are checked before
+    /// anything is sent.
+    async fn player_write(
         &self,
         op: &SourceOp<'_, T>,
-        mut session: Option<&mut ClientSession>,
-    ) -> Result<bool> {
+        session: Option<&mut ClientSession>,
+    ) -> Result<Option<Move>> {
         let (old, new) = match op {
             SourceOp::Insert(doc) => {
-                let b = self.board_bson(doc.board())?;
+                let board = self.board_bson(doc.board())?;
                 let s = self.score_bson(doc.score())?;
                 let insert = self.source.insert_one(*doc);
-                match session.as_deref_mut() {
+                match session {
                     Some(sess) => insert.session(sess).await?,
                     None => insert.await?,
                 };
-                let delta = Delta {
+                return Ok(Some(Move {
+                    board,
                     dec: None,
-                    inc: Some(&s),
-                };
-                self.write(&b, delta, session).await?;
-                return Ok(true);
+                    inc: Some(s),
+                }));
             }
             SourceOp::Update(filter, new) => {
                 let n = self.score_bson(*new)?;
                 let set = doc! {"$set": {self.spec.score: bson::to_bson(new)?}};
                 let update = self.source.find_one_and_update(filter.clone(), set);
-                let old = match session.as_deref_mut() {
+                let old = match session {
                     Some(sess) => update.session(sess).await?,
                     None => update.await?,
                 };
@@ -634,50 +812,62 @@ impl<T: RankHistogram> Ranks<T> {
             }
             SourceOp::Delete(filter) => {
                 let delete = self.source.find_one_and_delete(filter.clone());
-                let old = match session.as_deref_mut() {
+                let old = match session {
                     Some(sess) => delete.session(sess).await?,
                     None => delete.await?,
                 };
                 (old, None)
             }
         };
-        let Some(old) = old else { return Ok(false) };
-        let b = self.board_bson(old.board())?;
-        let o = self.score_bson(old.score())?;
-        let delta = Delta {
-            dec: Some(&o),
-            inc: new.as_ref(),
-        };
-        self.write(&b, delta, session).await?;
-        Ok(true)
+        let Some(old) = old else { return Ok(None) };
+        Ok(Some(Move {
+            board: self.board_bson(old.board())?,
+            dec: Some(self.score_bson(old.score())?),
+            inc: new,
+        }))
     }
 
-    /// Applies `delta` to `board`'s histogram.
+    /// Applies `delta` to `board`'s histogram. Outside a transaction a lost
+    /// upsert race is retried here, after a jittered backoff, for up to
+    /// 120 s; inside one the whole transaction is.
     async fn write(
         &self,
         board: &Bson,
         delta: Delta<'_>,
-        mut session: Option<&mut ClientSession>,
+        session: Option<&mut ClientSession>,
     ) -> Result<()> {
-        for _ in 0..MAX_ATTEMPTS {
-            let result = match self.spec.layout {
-                Layout::Array => self.write_array(board, delta, session.as_deref_mut()).await,
-                Layout::Documents => {
-                    self.write_documents(board, delta, session.as_deref_mut())
-                        .await
+        if let Some(s) = session {
+            return self.write_once(board, delta, Some(s)).await;
+        }
+        let start = Instant::now();
+        let mut attempt = 0;
+        loop {
+            match self.write_once(board, delta, None).await {
+                Err(Error::Raced(_)) if start.elapsed() < RETRY_BOUND => {
+                    tokio::time::sleep(backoff(attempt)).await;
+                    attempt += 1;
                 }
-            };
-            match result {
-                // A concurrent upsert created the same document first; inside
-                // a transaction the transaction is retried instead.
-                Err(e) if session.is_none() && is_duplicate(&e) => continue,
+                Err(Error::Raced(_)) => {
+                    return Err(Error::Contended {
+                        operation: "rank write",
+                        attempts: attempt as usize + 1,
+                    })
+                }
                 other => return other,
             }
         }
-        Err(Error::Contended {
-            operation: "rank write",
-            attempts: MAX_ATTEMPTS,
-        })
+    }
+
+    async fn write_once(
+        &self,
+        board: &Bson,
+        delta: Delta<'_>,
+        session: Option<&mut ClientSession>,
+    ) -> Result<()> {
+        match self.spec.layout {
+            Layout::Array => self.write_array(board, delta, session).await,
+            Layout::Documents => self.write_documents(board, delta, session).await,
+        }
     }
 
     async fn write_array(
@@ -714,7 +904,7 @@ impl<T: RankHistogram> Ranks<T> {
             Ok(r) if r.matched_count > 0 || r.upserted_id.is_some() => Ok(()),
             Ok(_) => Err(self.why_not_written(board, delta).await),
             // The upsert of a board that exists: it is full, or a concurrent
-            // writer created it (retried by `write`).
+            // writer created it (retried).
             Err(e) if is_duplicate_mongo(&e) => {
                 if let Some(i) = delta.inc {
                     if self.array_full(board, i).await? {
@@ -726,10 +916,19 @@ impl<T: RankHistogram> Ranks<T> {
                 }
                 Err(Error::Raced(e))
             }
+            Err(e) if e.contains_label(TRANSIENT_TRANSACTION_ERROR) => Err(e.into()),
+            // The pipeline refused a damaged board.
+            Err(e) if server_codes(&e).contains(&REFUSED) => {
+                Err(self.damage_or(board, "the board check").await)
+            }
             Err(e) => Err(e.into()),
         }
     }
 
+    /// One `bulkWrite` command (one round trip), ordered: check the target
+    /// of `+1` when a `-1` comes first, `-1` (refused, writing nothing, when
+    /// nobody holds the score), the board's marker, the removal of a score
+    /// that reached 0, then `+1`.
     async fn write_documents(
         &self,
         board: &Bson,
@@ -737,73 +936,96 @@ impl<T: RankHistogram> Ranks<T> {
         session: Option<&mut ClientSession>,
     ) -> Result<()> {
         let id = |s: &Bson| doc! {"b": board, "s": s};
-        let mut updates = Vec::new();
+        let valid = doc! {"$and": [
+            {"$in": [{"$type": "$count"}, ["int", "long"]]},
+            {"$gte": ["$count", 0]},
+        ]};
+        let update = |s: &Bson, set: Bson, upsert: bool| {
+            doc! {
+                "update": 0, "filter": {"_id": id(s)}, "multi": false, "upsert": upsert,
+                "updateMods": [{"$set": {"count": set}}],
+            }
+        };
+        let mut ops = Vec::new();
         if let Some(d) = delta.dec {
-            updates.push(doc! {
-                "q": {"_id": id(d), "count": {"$gt": 0}},
-                "u": {"$inc": {"count": -1_i64}},
+            if let Some(i) = delta.inc {
+                // Nothing is written when the `+1` would land on a damaged
+                // count.
+                let same = bson::bson!({"$cond": [&valid, "$count", refuse()]});
+                ops.push(update(i, same, false));
+            }
+            let minus = bson::bson!({"$cond": [
+                {"$and": [&valid, {"$gt": ["$count", 0]}]},
+                {"$add": ["$count", -1_i64]},
+                refuse(),
+            ]});
+            // An upsert, so that a missing score is refused rather than
+            // matching nothing while the `+1` goes ahead.
+            ops.push(update(d, minus, true));
+            ops.push(doc! {
+                "update": 0, "filter": {"_id": id(&Bson::MinKey)}, "multi": false, "upsert": true,
+                "updateMods": {"$setOnInsert": {"count": 0_i64}},
             });
+            ops.push(doc! {"delete": 0, "filter": {"_id": id(d), "count": 0}, "multi": false});
         }
         if let Some(i) = delta.inc {
-            updates.push(doc! {
-                "q": {"_id": id(i)},
-                "u": {"$inc": {"count": 1_i64}},
-                "upsert": true,
-            });
+            let plus = bson::bson!({"$cond": [
+                {"$eq": [{"$type": "$count"}, "missing"]},
+                1_i64,
+                {"$cond": [&valid, {"$add": ["$count", 1_i64]}, refuse()]},
+            ]});
+            ops.push(update(i, plus, true));
         }
-        // One command, so a change is one round trip.
-        let command = doc! {"update": self.spec.histogram, "updates": updates, "ordered": true};
-        // In a transaction, a failed decrement aborts everything: no undo.
+        let ns = format!("{}.{}", self.db.name(), self.spec.histogram);
+        let admin = self.db.client().database("admin");
         let in_transaction = session.is_some();
-        let run = self.db.run_command(command);
-        let reply = match session {
-            Some(s) => run.session(s).await?,
-            None => run.await?,
-        };
-        if let Some(e) = reply
-            .get_array("writeErrors")
-            .ok()
-            .and_then(|errors| errors.first())
-            .and_then(Bson::as_document)
-        {
-            let code = e.get_i32("code").unwrap_or_default();
-            let msg = e.get_str("errmsg").unwrap_or("write error");
-            let e = mongodb::error::Error::custom(format!("{msg} (code {code})"));
-            return Err(if code == DUPLICATE_KEY {
-                Error::Raced(e)
-            } else {
-                Error::Database(e)
-            });
-        }
-        let n = reply
-            .get("n")
-            .and_then(Bson::as_i64_lossy)
-            .unwrap_or_default();
-        if delta.dec.is_some() && n < delta.inc.map_or(1, |_| 2) {
-            // The decrement found nothing; undo the increment that followed,
-            // and drop the document if it made it (else an unknown board
-            // would now be known).
-            if let Some(i) = delta.inc.filter(|_| !in_transaction) {
-                self.hist
-                    .update_one(
-                        doc! {"_id": id(i), "count": {"$gt": 0}},
-                        doc! {"$inc": {"count": -1_i64}},
-                    )
-                    .await?;
-                if reply.get_array("upserted").is_ok_and(|u| !u.is_empty()) {
-                    self.hist
-                        .delete_one(doc! {"_id": id(i), "count": 0})
-                        .await?;
+        let mut session = session;
+        let (mut from, mut resumed, started) = (0, 0, Instant::now());
+        loop {
+            let command = doc! {
+                "bulkWrite": 1, "ops": &ops[from..], "nsInfo": [{"ns": &ns}],
+                "ordered": true, "errorsOnly": true,
+            };
+            let run = admin.run_command(command);
+            let reply = match session.as_deref_mut() {
+                Some(s) => run.session(s).await?,
+                None => run.await?,
+            };
+            let Some((idx, code, msg)) = first_bulk_error(&reply) else {
+                return Ok(());
+            };
+            let e = || mongodb::error::Error::custom(format!("{msg} (code {code})"));
+            match code {
+                // Inside a transaction the server aborted it: it is rerun.
+                DUPLICATE_KEY | WRITE_CONFLICT if in_transaction => return Err(Error::Raced(e())),
+                // A concurrent writer created the document first (that
+                // upsert is now an update), or wrote it at the same time:
+                // what came before is written, so go on from there.
+                DUPLICATE_KEY | WRITE_CONFLICT if started.elapsed() < RETRY_BOUND => {
+                    from += idx;
+                    tokio::time::sleep(backoff(resumed)).await;
+                    resumed += 1;
                 }
+                DUPLICATE_KEY | WRITE_CONFLICT => {
+                    return Err(Error::Contended {
+                        operation: "rank write",
+                        attempts: resumed as usize + 1,
+                    })
+                }
+                REFUSED => return Err(self.why_not_written(board, delta).await),
+                _ => return Err(Error::Database(e())),
             }
-            return Err(self.why_not_written(board, delta).await);
         }
-        Ok(())
     }
 
-    /// After a write that matched nothing: an unknown board, or a score
-    /// nobody holds.
+    /// After a write that matched nothing or was refused: a damaged board,
+    /// an unknown board, or a score nobody holds.
     async fn why_not_written(&self, board: &Bson, delta: Delta<'_>) -> Error {
+        match self.board_damage(board).await {
+            Err(e) => return e,
+            Ok(Some(e)) => return e,
+            Ok(None) => {}
+        }
         let exists = match self.spec.layout {
             Layout::Array => self.hist.find_one(doc! {"_id": board}).await,
             Layout::Documents => self.hist.find_one(board_range(board)).await,
@@ -816,6 +1038,54 @@ impl<T: RankHistogram> Ranks<T> {
                 score: delta.dec.map(Bson::to_string).unwrap_or_default(),
             },
         }
+    }
+
+    /// The damage the server saw on `board`, named by a look at it; `check`
+    /// says which server-side check failed if the look finds nothing.
+    async fn damage_or(&self, board: &Bson, check: &str) -> Error {
+        match self.board_damage(board).await {
+            Err(e) | Ok(Some(e)) => e,
+            Ok(None) => Error::damaged(
+                self.spec.histogram,
+                board.clone(),
+                "scores",
+                format!("fails {check}"),
+            ),
+        }
+    }
+
+    /// [`Error::Damaged`] for the first broken document of `board`, if any.
+    async fn board_damage(&self, board: &Bson) -> Result<Option<Error>> {
+        let found = match self.spec.layout {
+            Layout::Array => match self.hist.find_one(doc! {"_id": board}).await? {
+                None => None,
+                Some(d) => array_problem(&d, self.spec.descending).map(|p| (board.clone(), p)),
+            },
+            Layout::Documents => {
+                let mut filter = board_range(board);
+                filter.insert(
+                    "$or",
+                    vec![
+                        doc! {"count": {"$not": {"$type": ["int", "long"]}}},
+                        doc! {"count": {"$lt": 0}},
+                        doc! {"_id.s": {"$not": {"$type": "number"}}},
+                    ],
+                );
+                let suspects: Vec<Document> = self
+                    .hist
+                    .find(filter)
+                    .limit(16)
+                    .await?
+                    .try_collect()
+                    .await?;
+                suspects.iter().find_map(|d| {
+                    let p = document_problem(d)?;
+                    Some((d.get("_id").cloned().unwrap_or(Bson::Null), p))
+                })
+            }
+        };
+        Ok(found
+            .map(|(id, (field, problem))| Error::damaged(self.spec.histogram, id, field, problem)))
     }
 
     async fn array_full(&self, board: &Bson, score: &Bson) -> Result<bool> {
@@ -831,34 +1101,47 @@ impl<T: RankHistogram> Ranks<T> {
     /// A board's scores best first, with ranks; at most `limit` scores.
     async fn read(&self, board: &Bson, limit: Option<u32>) -> Result<Vec<ScoreCount<T::Score>>> {
         let dir = if self.spec.descending { -1 } else { 1 };
-        let rows: Vec<Document> = match self.spec.layout {
+        let rows: Vec<(Bson, Document)> = match self.spec.layout {
             Layout::Array => {
-                let mut pipeline = vec![
+                // A valid board is sorted best first, every count at least 1.
+                let all = bson::bson!({"$ifNull": ["$scores", []]});
+                let scores = match limit {
+                    Some(n) => bson::bson!({"$slice": [all, i64::from(n)]}),
+                    None => all,
+                };
+                // One document back, whatever `limit`: the first batch holds
+                // the answer.
+                let pipeline = vec![
                     doc! {"$match": {"_id": board}},
-                    doc! {"$unwind": "$scores"},
-                    doc! {"$replaceWith": "$scores"},
-                    doc! {"$match": {"count": {"$gt": 0}}},
-                    doc! {"$sort": {"score": dir}},
+                    doc! {"$set": {"valid": valid_board(self.spec.descending)}},
+                    doc! {"$project": {"valid": 1, "scores": {"$cond": ["$valid", scores, []]}}},
                 ];
-                if let Some(n) = limit {
-                    pipeline.push(doc! {"$limit": i64::from(n)});
-                }
-                // One reply for the whole board (at most `ARRAY_LIMIT` scores).
-                let rows: Vec<Document> = self
-                    .hist
-                    .aggregate(pipeline)
-                    .batch_size(limit.unwrap_or(ARRAY_LIMIT as u32))
-                    .await?
-                    .try_collect()
-                    .await?;
-                if rows.is_empty() && self.hist.find_one(doc! {"_id": board}).await?.is_none() {
+                let mut cursor = self.hist.aggregate(pipeline).await?;
+                let Some(d) = cursor.try_next().await? else {
                     return Err(self.unknown_board(board));
+                };
+                if d.get_bool("valid") != Ok(true) {
+                    return Err(self.damage_or(board, "the board check").await);
                 }
-                rows
+                let entries = d.get_array("scores").map_err(|_| {
+                    Error::damaged(
+                        self.spec.histogram,
+                        board.clone(),
+                        "scores",
+                        "is not an array",
+                    )
+                })?;
+                entries
+                    .iter()
+                    .filter_map(Bson::as_document)
+                    .map(|e| (board.clone(), e.clone()))
+                    .collect()
             }
             Layout::Documents => {
                 let mut filter = board_range(board);
-                filter.insert("count", doc! {"$gt": 0});
+                // Count 0: the board's marker (and emptied scores a former
+                // version kept); anything else is checked below.
+                filter.insert("count", doc! {"$ne": 0});
                 let find = self
                     .hist
                     .find(filter)
@@ -868,20 +1151,21 @@ impl<T: RankHistogram> Ranks<T> {
                     Some(n) => find.limit(i64::from(n)),
                     None => find,
                 };
-                let rows: Vec<Document> = find
-                    .await?
-                    .try_collect::<Vec<Document>>()
-                    .await?
-                    .into_iter()
-                    .map(|d| {
-                        let s = d
-                            .get_document("_id")
-                            .ok()
-                            .and_then(|id| id.get("s").cloned())
-                            .unwrap_or(Bson::Null);
-                        doc! {"score": s, "count": d.get("count").cloned().unwrap_or(Bson::Null)}
-                    })
-                    .collect();
+                let docs: Vec<Document> = find.await?.try_collect().await?;
+                let mut rows = Vec::with_capacity(docs.len());
+                for d in docs {
+                    let id = d.get("_id").cloned().unwrap_or(Bson::Null);
+                    if let Some((field, problem)) = document_problem(&d) {
+                        return Err(Error::damaged(self.spec.histogram, id, field, problem));
+                    }
+                    let s = d
+                        .get_document("_id")
+                        .ok()
+                        .and_then(|i| i.get("s").cloned())
+                        .unwrap_or(Bson::Null);
+                    let count = d.get("count").cloned().unwrap_or(Bson::Null);
+                    rows.push((id, doc! {"score": s, "count": count}));
+                }
                 if rows.is_empty() && self.hist.find_one(board_range(board)).await?.is_none() {
                     return Err(self.unknown_board(board));
                 }
@@ -890,13 +1174,13 @@ impl<T: RankHistogram> Ranks<T> {
         };
         let mut out = Vec::with_capacity(rows.len());
         let mut above = 0;
-        for row in rows {
-            let n = count(&row, "count", self.spec.histogram)?;
+        for (id, row) in rows {
+            let n = self.reply_count(&row, "count", &id)?;
             let s = row.get("score").cloned().unwrap_or(Bson::Null);
             let score =
                 bson::from_bson::<T::Score>(s.clone()).map_err(|e| Error::UnexpectedDocument {
                     collection: self.spec.histogram.to_owned(),
-                    id: board.clone(),
+                    id: id.clone(),
                     source: e,
                 })?;
             out.push(ScoreCount {
@@ -907,6 +1191,22 @@ impl<T: RankHistogram> Ranks<T> {
             above += n;
         }
         Ok(out)
+    }
+
+    /// A count in a reply about document `id`.
+    fn reply_count(&self, d: &Document, field: &str, id: &Bson) -> Result<u64> {
+        d.get(field)
+            .and_then(Bson::as_i64_lossy)
+            .and_then(|n| u64::try_from(n).ok())
+            .ok_or_else(|| {
+                let found = d.get(field).map_or("nothing".to_owned(), Bson::to_string);
+                Error::damaged(
+                    self.spec.histogram,
+                    id.clone(),
+                    "count",
+                    format!("sums to {found}, not a count"),
+                )
+            })
     }
 
     fn unknown_board(&self, board: &Bson) -> Error {
@@ -934,7 +1234,16 @@ impl<T: RankHistogram> Ranks<T> {
                 "score",
                 format!("{f} cannot be ranked: scores must be finite numbers"),
             )),
-            Number::Float(f) => Ok(Bson::Double(round(f, self.spec.precision))),
+            Number::Float(f) => match round(f, self.spec.precision) {
+                r if r.is_finite() => Ok(Bson::Double(r)),
+                _ => Err(Error::invalid(
+                    "score",
+                    format!(
+                        "{f} rounded to precision {} passes the largest double",
+                        self.spec.precision.unwrap_or_default()
+                    ),
+                )),
+            },
         }
     }
 
@@ -947,6 +1256,283 @@ impl<T: RankHistogram> Ranks<T> {
             (Bson::Double(f), false) => Bson::Double(f + 0.0),
             (other, _) => other,
         }
+    }
+}
+
+/// A transaction a call has open. Dropped while armed (the call's future
+/// was dropped: a timeout, a `select!`), it has the server kill the session,
+/// which aborts the transaction and frees what it locked, before the
+/// session goes back to the pool. The driver alone would not: a session
+/// whose first command of the transaction was still in flight is pooled as
+/// it is, and its transaction holds its locks until the server's
+/// transaction lifetime (60 s by default) runs out.
+struct OpenTransaction {
+    session: Option<ClientSession>,
+    armed: bool,
+}
+
+impl Drop for OpenTransaction {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Some(session) = self.session.take() else {
+            return;
+        };
+        // The driver runs on tokio; outside a runtime there is nothing to
+        // spawn on, and the server's transaction lifetime still applies.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let kill = doc! {"killSessions": [session.id().clone()]};
+            let _ = session.client().database("admin").run_command(kill).await;
+            drop(session);
+        });
+    }
+}
+
+/// The marker of an error of ours carried through `and_run2`.
+struct Stashed;
+
+/// An error of the transaction's callback as `and_run2` needs it: the
+/// driver's own (with its labels), a lost race labelled transient so that
+/// it is rerun, or a marker for an error of ours, kept in `stashed`.
+fn to_driver(e: Error, stashed: &mut Option<Error>) -> mongodb::error::Error {
+    match e {
+        Error::Database(m) | Error::Unavailable(m) => m,
+        Error::Raced(m) => transient(m),
+        other => {
+            *stashed = Some(other);
+            mongodb::error::Error::custom(Stashed)
+        }
+    }
+}
+
+/// `e` with the TransientTransactionError label, which the driver lets
+/// only a server reply set: built as a write-concern error, whose labels
+/// are public through deserialization.
+fn transient(e: mongodb::error::Error) -> mongodb::error::Error {
+    let wc = doc! {
+        "code": WRITE_CONFLICT, "codeName": "WriteConflict", "errmsg": e.to_string(),
+        "errorLabels": [TRANSIENT_TRANSACTION_ERROR],
+    };
+    match bson::from_document::<mongodb::error::WriteConcernError>(wc) {
+        Ok(wc) => {
+            mongodb::error::ErrorKind::Write(mongodb::error::WriteFailure::WriteConcernError(wc))
+                .into()
+        }
+        Err(_) => e,
+    }
+}
+
+/// The first failed operation of a `bulkWrite` reply: (index, code,
+/// message).
+fn first_bulk_error(reply: &Document) -> Option<(usize, i32, String)> {
+    if reply
+        .get("nErrors")
+        .and_then(Bson::as_i64_lossy)
+        .unwrap_or(0)
+        == 0
+    {
+        return None;
+    }
+    let batch = reply
+        .get_document("cursor")
+        .ok()
+        .and_then(|c| c.get_array("firstBatch").ok());
+    let failed = batch
+        .into_iter()
+        .flatten()
+        .filter_map(Bson::as_document)
+        .find(|r| r.get("ok").and_then(Bson::as_f64) == Some(0.0) || r.contains_key("code"));
+    Some(match failed {
+        Some(r) => (
+            r.get("idx")
+                .and_then(Bson::as_i64_lossy)
+                .and_then(|i| usize::try_from(i).ok())
+                .unwrap_or(0),
+            r.get_i32("code").unwrap_or_default(),
+            r.get_str("errmsg").unwrap_or("write error").to_owned(),
+        ),
+        None => (
+            0,
+            0,
+            "bulkWrite reported an error it did not list".to_owned(),
+        ),
+    })
+}
+
+/// A jittered exponential backoff, as the driver's convenient transaction
+/// API sleeps: 5 ms × 1.5^attempt, at most 500 ms, times a random factor
+/// in [0, 1).
+fn backoff(attempt: u32) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    // `RandomState` is seeded afresh per instance: enough jitter to
+    // spread writers apart, without a dependency.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(attempt);
+    let jitter = (h.finish() >> 11) as f64 / (1_u64 << 53) as f64;
+    let ms = (5.0 * 1.5_f64.powi(attempt.min(30) as i32)).min(500.0) * jitter;
+    Duration::from_micros((ms * 1000.0) as u64)
+}
+
+/// An expression that fails (ConversionFailure), so that a pipeline update
+/// writes nothing: not a constant, so the server cannot fold it away.
+fn refuse() -> Bson {
+    bson::bson!({"$toLong": {"$concat": ["refused by the rank histogram: ", {"$toString": {"$type": "$_id"}}]}})
+}
+
+/// Whether an array board is well-formed: `scores` an array (or absent) of
+/// `{score: number, count: integer ≥ 1}`, strictly best first (so no score
+/// twice). One pass over the array, on the server.
+fn valid_board(descending: bool) -> Bson {
+    let before = if descending { "$gt" } else { "$lt" };
+    // Written without `$let` and with neighbours compared through `$zip`
+    // (the scores against themselves shifted by one): on some servers a
+    // variable bound to the array, or `$arrayElemAt` by index in a `$map`,
+    // costs a copy of the array per use, 10 to 20 times the whole check.
+    let a = bson::bson!({"$ifNull": ["$scores", []]});
+    let s = bson::bson!({"$map": {"input": a.clone(), "as": "e", "in": "$$e.score"}});
+    bson::bson!({"$cond": [
+        {"$isArray": a.clone()},
+        {"$and": [
+            {"$allElementsTrue": [{"$map": {"input": a, "as": "e", "in": {"$and": [
+                {"$isNumber": "$$e.score"},
+                {"$in": [{"$type": "$$e.count"}, ["int", "long"]]},
+                {"$gte": ["$$e.count", 1]},
+            ]}}}]},
+            {"$allElementsTrue": [{"$map": {
+                "input": {"$zip": {"inputs": [
+                    s.clone(),
+                    {"$slice": [s.clone(), 1, {"$max": [{"$size": s}, 1]}]},
+                ]}},
+                "as": "z",
+                "in": {before: [{"$arrayElemAt": ["$$z", 0]}, {"$arrayElemAt": ["$$z", 1]}]},
+            }}]},
+        ]},
+        false,
+    ]})
+}
+
+/// Whether a document of the documents layout is well-formed: a numeric
+/// score with an integer count ≥ 0, or the board's marker with count 0.
+fn valid_document() -> Bson {
+    bson::bson!({"$cond": [
+        {"$eq": [{"$type": "$_id.s"}, "minKey"]},
+        {"$and": [{"$in": [{"$type": "$count"}, ["int", "long"]]}, {"$eq": ["$count", 0]}]},
+        {"$and": [
+            {"$isNumber": "$_id.s"},
+            {"$in": [{"$type": "$count"}, ["int", "long"]]},
+            {"$gte": ["$count", 0]},
+        ]},
+    ]})
+}
+
+/// What is wrong with an array board, if anything: (field, problem).
+fn array_problem(d: &Document, descending: bool) -> Option<(String, String)> {
+    let scores = match d.get("scores") {
+        None | Some(Bson::Null) => return None,
+        Some(Bson::Array(a)) => a,
+        Some(other) => {
+            return Some((
+                "scores".into(),
+                format!("holds {other} ({:?}), not an array", other.element_type()),
+            ))
+        }
+    };
+    let mut seen: Vec<f64> = Vec::with_capacity(scores.len());
+    for (i, e) in scores.iter().enumerate() {
+        let Some(e) = e.as_document() else {
+            return Some((
+                format!("scores.{i}"),
+                format!("holds {e}, not a {{score, count}} entry"),
+            ));
+        };
+        let Some(score) = e.get("score").and_then(as_number) else {
+            let found = e.get("score").map_or("nothing".to_owned(), Bson::to_string);
+            return Some((
+                format!("scores.{i}.score"),
+                format!("holds {found}, not a number"),
+            ));
+        };
+        match e.get("count") {
+            Some(Bson::Int32(_) | Bson::Int64(_)) => {}
+            other => {
+                let found = other.map_or("nothing".to_owned(), Bson::to_string);
+                return Some((
+                    format!("scores.{i}.count"),
+                    format!("holds {found}, not an integer count"),
+                ));
+            }
+        }
+        if let Some(n) = e
+            .get("count")
+            .and_then(Bson::as_i64_lossy)
+            .filter(|n| *n < 1)
+        {
+            return Some((
+                format!("scores.{i}.count"),
+                format!("is {n} at score {score}: a count on the board is at least 1"),
+            ));
+        }
+        if let Some(&prev) = seen.last() {
+            let in_order = if descending {
+                prev > score
+            } else {
+                prev < score
+            };
+            if !in_order {
+                let problem = match seen.iter().position(|s| *s == score) {
+                    Some(j) => format!("lists score {score} twice (entries {j} and {i})"),
+                    None => format!("is out of order at entry {i} (score {score} after {prev})"),
+                };
+                return Some(("scores".into(), problem));
+            }
+        }
+        seen.push(score);
+    }
+    None
+}
+
+/// What is wrong with a document of the documents layout, if anything.
+fn document_problem(d: &Document) -> Option<(String, String)> {
+    let s = d.get_document("_id").ok().and_then(|id| id.get("s"));
+    let count = d.get("count");
+    let found = || count.map_or("nothing".to_owned(), Bson::to_string);
+    if matches!(s, Some(Bson::MinKey)) {
+        return match count.and_then(Bson::as_i64_lossy) {
+            Some(0) if matches!(count, Some(Bson::Int32(_) | Bson::Int64(_))) => None,
+            _ => Some((
+                "count".into(),
+                format!("holds {} on the board's marker, which holds 0", found()),
+            )),
+        };
+    }
+    if s.and_then(as_number).is_none() {
+        let s = s.map_or("nothing".to_owned(), Bson::to_string);
+        return Some(("_id.s".into(), format!("holds {s}, not a number")));
+    }
+    match count {
+        Some(Bson::Int32(n)) if *n >= 0 => None,
+        Some(Bson::Int64(n)) if *n >= 0 => None,
+        Some(Bson::Int32(_) | Bson::Int64(_)) => Some((
+            "count".into(),
+            format!("is {}: a count cannot be negative", found()),
+        )),
+        _ => Some((
+            "count".into(),
+            format!("holds {}, not an integer count", found()),
+        )),
+    }
+}
+
+fn as_number(b: &Bson) -> Option<f64> {
+    match b {
+        Bson::Int32(i) => Some(f64::from(*i)),
+        Bson::Int64(i) => Some(*i as f64),
+        Bson::Double(f) => Some(*f),
+        _ => None,
     }
 }
 
@@ -978,9 +1564,13 @@ fn array_update(delta: Delta<'_>, descending: bool) -> Vec<Document> {
             ]},
         }});
     }
-    vec![doc! {"$set": {"scores": {"$filter": {
-        "input": arr, "as": "e", "cond": {"$gt": ["$$e.count", 0]},
-    }}}}]
+    vec![
+        // Nothing is written on a damaged board.
+        doc! {"$set": {"scores": {"$cond": [valid_board(descending), {"$ifNull": ["$scores", []]}, refuse()]}}},
+        doc! {"$set": {"scores": {"$filter": {
+            "input": arr, "as": "e", "cond": {"$gt": ["$$e.count", 0]},
+        }}}},
+    ]
 }
 
 /// The `_id` range of one board's documents in the `"documents"` layout.
@@ -1028,18 +1618,6 @@ pub(crate) fn round(x: f64, precision: Option<f64>) -> f64 {
     r + 0.0
 }
 
-/// A non-negative count field of a reply.
-fn count(d: &Document, field: &str, collection: &str) -> Result<u64> {
-    d.get(field)
-        .and_then(Bson::as_i64_lossy)
-        .and_then(|n| u64::try_from(n).ok())
-        .ok_or_else(|| Error::UnexpectedDocument {
-            collection: collection.to_owned(),
-            id: d.get("_id").cloned().unwrap_or(Bson::Null),
-            source: serde::de::Error::custom(format!("`{field}` is not a count")),
-        })
-}
-
 trait AsI64Lossy {
     fn as_i64_lossy(&self) -> Option<i64>;
 }
@@ -1059,28 +1637,11 @@ fn is_duplicate_mongo(e: &mongodb::error::Error) -> bool {
     server_codes(e).contains(&DUPLICATE_KEY)
 }
 
-/// A histogram upsert that lost to a concurrent one: retrying it succeeds.
-/// (A duplicate from the players' collection is the caller's, and is not
-/// `Raced`.)
-fn is_duplicate(e: &Error) -> bool {
-    matches!(e, Error::Raced(_))
-}
-
 /// IllegalOperation: "Transaction numbers are only allowed on a replica set
 /// member or mongos".
 fn refused_transaction(e: &Error) -> bool {
     match e {
         Error::Database(m) => server_codes(m).contains(&20),
-        _ => false,
-    }
-}
-
-/// Worth running the transaction again: the server says so, or a histogram
-/// upsert inside it lost a race.
-fn is_transient(e: &Error) -> bool {
-    match e {
-        Error::Raced(_) => true,
-        Error::Database(m) | Error::Unavailable(m) => m.contains_label(TRANSIENT_TRANSACTION_ERROR),
         _ => false,
     }
 }
@@ -1099,6 +1660,87 @@ mod tests {
         assert_eq!(round(-0.0, None), 0.0);
         assert!(round(-0.0, None).is_sign_positive());
         assert_eq!(round(0.1 + 0.2, Some(0.1)), 0.3);
+    }
+
+    #[test]
+    fn rounding_past_the_largest_double_is_infinite_and_refused_upstream() {
+        // `score_bson` refuses what this returns for such scores.
+        assert!(!round(f64::MAX, Some(0.5)).is_finite());
+        assert!(!round(f64::MIN, Some(0.5)).is_finite());
+        assert_eq!(round(1e300, Some(0.5)), 1e300);
+    }
+
+    #[test]
+    fn array_boards_are_checked_entry_by_entry() {
+        let ok = doc! {"_id": "b", "scores": [{"score": 2.0, "count": 1_i64}, {"score": 1.0, "count": 3_i32}]};
+        assert_eq!(array_problem(&ok, true), None);
+        assert_eq!(array_problem(&doc! {"_id": "b"}, true), None);
+        let dup = doc! {"_id": "b", "scores": [{"score": 2.0, "count": 1_i64}, {"score": 2.0, "count": 1_i64}]};
+        let (field, problem) = array_problem(&dup, true).unwrap();
+        assert_eq!(field, "scores");
+        assert!(problem.contains("twice"), "{problem}");
+        let neg = doc! {"_id": "b", "scores": [{"score": 2.0, "count": -1_i64}]};
+        assert_eq!(array_problem(&neg, true).unwrap().0, "scores.0.count");
+        let frac = doc! {"_id": "b", "scores": [{"score": 2.0, "count": 1.5}]};
+        assert_eq!(array_problem(&frac, true).unwrap().0, "scores.0.count");
+        let text = doc! {"_id": "b", "scores": [{"score": "x", "count": 1_i64}]};
+        assert_eq!(array_problem(&text, true).unwrap().0, "scores.0.score");
+        assert_eq!(
+            array_problem(&doc! {"scores": 3}, true).unwrap().0,
+            "scores"
+        );
+        let unsorted = doc! {"_id": "b", "scores": [{"score": 1.0, "count": 1_i64}, {"score": 2.0, "count": 1_i64}]};
+        assert!(array_problem(&unsorted, true)
+            .unwrap()
+            .1
+            .contains("out of order"));
+        assert_eq!(array_problem(&unsorted, false), None);
+        let apart = doc! {"_id": "b", "scores": [{"score": 3.0, "count": 1_i64}, {"score": 2.0, "count": 1_i64}, {"score": 3.0, "count": 1_i64}]};
+        assert!(array_problem(&apart, true).unwrap().1.contains("twice"));
+    }
+
+    #[test]
+    fn score_documents_are_checked() {
+        let id = |s: Bson| doc! {"b": "b", "s": s};
+        assert_eq!(
+            document_problem(&doc! {"_id": id(2.0.into()), "count": 0_i64}),
+            None
+        );
+        assert_eq!(
+            document_problem(&doc! {"_id": id(Bson::MinKey), "count": 0_i64}),
+            None
+        );
+        let bad = [
+            doc! {"_id": id(2.0.into()), "count": -1_i64},
+            doc! {"_id": id(2.0.into()), "count": 2.5},
+            doc! {"_id": id(2.0.into()), "count": "2"},
+            doc! {"_id": id(2.0.into())},
+            doc! {"_id": id("two".into()), "count": 1_i64},
+            doc! {"_id": id(Bson::MinKey), "count": 4_i64},
+        ];
+        for d in bad {
+            assert!(document_problem(&d).is_some(), "{d}");
+        }
+    }
+
+    #[test]
+    fn backoff_is_jittered_and_capped() {
+        for attempt in [0, 1, 5, 20, 1000] {
+            let cap = (5.0 * 1.5_f64.powi(attempt.min(30) as i32)).min(500.0);
+            let d = backoff(attempt);
+            assert!(
+                d <= Duration::from_micros((cap * 1000.0) as u64),
+                "{attempt}: {d:?}"
+            );
+        }
+        let spread: std::collections::HashSet<Duration> = (0..20).map(|_| backoff(10)).collect();
+        assert!(spread.len() > 1, "jittered");
+    }
+
+    #[test]
+    fn lost_races_are_labelled_transient() {
+        let e = transient(mongodb::error::Error::custom("lost"));
+        assert!(e.contains_label(TRANSIENT_TRANSACTION_ERROR));
     }
 
     #[test]

@@ -1,0 +1,921 @@
+//! The rank histogram under faults: calls cut by timeouts, sixteen writers
+//! on one board, documents another client damaged, a deployment without
+//! transactions, a server killed and restarted. After each, the stored
+//! histogram is read with the raw driver and checked against the players.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use mongo_patterns::bson::Bson;
+use mongo_patterns::prelude::*;
+use mongo_patterns::rank_histogram::{Layout, RankHistogram};
+use mongo_patterns::Error;
+use mongo_patterns_testkit::{client, fresh_db, OwnServer, ServerOptions};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "fault_scores")]
+#[rank_histogram(precision = 0.5)]
+struct ArrayScore {
+    #[serde(rename = "_id")]
+    student: String,
+    exam_id: String,
+    score: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "fault_scores_docs")]
+#[rank_histogram(
+    board = "examId",
+    score = "score",
+    precision = 0.5,
+    layout = "documents"
+)]
+struct DocsScore {
+    #[serde(rename = "_id")]
+    student: String,
+    exam_id: String,
+    score: f64,
+}
+
+trait Exam: RankHistogram<Board = String, Score = f64> + Clone {
+    fn new(student: String, exam: &str, score: f64) -> Self;
+}
+
+impl Exam for ArrayScore {
+    fn new(student: String, exam: &str, score: f64) -> Self {
+        ArrayScore {
+            student,
+            exam_id: exam.to_owned(),
+            score,
+        }
+    }
+}
+
+impl Exam for DocsScore {
+    fn new(student: String, exam: &str, score: f64) -> Self {
+        DocsScore {
+            student,
+            exam_id: exam.to_owned(),
+            score,
+        }
+    }
+}
+
+/// Every test's calls are bounded: a hang is a failure, not a stuck run.
+async fn bounded<F: std::future::Future>(secs: u64, f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(secs), f)
+        .await
+        .unwrap_or_else(|_| panic!("did not finish within {secs} s"))
+}
+
+/// The board as stored, read with the raw driver: score in half points →
+/// count. Panics on a score stored twice or a count below 1.
+async fn stored<T: Exam>(db: &Database, board: &str) -> BTreeMap<i64, i64> {
+    let hist = db.collection::<Document>(T::RANK.histogram);
+    let mut out = BTreeMap::new();
+    let mut put = |s: &Bson, c: i64| {
+        let s = (s.as_f64().unwrap_or_else(|| panic!("score {s}")) * 2.0) as i64;
+        assert!(c >= 1, "count {c} stored at {s}/2");
+        assert!(out.insert(s, c).is_none(), "score {s}/2 stored twice");
+    };
+    match T::RANK.layout {
+        Layout::Array => {
+            if let Some(d) = hist.find_one(doc! {"_id": board}).await.unwrap() {
+                for e in d.get_array("scores").unwrap() {
+                    let e = e.as_document().unwrap();
+                    put(e.get("score").unwrap(), e.get_i64("count").unwrap());
+                }
+            }
+        }
+        Layout::Documents => {
+            let docs: Vec<Document> = hist
+                .find(doc! {"_id.b": board})
+                .await
+                .unwrap()
+                .try_collect()
+                .await
+                .unwrap();
+            for d in docs {
+                let s = d.get_document("_id").unwrap().get("s").unwrap().clone();
+                let c = d.get_i64("count").unwrap();
+                if s == Bson::MinKey {
+                    assert_eq!(c, 0, "the board's marker");
+                    continue;
+                }
+                put(&s, c);
+            }
+        }
+    }
+    out
+}
+
+/// The players of `board` regrouped by score, read with the raw driver.
+async fn regrouped<T: Exam>(db: &Database, board: &str) -> BTreeMap<i64, i64> {
+    let docs: Vec<Document> = db
+        .collection::<Document>(T::COLLECTION)
+        .find(doc! {"examId": board})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let mut out = BTreeMap::new();
+    for d in docs {
+        *out.entry((d.get_f64("score").unwrap() * 2.0) as i64)
+            .or_default() += 1;
+    }
+    out
+}
+
+/// The invariant: the histogram is the players regrouped.
+async fn assert_consistent<T: Exam>(db: &Database, board: &str, when: &str) {
+    assert_eq!(
+        stored::<T>(db, board).await,
+        regrouped::<T>(db, board).await,
+        "{when}: histogram vs players"
+    );
+}
+
+/// A cut after 0.2 to 8 ms, so that some calls are cut before sending, some
+/// with a command in flight, some between commands, some not at all.
+fn cut_after(i: u64) -> Duration {
+    Duration::from_micros(200 + 97 * (i % 80))
+}
+
+const CUTS: u64 = 60;
+
+/// Runs `f` uncut right after cancellations and returns how long it took.
+async fn uncut<F: std::future::Future<Output = Result<R, Error>>, R>(what: &str, f: F) -> R {
+    let t = Instant::now();
+    let r = bounded(90, f).await;
+    let took = t.elapsed();
+    eprintln!("{what}: uncut call after cancellations took {took:?}");
+    let r = r.unwrap_or_else(|e| panic!("{what}: uncut call failed after {took:?}: {e:?}"));
+    assert!(
+        took < Duration::from_secs(3),
+        "{what}: uncut call took {took:?}"
+    );
+    r
+}
+
+async fn cancelled_writes<T: Exam>(name: &str) {
+    let (db, _) = fresh_db(name).await;
+    let ranks = T::ranks(&db);
+    let cut = |i| cut_after(i);
+    let mut n_cut: i64 = 0;
+
+    // insert
+    for i in 0..CUTS {
+        let p = T::new(format!("i{i}"), "b", (i % 7) as f64);
+        n_cut += tokio::time::timeout(cut(i), ranks.insert(&p))
+            .await
+            .is_err() as i64;
+    }
+    uncut("insert", ranks.insert(&T::new("fresh".into(), "b", 1.0))).await;
+    assert_consistent::<T>(&db, "b", "after cut inserts").await;
+
+    // update_score, all on one player: the case.
+    for i in 0..CUTS {
+        let f = ranks.update_score(doc! {"_id": "fresh"}, (i % 20) as f64);
+        n_cut += tokio::time::timeout(cut(i), f).await.is_err() as i64;
+    }
+    let matched = uncut(
+        "update_score",
+        ranks.update_score(doc! {"_id": "fresh"}, 3.0),
+    )
+    .await;
+    assert!(matched);
+    assert_consistent::<T>(&db, "b", "after cut updates").await;
+
+    // delete
+    for i in 0..CUTS {
+        let f = ranks.delete(doc! {"_id": format!("i{i}")});
+        n_cut += tokio::time::timeout(cut(i), f).await.is_err() as i64;
+    }
+    uncut("delete", ranks.delete(doc! {"_id": "fresh"})).await;
+    assert_consistent::<T>(&db, "b", "after cut deletes").await;
+
+    // The histogram alone: a cut call is applied entirely or not at all.
+    let total = |m: BTreeMap<i64, i64>| m.values().sum::<i64>();
+    let (mut done, mut maybe) = (0_i64, 0_i64);
+    for i in 0..CUTS {
+        match tokio::time::timeout(cut(i), ranks.record("h", (i % 9) as f64)).await {
+            Ok(r) => {
+                r.unwrap();
+                done += 1
+            }
+            Err(_) => maybe += 1,
+        }
+    }
+    n_cut += maybe;
+    uncut("record", ranks.record("h", 1.0)).await;
+    let after_records = total(stored::<T>(&db, "h").await);
+    assert!(
+        (done + 1..=done + 1 + maybe).contains(&after_records),
+        "{after_records} records stored, {done} + 1 acknowledged, {maybe} cut"
+    );
+    for i in 0..CUTS {
+        // Move someone off the best score held.
+        let held = stored::<T>(&db, "h").await;
+        let from = *held.keys().next().unwrap() as f64 / 2.0;
+        let f = ranks.change("h", from, ((i % 9) + 1) as f64);
+        match tokio::time::timeout(cut(i), f).await {
+            // A cut change still in flight may have moved that player.
+            Ok(r) => assert!(
+                matches!(r, Ok(()) | Err(Error::ScoreNotFound { .. })),
+                "{r:?}"
+            ),
+            Err(_) => n_cut += 1,
+        }
+    }
+    let held = stored::<T>(&db, "h").await;
+    let from = *held.keys().next().unwrap() as f64 / 2.0;
+    uncut("change", ranks.change("h", from, 2.0)).await;
+    // Each change happened entirely or not at all: the total is conserved.
+    assert_eq!(total(stored::<T>(&db, "h").await), after_records);
+    let (mut done, mut maybe) = (0_i64, 0_i64);
+    let held = stored::<T>(&db, "h").await;
+    let mut plan: Vec<f64> = held
+        .iter()
+        .flat_map(|(s, c)| std::iter::repeat_n(*s as f64 / 2.0, *c as usize))
+        .collect();
+    let last = plan.pop().unwrap();
+    for (i, s) in plan.iter().enumerate() {
+        match tokio::time::timeout(cut(i as u64), ranks.remove("h", *s)).await {
+            Ok(r) => {
+                r.unwrap();
+                done += 1
+            }
+            Err(_) => maybe += 1,
+        }
+    }
+    n_cut += maybe;
+    uncut("remove", ranks.remove("h", last)).await;
+    let left = total(stored::<T>(&db, "h").await);
+    assert!(
+        left <= maybe,
+        "{left} left, {maybe} removals cut, {done} done"
+    );
+    eprintln!("{name}: {n_cut} calls cut");
+    assert!(n_cut > 100, "only {n_cut} calls were cut");
+}
+
+#[tokio::test]
+async fn cancelled_writes_array() {
+    bounded(240, cancelled_writes::<ArrayScore>("rank_f_cancel_array")).await;
+}
+
+#[tokio::test]
+async fn cancelled_writes_documents() {
+    bounded(240, cancelled_writes::<DocsScore>("rank_f_cancel_docs")).await;
+}
+
+/// A small deterministic generator (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}
+
+const WRITERS: usize = 16;
+const PLAYERS: usize = 32;
+
+/// Sixteen tasks move players of one board for `run`; every call must
+/// succeed. Returns the calls made.
+async fn sixteen_writers<T: Exam>(db: Database, run: Duration) -> usize {
+    let ranks = T::ranks(&db);
+    for p in 0..PLAYERS {
+        ranks
+            .insert(&T::new(format!("p{p}"), "hot", 50.0))
+            .await
+            .unwrap();
+    }
+    let until = Instant::now() + run;
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let ranks = ranks.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut rng = Rng(0x9e37_79b9 + w as u64);
+            let mut calls = 0;
+            while Instant::now() < until {
+                let p = rng.below(PLAYERS as u64);
+                let s = rng.below(21) as f64 * 5.0;
+                let t = Instant::now();
+                let r = ranks.update_score(doc! {"_id": format!("p{p}")}, s).await;
+                assert!(
+                    matches!(r, Ok(true)),
+                    "writer {w}, call {calls} after {:?}: {r:?}",
+                    t.elapsed()
+                );
+                calls += 1;
+            }
+            calls
+        }));
+    }
+    let mut calls = 0;
+    for t in tasks {
+        calls += t.await.unwrap();
+    }
+    assert_consistent::<T>(&db, "hot", "after contention").await;
+    calls
+}
+
+/// Both layouts at once, sixteen writers each, on one board each.
+#[tokio::test]
+async fn contention_sixteen_writers_one_board() {
+    let (db_a, _) = fresh_db("rank_f_hot_array").await;
+    let (db_d, _) = fresh_db("rank_f_hot_docs").await;
+    let run = Duration::from_secs(25);
+    let t = Instant::now();
+    let (a, d) = bounded(170, async {
+        tokio::join!(
+            sixteen_writers::<ArrayScore>(db_a, run),
+            sixteen_writers::<DocsScore>(db_d, run),
+        )
+    })
+    .await;
+    eprintln!(
+        "contention: {a} update_score calls (array), {d} (documents) in {:?}, none Contended",
+        t.elapsed()
+    );
+    assert!(a > 0 && d > 0);
+}
+
+fn assert_damaged(r: Result<impl std::fmt::Debug, Error>, id: &Bson, what: &str) {
+    match r {
+        Err(Error::Damaged {
+            id: got,
+            field,
+            problem,
+            ..
+        }) => {
+            assert_eq!(&got, id, "{what}: {field} {problem}");
+        }
+        other => panic!("{what}: expected Damaged naming {id}, got {other:?}"),
+    }
+}
+
+/// Every call that meets the damaged board fails with `Damaged` naming it,
+/// and writes nothing: neither the histogram nor the player.
+async fn damaged_array_board(board: Document, what: &str) {
+    let (db, _) = fresh_db("rank_f_damage_array").await;
+    let ranks = ArrayScore::ranks(&db);
+    let hist = db.collection::<Document>(ArrayScore::RANK.histogram);
+    let players = db.collection::<Document>(ArrayScore::COLLECTION);
+    hist.insert_one(&board).await.unwrap();
+    players
+        .insert_one(doc! {"_id": "p", "examId": "b", "score": 10.0})
+        .await
+        .unwrap();
+    let id = Bson::String("b".into());
+    let what = |call: &str| format!("{what}: {call}");
+    assert_damaged(ranks.record("b", 30.0).await, &id, &what("record new"));
+    assert_damaged(ranks.record("b", 10.0).await, &id, &what("record"));
+    assert_damaged(ranks.remove("b", 10.0).await, &id, &what("remove"));
+    assert_damaged(ranks.remove("b", 40.0).await, &id, &what("remove none"));
+    assert_damaged(ranks.change("b", 10.0, 20.0).await, &id, &what("change"));
+    assert_damaged(ranks.rank("b", 15.0).await, &id, &what("rank"));
+    assert_damaged(ranks.top("b", 1).await, &id, &what("top"));
+    assert_damaged(ranks.histogram("b").await, &id, &what("histogram"));
+    let p = ArrayScore::new("q".into(), "b", 10.0);
+    assert_damaged(ranks.insert(&p).await, &id, &what("insert"));
+    assert_damaged(
+        ranks.update_score(doc! {"_id": "p"}, 20.0).await,
+        &id,
+        &what("update_score"),
+    );
+    assert_damaged(ranks.delete(doc! {"_id": "p"}).await, &id, &what("delete"));
+    assert_eq!(
+        hist.find_one(doc! {"_id": "b"}).await.unwrap(),
+        Some(board),
+        "{}",
+        what("nothing written")
+    );
+    let left: Vec<Document> = players
+        .find(doc! {})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(
+        left,
+        [doc! {"_id": "p", "examId": "b", "score": 10.0}],
+        "{}",
+        what("players untouched")
+    );
+}
+
+#[tokio::test]
+async fn damaged_array_duplicate_score() {
+    let board = doc! {"_id": "b", "scores": [
+        {"score": 20.0, "count": 1_i64}, {"score": 10.0, "count": 2_i64}, {"score": 10.0, "count": 1_i64},
+    ]};
+    damaged_array_board(board, "duplicated score").await;
+}
+
+#[tokio::test]
+async fn damaged_array_negative_count() {
+    let board = doc! {"_id": "b", "scores": [
+        {"score": 20.0, "count": 1_i64}, {"score": 10.0, "count": -1_i64},
+    ]};
+    damaged_array_board(board, "negative count").await;
+}
+
+#[tokio::test]
+async fn damaged_array_other_shapes() {
+    for (board, what) in [
+        (
+            doc! {"_id": "b", "scores": [{"score": 10.0, "count": "3"}]},
+            "count a string",
+        ),
+        (
+            doc! {"_id": "b", "scores": [{"score": 10.0, "count": 1.5}]},
+            "count a double",
+        ),
+        (
+            doc! {"_id": "b", "scores": [{"score": "ten", "count": 1_i64}]},
+            "score a string",
+        ),
+        (doc! {"_id": "b", "scores": "none"}, "scores not an array"),
+        (
+            doc! {"_id": "b", "scores": [{"score": 10.0, "count": 1_i64}, {"score": 20.0, "count": 1_i64}]},
+            "scores out of order",
+        ),
+    ] {
+        damaged_array_board(board, what).await;
+    }
+}
+
+/// The documents layout: a call that meets the damaged document fails with
+/// `Damaged` naming that document's `_id`, and writes nothing.
+async fn damaged_documents(count: Bson, what: &str) {
+    let (db, _) = fresh_db("rank_f_damage_docs").await;
+    let ranks = DocsScore::ranks(&db);
+    let hist = db.collection::<Document>(DocsScore::RANK.histogram);
+    let players = db.collection::<Document>(DocsScore::COLLECTION);
+    ranks.record("b", 10.0).await.unwrap();
+    ranks.record("b", 30.0).await.unwrap();
+    players
+        .insert_one(doc! {"_id": "p", "examId": "b", "score": 10.0})
+        .await
+        .unwrap();
+    let id = Bson::Document(doc! {"b": "b", "s": 20.0});
+    hist.insert_one(doc! {"_id": &id, "count": count})
+        .await
+        .unwrap();
+    let before: Vec<Document> = hist
+        .find(doc! {})
+        .sort(doc! {"_id": 1})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let what = |call: &str| format!("{what}: {call}");
+    assert_damaged(ranks.record("b", 20.0).await, &id, &what("record"));
+    assert_damaged(ranks.remove("b", 20.0).await, &id, &what("remove"));
+    assert_damaged(ranks.change("b", 10.0, 20.0).await, &id, &what("change to"));
+    assert_damaged(
+        ranks.change("b", 20.0, 10.0).await,
+        &id,
+        &what("change from"),
+    );
+    assert_damaged(ranks.rank("b", 15.0).await, &id, &what("rank"));
+    assert_damaged(ranks.top("b", 2).await, &id, &what("top"));
+    assert_damaged(ranks.histogram("b").await, &id, &what("histogram"));
+    let p = DocsScore::new("q".into(), "b", 20.0);
+    assert_damaged(ranks.insert(&p).await, &id, &what("insert"));
+    assert_damaged(
+        ranks.update_score(doc! {"_id": "p"}, 20.0).await,
+        &id,
+        &what("update_score"),
+    );
+    let after: Vec<Document> = hist
+        .find(doc! {})
+        .sort(doc! {"_id": 1})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(after, before, "{}", what("nothing written"));
+    let p = players.find_one(doc! {"_id": "p"}).await.unwrap().unwrap();
+    assert_eq!(p.get_f64("score"), Ok(10.0), "{}", what("player untouched"));
+    assert!(players.find_one(doc! {"_id": "q"}).await.unwrap().is_none());
+    // A call that does not meet it still works: 30 is above it.
+    assert_eq!(ranks.top("b", 1).await.unwrap()[0].score, 30.0);
+}
+
+#[tokio::test]
+async fn damaged_documents_counts() {
+    for (count, what) in [
+        (Bson::Int64(-1), "negative count"),
+        (Bson::Double(2.5), "fractional count"),
+        (Bson::String("2".into()), "count a string"),
+    ] {
+        damaged_documents(count, what).await;
+    }
+}
+
+/// A score whose count reaches 0 is removed, in the same round trip; the
+/// board stays known.
+#[tokio::test]
+async fn emptied_scores_are_removed_documents() {
+    let (db, commands) = fresh_db("rank_f_emptied").await;
+    let ranks = DocsScore::ranks(&db);
+    let hist = db.collection::<Document>(DocsScore::RANK.histogram);
+    for s in [10.0, 10.0, 20.0] {
+        ranks.record("b", s).await.unwrap();
+    }
+    commands.take();
+    ranks.remove("b", 10.0).await.unwrap();
+    ranks.change("b", 10.0, 30.0).await.unwrap();
+    ranks.change("b", 20.0, 30.0).await.unwrap();
+    assert_eq!(commands.take_count(), 3, "one round trip each");
+    let ids: Vec<Bson> = hist
+        .find(doc! {})
+        .await
+        .unwrap()
+        .try_collect::<Vec<Document>>()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| d.get_document("_id").unwrap().get("s").unwrap().clone())
+        .collect();
+    let mut ids: Vec<String> = ids.iter().map(Bson::to_string).collect();
+    ids.sort();
+    eprintln!("stored after emptying 10 and 20: {ids:?}");
+    assert_eq!(ids.len(), 2, "30 and the board's marker: {ids:?}");
+    assert!(ids.contains(&Bson::Double(30.0).to_string()));
+    ranks.remove("b", 30.0).await.unwrap();
+    ranks.remove("b", 30.0).await.unwrap();
+    let r = ranks.rank("b", 30.0).await.unwrap();
+    assert_eq!((r.rank, r.total), (1, 0), "an emptied board is known");
+    assert!(ranks.histogram("b").await.unwrap().is_empty());
+    assert_eq!(hist.count_documents(doc! {}).await.unwrap(), 1);
+    let err = ranks.remove("b", 30.0).await.unwrap_err();
+    assert!(matches!(err, Error::ScoreNotFound { .. }), "{err:?}");
+    let err = ranks.remove("nope", 30.0).await.unwrap_err();
+    assert!(matches!(err, Error::UnknownBoard { .. }), "{err:?}");
+    assert_eq!(
+        hist.count_documents(doc! {}).await.unwrap(),
+        1,
+        "a refused write creates nothing"
+    );
+}
+
+async fn top_one_round_trip<T: Exam>(name: &str) {
+    let (db, commands) = fresh_db(name).await;
+    let ranks = T::ranks(&db);
+    let hist = db.collection::<Document>(T::RANK.histogram);
+    // 150 distinct scores, written directly: more than a default first batch.
+    match T::RANK.layout {
+        Layout::Array => {
+            let scores: Vec<Document> = (0..150)
+                .rev()
+                .map(|s| doc! {"score": s as f64, "count": 1_i64})
+                .collect();
+            hist.insert_one(doc! {"_id": "b", "scores": scores})
+                .await
+                .unwrap();
+        }
+        Layout::Documents => {
+            let docs: Vec<Document> = (0..150)
+                .map(|s| doc! {"_id": {"b": "b", "s": s as f64}, "count": 1_i64})
+                .collect();
+            hist.insert_many(docs).await.unwrap();
+        }
+    }
+    commands.take();
+    let top = ranks.top("b", 120).await.unwrap();
+    let sent: Vec<String> = commands.take().into_iter().map(|(n, _)| n).collect();
+    eprintln!("{name}: top(120) sent {sent:?}");
+    assert_eq!(top.len(), 120);
+    assert_eq!(
+        (top[0].score, top[119].score, top[119].rank),
+        (149.0, 30.0, 120)
+    );
+    assert_eq!(sent.len(), 1, "top is one round trip: {sent:?}");
+    let all = ranks.histogram("b").await.unwrap();
+    let sent: Vec<String> = commands.take().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(all.len(), 150);
+    assert_eq!(sent.len(), 1, "histogram is one round trip: {sent:?}");
+}
+
+#[tokio::test]
+async fn top_is_one_round_trip_array() {
+    top_one_round_trip::<ArrayScore>("rank_f_top_array").await;
+}
+
+#[tokio::test]
+async fn top_is_one_round_trip_documents() {
+    top_one_round_trip::<DocsScore>("rank_f_top_docs").await;
+}
+
+/// Rounding to `precision` never overflows to infinity: such a score is
+/// refused before anything is sent.
+#[tokio::test]
+async fn rounding_never_overflows() {
+    let (db, commands) = fresh_db("rank_f_round").await;
+    let ranks = ArrayScore::ranks(&db);
+    commands.take();
+    for s in [f64::MAX, f64::MIN] {
+        let err = ranks.record("b", s).await.unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidArgument { name: "score", .. }),
+            "{err:?}"
+        );
+        let err = ranks
+            .insert(&ArrayScore::new("p".into(), "b", s))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidArgument { name: "score", .. }),
+            "{err:?}"
+        );
+    }
+    assert_eq!(commands.take_count(), 0, "refused before sending");
+    // Large scores that round within range still work.
+    ranks.record("b", 1e300).await.unwrap();
+    let stored = stored::<ArrayScore>(&db, "b").await;
+    assert_eq!(stored.len(), 1);
+    let h = ranks.histogram("b").await.unwrap();
+    assert!(h[0].score.is_finite() && h[0].score == 1e300, "{h:?}");
+}
+
+/// On a standalone: whether it runs transactions is measured, not assumed.
+/// Without transactions (the deliberate switch), the player and histogram
+/// writes are refused unless the caller allows them one after the other;
+/// allowed, concurrent writers of the same players leave no drift.
+#[tokio::test]
+async fn standalone_without_transactions() {
+    let server = OwnServer::start(ServerOptions {
+        standalone: true,
+        ..ServerOptions::default()
+    });
+    let (c, _) = client(server.uri()).await;
+    let db = c.database("standalone");
+    bounded(150, async {
+        // Does this standalone commit transactions?
+        let probe = db.collection::<Document>("probe");
+        let mut s = c.start_session().await.unwrap();
+        s.start_transaction().await.unwrap();
+        let wrote = probe
+            .insert_one(doc! {"_id": 1})
+            .session(&mut s)
+            .await
+            .is_ok();
+        let committed = wrote && s.commit_transaction().await.is_ok();
+        eprintln!("standalone: transaction committed = {committed}");
+
+        // The default repository works there either way (a transaction, or
+        // a refusal that is reported).
+        let ranks = ArrayScore::ranks(&db);
+        let r = ranks.insert(&ArrayScore::new("a".into(), "b", 1.0)).await;
+        if committed {
+            r.unwrap();
+        } else {
+            assert!(matches!(r, Err(Error::NoTransactions { .. })), "{r:?}");
+        }
+
+        // Told not to use transactions and not allowed non-atomic writes:
+        // refused, nothing written.
+        let strict = ArrayScore::ranks(&db).transactions(false);
+        let players = db.collection::<Document>(ArrayScore::COLLECTION);
+        let before = players.count_documents(doc! {}).await.unwrap();
+        let err = strict
+            .insert(&ArrayScore::new("x".into(), "b", 1.0))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::NoTransactions {
+                    operation: "insert"
+                }
+            ),
+            "{err:?}"
+        );
+        let err = strict
+            .update_score(doc! {"_id": "a"}, 5.0)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::NoTransactions { .. }), "{err:?}");
+        assert_eq!(players.count_documents(doc! {}).await.unwrap(), before);
+
+        // Allowed: eight writers move the same four players at once.
+        for layout in [Layout::Array, Layout::Documents] {
+            match layout {
+                Layout::Array => non_atomic_writers::<ArrayScore>(&db).await,
+                Layout::Documents => non_atomic_writers::<DocsScore>(&db).await,
+            }
+        }
+    })
+    .await;
+}
+
+/// Non-atomic writes, allowed. First the race, made to happen: a
+/// writer moved player `z` from 1 to 5 and has not written its histogram
+/// half yet when `update_score` moves `z` on to 7. That call must wait for
+/// the `-1` at 5 to become possible, not fail and leave the board wrong for
+/// good. Then eight writers at once (each with players of its own: the
+/// test server's `findAndModify` is not atomic between two writers of one
+/// document, see the README).
+async fn non_atomic_writers<T: Exam>(db: &Database) {
+    let ranks = T::ranks(db).transactions(false).allow_non_atomic(true);
+    let players = db.collection::<Document>(T::COLLECTION);
+    ranks
+        .insert(&T::new("z".into(), "race", 1.0))
+        .await
+        .unwrap();
+    players
+        .update_one(doc! {"_id": "z"}, doc! {"$set": {"score": 5.0}})
+        .await
+        .unwrap();
+    let late = {
+        let ranks = ranks.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            ranks.change("race", 1.0, 5.0).await
+        })
+    };
+    let t = Instant::now();
+    let r = ranks.update_score(doc! {"_id": "z"}, 7.0).await;
+    eprintln!(
+        "{:?}: update_score behind a late histogram half: {r:?} after {:?}",
+        T::RANK.layout,
+        t.elapsed()
+    );
+    late.await.unwrap().unwrap();
+    assert!(matches!(r, Ok(true)), "{r:?}");
+    assert_consistent::<T>(db, "race", "after the late half").await;
+
+    for p in 0..32 {
+        ranks
+            .insert(&T::new(format!("n{p}"), "na", 0.0))
+            .await
+            .unwrap();
+    }
+    let mut tasks = Vec::new();
+    for w in 0..8u64 {
+        let ranks = ranks.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut rng = Rng(0xfeed + w);
+            for _ in 0..30 {
+                let p = w * 4 + rng.below(4);
+                let s = rng.below(10) as f64;
+                let t = Instant::now();
+                let r = ranks.update_score(doc! {"_id": format!("n{p}")}, s).await;
+                assert!(
+                    matches!(r, Ok(true)),
+                    "{:?} writer {w} n{p} → {s} after {:?}: {r:?}",
+                    T::RANK.layout,
+                    t.elapsed()
+                );
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_consistent::<T>(db, "na", "non-atomic writers").await;
+}
+
+/// The test server's `findAndModify` is not atomic between concurrent
+/// writers of one document: two of them can get the same pre-image. Kept
+/// as a measurement (printed), since the rank histogram's non-atomic mode
+/// relies on it; transactions are not affected (the second writer meets a
+/// write conflict).
+#[tokio::test]
+async fn server_find_and_modify_pre_images() {
+    let (db, _) = fresh_db("rank_f_fam").await;
+    let coll = db.collection::<Document>("c");
+    coll.insert_one(doc! {"_id": 1, "n": 0}).await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let coll = coll.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut olds = Vec::new();
+            for _ in 0..50 {
+                let d = coll
+                    .find_one_and_update(doc! {"_id": 1}, doc! {"$inc": {"n": 1}})
+                    .await
+                    .unwrap()
+                    .unwrap();
+                olds.push(d.get_i32("n").unwrap());
+            }
+            olds
+        }));
+    }
+    let mut all = Vec::new();
+    for t in bounded(120, futures::future::join_all(tasks)).await {
+        all.extend(t.unwrap());
+    }
+    all.sort();
+    let n = all.len();
+    all.dedup();
+    let last = coll.find_one(doc! {}).await.unwrap().unwrap();
+    eprintln!(
+        "findAndModify: {n} pre-images returned, {} distinct; n = {}",
+        all.len(),
+        last.get_i32("n").unwrap()
+    );
+    // Every increment applied, whatever the pre-images said.
+    assert_eq!(last.get_i32("n").unwrap(), n as i32);
+}
+
+/// Writers on both layouts while the server is killed (`kill -9`) and
+/// restarted in place: no panic, every call returns, the same handles go
+/// on, and the histogram equals the players.
+#[tokio::test]
+async fn crash_kill_and_restart_mid_run() {
+    let server = OwnServer::start(ServerOptions {
+        sync_on_commit: true,
+        ..ServerOptions::default()
+    });
+    let (c, _) = client(server.uri()).await;
+    let db = c.database("crash");
+    let array = ArrayScore::ranks(&db);
+    let docs = DocsScore::ranks(&db);
+    for p in 0..8 {
+        array
+            .insert(&ArrayScore::new(format!("p{p}"), "b", 0.0))
+            .await
+            .unwrap();
+        docs.insert(&DocsScore::new(format!("p{p}"), "b", 0.0))
+            .await
+            .unwrap();
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for w in 0..4u64 {
+        let (array, docs, stop) = (array.clone(), docs.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut rng = Rng(0xc0ffee + w);
+            let (mut ok, mut failed) = (0, Vec::new());
+            let mut next = 100 * (w + 1);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let p = format!("p{}", rng.below(8));
+                let s = rng.below(10) as f64;
+                let r = match rng.below(6) {
+                    0 => {
+                        next += 1;
+                        array
+                            .insert(&ArrayScore::new(format!("q{next}"), "b", s))
+                            .await
+                            .map(|()| true)
+                    }
+                    1 => {
+                        next += 1;
+                        docs.insert(&DocsScore::new(format!("q{next}"), "b", s))
+                            .await
+                            .map(|()| true)
+                    }
+                    2 | 3 => array.update_score(doc! {"_id": &p}, s).await,
+                    _ => docs.update_score(doc! {"_id": &p}, s).await,
+                };
+                match r {
+                    Ok(_) => ok += 1,
+                    Err(e) => failed.push(format!("{e}")),
+                }
+            }
+            (ok, failed)
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    server.kill();
+    eprintln!("crash: killed");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server.restart();
+    eprintln!("crash: restarted");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut ok, mut failed) = (0, Vec::new());
+    bounded(150, async {
+        for t in tasks {
+            let (o, f) = t.await.expect("no panic");
+            ok += o;
+            failed.extend(f);
+        }
+    })
+    .await;
+    eprintln!(
+        "crash: {ok} calls succeeded, {} failed: {failed:?}",
+        failed.len()
+    );
+    assert!(ok > 0);
+    // The same handles go on.
+    assert!(array.update_score(doc! {"_id": "p0"}, 9.0).await.unwrap());
+    assert!(docs.update_score(doc! {"_id": "p0"}, 9.0).await.unwrap());
+    assert_consistent::<ArrayScore>(&db, "b", "after the crash (array)").await;
+    assert_consistent::<DocsScore>(&db, "b", "after the crash (documents)").await;
+}
