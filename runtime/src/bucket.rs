@@ -575,9 +575,10 @@ impl<T: Bucketed> Buckets<T> {
             Error::damaged(self.coll.name(), id_of(d), field, problem)
         };
         let Some(len) = len else {
-            let found = match (d.get(self.spec.items), d.get_str(TYPE)) {
-                (Ok(Some(v)), _) => format!("{:?}", v.element_type()),
-                (_, Ok(t)) => t.to_owned(),
+            // The server's name for what it holds, where a read asked for it.
+            let found = match (d.get_str(TYPE), d.get(self.spec.items)) {
+                (Ok(t), _) => t.to_owned(),
+                (_, Ok(Some(v))) => format!("{:?}", v.element_type()),
                 _ => "missing".to_owned(),
             };
             return Err(damaged(self.spec.items, format!("is {found}, not an array")));

@@ -304,7 +304,11 @@ fn field_expr(field: &str, value: &Bson, key: (&str, &Bson)) -> Result<Document>
             "$in" => any_of(&path, op, v)?,
             "$nin" => doc! {"$not": [any_of(&path, op, v)?]},
             "$exists" => {
-                let present = doc! {"$ne": [{"$type": &path}, "missing"]};
+                let present = if field == key.0 {
+                    doc! {"$literal": true}
+                } else {
+                    present(field)
+                };
                 match v {
                     Bson::Boolean(true) => present,
                     Bson::Boolean(false) => doc! {"$not": [present]},
@@ -318,6 +322,27 @@ fn field_expr(field: &str, value: &Bson, key: (&str, &Bson)) -> Result<Document>
         terms.push(Bson::Document(term));
     }
     Ok(doc! {"$and": terms})
+}
+
+/// Whether the item has `field`: its name among its parent's keys. (Some
+/// servers give a missing field's `$type` as "null", not "missing".)
+fn present(field: &str) -> Document {
+    let (parent, last) = match field.rsplit_once('.') {
+        Some((p, l)) => (format!("$$this.{p}"), l),
+        None => ("$$this".to_owned(), field),
+    };
+    let is_object = doc! {"$eq": [{"$type": "$$mp_o"}, "object"]};
+    doc! {"$let": {
+        "vars": {"mp_o": parent},
+        "in": {"$and": [
+            &is_object,
+            {"$in": [last, {"$map": {
+                "input": {"$objectToArray": {"$cond": [&is_object, "$$mp_o", {}]}},
+                "as": "mp_kv",
+                "in": "$$mp_kv.k",
+            }}]},
+        ]},
+    }}
 }
 
 /// Equality as a query means it for a scalar or a whole document: numbers
