@@ -7,8 +7,8 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
-use mongo_patterns::bucket::PageRequest;
 use mongo_patterns::bson::{self, Bson};
+use mongo_patterns::bucket::PageRequest;
 use mongo_patterns::prelude::*;
 use mongo_patterns::Error;
 use mongo_patterns_testkit::{client, fresh_db, OwnServer, ServerOptions};
@@ -95,7 +95,11 @@ async fn invariants(db: &Database, coll: &str, items: &str) -> HashMap<i64, Vec<
             other => panic!("bucket {id}: {f} {other:?}"),
         };
         let count = int("count");
-        assert_eq!(count, arr.len() as i64, "bucket {id}: count is the array's length");
+        assert_eq!(
+            count,
+            arr.len() as i64,
+            "bucket {id}: count is the array's length"
+        );
         assert!(count <= SIZE, "bucket {id}: {count} over size");
         let before = out.get(&key).map_or(0, Vec::len) as i64;
         assert_eq!(int("start"), before, "bucket {id}: start");
@@ -109,7 +113,11 @@ async fn invariants(db: &Database, coll: &str, items: &str) -> HashMap<i64, Vec<
     }
     for (key, seqs) in &open {
         assert!(seqs.len() <= 1, "key {key}: open buckets {seqs:?}");
-        assert_eq!(seqs.last(), last.get(key), "key {key}: the open bucket is the last");
+        assert_eq!(
+            seqs.last(),
+            last.get(key),
+            "key {key}: the open bucket is the last"
+        );
     }
     out
 }
@@ -155,7 +163,10 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
         ("count not the length", doc! {"$set": {"count": 2_i64}}),
         ("items not an array", doc! {"$set": {"trades": "oops"}}),
         ("items missing", doc! {"$unset": {"trades": ""}}),
-        ("over size", doc! {"$set": {"trades": &items, "count": 7_i64}}),
+        (
+            "over size",
+            doc! {"$set": {"trades": &items, "count": 7_i64}},
+        ),
         ("start a string", doc! {"$set": {"start": "0"}}),
     ];
     for (k, (what, damage)) in damages.iter().enumerate() {
@@ -165,7 +176,9 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
             bounded(10, writer.push(&trade(key, 0, s))).await.unwrap();
         }
         let id = Bson::Document(doc! {"k": key, "s": 0_i64});
-        raw.update_one(doc! {"_id": &id}, damage.clone()).await.unwrap();
+        raw.update_one(doc! {"_id": &id}, damage.clone())
+            .await
+            .unwrap();
         let before = raw.find_one(doc! {"_id": &id}).await.unwrap().unwrap();
 
         let fresh = Trade::buckets(&db);
@@ -178,15 +191,24 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
         }
         expect!("page", fresh.page(&key, PageRequest::new(1, 10)));
         expect!("page of 2", fresh.page(&key, PageRequest::new(1, 2)));
-        expect!("newest first", fresh.page(&key, PageRequest::new(1, 10).newest_first()));
+        expect!(
+            "newest first",
+            fresh.page(&key, PageRequest::new(1, 10).newest_first())
+        );
         expect!("total", fresh.total(&key));
         expect!("stream", fresh.stream(&key).try_collect::<Vec<_>>());
         expect!("push, remembered", writer.push(&trade(key, 0, 3)));
         expect!("push, fresh", fresh.push(&trade(key, 0, 4)));
         expect!("push_many", fresh.push_many(&key, &[trade(key, 0, 5)]));
         expect!("remove", fresh.remove(&key, doc! {"ticker": "T1"}));
-        expect!("update", fresh.update(&key, doc! {"seq": 1}, &trade(key, 0, 1)));
-        expect!("update, no match", fresh.update(&key, doc! {"seq": 99}, &trade(key, 0, 1)));
+        expect!(
+            "update",
+            fresh.update(&key, doc! {"seq": 1}, &trade(key, 0, 1))
+        );
+        expect!(
+            "update, no match",
+            fresh.update(&key, doc! {"seq": 99}, &trade(key, 0, 1))
+        );
         for (call, _, full) in &outcomes {
             println!("{what}: {call}: {full:.160}");
         }
@@ -194,7 +216,10 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
             assert_eq!(got.as_ref(), Some(&id), "{what}: {call} gave {full}");
         }
         let after = raw.find_one(doc! {"_id": &id}).await.unwrap().unwrap();
-        assert_eq!(after, before, "{what}: nothing written on the damaged bucket");
+        assert_eq!(
+            after, before,
+            "{what}: nothing written on the damaged bucket"
+        );
         assert_eq!(
             raw.count_documents(doc! {"customerId": key}).await.unwrap(),
             1,
@@ -213,7 +238,9 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
         .unwrap();
     for r in [
         repo.page(&key, PageRequest::new(1, 10)).await.map(|_| ()),
-        repo.page(&key, PageRequest::new(1, 10).newest_first()).await.map(|_| ()),
+        repo.page(&key, PageRequest::new(1, 10).newest_first())
+            .await
+            .map(|_| ()),
         repo.stream(&key).try_collect::<Vec<_>>().await.map(|_| ()),
     ] {
         match r {
@@ -223,7 +250,14 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
     }
     // A page that does not reach item 2 (nor reads it to look ahead) is
     // served.
-    assert_eq!(repo.page(&key, PageRequest::new(1, 1)).await.unwrap().items.len(), 1);
+    assert_eq!(
+        repo.page(&key, PageRequest::new(1, 1))
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
     raw.update_one(doc! {"_id": &id}, doc! {"$set": {"trades.2": 5}})
         .await
         .unwrap();
@@ -244,9 +278,20 @@ async fn remove_with_an_operator_removes_the_matching_items_and_counts_them() {
     for s in 0..4 {
         repo.push(&trade(1, 0, s)).await.unwrap();
     }
-    let removed = bounded(10, repo.remove(&1, doc! {"seq": {"$gt": 2}})).await.unwrap();
-    let left: Vec<u32> = repo.stream(&1).map_ok(|t| t.seq).try_collect().await.unwrap();
-    assert_eq!((removed, left), (1, vec![0, 1, 2]), "one item, seq 3, removed");
+    let removed = bounded(10, repo.remove(&1, doc! {"seq": {"$gt": 2}}))
+        .await
+        .unwrap();
+    let left: Vec<u32> = repo
+        .stream(&1)
+        .map_ok(|t| t.seq)
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(
+        (removed, left),
+        (1, vec![0, 1, 2]),
+        "one item, seq 3, removed"
+    );
     // A filter that matches nothing changes nothing, and seals nothing: the
     // next push goes into the same bucket.
     assert_eq!(repo.remove(&1, doc! {"seq": {"$gt": 50}}).await.unwrap(), 0);
@@ -271,9 +316,15 @@ async fn remove_with_an_operator_removes_the_matching_items_and_counts_them() {
         doc! {},
     ] {
         let r = repo.remove(&1, f.clone()).await;
-        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{f}: {r:?}");
+        assert!(
+            matches!(r, Err(Error::InvalidArgument { .. })),
+            "{f}: {r:?}"
+        );
         let r = repo.update(&1, f.clone(), &trade(1, 0, 0)).await;
-        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{f}: {r:?}");
+        assert!(
+            matches!(r, Err(Error::InvalidArgument { .. })),
+            "{f}: {r:?}"
+        );
     }
     assert_eq!(commands.take_count(), 0, "refused before sending");
     assert_eq!(invariants(&db, "trades", "trades").await, before);
@@ -335,7 +386,10 @@ async fn remove_filters_match_what_a_query_matches() {
             })
             .collect();
         repo.push_many(&key, &items).await.unwrap();
-        let docs: Vec<Document> = items.iter().map(|i| bson::to_document(i).unwrap()).collect();
+        let docs: Vec<Document> = items
+            .iter()
+            .map(|i| bson::to_document(i).unwrap())
+            .collect();
         flat.insert_many(docs).await.unwrap();
         let mut q = f.clone();
         let q = doc! {"$and": [{"customerId": key}, std::mem::take(&mut q)]};
@@ -384,7 +438,11 @@ async fn order_keeps_each_bucket_sorted_through_push_many_update_and_push() {
         items.iter().map(|d| d.get_i64("day").unwrap()).collect()
     };
     let buckets = invariants(&db, "dated", "items").await;
-    assert_eq!(stored(&buckets[&1]), (0..10).collect::<Vec<_>>(), "push_many sorts");
+    assert_eq!(
+        stored(&buckets[&1]),
+        (0..10).collect::<Vec<_>>(),
+        "push_many sorts"
+    );
     // A batch in order across buckets pages in order, either way.
     let newest: Vec<i64> = repo
         .page(&1, PageRequest::new(1, 10).newest_first())
@@ -406,8 +464,20 @@ async fn order_keeps_each_bucket_sorted_through_push_many_update_and_push() {
     let buckets = invariants(&db, "dated", "items").await;
     assert_eq!(stored(&buckets[&1]), [0, 1, 2, 3, 4, 5, 5, 6, 8, 9]);
     // A push lands sorted in the open bucket.
-    repo.push(&Dated { customer_id: 2, day: 10, n: 0 }).await.unwrap();
-    repo.push(&Dated { customer_id: 2, day: 3, n: 1 }).await.unwrap();
+    repo.push(&Dated {
+        customer_id: 2,
+        day: 10,
+        n: 0,
+    })
+    .await
+    .unwrap();
+    repo.push(&Dated {
+        customer_id: 2,
+        day: 3,
+        n: 1,
+    })
+    .await
+    .unwrap();
     let buckets = invariants(&db, "dated", "items").await;
     assert_eq!(stored(&buckets[&2]), [3, 10]);
 }
@@ -417,7 +487,9 @@ async fn order_keeps_each_bucket_sorted_through_push_many_update_and_push() {
 /// Runs `f` cut at a delay from 0 to `max_us` microseconds; `Some` when it
 /// finished first.
 async fn cut<F: std::future::Future>(rng: &mut Lcg, max_us: u64, f: F) -> Option<F::Output> {
-    timeout(Duration::from_micros(rng.next(max_us)), f).await.ok()
+    timeout(Duration::from_micros(rng.next(max_us)), f)
+        .await
+        .ok()
 }
 
 #[tokio::test]
@@ -453,7 +525,10 @@ async fn cancelled_pushes_lose_nothing_and_double_nothing() {
         600 - cut_n,
         stored.len() - 10
     );
-    assert!(cut_n > 50 && cut_n < 590, "the delays cut some calls: {cut_n}");
+    assert!(
+        cut_n > 50 && cut_n < 590,
+        "the delays cut some calls: {cut_n}"
+    );
 }
 
 #[tokio::test]
@@ -479,10 +554,18 @@ async fn cancelled_push_many_stores_a_prefix_of_each_batch() {
         per.entry(*b).or_default().push(*s);
     }
     for (b, seqs) in &per {
-        assert_eq!(seqs, &(0..seqs.len() as i64).collect::<Vec<_>>(), "batch {b}: a prefix, once");
+        assert_eq!(
+            seqs,
+            &(0..seqs.len() as i64).collect::<Vec<_>>(),
+            "batch {b}: a prefix, once"
+        );
     }
     for b in &finished {
-        assert_eq!(per.get(b).map_or(0, Vec::len), 7, "finished batch {b} stored whole");
+        assert_eq!(
+            per.get(b).map_or(0, Vec::len),
+            7,
+            "finished batch {b} stored whole"
+        );
     }
     let partial = per.values().filter(|s| s.len() < 7).count();
     println!("80 push_many of 7: {cut_n} cut, {partial} stored in part");
@@ -499,7 +582,10 @@ async fn cancelled_removes_and_updates_leave_buckets_exact() {
     let mut cut_n = 0;
     // Every third item removed, one call each, cut at random.
     for s in (0..200u32).step_by(3) {
-        if cut(&mut rng, 40_000, repo.remove(&1, doc! {"seq": s})).await.is_none() {
+        if cut(&mut rng, 40_000, repo.remove(&1, doc! {"seq": s}))
+            .await
+            .is_none()
+        {
             cut_n += 1;
         }
     }
@@ -523,12 +609,18 @@ async fn cancelled_removes_and_updates_leave_buckets_exact() {
     let stored = loop {
         let total = repo.total(&1).await.unwrap();
         if total == want.len() as u64 || t0.elapsed() > Duration::from_secs(20) {
-            break invariants(&db, "trades", "trades").await.remove(&1).unwrap();
+            break invariants(&db, "trades", "trades")
+                .await
+                .remove(&1)
+                .unwrap();
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let seqs: Vec<i64> = stored.iter().map(|t| t.get_i64("seq").unwrap()).collect();
-    assert_eq!(seqs, want, "every cut remove completed, nothing else removed, order kept");
+    assert_eq!(
+        seqs, want,
+        "every cut remove completed, nothing else removed, order kept"
+    );
     for t in &stored {
         let s = t.get_i64("seq").unwrap();
         let ticker = t.get_str("ticker").unwrap();
@@ -563,15 +655,15 @@ async fn contention_sixteen_tasks_push_to_one_key() {
         .map(|t| {
             let repo = repo.clone();
             tokio::spawn(async move {
-                for s in 0..120u32 {
+                for s in 0..60u32 {
                     repo.push(&trade(7, t, s)).await.unwrap();
                 }
-                let batch: Vec<Trade> = (120..140).map(|s| trade(7, t, s)).collect();
+                let batch: Vec<Trade> = (60..80).map(|s| trade(7, t, s)).collect();
                 repo.push_many(&7, &batch).await.unwrap();
             })
         })
         .collect();
-    bounded(60, async {
+    bounded(120, async {
         for t in tasks {
             t.await.unwrap();
         }
@@ -579,15 +671,15 @@ async fn contention_sixteen_tasks_push_to_one_key() {
     .await;
     let took = t0.elapsed();
     let stored = ids(&invariants(&db, "trades", "trades").await[&7]);
-    assert_eq!(stored.len(), 16 * 140, "every item once");
+    assert_eq!(stored.len(), 16 * 80, "every item once");
     let mut next: HashMap<i64, i64> = HashMap::new();
     for (t, s) in &stored {
         let n = next.entry(*t).or_insert(0);
         assert_eq!(s, n, "task {t}: in the order it pushed");
         *n += 1;
     }
-    assert_eq!(repo.total(&7).await.unwrap(), 16 * 140);
-    println!("16 tasks, 2,240 items into one key: {took:?}");
+    assert_eq!(repo.total(&7).await.unwrap(), 16 * 80);
+    println!("16 tasks, 1,280 items into one key: {took:?}");
 }
 
 // ---- a server killed mid-run ----
@@ -614,7 +706,10 @@ async fn crash_kill_and_restart_mid_pushes() {
                     match r {
                         Ok(()) => ok.push((i64::from(t), i64::from(s))),
                         Err(e) => {
-                            assert!(e.is_unavailable() || matches!(e, Error::Database(_)), "{e:?}");
+                            assert!(
+                                e.is_unavailable() || matches!(e, Error::Database(_)),
+                                "{e:?}"
+                            );
                             failed.push((i64::from(t), i64::from(s)));
                         }
                     }
@@ -623,7 +718,24 @@ async fn crash_kill_and_restart_mid_pushes() {
             })
         })
         .collect();
-    for _ in 0..2 {
+    // A writer of batches beside them, on a key of its own.
+    let batches = {
+        let repo = repo.clone();
+        tokio::spawn(async move {
+            let mut ok = HashSet::new();
+            for b in 0..60u32 {
+                let batch: Vec<Trade> = (0..8).map(|s| trade(2, b, s)).collect();
+                let r = timeout(Duration::from_secs(30), repo.push_many(&2, &batch))
+                    .await
+                    .expect("bounded by server selection");
+                if r.is_ok() {
+                    ok.insert(i64::from(b));
+                }
+            }
+            ok
+        })
+    };
+    for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(700)).await;
         server.kill();
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -635,19 +747,44 @@ async fn crash_kill_and_restart_mid_pushes() {
         ok.extend(o);
         failed.extend(f);
     }
+    let batches_ok = bounded(120, batches).await.unwrap();
     // The same handle goes on after the restarts.
     repo.push(&trade(1, 9, 0)).await.unwrap();
     ok.insert((9, 0));
-    let stored = ids(&invariants(&db, "trades", "trades").await[&1]);
+    let buckets = invariants(&db, "trades", "trades").await;
+    let mut per: HashMap<i64, Vec<i64>> = HashMap::new();
+    for (b, s) in ids(&buckets[&2]) {
+        per.entry(b).or_default().push(s);
+    }
+    for (b, seqs) in &per {
+        assert_eq!(
+            seqs,
+            &(0..seqs.len() as i64).collect::<Vec<_>>(),
+            "batch {b}: a prefix, once"
+        );
+    }
+    for b in &batches_ok {
+        assert_eq!(
+            per.get(b).map_or(0, Vec::len),
+            8,
+            "acknowledged batch {b} whole"
+        );
+    }
+    let stored = ids(&buckets[&1]);
     let mut times: HashMap<(i64, i64), usize> = HashMap::new();
     for id in &stored {
         *times.entry(*id).or_default() += 1;
     }
-    let doubled: Vec<_> = times.iter().filter(|(_, &n)| n > 1).map(|(id, _)| *id).collect();
+    let doubled: Vec<_> = times
+        .iter()
+        .filter(|(_, &n)| n > 1)
+        .map(|(id, _)| *id)
+        .collect();
     let lost: Vec<_> = ok.iter().filter(|id| !times.contains_key(id)).collect();
     let failed_stored = failed.iter().filter(|id| times.contains_key(id)).count();
     println!(
-        "2 kills: {} pushes ok, {} failed ({failed_stored} of them stored), {} doubled {doubled:?}",
+        "3 kills: {} push_many of 60 ok; {} pushes ok, {} failed ({failed_stored} of them stored), {} doubled {doubled:?}",
+        batches_ok.len(),
         ok.len(),
         failed.len(),
         doubled.len()

@@ -31,10 +31,15 @@
 //! histories that are read a page at a time, newest or oldest first, and
 //! whose items are edited or removed now and then.
 
+// The crate's one error type names documents by their BSON `_id`, which
+// makes it large; whether to box it is the crate's choice, not this module's.
+#![allow(clippy::result_large_err)]
+
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
+use bson::oid::ObjectId;
 use bson::{doc, Bson, Document, RawArray, RawBsonRef, RawDocument, RawDocumentBuf};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
@@ -63,6 +68,14 @@ pub const MAX_BUCKET_BYTES: i64 = 16 * 1024 * 1024 - 64 * 1024;
 /// array's length, and its BSON type.
 const LEN: &str = "mp_len";
 const TYPE: &str = "mp_type";
+const MINE: &str = "mp_mine";
+/// Each bucket keeps the ids of the last writes that changed it, so that a
+/// write the driver retries after a lost reply (it does so once, for
+/// example across a server restart) is recognised and not applied twice.
+const OPS: &str = "mp_ops";
+/// How many write ids a bucket keeps: more than the writes that can land
+/// between a write and its retry (one per concurrent writer).
+const OPS_KEPT: i32 = 64;
 /// Attempts at a push that keeps losing races before it gives up.
 const MAX_ATTEMPTS: usize = 64;
 /// Keys whose open bucket a repository remembers; past it, it forgets all.
@@ -197,6 +210,8 @@ struct Head {
     bytes: i64,
     sealed: bool,
     exists: bool,
+    /// The bucket holds the write id the read asked about.
+    mine: bool,
 }
 
 impl<T: Bucketed> Buckets<T> {
@@ -243,6 +258,8 @@ impl<T: Bucketed> Buckets<T> {
         let doc = self.item_doc(item)?;
         let len = item_len(&doc)?;
         let slot = key_slot(&key)?;
+        // One id for every attempt: once one is applied, no other can be.
+        let op = ObjectId::new();
         let mut hops = 0;
         for _ in 0..MAX_ATTEMPTS {
             // A key not seen yet starts by creating its first bucket: for a
@@ -253,13 +270,13 @@ impl<T: Bucketed> Buckets<T> {
             let seq = known.unwrap_or(0);
             let result = match known {
                 None => self
-                    .open_next(&key, &Head::default(), vec![doc.clone()], len)
+                    .open_next(&key, &Head::default(), vec![doc.clone()], len, op)
                     .await
                     .map(|_| true),
                 Some(seq) => {
                     let mut filter = doc! {"_id": {"k": key.clone(), "s": seq}};
-                    filter.extend(self.open_filter(&key, 1, len));
-                    let update = self.append(vec![doc.clone()], len);
+                    filter.extend(self.open_filter(&key, 1, len, op));
+                    let update = self.append(vec![doc.clone()], len, op);
                     self.coll
                         .update_one(filter, update)
                         .await
@@ -276,10 +293,17 @@ impl<T: Bucketed> Buckets<T> {
                 Err(e) if is_duplicate_key(&e) => {}
                 Err(e) => return Err(e),
             }
-            // Full, closed, or not there. A point read says which; after a
-            // few hops forward, ask for the newest bucket instead.
+            // Full, closed, or not there, or this very write applied
+            // already (a retry by the driver found its id). A point read
+            // says which; after a few hops forward, ask for the newest
+            // bucket instead.
             hops += 1;
-            let head = match self.bucket(&key, seq).await? {
+            let at = self.bucket(&key, seq, Some(op)).await?;
+            if at.is_some_and(|h| h.mine) {
+                self.remember(slot, seq);
+                return Ok(());
+            }
+            let head = match at {
                 None if seq == 0 => Head::default(),
                 Some(h) if hops <= 2 => h,
                 _ => self.head(&key).await?,
@@ -290,7 +314,10 @@ impl<T: Bucketed> Buckets<T> {
                 self.remember(slot.clone(), head.seq);
                 continue;
             }
-            match self.open_next(&key, &head, vec![doc.clone()], len).await {
+            match self
+                .open_next(&key, &head, vec![doc.clone()], len, op)
+                .await
+            {
                 Ok(seq) => {
                     self.remember(slot, seq);
                     return Ok(());
@@ -362,12 +389,22 @@ impl<T: Bucketed> Buckets<T> {
                         "sealed": Bson::Null,
                         "$expr": self.sound(),
                     };
+                    let mut filter = filter;
+                    let op = ObjectId::new();
+                    filter.insert(OPS, doc! {"$ne": op});
                     let items = rest[..n].iter().map(|(d, _)| d.clone()).collect();
                     let r = self
                         .coll
-                        .update_one(filter, self.append(items, len))
+                        .update_one(filter, self.append(items, len, op))
                         .await?;
-                    if r.matched_count == 1 {
+                    // Not matched: changed by a concurrent push, or applied
+                    // already and retried by the driver (its id is there).
+                    let applied = r.matched_count == 1
+                        || self
+                            .bucket(&key_b, head.seq, Some(op))
+                            .await?
+                            .is_some_and(|h| h.mine);
+                    if applied {
                         rest = &rest[n..];
                         known = Some(Head {
                             count: head.count + n as i64,
@@ -392,6 +429,7 @@ impl<T: Bucketed> Buckets<T> {
             };
             let mut buckets = Vec::new();
             let mut taken = 0;
+            let op = ObjectId::new();
             while taken < rest.len() {
                 // Never 0: `item_len` refused items that fit no bucket.
                 let n = self.fits(&Head::default(), &rest[taken..]).max(1);
@@ -399,6 +437,7 @@ impl<T: Bucketed> Buckets<T> {
                 let mut b = self.new_bucket(&key_b, seq, start);
                 b.insert("count", n as i64);
                 b.insert("bytes", chunk.iter().map(|(_, l)| l).sum::<i64>());
+                b.insert(OPS, vec![op]);
                 b.insert(
                     self.spec.items,
                     chunk
@@ -422,17 +461,40 @@ impl<T: Bucketed> Buckets<T> {
                     self.remember(key_slot(&key_b)?, seq - 1);
                 }
                 Err(e) => {
-                    // Buckets before the failing one went in.
-                    let stored: usize = buckets[..inserted_before_error(&e)]
-                        .iter()
-                        .map(|(_, n)| n)
-                        .sum();
-                    rest = &rest[stored..];
                     let e = Error::from(e);
                     if !is_duplicate_key(&e) {
                         return Err(e);
                     }
-                    // Another writer opened the next bucket first: go again.
+                    // Another writer opened the next bucket first, or the
+                    // driver retried an insert that had gone in: the
+                    // buckets carrying this insert's id are what went in (a
+                    // prefix, as the insert is ordered). Go again with the rest.
+                    let mut mine = id_range(&key_b);
+                    mine.insert(OPS, op);
+                    let seqs: Vec<i64> = self
+                        .raw
+                        .find(mine)
+                        .projection(doc! {"_id": 1})
+                        .await?
+                        .try_collect::<Vec<_>>()
+                        .await?
+                        .iter()
+                        .filter_map(|d| match d.get("_id") {
+                            Ok(Some(RawBsonRef::Document(id))) => raw_int(id, "s").ok(),
+                            _ => None,
+                        })
+                        .collect();
+                    let stored: usize = buckets
+                        .iter()
+                        .filter(|(b, _)| {
+                            b.get_document("_id")
+                                .ok()
+                                .and_then(|id| id.get_i64("s").ok())
+                                .is_some_and(|s| seqs.contains(&s))
+                        })
+                        .map(|(_, n)| n)
+                        .sum();
+                    rest = &rest[stored..];
                 }
             }
         }
@@ -535,8 +597,9 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// The open bucket of `key` with room for `n` more items of `len` bytes.
-    fn open_filter(&self, key: &Bson, n: i64, len: i64) -> Document {
+    fn open_filter(&self, key: &Bson, n: i64, len: i64, op: ObjectId) -> Document {
         doc! {
+            OPS: {"$ne": op},
             self.spec.key: key.clone(),
             "sealed": Bson::Null,
             "count": {"$lte": i64::from(self.spec.size) - n},
@@ -581,7 +644,10 @@ impl<T: Bucketed> Buckets<T> {
                 (_, Ok(Some(v))) => format!("{:?}", v.element_type()),
                 _ => "missing".to_owned(),
             };
-            return Err(damaged(self.spec.items, format!("is {found}, not an array")));
+            return Err(damaged(
+                self.spec.items,
+                format!("is {found}, not an array"),
+            ));
         };
         let count = raw_int(d, "count")
             .map_err(|found| damaged("count", format!("is {found}, not an integer")))?;
@@ -605,14 +671,17 @@ impl<T: Bucketed> Buckets<T> {
         Ok((start, count))
     }
 
-    fn append(&self, items: Vec<Document>, len: i64) -> Document {
+    fn append(&self, items: Vec<Document>, len: i64, op: ObjectId) -> Document {
         let n = items.len() as i64;
         let mut each = doc! {"$each": items};
         if let Some(order) = self.spec.order {
             each.insert("$sort", doc! {order: 1});
         }
         doc! {
-            "$push": {self.spec.items: each},
+            "$push": {
+                self.spec.items: each,
+                OPS: {"$each": [op], "$slice": -OPS_KEPT},
+            },
             "$inc": {"count": n, "bytes": len},
         }
     }
@@ -635,6 +704,7 @@ impl<T: Bucketed> Buckets<T> {
         head: &Head,
         items: Vec<Document>,
         len: i64,
+        op: ObjectId,
     ) -> Result<i64> {
         if head.exists && !head.sealed {
             // Full by bytes: make sure nothing else is appended to it.
@@ -649,6 +719,7 @@ impl<T: Bucketed> Buckets<T> {
         bucket.insert("count", items.len() as i64);
         bucket.insert("bytes", len);
         bucket.insert(self.spec.items, items);
+        bucket.insert(OPS, vec![op]);
         self.coll.insert_one(bucket).await?;
         Ok(seq)
     }
@@ -693,7 +764,7 @@ impl<T: Bucketed> Buckets<T> {
             .raw
             .find_one(id_range(key))
             .sort(doc! {"_id": -1})
-            .projection(self.head_projection())
+            .projection(self.head_projection(None))
             .await?;
         match found {
             Some(d) => self.head_of(&d),
@@ -702,21 +773,31 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// Bucket `seq` of `key`, by `_id`.
-    async fn bucket(&self, key: &Bson, seq: i64) -> Result<Option<Head>> {
+    /// Bucket `seq` of `key`, by `_id`; `mine` says whether write `op` is
+    /// among the bucket's last writes.
+    async fn bucket(&self, key: &Bson, seq: i64, op: Option<ObjectId>) -> Result<Option<Head>> {
         let found = self
             .raw
             .find_one(doc! {"_id": {"k": key.clone(), "s": seq}})
-            .projection(self.head_projection())
+            .projection(self.head_projection(op))
             .await?;
         found.map(|d| self.head_of(&d)).transpose()
     }
 
-    fn head_projection(&self) -> Document {
-        doc! {
+    fn head_projection(&self, op: Option<ObjectId>) -> Document {
+        let mut p = doc! {
             "start": 1, "count": 1, "bytes": 1, "sealed": 1,
             LEN: self.len_expr(),
             TYPE: {"$type": format!("${}", self.spec.items)},
+        };
+        if let Some(op) = op {
+            let ops = format!("${OPS}");
+            p.insert(
+                MINE,
+                doc! {"$in": [op, {"$cond": [{"$isArray": [&ops]}, &ops, []]}]},
+            );
         }
+        p
     }
 
     fn head_of(&self, d: &RawDocument) -> Result<Head> {
@@ -725,7 +806,12 @@ impl<T: Bucketed> Buckets<T> {
             _ => None,
         }
         .ok_or_else(|| {
-            Error::damaged(self.coll.name(), id_of(d), "_id", "is not {k: key, s: integer}")
+            Error::damaged(
+                self.coll.name(),
+                id_of(d),
+                "_id",
+                "is not {k: key, s: integer}",
+            )
         })?;
         let len = raw_int(d, LEN).ok();
         let (start, count) = self.check(d, len)?;
@@ -736,6 +822,7 @@ impl<T: Bucketed> Buckets<T> {
             bytes: raw_int(d, "bytes").unwrap_or(0),
             sealed: matches!(d.get("sealed"), Ok(Some(RawBsonRef::Boolean(true)))),
             exists: true,
+            mine: matches!(d.get(MINE), Ok(Some(RawBsonRef::Boolean(true)))),
         })
     }
 
@@ -806,7 +893,12 @@ impl<T: Bucketed> Buckets<T> {
         };
         let arr: &RawArray = match bucket.get(self.spec.items) {
             Ok(Some(RawBsonRef::Array(a))) => a,
-            _ => return Err(damaged(self.spec.items.to_owned(), "is not an array".into())),
+            _ => {
+                return Err(damaged(
+                    self.spec.items.to_owned(),
+                    "is not an array".into(),
+                ))
+            }
         };
         let key_raw = bson::RawBson::try_from(key.clone())
             .map_err(|e| Error::invalid("key", e.to_string()))?;
@@ -951,18 +1043,6 @@ fn order_cmp(a: Option<&Bson>, b: Option<&Bson>) -> std::cmp::Ordering {
 
 fn is_duplicate_key(e: &Error) -> bool {
     matches!(e, Error::Database(e) if crate::error::server_codes(e).contains(&11000))
-}
-
-/// How many documents of an ordered `insertMany` went in before it failed.
-fn inserted_before_error(e: &mongodb::error::Error) -> usize {
-    match &*e.kind {
-        mongodb::error::ErrorKind::InsertMany(m) => m
-            .write_errors
-            .as_ref()
-            .and_then(|errs| errs.iter().map(|w| w.index).min())
-            .unwrap_or(0),
-        _ => 0,
-    }
 }
 
 fn contended(operation: &'static str) -> Error {

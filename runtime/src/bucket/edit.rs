@@ -97,9 +97,8 @@ impl<T: Bucketed> Buckets<T> {
             }
             let mut all = true;
             for b in &found {
-                let count = raw_int(b, "count").map_err(|found| {
-                    Error::damaged(self.coll.name(), id_of(b), "count", found)
-                })?;
+                let count = raw_int(b, "count")
+                    .map_err(|found| Error::damaged(self.coll.name(), id_of(b), "count", found))?;
                 // By `_id` and the count as read: a bucket that changed since
                 // is read again on the next round.
                 let filter = doc! {"_id": id_of(b), "count": count, "$expr": &sound};
@@ -191,7 +190,7 @@ impl<T: Bucketed> Buckets<T> {
             .raw
             .find_one(filter)
             .sort(doc! {"_id": 1})
-            .projection(self.head_projection())
+            .projection(self.head_projection(None))
             .await?;
         match found {
             Some(b) => {
@@ -251,18 +250,30 @@ fn logical(op: &str, value: &Bson, key: (&str, &Bson), depth: usize) -> Result<D
         return Err(refused(&name));
     }
     let Bson::Array(parts) = value else {
-        return Err(Error::invalid("matching", format!("`{name}` takes an array of filters")));
+        return Err(Error::invalid(
+            "matching",
+            format!("`{name}` takes an array of filters"),
+        ));
     };
     if parts.is_empty() {
-        return Err(Error::invalid("matching", format!("`{name}` needs at least one filter")));
+        return Err(Error::invalid(
+            "matching",
+            format!("`{name}` needs at least one filter"),
+        ));
     }
     let mut terms = Vec::with_capacity(parts.len());
     for p in parts {
         let Bson::Document(d) = p else {
-            return Err(Error::invalid("matching", format!("`{name}` takes an array of filters")));
+            return Err(Error::invalid(
+                "matching",
+                format!("`{name}` takes an array of filters"),
+            ));
         };
         if d.is_empty() {
-            return Err(Error::invalid("matching", format!("an empty filter inside `{name}`")));
+            return Err(Error::invalid(
+                "matching",
+                format!("an empty filter inside `{name}`"),
+            ));
         }
         terms.push(Bson::Document(filter_expr(d, key, depth + 1)?));
     }
@@ -276,7 +287,10 @@ fn logical(op: &str, value: &Bson, key: (&str, &Bson), depth: usize) -> Result<D
 /// `{field: value}` or `{field: {$op: value, ...}}`.
 fn field_expr(field: &str, value: &Bson, key: (&str, &Bson)) -> Result<Document> {
     if field.is_empty() || field.split('.').any(|p| p.is_empty() || p.starts_with('$')) {
-        return Err(Error::invalid("matching", format!("`{field}` is not a field path")));
+        return Err(Error::invalid(
+            "matching",
+            format!("`{field}` is not a field path"),
+        ));
     }
     // The key is not stored in items: its value is known.
     let path = if field == key.0 {
@@ -312,9 +326,7 @@ fn field_expr(field: &str, value: &Bson, key: (&str, &Bson)) -> Result<Document>
                 match v {
                     Bson::Boolean(true) => present,
                     Bson::Boolean(false) => doc! {"$not": [present]},
-                    _ => {
-                        return Err(Error::invalid("matching", "`$exists` takes true or false"))
-                    }
+                    _ => return Err(Error::invalid("matching", "`$exists` takes true or false")),
                 }
             }
             other => return Err(refused(other)),
@@ -372,7 +384,9 @@ fn compare(path: &Bson, op: &str, v: &Bson) -> Result<Document> {
         _ => {
             return Err(Error::invalid(
                 "matching",
-                format!("`{op}` compares numbers, strings, dates, ObjectIds, booleans or timestamps"),
+                format!(
+                    "`{op}` compares numbers, strings, dates, ObjectIds, booleans or timestamps"
+                ),
             ))
         }
     };
@@ -478,7 +492,10 @@ mod tests {
         );
         // The key field is not stored in items: its value stands in.
         let e = item_cond(&doc! {"k": 5}, ("k", &Bson::Int32(5))).unwrap();
-        assert_eq!(e, doc! {"$and": [{"$eq": [{"$literal": 5}, {"$literal": 5}]}]});
+        assert_eq!(
+            e,
+            doc! {"$and": [{"$eq": [{"$literal": 5}, {"$literal": 5}]}]}
+        );
         // Deep nesting is refused, not recursed into without bound.
         let mut f = doc! {"n": 1};
         for _ in 0..40 {
