@@ -644,6 +644,78 @@ async fn cancelled_removes_and_updates_leave_buckets_exact() {
     assert!(cut_n > 10, "the delays cut some calls: {cut_n}");
 }
 
+/// What a `remove` cut short by a crash leaves: buckets marked, one
+/// rewritten, `start` not yet recomputed. Reads recompute it first.
+#[tokio::test]
+async fn a_removal_cut_before_its_recount_leaves_no_page_wrong() {
+    let (db, _) = fresh_db("bucket_stale").await;
+    let repo = Trade::buckets(&db);
+    let all: Vec<Trade> = (0..30).map(|s| trade(1, 0, s)).collect();
+    repo.push_many(&1, &all).await.unwrap();
+    let raw = db.collection::<Document>("trades");
+    raw.update_many(
+        doc! {"customerId": 1_i64},
+        doc! {"$set": {"mp_stale": true}},
+    )
+    .await
+    .unwrap();
+    // Bucket 0 loses seqs 0 and 1, as the removal's rewrite does it.
+    raw.update_one(
+        doc! {"_id": {"k": 1_i64, "s": 0_i64}},
+        vec![
+            doc! {"$set": {"trades": {"$filter": {"input": "$trades", "cond": {"$gte": ["$$this.seq", 2]}}}}},
+            doc! {"$set": {"count": {"$size": "$trades"}, "sealed": true}},
+        ],
+    )
+    .await
+    .unwrap();
+    let want: Vec<u32> = (2..30).collect();
+    let page = |n, per| PageRequest::new(n, per);
+    let got: Vec<u32> = repo
+        .page(&1, page(2, 5))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|t| t.seq)
+        .collect();
+    assert_eq!(got, want[5..10], "a page inside a later bucket");
+    invariants(&db, "trades", "trades").await;
+    // The newest-first total, and a push opening a bucket, also start from
+    // recomputed positions.
+    raw.update_many(
+        doc! {"customerId": 1_i64},
+        doc! {"$set": {"mp_stale": true, "start": 99_i64}},
+    )
+    .await
+    .unwrap();
+    assert_eq!(repo.total(&1).await.unwrap(), 28);
+    raw.update_many(
+        doc! {"customerId": 1_i64},
+        doc! {"$set": {"mp_stale": true, "start": 99_i64}},
+    )
+    .await
+    .unwrap();
+    let newest: Vec<u32> = repo
+        .page(&1, page(1, 3).newest_first())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|t| t.seq)
+        .collect();
+    assert_eq!(newest, [29, 28, 27]);
+    raw.update_many(
+        doc! {"customerId": 1_i64},
+        doc! {"$set": {"mp_stale": true, "start": 99_i64}},
+    )
+    .await
+    .unwrap();
+    repo.push(&trade(1, 0, 30)).await.unwrap();
+    repo.page(&1, page(1, 1)).await.unwrap();
+    invariants(&db, "trades", "trades").await;
+}
+
 // ---- contention ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -718,6 +790,22 @@ async fn crash_kill_and_restart_mid_pushes() {
             })
         })
         .collect();
+    // A remover on a key of its own: one item a call, every other one.
+    let removable: Vec<Trade> = (0..100).map(|s| trade(3, 0, s)).collect();
+    repo.push_many(&3, &removable).await.unwrap();
+    let remover = {
+        let repo = repo.clone();
+        tokio::spawn(async move {
+            let mut removed = 0;
+            for s in (0..100u32).step_by(2) {
+                let r = timeout(Duration::from_secs(30), repo.remove(&3, doc! {"seq": s}))
+                    .await
+                    .expect("bounded by server selection");
+                removed += r.unwrap_or(0);
+            }
+            removed
+        })
+    };
     // A writer of batches beside them, on a key of its own.
     let batches = {
         let repo = repo.clone();
@@ -748,6 +836,32 @@ async fn crash_kill_and_restart_mid_pushes() {
         failed.extend(f);
     }
     let batches_ok = bounded(120, batches).await.unwrap();
+    let removed = bounded(120, remover).await.unwrap();
+    // Removals cut by a kill: pages still agree with the stored items, in
+    // any page size and from either end.
+    let left: Vec<u32> = repo
+        .stream(&3)
+        .map_ok(|t| t.seq)
+        .try_collect()
+        .await
+        .unwrap();
+    assert!(
+        left.len() as u64 <= 100 - removed,
+        "counted removals happened"
+    );
+    let odd: Vec<u32> = (1..100).step_by(2).collect();
+    assert!(odd.iter().all(|s| left.contains(s)), "only targets removed");
+    for per in [1u32, 7, 40] {
+        let mut paged = Vec::new();
+        for n in 1.. {
+            let p = repo.page(&3, PageRequest::new(n, per)).await.unwrap();
+            paged.extend(p.items.iter().map(|t| t.seq));
+            if !p.has_more {
+                break;
+            }
+        }
+        assert_eq!(paged, left, "pages of {per} after the kills");
+    }
     // The same handle goes on after the restarts.
     repo.push(&trade(1, 9, 0)).await.unwrap();
     ok.insert((9, 0));
@@ -783,7 +897,8 @@ async fn crash_kill_and_restart_mid_pushes() {
     let lost: Vec<_> = ok.iter().filter(|id| !times.contains_key(id)).collect();
     let failed_stored = failed.iter().filter(|id| times.contains_key(id)).count();
     println!(
-        "3 kills: {} push_many of 60 ok; {} pushes ok, {} failed ({failed_stored} of them stored), {} doubled {doubled:?}",
+        "3 kills: {removed} removed, {} left of 100; {} push_many of 60 ok; {} pushes ok, {} failed ({failed_stored} of them stored), {} doubled {doubled:?}",
+        left.len(),
         batches_ok.len(),
         ok.len(),
         failed.len(),

@@ -12,9 +12,10 @@
 //!   when the key holds the separator. The compound `_id` sorts by key, then
 //!   `seq`, for any key value.
 //! - Two concurrent upserts can open two partial buckets, and their items
-//!   then interleave. Only the next `seq` can be created, and its `_id` is
-//!   unique, so the losing upsert fails with a duplicate key and retries into
-//!   the winner's bucket: a key has at most one open bucket, always its last.
+//!   then interleave. Only the next `seq` can be created, by an insert, and
+//!   its `_id` is unique, so the losing insert fails with a duplicate key and
+//!   retries into the winner's bucket: a key has at most one open bucket,
+//!   always its last.
 //! - Page arithmetic that assumes full buckets breaks after removals. Pages
 //!   are cut by `start`, which removal recomputes, so partial buckets page
 //!   correctly, with an index seek to the one or two buckets a page needs.
@@ -23,6 +24,20 @@
 //! - A removal leaves a gap that the next push would fill out of order. The
 //!   removal is a pipeline update that closes (`sealed`) what it touched, so
 //!   pushes only ever append to the newest bucket.
+//!
+//! Against faults (the README's "Failure behaviour" has the figures):
+//! - Every write's filter matches only a sound bucket (`count` an integer
+//!   equal to the array's length, within `size`; `start` a number), so a
+//!   bucket another client broke is never written on; the read that follows
+//!   a write that matched nothing reports it as [`Error::Damaged`].
+//! - Each write carries an id that the bucket keeps (its last
+//!   64): a write the driver retries after a lost reply finds its
+//!   id and is not applied twice.
+//! - A removal marks the key's buckets until it has recomputed `start`; a
+//!   read that meets the mark recomputes first, so a removal cut short by a
+//!   crash leaves no page wrong.
+//! - With `order`, items are sorted within each bucket; across buckets they
+//!   stay in arrival order, which is `order` when items arrive in order.
 //!
 //! When to choose a time-series collection instead: when items are
 //! measurements over time that you query by time range and aggregate, with
@@ -76,6 +91,10 @@ const OPS: &str = "mp_ops";
 /// How many write ids a bucket keeps: more than the writes that can land
 /// between a write and its retry (one per concurrent writer).
 const OPS_KEPT: i32 = 64;
+/// Set on every bucket of a key while a `remove` changes counts and has not
+/// yet recomputed `start`: a read that meets it recomputes them first, so a
+/// removal cut short by a crash leaves no page wrong.
+const STALE: &str = "mp_stale";
 /// Attempts at a push that keeps losing races before it gives up.
 const MAX_ATTEMPTS: usize = 64;
 /// Keys whose open bucket a repository remembers; past it, it forgets all.
@@ -212,6 +231,8 @@ struct Head {
     exists: bool,
     /// The bucket holds the write id the read asked about.
     mine: bool,
+    /// A removal has not finished recomputing `start` (see [`STALE`]).
+    stale: bool,
 }
 
 impl<T: Bucketed> Buckets<T> {
@@ -376,7 +397,7 @@ impl<T: Bucketed> Buckets<T> {
             }
             let head = match known.take() {
                 Some(h) => h,
-                None => self.head(&key_b).await?,
+                None => self.fresh_head(&key_b).await?,
             };
             // Fill what room the open bucket has, if it is open.
             if head.exists && !head.sealed {
@@ -508,36 +529,66 @@ impl<T: Bucketed> Buckets<T> {
     pub async fn page(&self, key: &T::Key, req: PageRequest) -> Result<BucketPage<T>> {
         req.check()?;
         let key_b = self.key_bson(key)?;
+        // A read that meets a removal's mark recomputes `start` and reads
+        // again, once: a page is never cut by stale positions.
+        let mut page = self.page_once(&key_b, req).await?;
+        if page.is_none() {
+            self.reindex_bson(&key_b).await?;
+            page = self.page_once(&key_b, req).await?;
+        }
+        page.ok_or_else(|| contended("page"))
+    }
+
+    /// The page, or `None` if a bucket it read was marked stale.
+    async fn page_once(&self, key: &Bson, req: PageRequest) -> Result<Option<BucketPage<T>>> {
         let per = i64::from(req.per_page);
         let skip = (i64::from(req.page) - 1) * per;
         if !req.newest_first {
             // One more than the page, to know whether another follows.
-            let mut items = self.range(&key_b, skip, per + 1).await?;
+            let Some(mut items) = self.range(key, skip, per + 1).await? else {
+                return Ok(None);
+            };
             let has_more = items.len() as i64 > per;
             items.truncate(per as usize);
-            return Ok(BucketPage { items, has_more });
+            return Ok(Some(BucketPage { items, has_more }));
         }
-        let total = self.head(&key_b).await?.total();
-        let end = total - skip;
+        let head = self.head(key).await?;
+        if head.stale {
+            return Ok(None);
+        }
+        let end = head.total() - skip;
         if end <= 0 {
-            return Ok(BucketPage {
+            return Ok(Some(BucketPage {
                 items: Vec::new(),
                 has_more: false,
-            });
+            }));
         }
         let from = (end - per).max(0);
-        let mut items = self.range(&key_b, from, end - from).await?;
+        let Some(mut items) = self.range(key, from, end - from).await? else {
+            return Ok(None);
+        };
         items.reverse();
-        Ok(BucketPage {
+        Ok(Some(BucketPage {
             items,
             has_more: from > 0,
-        })
+        }))
     }
 
     /// How many items `key` has: one indexed read of its newest bucket.
     pub async fn total(&self, key: &T::Key) -> Result<u64> {
         let key_b = self.key_bson(key)?;
-        Ok(self.head(&key_b).await?.total() as u64)
+        Ok(self.fresh_head(&key_b).await?.total() as u64)
+    }
+
+    /// The newest bucket, with `start` recomputed first if a removal left
+    /// it stale.
+    async fn fresh_head(&self, key: &Bson) -> Result<Head> {
+        let head = self.head(key).await?;
+        if !head.stale {
+            return Ok(head);
+        }
+        self.reindex_bson(key).await?;
+        self.head(key).await
     }
 
     /// Every item of `key`, oldest first, from one cursor over its buckets.
@@ -572,6 +623,8 @@ impl<T: Bucketed> Buckets<T> {
     /// after editing buckets by hand.
     pub async fn reindex(&self, key: &T::Key) -> Result<()> {
         let key_b = self.key_bson(key)?;
+        // Positions summed from damaged counts would be wrong everywhere.
+        self.refuse_damaged(&key_b).await?;
         self.reindex_bson(&key_b).await
     }
 
@@ -710,6 +763,16 @@ impl<T: Bucketed> Buckets<T> {
             // Full by bytes: make sure nothing else is appended to it.
             self.seal_if_unchanged(key, head).await?;
         }
+        // The new bucket's `start` comes from the head's: never from one a
+        // removal left stale.
+        let fresh;
+        let head = if head.stale {
+            self.reindex_bson(key).await?;
+            fresh = self.bucket(key, head.seq, None).await?.unwrap_or(*head);
+            &fresh
+        } else {
+            head
+        };
         let (seq, start) = if head.exists {
             (head.seq + 1, head.total())
         } else {
@@ -786,7 +849,7 @@ impl<T: Bucketed> Buckets<T> {
 
     fn head_projection(&self, op: Option<ObjectId>) -> Document {
         let mut p = doc! {
-            "start": 1, "count": 1, "bytes": 1, "sealed": 1,
+            "start": 1, "count": 1, "bytes": 1, "sealed": 1, STALE: 1,
             LEN: self.len_expr(),
             TYPE: {"$type": format!("${}", self.spec.items)},
         };
@@ -823,11 +886,13 @@ impl<T: Bucketed> Buckets<T> {
             sealed: matches!(d.get("sealed"), Ok(Some(RawBsonRef::Boolean(true)))),
             exists: true,
             mine: matches!(d.get(MINE), Ok(Some(RawBsonRef::Boolean(true)))),
+            stale: is_stale(d),
         })
     }
 
-    /// Items `[from, from + n)` of `key`, oldest first, in one aggregation.
-    async fn range(&self, key: &Bson, from: i64, n: i64) -> Result<Vec<T>> {
+    /// Items `[from, from + n)` of `key`, oldest first, in one aggregation;
+    /// `None` if a bucket it read was marked stale.
+    async fn range(&self, key: &Bson, from: i64, n: i64) -> Result<Option<Vec<T>>> {
         let mut cursor = self
             .raw
             .aggregate(self.range_pipeline(key, from, n))
@@ -837,15 +902,17 @@ impl<T: Bucketed> Buckets<T> {
         // The server sliced each bucket to the range already. Every bucket
         // it sends is checked, even past the page's end: a damaged one in
         // the range makes the page an error, never a page with a hole.
+        let mut stale = false;
         while let Some(bucket) = cursor.try_next().await? {
             let len = raw_int(&bucket, LEN).ok();
             self.check(&bucket, len)?;
+            stale |= is_stale(&bucket);
             let want = n - out.len() as i64;
-            if want > 0 {
+            if want > 0 && !stale {
                 out.extend(self.items_of(&bucket, key, want)?);
             }
         }
-        Ok(out)
+        Ok((!stale).then_some(out))
     }
 
     fn range_pipeline(&self, key: &Bson, from: i64, n: i64) -> Vec<Document> {
@@ -867,6 +934,7 @@ impl<T: Bucketed> Buckets<T> {
             doc! {"$project": {
                 "start": 1,
                 "count": 1,
+                STALE: 1,
                 LEN: self.len_expr(),
                 TYPE: {"$type": &items},
                 // From the page's first item in this bucket, no further
@@ -933,7 +1001,8 @@ impl<T: Bucketed> Buckets<T> {
                 "sortBy": {"_id": 1},
                 "output": {"start": {"$sum": "$count", "window": {"documents": ["unbounded", -1]}}},
             }},
-            doc! {"$project": {"start": 1}},
+            // Clears a removal's mark: positions are right again.
+            doc! {"$project": {"start": 1, STALE: {"$literal": false}}},
             doc! {"$merge": {
                 "into": self.coll.name(),
                 "on": "_id",
@@ -1039,6 +1108,10 @@ fn order_cmp(a: Option<&Bson>, b: Option<&Bson>) -> std::cmp::Ordering {
         },
         _ => rank(a).cmp(&rank(b)),
     }
+}
+
+fn is_stale(d: &RawDocument) -> bool {
+    matches!(d.get(STALE), Ok(Some(RawBsonRef::Boolean(true))))
 }
 
 fn is_duplicate_key(e: &Error) -> bool {

@@ -13,7 +13,7 @@ use bson::{doc, Bson, Document, RawDocumentBuf};
 use futures::TryStreamExt;
 use mongodb::options::ReturnDocument;
 
-use super::{id_range, item_len, raw_int, Bucketed, Buckets, LEN, MAX_ATTEMPTS, TYPE};
+use super::{id_range, item_len, raw_int, Bucketed, Buckets, LEN, MAX_ATTEMPTS, STALE, TYPE};
 use crate::error::{Error, Result};
 use crate::keyset::id_of;
 
@@ -64,6 +64,7 @@ impl<T: Bucketed> Buckets<T> {
         ];
         let mut removed = 0;
         let mut done = false;
+        let mut marked = false;
         for _ in 0..MAX_ATTEMPTS {
             let pipeline = vec![
                 doc! {"$match": id_range(key)},
@@ -95,6 +96,19 @@ impl<T: Bucketed> Buckets<T> {
                     ));
                 }
             }
+            if found.is_empty() {
+                done = true;
+                break;
+            }
+            // Positions after the first changed bucket go stale until the
+            // recomputation below: mark the key's buckets, so that a read
+            // meeting them (after a crash cut this short) recomputes first.
+            let mut mark = id_range(key);
+            mark.insert("$expr", &sound);
+            self.coll
+                .update_many(mark, doc! {"$set": {STALE: true}})
+                .await?;
+            marked = true;
             let mut all = true;
             for b in &found {
                 let count = raw_int(b, "count")
@@ -118,7 +132,7 @@ impl<T: Bucketed> Buckets<T> {
                 break;
             }
         }
-        if removed > 0 {
+        if marked {
             self.reindex_bson(key).await?;
         }
         if !done {
