@@ -273,6 +273,14 @@ async fn a_push_is_one_round_trip() {
         page.items.iter().map(|t| t.seq).collect::<Vec<_>>(),
         (60..120).collect::<Vec<_>>()
     );
+    // A handle that has not seen the key goes straight to its newest bucket
+    // (full here, so it opens the next).
+    let fresh = Trade::buckets(&db);
+    commands.take();
+    fresh.push(&trade(1, 0, 2 * SIZE as u32)).await.unwrap();
+    let names: Vec<String> = commands.take().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["insert", "find", "insert"]);
+    check_buckets(&db).await;
 }
 
 #[tokio::test]

@@ -319,15 +319,25 @@ impl<T: Bucketed> Buckets<T> {
             // says which; after a few hops forward, ask for the newest
             // bucket instead.
             hops += 1;
-            let at = self.bucket(&key, seq, Some(op)).await?;
-            if at.is_some_and(|h| h.mine) {
-                self.remember(slot, seq);
-                return Ok(());
-            }
-            let head = match at {
-                None if seq == 0 => Head::default(),
-                Some(h) if hops <= 2 => h,
-                _ => self.head(&key).await?,
+            let head = if known.is_none() {
+                // The key has buckets this handle had not seen: go to its
+                // newest, by the index.
+                let head = self.head(&key, Some(op)).await?;
+                if head.mine {
+                    self.remember(slot, head.seq);
+                    return Ok(());
+                }
+                head
+            } else {
+                let at = self.bucket(&key, seq, Some(op)).await?;
+                if at.is_some_and(|h| h.mine) {
+                    self.remember(slot, seq);
+                    return Ok(());
+                }
+                match at {
+                    Some(h) if hops <= 2 => h,
+                    _ => self.head(&key, None).await?,
+                }
             };
             if head.exists && !head.sealed && self.fits(&head, &[(Document::new(), len)]) == 1 {
                 // The bucket has room (another writer opened it, or this
@@ -552,7 +562,7 @@ impl<T: Bucketed> Buckets<T> {
             items.truncate(per as usize);
             return Ok(Some(BucketPage { items, has_more }));
         }
-        let head = self.head(key).await?;
+        let head = self.head(key, None).await?;
         if head.stale {
             return Ok(None);
         }
@@ -583,12 +593,12 @@ impl<T: Bucketed> Buckets<T> {
     /// The newest bucket, with `start` recomputed first if a removal left
     /// it stale.
     async fn fresh_head(&self, key: &Bson) -> Result<Head> {
-        let head = self.head(key).await?;
+        let head = self.head(key, None).await?;
         if !head.stale {
             return Ok(head);
         }
         self.reindex_bson(key).await?;
-        self.head(key).await
+        self.head(key, None).await
     }
 
     /// Every item of `key`, oldest first, from one cursor over its buckets.
@@ -822,12 +832,13 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// The key's newest bucket: an indexed read of the `_id` range.
-    async fn head(&self, key: &Bson) -> Result<Head> {
+    /// `mine` says whether write `op` is among its last writes.
+    async fn head(&self, key: &Bson, op: Option<ObjectId>) -> Result<Head> {
         let found = self
             .raw
             .find_one(id_range(key))
             .sort(doc! {"_id": -1})
-            .projection(self.head_projection(None))
+            .projection(self.head_projection(op))
             .await?;
         match found {
             Some(d) => self.head_of(&d),
