@@ -546,7 +546,11 @@ impl<T: Bucketed> Buckets<T> {
             self.reindex_bson(&key_b).await?;
             page = self.page_once(&key_b, req).await?;
         }
-        page.ok_or_else(|| contended("page"))
+        // Marked again at once: a removal is running on this key.
+        page.ok_or(Error::Contended {
+            operation: "page",
+            attempts: 2,
+        })
     }
 
     /// The page, or `None` if a bucket it read was marked stale.
@@ -629,12 +633,12 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// Recomputes every bucket's `start` from the counts, in one aggregation
-    /// that writes back with `$merge`. `remove` calls it; call it yourself
-    /// after editing buckets by hand.
+    /// that writes back with `$merge`, after one read that refuses a key
+    /// with a damaged bucket (`Damaged`). `remove` calls it, and so does a
+    /// read that meets a removal's mark; call it yourself after editing
+    /// buckets by hand.
     pub async fn reindex(&self, key: &T::Key) -> Result<()> {
         let key_b = self.key_bson(key)?;
-        // Positions summed from damaged counts would be wrong everywhere.
-        self.refuse_damaged(&key_b).await?;
         self.reindex_bson(&key_b).await
     }
 
@@ -1005,7 +1009,10 @@ impl<T: Bucketed> Buckets<T> {
         Ok(out)
     }
 
+    /// Refuses a key with a damaged bucket first: positions summed from a
+    /// damaged count would be wrong for every later bucket.
     async fn reindex_bson(&self, key: &Bson) -> Result<()> {
+        self.refuse_damaged(key).await?;
         let pipeline = vec![
             doc! {"$match": id_range(key)},
             doc! {"$setWindowFields": {
