@@ -9,11 +9,14 @@
 //! faithfully are accepted; any other is refused before anything is sent,
 //! rather than compared as a literal document (which would match nothing).
 
+use bson::oid::ObjectId;
 use bson::{doc, Bson, Document, RawDocumentBuf};
 use futures::TryStreamExt;
 use mongodb::options::ReturnDocument;
 
-use super::{id_range, item_len, raw_int, Bucketed, Buckets, LEN, MAX_ATTEMPTS, STALE, TYPE};
+use super::{
+    id_range, item_len, raw_int, Bucketed, Buckets, LEN, MAX_ATTEMPTS, OPS, OPS_KEPT, STALE, TYPE,
+};
 use crate::error::{Error, Result};
 use crate::keyset::id_of;
 
@@ -115,15 +118,24 @@ impl<T: Bucketed> Buckets<T> {
                     .map_err(|found| Error::damaged(self.coll.name(), id_of(b), "count", found))?;
                 // By `_id` and the count as read: a bucket that changed since
                 // is read again on the next round.
-                let filter = doc! {"_id": id_of(b), "count": count, "$expr": &sound};
+                // Its write id tells a retry by the driver, after a lost
+                // reply, from a bucket that changed.
+                let op = ObjectId::new();
+                let filter =
+                    doc! {"_id": id_of(b), "count": count, OPS: {"$ne": op}, "$expr": &sound};
+                let mut write = rewrite.clone();
+                write.push(with_op(op));
                 let after = self
                     .raw
-                    .find_one_and_update(filter, rewrite.clone())
+                    .find_one_and_update(filter, write)
                     .projection(doc! {"count": 1})
                     .return_document(ReturnDocument::After)
                     .await?;
                 match after.map(|a| raw_int(&a, "count")) {
                     Some(Ok(left)) => removed += (count - left).max(0) as u64,
+                    _ if self.has_op(b, op).await? => {
+                        removed += raw_int(b, "mp_hits").unwrap_or(0).max(0) as u64
+                    }
                     _ => all = false,
                 }
             }
@@ -149,8 +161,10 @@ impl<T: Bucketed> Buckets<T> {
     /// whether one matched. Without `order` the item keeps its position;
     /// with `order` the bucket is sorted again in the same write, so an
     /// item whose order field changed moves within its bucket (never to
-    /// another bucket). One `findAndModify`; when nothing matched, one read
-    /// more, which reports a damaged bucket of the key rather than `false`.
+    /// another bucket). One `findAndModify`; when nothing matched, two
+    /// reads more: one for this write's id (a retry by the driver after a
+    /// lost reply finds the write applied), one that reports a damaged
+    /// bucket of the key rather than `false`.
     pub async fn update(&self, key: &T::Key, matching: Document, item: &T) -> Result<bool> {
         let key_b = self.key_bson(key)?;
         if self.key_bson(item.bucket_key())? != key_b {
@@ -182,7 +196,12 @@ impl<T: Bucketed> Buckets<T> {
         // `bytes` follows the item's size, so pushes keep under 16 MiB.
         let old_len = doc! {"$add": [{"$bsonSize": {"$arrayElemAt": [&items, &at]}}, 8]};
         let bytes = doc! {"$add": [{"$ifNull": ["$bytes", 0]}, len, {"$multiply": [-1, old_len]}]};
-        let set = vec![doc! {"$set": {self.spec.items: new_items, "bytes": bytes}}];
+        let op = ObjectId::new();
+        filter.insert(OPS, doc! {"$ne": op});
+        let set = vec![
+            doc! {"$set": {self.spec.items: new_items, "bytes": bytes}},
+            with_op(op),
+        ];
         let found = self
             .raw
             .find_one_and_update(filter, set)
@@ -192,8 +211,30 @@ impl<T: Bucketed> Buckets<T> {
         if found.is_some() {
             return Ok(true);
         }
+        // Not matched, or applied already and retried by the driver.
+        let mut mine = id_range(&key_b);
+        mine.insert(OPS, op);
+        if self
+            .raw
+            .find_one(mine)
+            .projection(doc! {"_id": 1})
+            .await?
+            .is_some()
+        {
+            return Ok(true);
+        }
         self.refuse_damaged(&key_b).await?;
         Ok(false)
+    }
+
+    /// Whether bucket `b` (as read) holds write id `op`.
+    async fn has_op(&self, b: &RawDocumentBuf, op: ObjectId) -> Result<bool> {
+        let found = self
+            .raw
+            .find_one(doc! {"_id": id_of(b), OPS: op})
+            .projection(doc! {"_id": 1})
+            .await?;
+        Ok(found.is_some())
     }
 
     /// An error naming the first damaged bucket of `key`, if it has one.
@@ -219,6 +260,15 @@ impl<T: Bucketed> Buckets<T> {
             None => Ok(()),
         }
     }
+}
+
+/// A pipeline stage that records write `op` among the bucket's last writes.
+fn with_op(op: ObjectId) -> Document {
+    let ops = format!("${OPS}");
+    doc! {"$set": {OPS: {"$slice": [
+        {"$concatArrays": [{"$cond": [{"$isArray": [&ops]}, &ops, []]}, [op]]},
+        -OPS_KEPT,
+    ]}}}
 }
 
 /// Field operators `remove` and `update` accept.
