@@ -159,9 +159,9 @@ async fn bucket(client: &Client, commands: &Commands) -> mongo_patterns::Result<
             commands.take_count()
         );
     }
-    let changed = trades.remove(&7, doc! {"ticker": "T3"}).await?;
+    let removed = trades.remove(&7, doc! {"ticker": "T3"}).await?;
     println!(
-        "removed T3's trades from {changed} buckets; {} trades left",
+        "removed T3's {removed} trades; {} trades left",
         trades.total(&7).await?
     );
     db.drop().await?;

@@ -87,7 +87,7 @@ async fn main() -> mongo_patterns::Result<()> {
     );
     let removed = trades.remove(&customer, doc! {"ticker": "TSLA"}).await?;
     println!(
-        "removed every TSLA trade ({removed} buckets changed); total now {}",
+        "removed every TSLA trade ({removed} trades); total now {}",
         trades.total(&customer).await?
     );
     db.drop().await?;

@@ -273,6 +273,14 @@ async fn a_push_is_one_round_trip() {
         page.items.iter().map(|t| t.seq).collect::<Vec<_>>(),
         (60..120).collect::<Vec<_>>()
     );
+    // A handle that has not seen the key goes straight to its newest bucket
+    // (full here, so it opens the next).
+    let fresh = Trade::buckets(&db);
+    commands.take();
+    fresh.push(&trade(1, 0, 2 * SIZE as u32)).await.unwrap();
+    let names: Vec<String> = commands.take().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["insert", "find", "insert"]);
+    check_buckets(&db).await;
 }
 
 #[tokio::test]
@@ -284,10 +292,10 @@ async fn removal_leaves_no_gaps_and_pages_stay_exact() {
         repo.push(&trade(9, 0, s)).await.unwrap();
     }
     // Every seventh ticker, across all ten buckets.
-    let changed = repo.remove(&9, doc! {"ticker": "T3"}).await.unwrap();
-    assert_eq!(changed, 10);
+    let removed = repo.remove(&9, doc! {"ticker": "T3"}).await.unwrap();
     check_buckets(&db).await;
     let want: Vec<u32> = (0..1_000).filter(|s| s % 7 != 3).collect();
+    assert_eq!(removed, 1_000 - want.len() as u64, "items removed");
     assert_eq!(repo.total(&9).await.unwrap(), want.len() as u64);
     for per in [1, 30, 100, 150] {
         let got: Vec<u32> = all_pages(&repo, 9, per, false)

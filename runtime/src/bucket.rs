@@ -12,9 +12,10 @@
 //!   when the key holds the separator. The compound `_id` sorts by key, then
 //!   `seq`, for any key value.
 //! - Two concurrent upserts can open two partial buckets, and their items
-//!   then interleave. Only the next `seq` can be created, and its `_id` is
-//!   unique, so the losing upsert fails with a duplicate key and retries into
-//!   the winner's bucket: a key has at most one open bucket, always its last.
+//!   then interleave. Only the next `seq` can be created, by an insert, and
+//!   its `_id` is unique, so the losing insert fails with a duplicate key and
+//!   retries into the winner's bucket: a key has at most one open bucket,
+//!   always its last.
 //! - Page arithmetic that assumes full buckets breaks after removals. Pages
 //!   are cut by `start`, which removal recomputes, so partial buckets page
 //!   correctly, with an index seek to the one or two buckets a page needs.
@@ -24,6 +25,20 @@
 //!   removal is a pipeline update that closes (`sealed`) what it touched, so
 //!   pushes only ever append to the newest bucket.
 //!
+//! Against faults (the README's "Failure behaviour" has the figures):
+//! - Every write's filter matches only a sound bucket (`count` an integer
+//!   equal to the array's length, within `size`; `start` a number), so a
+//!   bucket another client broke is never written on; the read that follows
+//!   a write that matched nothing reports it as [`Error::Damaged`].
+//! - Each write carries an id that the bucket keeps (its last
+//!   64): a write the driver retries after a lost reply finds its
+//!   id and is not applied twice.
+//! - A removal marks the key's buckets until it has recomputed `start`; a
+//!   read that meets the mark recomputes first, so a removal cut short by a
+//!   crash leaves no page wrong.
+//! - With `order`, items are sorted within each bucket; across buckets they
+//!   stay in arrival order, which is `order` when items arrive in order.
+//!
 //! When to choose a time-series collection instead: when items are
 //! measurements over time that you query by time range and aggregate, with
 //! no need for pages by position. MongoDB buckets those itself, compresses
@@ -31,10 +46,15 @@
 //! histories that are read a page at a time, newest or oldest first, and
 //! whose items are edited or removed now and then.
 
+// The crate's one error type names documents by their BSON `_id`, which
+// makes it large; whether to box it is the crate's choice, not this module's.
+#![allow(clippy::result_large_err)]
+
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
+use bson::oid::ObjectId;
 use bson::{doc, Bson, Document, RawArray, RawBsonRef, RawDocument, RawDocumentBuf};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
@@ -44,7 +64,11 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::keyset::id_of;
 use crate::model::Model;
+
+mod edit;
+pub use edit::{FIELD_OPERATORS, LOGICAL_OPERATORS};
 
 /// Largest bucket `#[bucket(size = ...)]` accepts. Past it, documents grow
 /// into megabytes that every page read has to load: use a time-series
@@ -55,6 +79,22 @@ pub const MAX_PER_PAGE: u32 = 10_000;
 /// A bucket's items stop short of this many bytes, leaving room under
 /// MongoDB's 16 MiB for the bucket's own fields.
 pub const MAX_BUCKET_BYTES: i64 = 16 * 1024 * 1024 - 64 * 1024;
+/// Fields the repository's reads compute beside a bucket's own: the
+/// array's length, and its BSON type.
+const LEN: &str = "mp_len";
+const TYPE: &str = "mp_type";
+const MINE: &str = "mp_mine";
+/// Each bucket keeps the ids of the last writes that changed it, so that a
+/// write the driver retries after a lost reply (it does so once, for
+/// example across a server restart) is recognised and not applied twice.
+const OPS: &str = "mp_ops";
+/// How many write ids a bucket keeps: more than the writes that can land
+/// between a write and its retry (one per concurrent writer).
+const OPS_KEPT: i32 = 64;
+/// Set on every bucket of a key while a `remove` changes counts and has not
+/// yet recomputed `start`: a read that meets it recomputes them first, so a
+/// removal cut short by a crash leaves no page wrong.
+const STALE: &str = "mp_stale";
 /// Attempts at a push that keeps losing races before it gives up.
 const MAX_ATTEMPTS: usize = 64;
 /// Keys whose open bucket a repository remembers; past it, it forgets all.
@@ -189,6 +229,10 @@ struct Head {
     bytes: i64,
     sealed: bool,
     exists: bool,
+    /// The bucket holds the write id the read asked about.
+    mine: bool,
+    /// A removal has not finished recomputing `start` (see [`STALE`]).
+    stale: bool,
 }
 
 impl<T: Bucketed> Buckets<T> {
@@ -227,7 +271,7 @@ impl<T: Bucketed> Buckets<T> {
     /// The repository remembers each key's open bucket, so a push is one
     /// `updateOne` by `_id` (one round trip, the cheapest write there is).
     /// Opening a bucket, once every `size` pushes, adds a read of the full
-    /// bucket by `_id` and an upsert. A key this repository has not seen
+    /// bucket by `_id` and an insert. A key this repository has not seen
     /// starts at its first bucket (right at once for a new key) and moves on
     /// to an indexed read of the newest. Clones share what it remembers.
     pub async fn push(&self, item: &T) -> Result<()> {
@@ -235,43 +279,65 @@ impl<T: Bucketed> Buckets<T> {
         let doc = self.item_doc(item)?;
         let len = item_len(&doc)?;
         let slot = key_slot(&key)?;
+        // One id for every attempt: once one is applied, no other can be.
+        let op = ObjectId::new();
         let mut hops = 0;
         for _ in 0..MAX_ATTEMPTS {
-            // A key not seen yet starts from its first bucket, as an upsert:
-            // for a new key that is the whole push.
+            // A key not seen yet starts by creating its first bucket: for a
+            // new key that is the whole push. Writes to a bucket that exists
+            // are updates whose filter refuses a damaged bucket; an upsert
+            // cannot carry that filter, so none is sent.
             let known = self.remembered(&slot);
             let seq = known.unwrap_or(0);
-            let mut filter = doc! {"_id": {"k": key.clone(), "s": seq}};
-            filter.extend(self.open_filter(&key, 1, len));
-            let mut update = self.append(vec![doc.clone()], len);
-            if known.is_none() {
-                update.insert("$setOnInsert", doc! {"start": 0_i64});
-            }
-            match self
-                .coll
-                .update_one(filter, update)
-                .upsert(known.is_none())
-                .await
-            {
-                Ok(r) if r.matched_count == 1 || r.upserted_id.is_some() => {
+            let result = match known {
+                None => self
+                    .open_next(&key, &Head::default(), vec![doc.clone()], len, op)
+                    .await
+                    .map(|_| true),
+                Some(seq) => {
+                    let mut filter = doc! {"_id": {"k": key.clone(), "s": seq}};
+                    filter.extend(self.open_filter(&key, 1, len, op));
+                    let update = self.append(vec![doc.clone()], len, op);
+                    self.coll
+                        .update_one(filter, update)
+                        .await
+                        .map(|r| r.matched_count == 1)
+                        .map_err(Error::from)
+                }
+            };
+            match result {
+                Ok(true) => {
                     self.remember(slot, seq);
                     return Ok(());
                 }
-                Ok(_) => {}
-                Err(e) => {
-                    let e = Error::from(e);
-                    if !is_duplicate_key(&e) {
-                        return Err(e);
-                    }
-                }
+                Ok(false) => {}
+                Err(e) if is_duplicate_key(&e) => {}
+                Err(e) => return Err(e),
             }
-            // Full, closed, or not there. A point read says which; after a
-            // few hops forward, ask for the newest bucket instead.
+            // Full, closed, or not there, or this very write applied
+            // already (a retry by the driver found its id). A point read
+            // says which; after a few hops forward, ask for the newest
+            // bucket instead.
             hops += 1;
-            let head = match self.bucket(&key, seq).await? {
-                None if seq == 0 => Head::default(),
-                Some(h) if hops <= 2 => h,
-                _ => self.head(&key).await?,
+            let head = if known.is_none() {
+                // The key has buckets this handle had not seen: go to its
+                // newest, by the index.
+                let head = self.head(&key, Some(op)).await?;
+                if head.mine {
+                    self.remember(slot, head.seq);
+                    return Ok(());
+                }
+                head
+            } else {
+                let at = self.bucket(&key, seq, Some(op)).await?;
+                if at.is_some_and(|h| h.mine) {
+                    self.remember(slot, seq);
+                    return Ok(());
+                }
+                match at {
+                    Some(h) if hops <= 2 => h,
+                    _ => self.head(&key, None).await?,
+                }
             };
             if head.exists && !head.sealed && self.fits(&head, &[(Document::new(), len)]) == 1 {
                 // The bucket has room (another writer opened it, or this
@@ -279,7 +345,10 @@ impl<T: Bucketed> Buckets<T> {
                 self.remember(slot.clone(), head.seq);
                 continue;
             }
-            match self.open_next(&key, &head, vec![doc.clone()], len).await {
+            match self
+                .open_next(&key, &head, vec![doc.clone()], len, op)
+                .await
+            {
                 Ok(seq) => {
                     self.remember(slot, seq);
                     return Ok(());
@@ -324,6 +393,10 @@ impl<T: Bucketed> Buckets<T> {
             let len = item_len(&d)?;
             docs.push((d, len));
         }
+        if let Some(order) = self.spec.order {
+            // Stable: items with equal order values keep the order given.
+            docs.sort_by(|(a, _), (b, _)| order_cmp(a.get(order), b.get(order)));
+        }
         let mut rest: &[(Document, i64)] = &docs;
         let mut attempts = 0;
         let mut known: Option<Head> = None;
@@ -334,7 +407,7 @@ impl<T: Bucketed> Buckets<T> {
             }
             let head = match known.take() {
                 Some(h) => h,
-                None => self.head(&key_b).await?,
+                None => self.fresh_head(&key_b).await?,
             };
             // Fill what room the open bucket has, if it is open.
             if head.exists && !head.sealed {
@@ -345,13 +418,24 @@ impl<T: Bucketed> Buckets<T> {
                         "_id": {"k": key_b.clone(), "s": head.seq},
                         "count": head.count,
                         "sealed": Bson::Null,
+                        "$expr": self.sound(),
                     };
+                    let mut filter = filter;
+                    let op = ObjectId::new();
+                    filter.insert(OPS, doc! {"$ne": op});
                     let items = rest[..n].iter().map(|(d, _)| d.clone()).collect();
                     let r = self
                         .coll
-                        .update_one(filter, self.append(items, len))
+                        .update_one(filter, self.append(items, len, op))
                         .await?;
-                    if r.matched_count == 1 {
+                    // Not matched: changed by a concurrent push, or applied
+                    // already and retried by the driver (its id is there).
+                    let applied = r.matched_count == 1
+                        || self
+                            .bucket(&key_b, head.seq, Some(op))
+                            .await?
+                            .is_some_and(|h| h.mine);
+                    if applied {
                         rest = &rest[n..];
                         known = Some(Head {
                             count: head.count + n as i64,
@@ -376,6 +460,7 @@ impl<T: Bucketed> Buckets<T> {
             };
             let mut buckets = Vec::new();
             let mut taken = 0;
+            let op = ObjectId::new();
             while taken < rest.len() {
                 // Never 0: `item_len` refused items that fit no bucket.
                 let n = self.fits(&Head::default(), &rest[taken..]).max(1);
@@ -383,6 +468,7 @@ impl<T: Bucketed> Buckets<T> {
                 let mut b = self.new_bucket(&key_b, seq, start);
                 b.insert("count", n as i64);
                 b.insert("bytes", chunk.iter().map(|(_, l)| l).sum::<i64>());
+                b.insert(OPS, vec![op]);
                 b.insert(
                     self.spec.items,
                     chunk
@@ -406,17 +492,40 @@ impl<T: Bucketed> Buckets<T> {
                     self.remember(key_slot(&key_b)?, seq - 1);
                 }
                 Err(e) => {
-                    // Buckets before the failing one went in.
-                    let stored: usize = buckets[..inserted_before_error(&e)]
-                        .iter()
-                        .map(|(_, n)| n)
-                        .sum();
-                    rest = &rest[stored..];
                     let e = Error::from(e);
                     if !is_duplicate_key(&e) {
                         return Err(e);
                     }
-                    // Another writer opened the next bucket first: go again.
+                    // Another writer opened the next bucket first, or the
+                    // driver retried an insert that had gone in: the
+                    // buckets carrying this insert's id are what went in (a
+                    // prefix, as the insert is ordered). Go again with the rest.
+                    let mut mine = id_range(&key_b);
+                    mine.insert(OPS, op);
+                    let seqs: Vec<i64> = self
+                        .raw
+                        .find(mine)
+                        .projection(doc! {"_id": 1})
+                        .await?
+                        .try_collect::<Vec<_>>()
+                        .await?
+                        .iter()
+                        .filter_map(|d| match d.get("_id") {
+                            Ok(Some(RawBsonRef::Document(id))) => raw_int(id, "s").ok(),
+                            _ => None,
+                        })
+                        .collect();
+                    let stored: usize = buckets
+                        .iter()
+                        .filter(|(b, _)| {
+                            b.get_document("_id")
+                                .ok()
+                                .and_then(|id| id.get_i64("s").ok())
+                                .is_some_and(|s| seqs.contains(&s))
+                        })
+                        .map(|(_, n)| n)
+                        .sum();
+                    rest = &rest[stored..];
                 }
             }
         }
@@ -430,36 +539,70 @@ impl<T: Bucketed> Buckets<T> {
     pub async fn page(&self, key: &T::Key, req: PageRequest) -> Result<BucketPage<T>> {
         req.check()?;
         let key_b = self.key_bson(key)?;
+        // A read that meets a removal's mark recomputes `start` and reads
+        // again, once: a page is never cut by stale positions.
+        let mut page = self.page_once(&key_b, req).await?;
+        if page.is_none() {
+            self.reindex_bson(&key_b).await?;
+            page = self.page_once(&key_b, req).await?;
+        }
+        // Marked again at once: a removal is running on this key.
+        page.ok_or(Error::Contended {
+            operation: "page",
+            attempts: 2,
+        })
+    }
+
+    /// The page, or `None` if a bucket it read was marked stale.
+    async fn page_once(&self, key: &Bson, req: PageRequest) -> Result<Option<BucketPage<T>>> {
         let per = i64::from(req.per_page);
         let skip = (i64::from(req.page) - 1) * per;
         if !req.newest_first {
             // One more than the page, to know whether another follows.
-            let mut items = self.range(&key_b, skip, per + 1).await?;
+            let Some(mut items) = self.range(key, skip, per + 1).await? else {
+                return Ok(None);
+            };
             let has_more = items.len() as i64 > per;
             items.truncate(per as usize);
-            return Ok(BucketPage { items, has_more });
+            return Ok(Some(BucketPage { items, has_more }));
         }
-        let total = self.head(&key_b).await?.total();
-        let end = total - skip;
+        let head = self.head(key, None).await?;
+        if head.stale {
+            return Ok(None);
+        }
+        let end = head.total() - skip;
         if end <= 0 {
-            return Ok(BucketPage {
+            return Ok(Some(BucketPage {
                 items: Vec::new(),
                 has_more: false,
-            });
+            }));
         }
         let from = (end - per).max(0);
-        let mut items = self.range(&key_b, from, end - from).await?;
+        let Some(mut items) = self.range(key, from, end - from).await? else {
+            return Ok(None);
+        };
         items.reverse();
-        Ok(BucketPage {
+        Ok(Some(BucketPage {
             items,
             has_more: from > 0,
-        })
+        }))
     }
 
     /// How many items `key` has: one indexed read of its newest bucket.
     pub async fn total(&self, key: &T::Key) -> Result<u64> {
         let key_b = self.key_bson(key)?;
-        Ok(self.head(&key_b).await?.total() as u64)
+        Ok(self.fresh_head(&key_b).await?.total() as u64)
+    }
+
+    /// The newest bucket, with `start` recomputed first if a removal left
+    /// it stale.
+    async fn fresh_head(&self, key: &Bson) -> Result<Head> {
+        let head = self.head(key, None).await?;
+        if !head.stale {
+            return Ok(head);
+        }
+        self.reindex_bson(key).await?;
+        self.head(key, None).await
     }
 
     /// Every item of `key`, oldest first, from one cursor over its buckets.
@@ -475,6 +618,11 @@ impl<T: Bucketed> Buckets<T> {
                 .await?;
             let items = cursor.map_err(Error::from).map(move |bucket| {
                 let bucket = bucket?;
+                let len = match bucket.get(this.spec.items) {
+                    Ok(Some(RawBsonRef::Array(a))) => Some(a.into_iter().count() as i64),
+                    _ => None,
+                };
+                this.check(&bucket, len)?;
                 let items = this.items_of(&bucket, &key_b, i64::MAX)?;
                 Ok::<_, Error>(futures::stream::iter(items.into_iter().map(Ok)))
             });
@@ -484,61 +632,14 @@ impl<T: Bucketed> Buckets<T> {
         .boxed()
     }
 
-    /// Removes the items of `key` whose fields equal `matching` (for example
-    /// `doc! {"ticker": "MDB"}`), and returns how many buckets changed.
-    ///
-    /// One pipeline update filters the arrays, fixes each `count` and closes
-    /// the buckets it touched (so no push fills the gap out of order); one
-    /// aggregation then recomputes every bucket's `start`, so pages stay
-    /// exact. Values in `matching` are literals: a string such as `"$x"` is
-    /// compared, never read as a field path.
-    pub async fn remove(&self, key: &T::Key, matching: Document) -> Result<u64> {
-        let key_b = self.key_bson(key)?;
-        let cond = self.match_expr(&matching)?;
-        let items = format!("${}", self.spec.items);
-        let kept = doc! {"$filter": {"input": &items, "cond": {"$not": [cond]}}};
-        // `bytes` is left as it was: a sealed bucket is never appended to.
-        let update = vec![
-            doc! {"$set": {self.spec.items: kept}},
-            doc! {"$set": {"count": {"$size": &items}, "sealed": true}},
-        ];
-        let filter = doc! {
-            self.spec.key: key_b.clone(),
-            self.spec.items: {"$elemMatch": matching},
-        };
-        let r = self.coll.update_many(filter, update).await?;
-        if r.modified_count > 0 {
-            self.reindex_bson(&key_b).await?;
-        }
-        Ok(r.modified_count)
-    }
-
     /// Recomputes every bucket's `start` from the counts, in one aggregation
-    /// that writes back with `$merge`. `remove` calls it; call it yourself
-    /// after editing buckets by hand.
+    /// that writes back with `$merge`, after one read that refuses a key
+    /// with a damaged bucket (`Damaged`). `remove` calls it, and so does a
+    /// read that meets a removal's mark; call it yourself after editing
+    /// buckets by hand.
     pub async fn reindex(&self, key: &T::Key) -> Result<()> {
         let key_b = self.key_bson(key)?;
         self.reindex_bson(&key_b).await
-    }
-
-    /// Replaces the first item of `key` whose fields equal `matching` with
-    /// `item`, in place (its position is kept). Returns whether one matched.
-    pub async fn update(&self, key: &T::Key, matching: Document, item: &T) -> Result<bool> {
-        let key_b = self.key_bson(key)?;
-        if self.key_bson(item.bucket_key())? != key_b {
-            return Err(Error::invalid("item", "the new item must keep the key"));
-        }
-        let doc = self.item_doc(item)?;
-        let filter = doc! {
-            self.spec.key: key_b,
-            self.spec.items: {"$elemMatch": matching},
-        };
-        let path = format!("{}.$", self.spec.items);
-        let r = self
-            .coll
-            .update_one(filter, doc! {"$set": {path: doc}})
-            .await?;
-        Ok(r.matched_count == 1)
     }
 
     /// The aggregation an oldest-first page sends.
@@ -563,23 +664,91 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// The open bucket of `key` with room for `n` more items of `len` bytes.
-    fn open_filter(&self, key: &Bson, n: i64, len: i64) -> Document {
+    fn open_filter(&self, key: &Bson, n: i64, len: i64, op: ObjectId) -> Document {
         doc! {
+            OPS: {"$ne": op},
             self.spec.key: key.clone(),
             "sealed": Bson::Null,
             "count": {"$lte": i64::from(self.spec.size) - n},
             "bytes": {"$lte": MAX_BUCKET_BYTES - len},
+            "$expr": self.sound(),
         }
     }
 
-    fn append(&self, items: Vec<Document>, len: i64) -> Document {
+    /// True for a bucket whose bookkeeping holds: `items` an array, `count`
+    /// its length, within `size`, and `start` a number. Every write's filter
+    /// carries it, so a damaged bucket is never written to; the read that
+    /// follows a write that matched nothing says what is wrong.
+    fn sound(&self) -> Document {
+        let items = format!("${}", self.spec.items);
+        let is_array = doc! {"$isArray": [&items]};
+        doc! {"$and": [
+            &is_array,
+            {"$eq": [{"$size": {"$cond": [&is_array, &items, []]}}, "$count"]},
+            {"$lte": ["$count", i64::from(self.spec.size)]},
+            {"$isNumber": "$start"},
+        ]}
+    }
+
+    /// The array's length, or null when `items` is not an array: read
+    /// beside `count` so that a bucket's bookkeeping can be checked.
+    fn len_expr(&self) -> Document {
+        let items = format!("${}", self.spec.items);
+        doc! {"$cond": [{"$isArray": [&items]}, {"$size": &items}, Bson::Null]}
+    }
+
+    /// Checks a bucket's bookkeeping as read (`len` is the array's length,
+    /// `None` when `items` is not an array): the [`Error::Damaged`] that
+    /// names it, or its `(start, count)`.
+    fn check(&self, d: &RawDocument, len: Option<i64>) -> Result<(i64, i64)> {
+        let damaged = |field: &str, problem: String| {
+            Error::damaged(self.coll.name(), id_of(d), field, problem)
+        };
+        let Some(len) = len else {
+            // The server's name for what it holds, where a read asked for it.
+            let found = match (d.get_str(TYPE), d.get(self.spec.items)) {
+                (Ok(t), _) => t.to_owned(),
+                (_, Ok(Some(v))) => format!("{:?}", v.element_type()),
+                _ => "missing".to_owned(),
+            };
+            return Err(damaged(
+                self.spec.items,
+                format!("is {found}, not an array"),
+            ));
+        };
+        let count = raw_int(d, "count")
+            .map_err(|found| damaged("count", format!("is {found}, not an integer")))?;
+        if count != len {
+            return Err(damaged(
+                "count",
+                format!("is {count}, but the array holds {len} items"),
+            ));
+        }
+        if count > i64::from(self.spec.size) {
+            return Err(damaged(
+                "count",
+                format!("is {count}, over the bucket size {}", self.spec.size),
+            ));
+        }
+        let start = raw_int(d, "start")
+            .map_err(|found| damaged("start", format!("is {found}, not an integer")))?;
+        if start < 0 {
+            return Err(damaged("start", format!("is {start}, below 0")));
+        }
+        Ok((start, count))
+    }
+
+    fn append(&self, items: Vec<Document>, len: i64, op: ObjectId) -> Document {
         let n = items.len() as i64;
         let mut each = doc! {"$each": items};
         if let Some(order) = self.spec.order {
             each.insert("$sort", doc! {order: 1});
         }
         doc! {
-            "$push": {self.spec.items: each},
+            "$push": {
+                self.spec.items: each,
+                OPS: {"$each": [op], "$slice": -OPS_KEPT},
+            },
             "$inc": {"count": n, "bytes": len},
         }
     }
@@ -592,30 +761,43 @@ impl<T: Bucketed> Buckets<T> {
         }
     }
 
-    /// Opens the bucket after `head` with `items` in it. Fails with a
-    /// duplicate key when another writer opened it first (then the caller
-    /// retries, and appends to that one).
+    /// Opens the bucket after `head` with `items` (one item, or items in
+    /// order) in it: an insert, which fails with a duplicate key when
+    /// another writer opened it first (then the caller retries, and appends
+    /// to that one).
     async fn open_next(
         &self,
         key: &Bson,
         head: &Head,
         items: Vec<Document>,
         len: i64,
+        op: ObjectId,
     ) -> Result<i64> {
         if head.exists && !head.sealed {
             // Full by bytes: make sure nothing else is appended to it.
             self.seal_if_unchanged(key, head).await?;
         }
+        // The new bucket's `start` comes from the head's: never from one a
+        // removal left stale.
+        let fresh;
+        let head = if head.stale {
+            self.reindex_bson(key).await?;
+            fresh = self.bucket(key, head.seq, None).await?.unwrap_or(*head);
+            &fresh
+        } else {
+            head
+        };
         let (seq, start) = if head.exists {
             (head.seq + 1, head.total())
         } else {
             (0, 0)
         };
-        let mut filter = doc! {"_id": {"k": key.clone(), "s": seq}};
-        filter.extend(self.open_filter(key, items.len() as i64, len));
-        let mut update = self.append(items, len);
-        update.insert("$setOnInsert", doc! {"start": start});
-        self.coll.update_one(filter, update).upsert(true).await?;
+        let mut bucket = self.new_bucket(key, seq, start);
+        bucket.insert("count", items.len() as i64);
+        bucket.insert("bytes", len);
+        bucket.insert(self.spec.items, items);
+        bucket.insert(OPS, vec![op]);
+        self.coll.insert_one(bucket).await?;
         Ok(seq)
     }
 
@@ -625,7 +807,12 @@ impl<T: Bucketed> Buckets<T> {
         if head.count < i64::from(self.spec.size) {
             self.coll
                 .update_one(
-                    doc! {"_id": {"k": key.clone(), "s": head.seq}, "count": head.count, "sealed": Bson::Null},
+                    doc! {
+                        "_id": {"k": key.clone(), "s": head.seq},
+                        "count": head.count,
+                        "sealed": Bson::Null,
+                        "$expr": self.sound(),
+                    },
                     doc! {"$set": {"sealed": true}},
                 )
                 .await?;
@@ -649,12 +836,13 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// The key's newest bucket: an indexed read of the `_id` range.
-    async fn head(&self, key: &Bson) -> Result<Head> {
+    /// `mine` says whether write `op` is among its last writes.
+    async fn head(&self, key: &Bson, op: Option<ObjectId>) -> Result<Head> {
         let found = self
-            .coll
+            .raw
             .find_one(id_range(key))
             .sort(doc! {"_id": -1})
-            .projection(doc! {"start": 1, "count": 1, "bytes": 1, "sealed": 1})
+            .projection(self.head_projection(op))
             .await?;
         match found {
             Some(d) => self.head_of(&d),
@@ -663,59 +851,83 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// Bucket `seq` of `key`, by `_id`.
-    async fn bucket(&self, key: &Bson, seq: i64) -> Result<Option<Head>> {
+    /// Bucket `seq` of `key`, by `_id`; `mine` says whether write `op` is
+    /// among the bucket's last writes.
+    async fn bucket(&self, key: &Bson, seq: i64, op: Option<ObjectId>) -> Result<Option<Head>> {
         let found = self
-            .coll
+            .raw
             .find_one(doc! {"_id": {"k": key.clone(), "s": seq}})
-            .projection(doc! {"start": 1, "count": 1, "bytes": 1, "sealed": 1})
+            .projection(self.head_projection(op))
             .await?;
         found.map(|d| self.head_of(&d)).transpose()
     }
 
-    fn head_of(&self, d: &Document) -> Result<Head> {
-        let seq = d
-            .get_document("_id")
-            .ok()
-            .and_then(|id| int(id.get("s")))
-            .ok_or_else(|| self.malformed(d, "_id.s"))?;
+    fn head_projection(&self, op: Option<ObjectId>) -> Document {
+        let mut p = doc! {
+            "start": 1, "count": 1, "bytes": 1, "sealed": 1, STALE: 1,
+            LEN: self.len_expr(),
+            TYPE: {"$type": format!("${}", self.spec.items)},
+        };
+        if let Some(op) = op {
+            let ops = format!("${OPS}");
+            p.insert(
+                MINE,
+                doc! {"$in": [op, {"$cond": [{"$isArray": [&ops]}, &ops, []]}]},
+            );
+        }
+        p
+    }
+
+    fn head_of(&self, d: &RawDocument) -> Result<Head> {
+        let seq = match d.get("_id") {
+            Ok(Some(RawBsonRef::Document(id))) => raw_int(id, "s").ok(),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            Error::damaged(
+                self.coll.name(),
+                id_of(d),
+                "_id",
+                "is not {k: key, s: integer}",
+            )
+        })?;
+        let len = raw_int(d, LEN).ok();
+        let (start, count) = self.check(d, len)?;
         Ok(Head {
             seq,
-            start: int(d.get("start")).ok_or_else(|| self.malformed(d, "start"))?,
-            count: int(d.get("count")).ok_or_else(|| self.malformed(d, "count"))?,
-            bytes: int(d.get("bytes")).unwrap_or(0),
-            sealed: d.get_bool("sealed").unwrap_or(false),
+            start,
+            count,
+            bytes: raw_int(d, "bytes").unwrap_or(0),
+            sealed: matches!(d.get("sealed"), Ok(Some(RawBsonRef::Boolean(true)))),
             exists: true,
+            mine: matches!(d.get(MINE), Ok(Some(RawBsonRef::Boolean(true)))),
+            stale: is_stale(d),
         })
     }
 
-    fn malformed(&self, d: &Document, field: &'static str) -> Error {
-        Error::UnsupportedValue {
-            collection: self.coll.name().to_owned(),
-            id: d.get("_id").cloned().unwrap_or(Bson::Null),
-            field: field.to_owned(),
-            found: "a missing or non-integer value".to_owned(),
-            why: "a bucket's bookkeeping",
-            dropped: None,
-        }
-    }
-
-    /// Items `[from, from + n)` of `key`, oldest first, in one aggregation.
-    async fn range(&self, key: &Bson, from: i64, n: i64) -> Result<Vec<T>> {
+    /// Items `[from, from + n)` of `key`, oldest first, in one aggregation;
+    /// `None` if a bucket it read was marked stale.
+    async fn range(&self, key: &Bson, from: i64, n: i64) -> Result<Option<Vec<T>>> {
         let mut cursor = self
             .raw
             .aggregate(self.range_pipeline(key, from, n))
             .with_type::<RawDocumentBuf>()
             .await?;
         let mut out = Vec::with_capacity(n.min(4096) as usize);
-        // The server sliced each bucket to the range already.
+        // The server sliced each bucket to the range already. Every bucket
+        // it sends is checked, even past the page's end: a damaged one in
+        // the range makes the page an error, never a page with a hole.
+        let mut stale = false;
         while let Some(bucket) = cursor.try_next().await? {
+            let len = raw_int(&bucket, LEN).ok();
+            self.check(&bucket, len)?;
+            stale |= is_stale(&bucket);
             let want = n - out.len() as i64;
-            if want <= 0 {
-                break;
+            if want > 0 && !stale {
+                out.extend(self.items_of(&bucket, key, want)?);
             }
-            out.extend(self.items_of(&bucket, key, want)?);
         }
-        Ok(out)
+        Ok((!stale).then_some(out))
     }
 
     fn range_pipeline(&self, key: &Bson, from: i64, n: i64) -> Vec<Document> {
@@ -724,57 +936,72 @@ impl<T: Bucketed> Buckets<T> {
         vec![
             // A bucket holds at most `size` items, so only buckets starting
             // in (from - size, from + n) can overlap: an index seek.
+            // A bucket whose `start` is not a number is sent too (its index
+            // keys sort apart from numbers), to be reported as damaged.
             doc! {"$match": {
                 self.spec.key: key.clone(),
-                "start": {"$gt": from - size, "$lt": from + n},
-                "count": {"$gt": 0},
+                "$or": [
+                    {"start": {"$gt": from - size, "$lt": from + n}},
+                    {"start": {"$not": {"$type": "number"}}},
+                ],
             }},
             doc! {"$sort": {"start": 1, "_id": 1}},
             doc! {"$project": {
-                "_id": 0,
                 "start": 1,
+                "count": 1,
+                STALE: 1,
+                LEN: self.len_expr(),
+                TYPE: {"$type": &items},
                 // From the page's first item in this bucket, no further
                 // than the page's end: two buckets return one page of items.
-                self.spec.items: {"$slice": [
-                    items,
-                    {"$max": [0, {"$subtract": [from, "$start"]}]},
-                    {"$subtract": [from + n, {"$max": [from, "$start"]}]},
+                self.spec.items: {"$cond": [
+                    {"$and": [{"$isArray": [&items]}, {"$isNumber": "$start"}]},
+                    {"$slice": [
+                        &items,
+                        {"$max": [0, {"$subtract": [from, "$start"]}]},
+                        {"$subtract": [from + n, {"$max": [from, "$start"]}]},
+                    ]},
+                    Bson::Null,
                 ]},
             }},
         ]
     }
 
     /// Up to `take` items of a bucket, typed, with the key put back.
+    /// Errors name the bucket by its `_id`, and the item by its index in
+    /// the array as sent (the page's slice for a page).
     fn items_of(&self, bucket: &RawDocument, key: &Bson, take: i64) -> Result<Vec<T>> {
+        let damaged = |field: String, problem: String| {
+            Error::damaged(self.coll.name(), id_of(bucket), field, problem)
+        };
         let arr: &RawArray = match bucket.get(self.spec.items) {
             Ok(Some(RawBsonRef::Array(a))) => a,
-            Ok(None) => return Ok(Vec::new()),
             _ => {
-                return Err(Error::UnsupportedValue {
-                    collection: self.coll.name().to_owned(),
-                    id: Bson::Null,
-                    field: self.spec.items.to_owned(),
-                    found: "a non-array value".into(),
-                    why: "a bucket's items",
-                    dropped: None,
-                })
+                return Err(damaged(
+                    self.spec.items.to_owned(),
+                    "is not an array".into(),
+                ))
             }
         };
         let key_raw = bson::RawBson::try_from(key.clone())
             .map_err(|e| Error::invalid("key", e.to_string()))?;
         let mut out = Vec::new();
-        for el in arr.into_iter().take(take.max(0) as usize) {
-            let el = el.map_err(|e| self.bad_item(e.to_string()))?;
+        for (i, el) in arr.into_iter().take(take.max(0) as usize).enumerate() {
+            let field = || format!("{}.{i}", self.spec.items);
+            let el = el.map_err(|e| damaged(field(), e.to_string()))?;
             let RawBsonRef::Document(d) = el else {
-                return Err(self.bad_item("an item is not a document".into()));
+                return Err(damaged(
+                    field(),
+                    format!("is {:?}, not a document", el.element_type()),
+                ));
             };
             let mut item = RawDocumentBuf::from_bytes(d.as_bytes().to_vec())
-                .map_err(|e| self.bad_item(e.to_string()))?;
+                .map_err(|e| damaged(field(), e.to_string()))?;
             item.append(self.spec.key, key_raw.clone());
             out.push(bson::from_slice(item.as_bytes()).map_err(|source| {
                 Error::UnexpectedDocument {
                     collection: self.coll.name().to_owned(),
-                    id: Bson::Null,
+                    id: id_of(bucket),
                     source,
                 }
             })?);
@@ -782,48 +1009,18 @@ impl<T: Bucketed> Buckets<T> {
         Ok(out)
     }
 
-    fn bad_item(&self, why: String) -> Error {
-        Error::UnsupportedValue {
-            collection: self.coll.name().to_owned(),
-            id: Bson::Null,
-            field: self.spec.items.to_owned(),
-            found: why,
-            why: "a bucket's items",
-            dropped: None,
-        }
-    }
-
-    /// `$and` of `$eq` on each field of `matching`, as an aggregation
-    /// expression over `$$this`, with every value a `$literal`.
-    fn match_expr(&self, matching: &Document) -> Result<Document> {
-        if matching.is_empty() {
-            return Err(Error::invalid("matching", "name at least one item field"));
-        }
-        let terms: Vec<Bson> = matching
-            .iter()
-            .map(|(field, value)| {
-                if field.starts_with('$') || field.is_empty() {
-                    return Err(Error::invalid(
-                        "matching",
-                        format!("`{field}` is not a field name"),
-                    ));
-                }
-                Ok(Bson::Document(
-                    doc! {"$eq": [format!("$$this.{field}"), {"$literal": value.clone()}]},
-                ))
-            })
-            .collect::<Result<_>>()?;
-        Ok(doc! {"$and": terms})
-    }
-
+    /// Refuses a key with a damaged bucket first: positions summed from a
+    /// damaged count would be wrong for every later bucket.
     async fn reindex_bson(&self, key: &Bson) -> Result<()> {
+        self.refuse_damaged(key).await?;
         let pipeline = vec![
             doc! {"$match": id_range(key)},
             doc! {"$setWindowFields": {
                 "sortBy": {"_id": 1},
                 "output": {"start": {"$sum": "$count", "window": {"documents": ["unbounded", -1]}}},
             }},
-            doc! {"$project": {"start": 1}},
+            // Clears a removal's mark: positions are right again.
+            doc! {"$project": {"start": 1, STALE: {"$literal": false}}},
             doc! {"$merge": {
                 "into": self.coll.name(),
                 "on": "_id",
@@ -879,29 +1076,64 @@ fn item_len(doc: &Document) -> Result<i64> {
     Ok(len)
 }
 
-fn int(b: Option<&Bson>) -> Option<i64> {
-    match b? {
-        Bson::Int32(v) => Some(i64::from(*v)),
-        Bson::Int64(v) => Some(*v),
-        Bson::Double(v) if v.fract() == 0.0 => Some(*v as i64),
-        _ => None,
+/// An integer field of a raw document (an integral double counts, as the
+/// shell writes numbers so), or what was found instead.
+fn raw_int(d: &RawDocument, field: &str) -> std::result::Result<i64, String> {
+    match d.get(field) {
+        Ok(Some(RawBsonRef::Int32(v))) => Ok(i64::from(v)),
+        Ok(Some(RawBsonRef::Int64(v))) => Ok(v),
+        Ok(Some(RawBsonRef::Double(v))) if v.fract() == 0.0 && v.abs() < 9.0e15 => Ok(v as i64),
+        Ok(Some(RawBsonRef::Double(v))) => Err(format!("{v}")),
+        Ok(Some(v)) => Err(format!("{:?}", v.element_type())),
+        Ok(None) => Err("missing".to_owned()),
+        Err(e) => Err(e.to_string()),
     }
+}
+
+/// MongoDB's order for the values an `order` field holds: a missing or
+/// null value first, then numbers (NaN below every other number), dates,
+/// timestamps.
+fn order_cmp(a: Option<&Bson>, b: Option<&Bson>) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    fn rank(v: Option<&Bson>) -> u8 {
+        match v {
+            None | Some(Bson::Null) => 0,
+            Some(Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)) => 1,
+            Some(Bson::DateTime(_)) => 2,
+            Some(Bson::Timestamp(_)) => 3,
+            Some(_) => 4,
+        }
+    }
+    fn num(v: &Bson) -> Option<f64> {
+        match v {
+            Bson::Int32(n) => Some(f64::from(*n)),
+            Bson::Int64(n) => Some(*n as f64),
+            Bson::Double(n) => Some(*n),
+            _ => None,
+        }
+    }
+    match (a, b) {
+        (Some(Bson::Int32(x)), Some(Bson::Int32(y))) => x.cmp(y),
+        (Some(Bson::Int64(x)), Some(Bson::Int64(y))) => x.cmp(y),
+        (Some(Bson::DateTime(x)), Some(Bson::DateTime(y))) => x.cmp(y),
+        (Some(Bson::Timestamp(x)), Some(Bson::Timestamp(y))) => {
+            (x.time, x.increment).cmp(&(y.time, y.increment))
+        }
+        (Some(x), Some(y)) if rank(a) == 1 && rank(b) == 1 => match (num(x), num(y)) {
+            (Some(x), Some(y)) if x.is_nan() || y.is_nan() => y.is_nan().cmp(&x.is_nan()),
+            (Some(x), Some(y)) => x.partial_cmp(&y).unwrap_or(Ordering::Equal),
+            _ => Ordering::Equal,
+        },
+        _ => rank(a).cmp(&rank(b)),
+    }
+}
+
+fn is_stale(d: &RawDocument) -> bool {
+    matches!(d.get(STALE), Ok(Some(RawBsonRef::Boolean(true))))
 }
 
 fn is_duplicate_key(e: &Error) -> bool {
     matches!(e, Error::Database(e) if crate::error::server_codes(e).contains(&11000))
-}
-
-/// How many documents of an ordered `insertMany` went in before it failed.
-fn inserted_before_error(e: &mongodb::error::Error) -> usize {
-    match &*e.kind {
-        mongodb::error::ErrorKind::InsertMany(m) => m
-            .write_errors
-            .as_ref()
-            .and_then(|errs| errs.iter().map(|w| w.index).min())
-            .unwrap_or(0),
-        _ => 0,
-    }
 }
 
 fn contended(operation: &'static str) -> Error {

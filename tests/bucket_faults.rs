@@ -1,0 +1,910 @@
+//! The bucket pattern under faults: buckets damaged by another client,
+//! filters with query operators, `order`, cancelled calls, contention on one
+//! key, and a server killed and restarted mid-run. Every invariant is
+//! checked with the raw driver.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use mongo_patterns::bson::{self, Bson};
+use mongo_patterns::bucket::PageRequest;
+use mongo_patterns::prelude::*;
+use mongo_patterns::Error;
+use mongo_patterns_testkit::{client, fresh_db, OwnServer, ServerOptions};
+use tokio::time::timeout;
+
+const SIZE: i64 = 5;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "trades")]
+#[bucket(size = 5, key = "customerId", items = "trades")]
+struct Trade {
+    customer_id: i64,
+    task: u32,
+    seq: u32,
+    ticker: String,
+}
+
+fn trade(customer_id: i64, task: u32, seq: u32) -> Trade {
+    Trade {
+        customer_id,
+        task,
+        seq,
+        ticker: format!("T{}", seq % 3),
+    }
+}
+
+/// Items with a value of any type, to compare `remove`'s filters with a
+/// query's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "values")]
+#[bucket(size = 5, key = "customerId")]
+struct Valued {
+    customer_id: i64,
+    seq: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    v: Option<Bson>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "dated")]
+#[bucket(size = 5, key = "customerId", order = "day")]
+struct Dated {
+    customer_id: i64,
+    day: i64,
+    n: u32,
+}
+
+/// A bound for anything that talks to the server.
+async fn bounded<F: std::future::Future>(secs: u64, f: F) -> F::Output {
+    timeout(Duration::from_secs(secs), f)
+        .await
+        .expect("no call may hang")
+}
+
+/// Reads every bucket of `coll` and checks each key's: `count` an integer
+/// equal to the array's length and within `SIZE`, `start` equal to the items
+/// before, and at most one open bucket (not sealed, not full), the last.
+/// Returns each key's items in stored order.
+async fn invariants(db: &Database, coll: &str, items: &str) -> HashMap<i64, Vec<Document>> {
+    let buckets: Vec<Document> = bounded(30, async {
+        db.collection::<Document>(coll)
+            .find(doc! {})
+            .sort(doc! {"_id": 1})
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap()
+    })
+    .await;
+    let mut out: HashMap<i64, Vec<Document>> = HashMap::new();
+    let mut open: HashMap<i64, Vec<i64>> = HashMap::new();
+    let mut last: HashMap<i64, i64> = HashMap::new();
+    for b in &buckets {
+        let id = b.get_document("_id").unwrap();
+        let (key, seq) = (id.get_i64("k").unwrap(), id.get_i64("s").unwrap());
+        let arr = b.get_array(items).unwrap();
+        let int = |f: &str| match b.get(f) {
+            Some(Bson::Int64(n)) => *n,
+            Some(Bson::Int32(n)) => i64::from(*n),
+            other => panic!("bucket {id}: {f} {other:?}"),
+        };
+        let count = int("count");
+        assert_eq!(
+            count,
+            arr.len() as i64,
+            "bucket {id}: count is the array's length"
+        );
+        assert!(count <= SIZE, "bucket {id}: {count} over size");
+        let before = out.get(&key).map_or(0, Vec::len) as i64;
+        assert_eq!(int("start"), before, "bucket {id}: start");
+        if !b.get_bool("sealed").unwrap_or(false) && count < SIZE {
+            open.entry(key).or_default().push(seq);
+        }
+        last.insert(key, seq);
+        out.entry(key)
+            .or_default()
+            .extend(arr.iter().map(|t| t.as_document().unwrap().clone()));
+    }
+    for (key, seqs) in &open {
+        assert!(seqs.len() <= 1, "key {key}: open buckets {seqs:?}");
+        assert_eq!(
+            seqs.last(),
+            last.get(key),
+            "key {key}: the open bucket is the last"
+        );
+    }
+    out
+}
+
+fn ids(items: &[Document]) -> Vec<(i64, i64)> {
+    items
+        .iter()
+        .map(|t| (t.get_i64("task").unwrap(), t.get_i64("seq").unwrap()))
+        .collect()
+}
+
+/// A small deterministic generator: the tests need varied delays, not
+/// randomness.
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % below
+    }
+}
+
+// ---- damaged buckets ----
+
+fn damaged_id(e: &Result<impl std::fmt::Debug, Error>) -> Option<Bson> {
+    match e {
+        Err(Error::Damaged { id, .. }) => Some(id.clone()),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
+    let (db, _) = fresh_db("bucket_damaged").await;
+    let raw = db.collection::<Document>("trades");
+    let items: Vec<Bson> = (0..7)
+        .map(|s| bson::to_bson(&doc! {"task": 0_i64, "seq": s as i64, "ticker": "T"}).unwrap())
+        .collect();
+    let damages: Vec<(&str, Document)> = vec![
+        ("count a string", doc! {"$set": {"count": "3"}}),
+        ("count not the length", doc! {"$set": {"count": 2_i64}}),
+        ("items not an array", doc! {"$set": {"trades": "oops"}}),
+        ("items missing", doc! {"$unset": {"trades": ""}}),
+        (
+            "over size",
+            doc! {"$set": {"trades": &items, "count": 7_i64}},
+        ),
+        ("start a string", doc! {"$set": {"start": "0"}}),
+    ];
+    for (k, (what, damage)) in damages.iter().enumerate() {
+        let key = k as i64 + 1;
+        let writer = Trade::buckets(&db);
+        for s in 0..3 {
+            bounded(10, writer.push(&trade(key, 0, s))).await.unwrap();
+        }
+        let id = Bson::Document(doc! {"k": key, "s": 0_i64});
+        raw.update_one(doc! {"_id": &id}, damage.clone())
+            .await
+            .unwrap();
+        let before = raw.find_one(doc! {"_id": &id}).await.unwrap().unwrap();
+
+        let fresh = Trade::buckets(&db);
+        let mut outcomes: Vec<(&str, Option<Bson>, String)> = Vec::new();
+        macro_rules! expect {
+            ($name:expr, $call:expr) => {{
+                let r = bounded(10, $call).await;
+                outcomes.push(($name, damaged_id(&r), format!("{r:?}")));
+            }};
+        }
+        expect!("page", fresh.page(&key, PageRequest::new(1, 10)));
+        expect!("page of 2", fresh.page(&key, PageRequest::new(1, 2)));
+        expect!(
+            "newest first",
+            fresh.page(&key, PageRequest::new(1, 10).newest_first())
+        );
+        expect!("total", fresh.total(&key));
+        expect!("stream", fresh.stream(&key).try_collect::<Vec<_>>());
+        expect!("push, remembered", writer.push(&trade(key, 0, 3)));
+        expect!("push, fresh", fresh.push(&trade(key, 0, 4)));
+        expect!("push_many", fresh.push_many(&key, &[trade(key, 0, 5)]));
+        expect!("remove", fresh.remove(&key, doc! {"ticker": "T1"}));
+        expect!(
+            "update",
+            fresh.update(&key, doc! {"seq": 1}, &trade(key, 0, 1))
+        );
+        expect!(
+            "update, no match",
+            fresh.update(&key, doc! {"seq": 99}, &trade(key, 0, 1))
+        );
+        for (call, _, full) in &outcomes {
+            println!("{what}: {call}: {full:.160}");
+        }
+        for (call, got, full) in &outcomes {
+            assert_eq!(got.as_ref(), Some(&id), "{what}: {call} gave {full}");
+        }
+        let after = raw.find_one(doc! {"_id": &id}).await.unwrap().unwrap();
+        assert_eq!(
+            after, before,
+            "{what}: nothing written on the damaged bucket"
+        );
+        assert_eq!(
+            raw.count_documents(doc! {"customerId": key}).await.unwrap(),
+            1,
+            "{what}: no bucket opened beside it"
+        );
+    }
+    // An item that does not deserialize: reads name the bucket.
+    let key = 100;
+    let repo = Trade::buckets(&db);
+    for s in 0..4 {
+        repo.push(&trade(key, 0, s)).await.unwrap();
+    }
+    let id = Bson::Document(doc! {"k": key, "s": 0_i64});
+    raw.update_one(doc! {"_id": &id}, doc! {"$unset": {"trades.2.ticker": ""}})
+        .await
+        .unwrap();
+    for r in [
+        repo.page(&key, PageRequest::new(1, 10)).await.map(|_| ()),
+        repo.page(&key, PageRequest::new(1, 10).newest_first())
+            .await
+            .map(|_| ()),
+        repo.stream(&key).try_collect::<Vec<_>>().await.map(|_| ()),
+    ] {
+        match r {
+            Err(Error::UnexpectedDocument { id: got, .. }) => assert_eq!(got, id),
+            other => panic!("an item without `ticker`: {other:?}"),
+        }
+    }
+    // A page that does not reach item 2 (nor reads it to look ahead) is
+    // served.
+    assert_eq!(
+        repo.page(&key, PageRequest::new(1, 1))
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+    raw.update_one(doc! {"_id": &id}, doc! {"$set": {"trades.2": 5}})
+        .await
+        .unwrap();
+    match repo.page(&key, PageRequest::new(1, 10)).await {
+        Err(Error::Damaged { id: got, field, .. }) => {
+            assert_eq!((got, field.as_str()), (id, "trades.2"))
+        }
+        other => panic!("an item that is a number: {other:?}"),
+    }
+}
+
+// ---- remove's filter ----
+
+#[tokio::test]
+async fn remove_with_an_operator_removes_the_matching_items_and_counts_them() {
+    let (db, commands) = fresh_db("bucket_remove_ops").await;
+    let repo = Trade::buckets(&db);
+    for s in 0..4 {
+        repo.push(&trade(1, 0, s)).await.unwrap();
+    }
+    let removed = bounded(10, repo.remove(&1, doc! {"seq": {"$gt": 2}}))
+        .await
+        .unwrap();
+    let left: Vec<u32> = repo
+        .stream(&1)
+        .map_ok(|t| t.seq)
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(
+        (removed, left),
+        (1, vec![0, 1, 2]),
+        "one item, seq 3, removed"
+    );
+    // A filter that matches nothing changes nothing, and seals nothing: the
+    // next push goes into the same bucket.
+    assert_eq!(repo.remove(&1, doc! {"seq": {"$gt": 50}}).await.unwrap(), 0);
+    assert_eq!(repo.remove(&2, doc! {"seq": 1}).await.unwrap(), 0);
+    // Items removed across buckets are counted one by one.
+    for s in 4..12 {
+        repo.push(&trade(1, 0, s)).await.unwrap();
+    }
+    // Seqs 0..=2 and 4..12 are left: 1, 4, 7 and 10 have ticker T1.
+    assert_eq!(repo.remove(&1, doc! {"ticker": "T1"}).await.unwrap(), 4);
+    invariants(&db, "trades", "trades").await;
+    // Operators outside the subset are refused before anything is sent.
+    let before = invariants(&db, "trades", "trades").await;
+    commands.take();
+    for f in [
+        doc! {"seq": {"$mod": [2, 0]}},
+        doc! {"ticker": {"$regex": "^T"}},
+        doc! {"$where": "true"},
+        doc! {"$expr": {"$gt": ["$seq", 2]}},
+        doc! {"seq": {"$not": {"$gt": 2}}},
+        doc! {"ticker": bson::Regex { pattern: "T".into(), options: String::new() }},
+        doc! {},
+    ] {
+        let r = repo.remove(&1, f.clone()).await;
+        assert!(
+            matches!(r, Err(Error::InvalidArgument { .. })),
+            "{f}: {r:?}"
+        );
+        let r = repo.update(&1, f.clone(), &trade(1, 0, 0)).await;
+        assert!(
+            matches!(r, Err(Error::InvalidArgument { .. })),
+            "{f}: {r:?}"
+        );
+    }
+    assert_eq!(commands.take_count(), 0, "refused before sending");
+    assert_eq!(invariants(&db, "trades", "trades").await, before);
+}
+
+#[tokio::test]
+async fn remove_filters_match_what_a_query_matches() {
+    let (db, _) = fresh_db("bucket_remove_query").await;
+    let repo = Valued::buckets(&db);
+    let flat = db.collection::<Document>("flat");
+    let values: Vec<Option<Bson>> = vec![
+        Some(Bson::Int32(1)),
+        Some(Bson::Int64(3)),
+        Some(Bson::Double(2.5)),
+        Some(Bson::Double(3.0)),
+        Some(Bson::String("3".into())),
+        Some(Bson::String("b".into())),
+        Some(Bson::Null),
+        None,
+        Some(Bson::DateTime(bson::DateTime::from_millis(1_000))),
+        Some(Bson::Boolean(true)),
+        Some(Bson::Document(doc! {"a": 1})),
+        Some(Bson::Int32(7)),
+    ];
+    let filters: Vec<Document> = vec![
+        doc! {"v": 3},
+        doc! {"v": {"$eq": 3}},
+        doc! {"v": {"$ne": 3}},
+        doc! {"v": {"$gt": 2}},
+        doc! {"v": {"$gte": 3}},
+        doc! {"v": {"$lt": 3}},
+        doc! {"v": {"$lte": 2.5}},
+        doc! {"v": {"$gt": "a"}},
+        doc! {"v": Bson::Null},
+        doc! {"v": {"$ne": Bson::Null}},
+        doc! {"v": {"$in": [1, "b", Bson::Null]}},
+        doc! {"v": {"$nin": [1, 3]}},
+        doc! {"v": {"$exists": true}},
+        doc! {"v": {"$exists": false}},
+        doc! {"v": {"$gt": 2, "$lt": 7}},
+        doc! {"v": {"$gt": bson::DateTime::from_millis(0)}},
+        doc! {"v": true},
+        doc! {"v": {"a": 1}},
+        doc! {"$or": [{"v": 1}, {"seq": {"$gte": 10}}]},
+        doc! {"$and": [{"v": {"$gt": 0}}, {"v": {"$lt": 5}}]},
+        doc! {"$nor": [{"v": 3}, {"seq": 0}]},
+        doc! {"seq": {"$in": [2, 4]}, "v": {"$exists": true}},
+        doc! {"customerId": 17},
+    ];
+    for (k, f) in filters.iter().enumerate() {
+        let key = k as i64;
+        let items: Vec<Valued> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Valued {
+                customer_id: key,
+                seq: i as u32,
+                v: v.clone(),
+            })
+            .collect();
+        repo.push_many(&key, &items).await.unwrap();
+        let docs: Vec<Document> = items
+            .iter()
+            .map(|i| bson::to_document(i).unwrap())
+            .collect();
+        flat.insert_many(docs).await.unwrap();
+        let mut q = f.clone();
+        let q = doc! {"$and": [{"customerId": key}, std::mem::take(&mut q)]};
+        let want: HashSet<i64> = flat
+            .find(q)
+            .await
+            .unwrap()
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap()
+            .iter()
+            .map(|d| d.get_i64("seq").unwrap())
+            .collect();
+        let removed = bounded(10, repo.remove(&key, f.clone())).await.unwrap();
+        let left: HashSet<i64> = repo
+            .stream(&key)
+            .map_ok(|i| i64::from(i.seq))
+            .try_collect()
+            .await
+            .unwrap();
+        let all: HashSet<i64> = (0..values.len() as i64).collect();
+        assert_eq!(removed as usize, want.len(), "{f}: items removed");
+        assert_eq!(&all - &left, want, "{f}: the items a query matches");
+    }
+    invariants(&db, "values", "items").await;
+}
+
+// ---- order ----
+
+#[tokio::test]
+async fn order_keeps_each_bucket_sorted_through_push_many_update_and_push() {
+    let (db, _) = fresh_db("bucket_order").await;
+    let repo = Dated::buckets(&db);
+    let days = [4, 1, 3, 0, 2, 9, 7, 8, 5, 6];
+    let batch: Vec<Dated> = days
+        .iter()
+        .enumerate()
+        .map(|(n, &day)| Dated {
+            customer_id: 1,
+            day,
+            n: n as u32,
+        })
+        .collect();
+    repo.push_many(&1, &batch).await.unwrap();
+    let stored = |items: &[Document]| -> Vec<i64> {
+        items.iter().map(|d| d.get_i64("day").unwrap()).collect()
+    };
+    let buckets = invariants(&db, "dated", "items").await;
+    assert_eq!(
+        stored(&buckets[&1]),
+        (0..10).collect::<Vec<_>>(),
+        "push_many sorts"
+    );
+    // A batch in order across buckets pages in order, either way.
+    let newest: Vec<i64> = repo
+        .page(&1, PageRequest::new(1, 10).newest_first())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|d| d.day)
+        .collect();
+    assert_eq!(newest, (0..10).rev().collect::<Vec<_>>());
+    // An update that changes the order field re-sorts its bucket.
+    let n_of_7 = batch.iter().find(|d| d.day == 7).unwrap().n;
+    let moved = Dated {
+        customer_id: 1,
+        day: 5,
+        n: n_of_7,
+    };
+    assert!(repo.update(&1, doc! {"day": 7}, &moved).await.unwrap());
+    let buckets = invariants(&db, "dated", "items").await;
+    assert_eq!(stored(&buckets[&1]), [0, 1, 2, 3, 4, 5, 5, 6, 8, 9]);
+    // A push lands sorted in the open bucket.
+    repo.push(&Dated {
+        customer_id: 2,
+        day: 10,
+        n: 0,
+    })
+    .await
+    .unwrap();
+    repo.push(&Dated {
+        customer_id: 2,
+        day: 3,
+        n: 1,
+    })
+    .await
+    .unwrap();
+    let buckets = invariants(&db, "dated", "items").await;
+    assert_eq!(stored(&buckets[&2]), [3, 10]);
+}
+
+// ---- cancellation ----
+
+/// Runs `f` cut at a delay from 0 to `max_us` microseconds; `Some` when it
+/// finished first.
+async fn cut<F: std::future::Future>(rng: &mut Lcg, max_us: u64, f: F) -> Option<F::Output> {
+    timeout(Duration::from_micros(rng.next(max_us)), f)
+        .await
+        .ok()
+}
+
+#[tokio::test]
+async fn cancelled_pushes_lose_nothing_and_double_nothing() {
+    let (db, _) = fresh_db("bucket_cancel_push").await;
+    let repo = Trade::buckets(&db);
+    let mut rng = Lcg(7);
+    let mut done = HashSet::new();
+    let mut cut_n = 0;
+    for s in 0..600u32 {
+        match cut(&mut rng, 8_000, repo.push(&trade(1, 0, s))).await {
+            Some(r) => {
+                r.unwrap();
+                done.insert((0, i64::from(s)));
+            }
+            None => cut_n += 1,
+        }
+    }
+    // Calls that finished after them see a consistent repository.
+    for s in 600..610u32 {
+        bounded(10, repo.push(&trade(1, 0, s))).await.unwrap();
+        done.insert((0, i64::from(s)));
+    }
+    let stored = ids(&invariants(&db, "trades", "trades").await[&1]);
+    let set: HashSet<(i64, i64)> = stored.iter().copied().collect();
+    assert_eq!(set.len(), stored.len(), "no item stored twice");
+    assert!(done.is_subset(&set), "every finished push stored");
+    let mut sorted = stored.clone();
+    sorted.sort();
+    assert_eq!(sorted, stored, "stored in push order");
+    println!(
+        "600 pushes: {cut_n} cut, {} finished; stored {} (the cut ones that had reached the server)",
+        600 - cut_n,
+        stored.len() - 10
+    );
+    assert!(
+        cut_n > 50 && cut_n < 590,
+        "the delays cut some calls: {cut_n}"
+    );
+}
+
+#[tokio::test]
+async fn cancelled_push_many_stores_a_prefix_of_each_batch() {
+    let (db, _) = fresh_db("bucket_cancel_many").await;
+    let repo = Trade::buckets(&db);
+    let mut rng = Lcg(11);
+    let mut finished = HashSet::new();
+    let mut cut_n = 0;
+    for b in 0..80u32 {
+        let batch: Vec<Trade> = (0..7).map(|s| trade(1, b, s)).collect();
+        match cut(&mut rng, 40_000, repo.push_many(&1, &batch)).await {
+            Some(r) => {
+                r.unwrap();
+                finished.insert(i64::from(b));
+            }
+            None => cut_n += 1,
+        }
+    }
+    let stored = ids(&invariants(&db, "trades", "trades").await[&1]);
+    let mut per: HashMap<i64, Vec<i64>> = HashMap::new();
+    for (b, s) in &stored {
+        per.entry(*b).or_default().push(*s);
+    }
+    for (b, seqs) in &per {
+        assert_eq!(
+            seqs,
+            &(0..seqs.len() as i64).collect::<Vec<_>>(),
+            "batch {b}: a prefix, once"
+        );
+    }
+    for b in &finished {
+        assert_eq!(
+            per.get(b).map_or(0, Vec::len),
+            7,
+            "finished batch {b} stored whole"
+        );
+    }
+    let partial = per.values().filter(|s| s.len() < 7).count();
+    println!("80 push_many of 7: {cut_n} cut, {partial} stored in part");
+    assert!(cut_n > 5, "the delays cut some calls: {cut_n}");
+}
+
+#[tokio::test]
+async fn cancelled_removes_and_updates_leave_buckets_exact() {
+    let (db, _) = fresh_db("bucket_cancel_edit").await;
+    let repo = Trade::buckets(&db);
+    let all: Vec<Trade> = (0..200).map(|s| trade(1, 0, s)).collect();
+    repo.push_many(&1, &all).await.unwrap();
+    let mut rng = Lcg(3);
+    let mut cut_n = 0;
+    // Every third item removed, one call each, cut at random.
+    for s in (0..200u32).step_by(3) {
+        if cut(&mut rng, 40_000, repo.remove(&1, doc! {"seq": s}))
+            .await
+            .is_none()
+        {
+            cut_n += 1;
+        }
+    }
+    // Every fifth item edited in place, cut at random.
+    let mut edited = HashSet::new();
+    for s in (1..200u32).step_by(5) {
+        let mut t = trade(1, 0, s);
+        t.ticker = format!("E{s}");
+        match cut(&mut rng, 10_000, repo.update(&1, doc! {"seq": s}, &t)).await {
+            Some(r) => {
+                if r.unwrap() {
+                    edited.insert(i64::from(s));
+                }
+            }
+            None => cut_n += 1,
+        }
+    }
+    // A cut remove finishes on its own: wait for the last ones.
+    let want: Vec<i64> = (0..200).filter(|s| s % 3 != 0).collect();
+    let t0 = Instant::now();
+    let stored = loop {
+        let total = repo.total(&1).await.unwrap();
+        if total == want.len() as u64 || t0.elapsed() > Duration::from_secs(20) {
+            break invariants(&db, "trades", "trades")
+                .await
+                .remove(&1)
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let seqs: Vec<i64> = stored.iter().map(|t| t.get_i64("seq").unwrap()).collect();
+    assert_eq!(
+        seqs, want,
+        "every cut remove completed, nothing else removed, order kept"
+    );
+    for t in &stored {
+        let s = t.get_i64("seq").unwrap();
+        let ticker = t.get_str("ticker").unwrap();
+        let old = format!("T{}", s % 3);
+        assert!(ticker == old || ticker == format!("E{s}"), "{s}: {ticker}");
+        if edited.contains(&s) {
+            assert_eq!(ticker, format!("E{s}"), "a finished update stays");
+        }
+    }
+    // Pages agree with the buckets.
+    let page: Vec<i64> = repo
+        .page(&1, PageRequest::new(2, 40))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|t| i64::from(t.seq))
+        .collect();
+    assert_eq!(page, want[40..80]);
+    println!("{cut_n} of {} removes and updates cut", 67 + 40);
+    assert!(cut_n > 10, "the delays cut some calls: {cut_n}");
+}
+
+/// What a `remove` cut short by a crash leaves: buckets marked, one
+/// rewritten, `start` not yet recomputed. Reads recompute it first.
+#[tokio::test]
+async fn a_removal_cut_before_its_recount_leaves_no_page_wrong() {
+    let (db, _) = fresh_db("bucket_stale").await;
+    let repo = Trade::buckets(&db);
+    let all: Vec<Trade> = (0..30).map(|s| trade(1, 0, s)).collect();
+    repo.push_many(&1, &all).await.unwrap();
+    let raw = db.collection::<Document>("trades");
+    raw.update_many(
+        doc! {"customerId": 1_i64},
+        doc! {"$set": {"mp_stale": true}},
+    )
+    .await
+    .unwrap();
+    // Bucket 0 loses seqs 0 and 1, as the removal's rewrite does it.
+    raw.update_one(
+        doc! {"_id": {"k": 1_i64, "s": 0_i64}},
+        vec![
+            doc! {"$set": {"trades": {"$filter": {"input": "$trades", "cond": {"$gte": ["$$this.seq", 2]}}}}},
+            doc! {"$set": {"count": {"$size": "$trades"}, "sealed": true}},
+        ],
+    )
+    .await
+    .unwrap();
+    let want: Vec<u32> = (2..30).collect();
+    let page = |n, per| PageRequest::new(n, per);
+    let got: Vec<u32> = repo
+        .page(&1, page(2, 5))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|t| t.seq)
+        .collect();
+    assert_eq!(got, want[5..10], "a page inside a later bucket");
+    invariants(&db, "trades", "trades").await;
+    // The newest-first total, and a push opening a bucket, also start from
+    // recomputed positions.
+    raw.update_many(
+        doc! {"customerId": 1_i64},
+        doc! {"$set": {"mp_stale": true, "start": 99_i64}},
+    )
+    .await
+    .unwrap();
+    assert_eq!(repo.total(&1).await.unwrap(), 28);
+    raw.update_many(
+        doc! {"customerId": 1_i64},
+        doc! {"$set": {"mp_stale": true, "start": 99_i64}},
+    )
+    .await
+    .unwrap();
+    let newest: Vec<u32> = repo
+        .page(&1, page(1, 3).newest_first())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|t| t.seq)
+        .collect();
+    assert_eq!(newest, [29, 28, 27]);
+    raw.update_many(
+        doc! {"customerId": 1_i64},
+        doc! {"$set": {"mp_stale": true, "start": 99_i64}},
+    )
+    .await
+    .unwrap();
+    repo.push(&trade(1, 0, 30)).await.unwrap();
+    repo.page(&1, page(1, 1)).await.unwrap();
+    invariants(&db, "trades", "trades").await;
+}
+
+// ---- contention ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contention_sixteen_tasks_push_to_one_key() {
+    let (db, _) = fresh_db("bucket_contention").await;
+    let repo = Trade::buckets(&db);
+    let t0 = Instant::now();
+    let tasks: Vec<_> = (0..16u32)
+        .map(|t| {
+            let repo = repo.clone();
+            tokio::spawn(async move {
+                for s in 0..60u32 {
+                    repo.push(&trade(7, t, s)).await.unwrap();
+                }
+                let batch: Vec<Trade> = (60..80).map(|s| trade(7, t, s)).collect();
+                repo.push_many(&7, &batch).await.unwrap();
+            })
+        })
+        .collect();
+    bounded(120, async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await;
+    let took = t0.elapsed();
+    let stored = ids(&invariants(&db, "trades", "trades").await[&7]);
+    assert_eq!(stored.len(), 16 * 80, "every item once");
+    let mut next: HashMap<i64, i64> = HashMap::new();
+    for (t, s) in &stored {
+        let n = next.entry(*t).or_insert(0);
+        assert_eq!(s, n, "task {t}: in the order it pushed");
+        *n += 1;
+    }
+    assert_eq!(repo.total(&7).await.unwrap(), 16 * 80);
+    println!("16 tasks, 1,280 items into one key: {took:?}");
+}
+
+// ---- a server killed mid-run ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crash_kill_and_restart_mid_pushes() {
+    let server = OwnServer::start(ServerOptions {
+        sync_on_commit: true,
+        ..ServerOptions::default()
+    });
+    let (c, _) = client(server.uri()).await;
+    let db = c.database("crash");
+    let repo = Trade::buckets(&db);
+    repo.ensure_indexes().await.unwrap();
+    let tasks: Vec<_> = (0..4u32)
+        .map(|t| {
+            let repo = repo.clone();
+            tokio::spawn(async move {
+                let (mut ok, mut failed) = (Vec::new(), Vec::new());
+                for s in 0..150u32 {
+                    let r = timeout(Duration::from_secs(30), repo.push(&trade(1, t, s)))
+                        .await
+                        .expect("a push is bounded by server selection");
+                    match r {
+                        Ok(()) => ok.push((i64::from(t), i64::from(s))),
+                        Err(e) => {
+                            assert!(
+                                e.is_unavailable() || matches!(e, Error::Database(_)),
+                                "{e:?}"
+                            );
+                            failed.push((i64::from(t), i64::from(s)));
+                        }
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
+    // A remover on a key of its own: one item a call, every other one.
+    let removable: Vec<Trade> = (0..100).map(|s| trade(3, 0, s)).collect();
+    repo.push_many(&3, &removable).await.unwrap();
+    let remover = {
+        let repo = repo.clone();
+        tokio::spawn(async move {
+            let mut removed = 0;
+            for s in (0..100u32).step_by(2) {
+                let r = timeout(Duration::from_secs(30), repo.remove(&3, doc! {"seq": s}))
+                    .await
+                    .expect("bounded by server selection");
+                removed += r.unwrap_or(0);
+            }
+            removed
+        })
+    };
+    // A writer of batches beside them, on a key of its own.
+    let batches = {
+        let repo = repo.clone();
+        tokio::spawn(async move {
+            let mut ok = HashSet::new();
+            for b in 0..60u32 {
+                let batch: Vec<Trade> = (0..8).map(|s| trade(2, b, s)).collect();
+                let r = timeout(Duration::from_secs(30), repo.push_many(&2, &batch))
+                    .await
+                    .expect("bounded by server selection");
+                if r.is_ok() {
+                    ok.insert(i64::from(b));
+                }
+            }
+            ok
+        })
+    };
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        server.kill();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server.restart();
+    }
+    let (mut ok, mut failed) = (HashSet::new(), HashSet::new());
+    for t in tasks {
+        let (o, f) = bounded(120, t).await.unwrap();
+        ok.extend(o);
+        failed.extend(f);
+    }
+    let batches_ok = bounded(120, batches).await.unwrap();
+    let removed = bounded(120, remover).await.unwrap();
+    // Removals cut by a kill: pages still agree with the stored items, in
+    // any page size and from either end.
+    let left: Vec<u32> = repo
+        .stream(&3)
+        .map_ok(|t| t.seq)
+        .try_collect()
+        .await
+        .unwrap();
+    assert!(
+        left.len() as u64 <= 100 - removed,
+        "counted removals happened"
+    );
+    let odd: Vec<u32> = (1..100).step_by(2).collect();
+    assert!(odd.iter().all(|s| left.contains(s)), "only targets removed");
+    for per in [1u32, 7, 40] {
+        let mut paged = Vec::new();
+        for n in 1.. {
+            let p = repo.page(&3, PageRequest::new(n, per)).await.unwrap();
+            paged.extend(p.items.iter().map(|t| t.seq));
+            if !p.has_more {
+                break;
+            }
+        }
+        assert_eq!(paged, left, "pages of {per} after the kills");
+    }
+    // The same handle goes on after the restarts.
+    repo.push(&trade(1, 9, 0)).await.unwrap();
+    ok.insert((9, 0));
+    let buckets = invariants(&db, "trades", "trades").await;
+    let mut per: HashMap<i64, Vec<i64>> = HashMap::new();
+    for (b, s) in ids(&buckets[&2]) {
+        per.entry(b).or_default().push(s);
+    }
+    for (b, seqs) in &per {
+        assert_eq!(
+            seqs,
+            &(0..seqs.len() as i64).collect::<Vec<_>>(),
+            "batch {b}: a prefix, once"
+        );
+    }
+    for b in &batches_ok {
+        assert_eq!(
+            per.get(b).map_or(0, Vec::len),
+            8,
+            "acknowledged batch {b} whole"
+        );
+    }
+    let stored = ids(&buckets[&1]);
+    let mut times: HashMap<(i64, i64), usize> = HashMap::new();
+    for id in &stored {
+        *times.entry(*id).or_default() += 1;
+    }
+    let doubled: Vec<_> = times
+        .iter()
+        .filter(|(_, &n)| n > 1)
+        .map(|(id, _)| *id)
+        .collect();
+    let lost: Vec<_> = ok.iter().filter(|id| !times.contains_key(id)).collect();
+    let failed_stored = failed.iter().filter(|id| times.contains_key(id)).count();
+    println!(
+        "3 kills: {removed} removed, {} left of 100; {} push_many of 60 ok; {} pushes ok, {} failed ({failed_stored} of them stored), {} doubled {doubled:?}",
+        left.len(),
+        batches_ok.len(),
+        ok.len(),
+        failed.len(),
+        doubled.len()
+    );
+    assert!(lost.is_empty(), "acknowledged pushes lost: {lost:?}");
+    assert!(doubled.is_empty(), "items stored twice: {doubled:?}");
+    assert_eq!(repo.total(&1).await.unwrap(), stored.len() as u64);
+}
