@@ -146,7 +146,7 @@ impl Lcg {
 
 fn damaged_id(e: &Result<impl std::fmt::Debug, Error>) -> Option<Bson> {
     match e {
-        Err(Error::Damaged { id, .. }) => Some(id.clone()),
+        Err(Error::Damaged { id, .. }) => Some((**id).clone()),
         _ => None,
     }
 }
@@ -244,7 +244,7 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
         repo.stream(&key).try_collect::<Vec<_>>().await.map(|_| ()),
     ] {
         match r {
-            Err(Error::UnexpectedDocument { id: got, .. }) => assert_eq!(got, id),
+            Err(Error::UnexpectedDocument { id: got, .. }) => assert_eq!(*got, id),
             other => panic!("an item without `ticker`: {other:?}"),
         }
     }
@@ -263,7 +263,7 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
         .unwrap();
     match repo.page(&key, PageRequest::new(1, 10)).await {
         Err(Error::Damaged { id: got, field, .. }) => {
-            assert_eq!((got, field.as_str()), (id, "trades.2"))
+            assert_eq!((*got, field.as_str()), (id, "trades.2"))
         }
         other => panic!("an item that is a number: {other:?}"),
     }

@@ -266,7 +266,7 @@ async fn unexpected_documents_are_typed_errors() {
     .await
     .unwrap();
     match Visit::keyset(&db).by_id().page().await {
-        Err(Error::UnexpectedDocument { id, .. }) => assert_eq!(id, Bson::Int64(2)),
+        Err(Error::UnexpectedDocument { id, .. }) => assert_eq!(*id, Bson::Int64(2)),
         other => panic!("{other:?}"),
     }
     // An array in a sort key has no single position.

@@ -320,7 +320,7 @@ async fn strings_in_a_float_key_fail_alike_on_every_page_size() {
             let (items, err) = drain(q.stream()).await;
             match err {
                 Some(Error::UnexpectedDocument { id, .. }) => {
-                    assert_eq!(id, Bson::Int64(order[first_string]))
+                    assert_eq!(*id, Bson::Int64(order[first_string]))
                 }
                 other => panic!("descending {descending}, page {page}: {other:?}"),
             }
@@ -470,7 +470,7 @@ async fn unorderable_values_fail_on_every_page_size() {
                 let (items, err) = drain(loose(&db, "odd", page, descending).stream()).await;
                 match err {
                     Some(Error::UnsupportedValue { id, field, .. }) => {
-                        assert_eq!(id, Bson::Int64(1000 + k as i64));
+                        assert_eq!(*id, Bson::Int64(1000 + k as i64));
                         assert_eq!(field, "v");
                     }
                     other => panic!("{value}: descending {descending}, page {page}: {other:?}"),
@@ -689,7 +689,7 @@ async fn oversized_sort_values_fail_on_every_page_size() {
         for page in [1, 2, 5, 1000] {
             let (_, err) = drain(loose(&db, "big", page, descending).stream()).await;
             match err {
-                Some(Error::UnsupportedValue { id, .. }) => assert_eq!(id, Bson::Int64(99)),
+                Some(Error::UnsupportedValue { id, .. }) => assert_eq!(*id, Bson::Int64(99)),
                 other => panic!("page {page}: {other:?}"),
             }
         }

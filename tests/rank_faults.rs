@@ -357,7 +357,7 @@ fn assert_damaged(r: Result<impl std::fmt::Debug, Error>, id: &Bson, what: &str)
             problem,
             ..
         }) => {
-            assert_eq!(&got, id, "{what}: {field} {problem}");
+            assert_eq!(&*got, id, "{what}: {field} {problem}");
         }
         other => panic!("{what}: expected Damaged naming {id}, got {other:?}"),
     }

@@ -319,7 +319,7 @@ async fn damaged_keys_are_refused_by_writes() {
                     ..
                 }) => {
                     assert_eq!(collection, "logs");
-                    assert_eq!(got, Bson::Int64(id), "{op} {d}");
+                    assert_eq!(*got, Bson::Int64(id), "{op} {d}");
                     let want = if id == 4 { "type" } else { "month" };
                     assert_eq!(field, want, "{op} {d}");
                 }
@@ -343,7 +343,7 @@ async fn damaged_keys_are_refused_by_writes() {
     .await;
     match r {
         Err(Error::ShardKeyMismatch { id, stored, .. }) => {
-            assert_eq!(id, Bson::Int64(5));
+            assert_eq!(*id, Bson::Int64(5));
             assert_eq!(stored.get_str("type"), Ok("web"));
         }
         other => panic!("{other:?}"),
@@ -386,7 +386,7 @@ async fn mistyped_documents_are_named_on_reads() {
     let unexpected = |r: mongo_patterns::Result<Vec<Event>>, what: &str| match r {
         Err(Error::UnexpectedDocument { collection, id, .. }) => {
             assert_eq!(collection, "events", "{what}");
-            assert_eq!(id, Bson::Int64(3), "{what}");
+            assert_eq!(*id, Bson::Int64(3), "{what}");
         }
         other => panic!("{what}: {other:?}"),
     };
@@ -405,7 +405,7 @@ async fn mistyped_documents_are_named_on_reads() {
     .await
     .unwrap();
     match bounded(sessions.find_by_hashed("ann")).await {
-        Err(Error::UnexpectedDocument { id, .. }) => assert_eq!(id, Bson::from("two")),
+        Err(Error::UnexpectedDocument { id, .. }) => assert_eq!(*id, Bson::from("two")),
         other => panic!("find_by_hashed: {other:?}"),
     }
 
@@ -420,7 +420,7 @@ async fn mistyped_documents_are_named_on_reads() {
         .unwrap();
     let range = TimeRange::between(at("2021-10-01T00:00:00Z"), at("2021-11-01T00:00:00Z"));
     match bounded(logs.find("app", range, doc! {})).await {
-        Err(Error::UnexpectedDocument { id, .. }) => assert_eq!(id, Bson::Int64(1)),
+        Err(Error::UnexpectedDocument { id, .. }) => assert_eq!(*id, Bson::Int64(1)),
         other => panic!("find: {other:?}"),
     }
 }
@@ -460,7 +460,7 @@ async fn audit_reports_documents_a_targeted_query_cannot_see() {
         .damaged
         .iter()
         .map(|e| match e {
-            Error::Damaged { id, .. } => id.clone(),
+            Error::Damaged { id, .. } => (**id).clone(),
             other => panic!("{other:?}"),
         })
         .collect();

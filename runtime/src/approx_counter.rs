@@ -651,7 +651,7 @@ fn number(d: &Document, field: &str, collection: &str) -> Result<i64> {
         Some(Bson::Double(f)) if f.is_finite() => Ok(f.round() as i64),
         Some(other) => Err(Error::UnsupportedValue {
             collection: collection.to_owned(),
-            id: d.get("_id").cloned().unwrap_or(Bson::Null),
+            id: Box::new(d.get("_id").cloned().unwrap_or(Bson::Null)),
             field: field.to_owned(),
             found: format!("{:?}", other.element_type()),
             why: "counted",

@@ -46,10 +46,6 @@
 //! histories that are read a page at a time, newest or oldest first, and
 //! whose items are edited or removed now and then.
 
-// The crate's one error type names documents by their BSON `_id`, which
-// makes it large; whether to box it is the crate's choice, not this module's.
-#![allow(clippy::result_large_err)]
-
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
@@ -1001,7 +997,7 @@ impl<T: Bucketed> Buckets<T> {
             out.push(bson::from_slice(item.as_bytes()).map_err(|source| {
                 Error::UnexpectedDocument {
                     collection: self.coll.name().to_owned(),
-                    id: id_of(bucket),
+                    id: Box::new(id_of(bucket)),
                     source,
                 }
             })?);

@@ -34,7 +34,7 @@ pub enum Error {
         /// The collection it was read from.
         collection: String,
         /// Its `_id` as stored.
-        id: Bson,
+        id: Box<Bson>,
         /// What serde said.
         #[source]
         source: bson::de::Error,
@@ -52,7 +52,7 @@ pub enum Error {
         /// The collection it was read from.
         collection: String,
         /// Its `_id` as stored.
-        id: Bson,
+        id: Box<Bson>,
         /// The BSON field name.
         field: String,
         /// The BSON type that was found.
@@ -74,7 +74,7 @@ pub enum Error {
         /// The collection it was read from.
         collection: String,
         /// Its `_id` as stored.
-        id: Bson,
+        id: Box<Bson>,
         /// The BSON field (or dotted path) at fault.
         field: String,
         /// What is wrong with it.
@@ -154,7 +154,7 @@ pub enum Error {
         /// The collection.
         collection: String,
         /// Its `_id` as stored.
-        id: Bson,
+        id: Box<Bson>,
         /// Its shard key fields as stored (boxed: the variant stays no
         /// larger than the others).
         stored: Box<bson::Document>,
@@ -215,7 +215,7 @@ impl Error {
     ) -> Self {
         Error::Damaged {
             collection: collection.to_owned(),
-            id,
+            id: Box::new(id),
             field: field.into(),
             problem: problem.into(),
         }
@@ -287,3 +287,13 @@ impl fmt::Display for CursorError {
 }
 
 impl std::error::Error for CursorError {}
+
+#[cfg(test)]
+mod tests {
+    /// A `Result<T, Error>` stays cheap to return: payloads that would make
+    /// it large (a document's `_id`) are boxed.
+    #[test]
+    fn error_stays_small() {
+        assert!(std::mem::size_of::<super::Error>() <= 128);
+    }
+}

@@ -16,10 +16,6 @@
 //! value that cannot be a position (an array, code, MinKey...) is a typed
 //! error wherever it appears, never a silent skip.
 
-// The crate's `Error` is large by design (it names documents by their BSON
-// `_id`); whether to box it is a decision for every pattern at once.
-#![allow(clippy::result_large_err)]
-
 mod token;
 
 use std::marker::PhantomData;
@@ -454,7 +450,7 @@ where
     fn unsupported(&self, raw: &RawDocument, key: &str, found: String) -> Error {
         Error::UnsupportedValue {
             collection: self.coll.name().to_owned(),
-            id: id_of(raw),
+            id: Box::new(id_of(raw)),
             field: key.to_owned(),
             found,
             why: "a keyset sort key (arrays, code, regexes, MinKey/MaxKey and oversized values have no usable position)",
@@ -488,7 +484,7 @@ where
         match *e.kind {
             mongodb::error::ErrorKind::BsonDeserialization(source) => Error::UnexpectedDocument {
                 collection: self.coll.name().to_owned(),
-                id: id_of(raw),
+                id: Box::new(id_of(raw)),
                 source,
             },
             _ => Error::from(e),

@@ -1180,7 +1180,7 @@ impl<T: RankHistogram> Ranks<T> {
             let score =
                 bson::from_bson::<T::Score>(s.clone()).map_err(|e| Error::UnexpectedDocument {
                     collection: self.spec.histogram.to_owned(),
-                    id: id.clone(),
+                    id: Box::new(id.clone()),
                     source: e,
                 })?;
             out.push(ScoreCount {

@@ -475,7 +475,7 @@ impl<T: ShardKeyed> Sharded<T> {
                     key.remove("_id");
                     return Err(Error::ShardKeyMismatch {
                         collection: T::COLLECTION.to_owned(),
-                        id,
+                        id: Box::new(id),
                         stored: Box::new(key),
                     });
                 }
@@ -618,7 +618,7 @@ impl<T: ShardKeyed> Sharded<T> {
                 mongodb::error::ErrorKind::BsonDeserialization(source) => {
                     Error::UnexpectedDocument {
                         collection: T::COLLECTION.to_owned(),
-                        id: crate::keyset::id_of(cursor.current()),
+                        id: Box::new(crate::keyset::id_of(cursor.current())),
                         source,
                     }
                 }
@@ -817,7 +817,7 @@ fn fill(spec: &ShardSpec, d: &mut Document, collection: &str) -> Result<()> {
         (other, _) => {
             return Err(Error::UnsupportedValue {
                 collection: collection.to_owned(),
-                id: d.get("_id").cloned().unwrap_or(Bson::Null),
+                id: Box::new(d.get("_id").cloned().unwrap_or(Bson::Null)),
                 field: derived.from.to_owned(),
                 found: other.map_or("nothing".to_owned(), |b| format!("{:?}", b.element_type())),
                 why: "a timestamp to derive the shard key from",
