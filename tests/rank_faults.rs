@@ -161,9 +161,9 @@ async fn uncut<F: std::future::Future<Output = Result<R, Error>>, R>(what: &str,
     r
 }
 
-async fn cancelled_writes<T: Exam>(name: &str) {
+async fn cancelled_writes<T: Exam>(name: &str, bulk: bool) {
     let (db, _) = fresh_db(name).await;
-    let ranks = T::ranks(&db);
+    let ranks = T::ranks(&db).bulk_write(bulk);
     let cut = |i| cut_after(i);
     let mut n_cut: i64 = 0;
 
@@ -265,12 +265,30 @@ async fn cancelled_writes<T: Exam>(name: &str) {
 
 #[tokio::test]
 async fn cancelled_writes_array() {
-    bounded(240, cancelled_writes::<ArrayScore>("rank_f_cancel_array")).await;
+    bounded(
+        240,
+        cancelled_writes::<ArrayScore>("rank_f_cancel_array", true),
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn cancelled_writes_documents() {
-    bounded(240, cancelled_writes::<DocsScore>("rank_f_cancel_docs")).await;
+    bounded(
+        240,
+        cancelled_writes::<DocsScore>("rank_f_cancel_docs", true),
+    )
+    .await;
+}
+
+/// The same with `update` + `delete` commands instead of `bulkWrite`.
+#[tokio::test]
+async fn cancelled_writes_documents_fallback() {
+    bounded(
+        240,
+        cancelled_writes::<DocsScore>("rank_f_cancel_docs_fb", false),
+    )
+    .await;
 }
 
 /// A small deterministic generator (xorshift64*).
@@ -290,8 +308,8 @@ const PLAYERS: usize = 32;
 
 /// Sixteen tasks move players of one board for `run`; every call must
 /// succeed. Returns the calls made.
-async fn sixteen_writers<T: Exam>(db: Database, run: Duration) -> usize {
-    let ranks = T::ranks(&db);
+async fn sixteen_writers<T: Exam>(db: Database, run: Duration, bulk: bool) -> usize {
+    let ranks = T::ranks(&db).bulk_write(bulk);
     for p in 0..PLAYERS {
         ranks
             .insert(&T::new(format!("p{p}"), "hot", 50.0))
@@ -337,8 +355,8 @@ async fn contention_sixteen_writers_one_board() {
     let t = Instant::now();
     let (a, d) = bounded(170, async {
         tokio::join!(
-            sixteen_writers::<ArrayScore>(db_a, run),
-            sixteen_writers::<DocsScore>(db_d, run),
+            sixteen_writers::<ArrayScore>(db_a, run, true),
+            sixteen_writers::<DocsScore>(db_d, run, true),
         )
     })
     .await;
@@ -347,6 +365,24 @@ async fn contention_sixteen_writers_one_board() {
         t.elapsed()
     );
     assert!(a > 0 && d > 0);
+}
+
+/// The documents layout's fallback (`update` + `delete` commands), sixteen
+/// writers on one board.
+#[tokio::test]
+async fn contention_sixteen_writers_one_board_fallback() {
+    let (db, _) = fresh_db("rank_f_hot_docs_fb").await;
+    let t = Instant::now();
+    let d = bounded(
+        150,
+        sixteen_writers::<DocsScore>(db, Duration::from_secs(15), false),
+    )
+    .await;
+    eprintln!(
+        "contention (fallback): {d} update_score calls (documents) in {:?}, none Contended",
+        t.elapsed()
+    );
+    assert!(d > 0);
 }
 
 fn assert_damaged(r: Result<impl std::fmt::Debug, Error>, id: &Bson, what: &str) {
@@ -457,9 +493,9 @@ async fn damaged_array_other_shapes() {
 
 /// The documents layout: a call that meets the damaged document fails with
 /// `Damaged` naming that document's `_id`, and writes nothing.
-async fn damaged_documents(count: Bson, what: &str) {
+async fn damaged_documents(count: Bson, what: &str, bulk: bool) {
     let (db, _) = fresh_db("rank_f_damage_docs").await;
-    let ranks = DocsScore::ranks(&db);
+    let ranks = DocsScore::ranks(&db).bulk_write(bulk);
     let hist = db.collection::<Document>(DocsScore::RANK.histogram);
     let players = db.collection::<Document>(DocsScore::COLLECTION);
     ranks.record("b", 10.0).await.unwrap();
@@ -522,25 +558,45 @@ async fn damaged_documents_counts() {
         (Bson::Double(2.5), "fractional count"),
         (Bson::String("2".into()), "count a string"),
     ] {
-        damaged_documents(count, what).await;
+        for bulk in [true, false] {
+            let what = format!("{what} (bulkWrite {bulk})");
+            damaged_documents(count.clone(), &what, bulk).await;
+        }
     }
 }
 
-/// A score whose count reaches 0 is removed, in the same round trip; the
-/// board stays known.
-#[tokio::test]
-async fn emptied_scores_are_removed_documents() {
+/// The names of the commands sent since the last look.
+fn sent(commands: &mongo_patterns_testkit::Commands) -> Vec<String> {
+    commands.take().into_iter().map(|(n, _)| n).collect()
+}
+
+/// A score whose count reaches 0 is removed by the call that empties it
+/// (in the same round trip with `bulkWrite`, by a second command without);
+/// the board stays known.
+async fn emptied_scores_removed(bulk: bool) {
     let (db, commands) = fresh_db("rank_f_emptied").await;
-    let ranks = DocsScore::ranks(&db);
+    let ranks = DocsScore::ranks(&db).bulk_write(bulk);
     let hist = db.collection::<Document>(DocsScore::RANK.histogram);
     for s in [10.0, 10.0, 20.0] {
         ranks.record("b", s).await.unwrap();
     }
     commands.take();
+    ranks.record("b", 40.0).await.unwrap();
+    let one: &[&str] = if bulk { &["bulkWrite"] } else { &["update"] };
+    assert_eq!(sent(&commands), one, "record");
+    let two: &[&str] = if bulk {
+        &["bulkWrite"]
+    } else {
+        &["update", "delete"]
+    };
+    ranks.remove("b", 40.0).await.unwrap();
+    assert_eq!(sent(&commands), two, "remove");
     ranks.remove("b", 10.0).await.unwrap();
+    assert_eq!(sent(&commands), two, "remove");
     ranks.change("b", 10.0, 30.0).await.unwrap();
+    assert_eq!(sent(&commands), two, "change");
     ranks.change("b", 20.0, 30.0).await.unwrap();
-    assert_eq!(commands.take_count(), 3, "one round trip each");
+    assert_eq!(sent(&commands), two, "change");
     let ids: Vec<Bson> = hist
         .find(doc! {})
         .await
@@ -571,6 +627,34 @@ async fn emptied_scores_are_removed_documents() {
         1,
         "a refused write creates nothing"
     );
+    commands.take();
+    // In a transaction: the player's write, the histogram's, the commit.
+    ranks
+        .insert(&DocsScore::new("p".into(), "b", 5.0))
+        .await
+        .unwrap();
+    assert_eq!(
+        sent(&commands),
+        [&["insert"], one, &["commitTransaction"]].concat(),
+        "insert"
+    );
+    assert!(ranks.update_score(doc! {"_id": "p"}, 6.0).await.unwrap());
+    assert_eq!(
+        sent(&commands),
+        [&["findAndModify"], two, &["commitTransaction"]].concat(),
+        "update_score"
+    );
+    assert_consistent::<DocsScore>(&db, "b", "after the transactions").await;
+}
+
+#[tokio::test]
+async fn emptied_scores_are_removed_documents() {
+    bounded(60, emptied_scores_removed(true)).await;
+}
+
+#[tokio::test]
+async fn emptied_scores_are_removed_documents_fallback() {
+    bounded(60, emptied_scores_removed(false)).await;
 }
 
 async fn top_one_round_trip<T: Exam>(name: &str) {
@@ -715,10 +799,12 @@ async fn standalone_without_transactions() {
         // Allowed: eight writers move the same four players at once.
         for layout in [Layout::Array, Layout::Documents] {
             match layout {
-                Layout::Array => non_atomic_writers::<ArrayScore>(&db).await,
-                Layout::Documents => non_atomic_writers::<DocsScore>(&db).await,
+                Layout::Array => non_atomic_writers::<ArrayScore>(&db, true).await,
+                Layout::Documents => non_atomic_writers::<DocsScore>(&db, true).await,
             }
         }
+        // The documents layout without `bulkWrite`.
+        non_atomic_writers::<DocsScore>(&c.database("standalone_fb"), false).await;
     })
     .await;
 }
@@ -730,8 +816,11 @@ async fn standalone_without_transactions() {
 /// good. Then eight writers at once (each with players of its own: the
 /// test server's `findAndModify` is not atomic between two writers of one
 /// document, see the README).
-async fn non_atomic_writers<T: Exam>(db: &Database) {
-    let ranks = T::ranks(db).transactions(false).allow_non_atomic(true);
+async fn non_atomic_writers<T: Exam>(db: &Database, bulk: bool) {
+    let ranks = T::ranks(db)
+        .transactions(false)
+        .allow_non_atomic(true)
+        .bulk_write(bulk);
     let players = db.collection::<Document>(T::COLLECTION);
     ranks
         .insert(&T::new("z".into(), "race", 1.0))
@@ -918,4 +1007,71 @@ async fn crash_kill_and_restart_mid_run() {
     assert!(docs.update_score(doc! {"_id": "p0"}, 9.0).await.unwrap());
     assert_consistent::<ArrayScore>(&db, "b", "after the crash (array)").await;
     assert_consistent::<DocsScore>(&db, "b", "after the crash (documents)").await;
+}
+
+/// A deployment that refuses `bulkWrite` (mongod before 8.0 answers
+/// CommandNotFound, code 59). The test server knows `bulkWrite` and has no
+/// fail points, so the command is sent under a name it does not know, and
+/// its real refusal is met: learnt once per handle (clones included), no
+/// further `bulkWrite` is sent, and every write goes on with `update` +
+/// `delete`; in a transaction the refused attempt is rerun, nothing doubled.
+#[tokio::test]
+async fn bulk_write_refusal_is_learnt_once() {
+    bounded(60, async {
+        let (db, commands) = fresh_db("rank_f_refused").await;
+        const OLD: &str = "bulkWriteBefore8";
+        let ranks = DocsScore::ranks(&db).__bulk_write_command(OLD);
+        let clone = ranks.clone();
+        let hist = db.collection::<Document>(DocsScore::RANK.histogram);
+        commands.take();
+        ranks.record("b", 10.0).await.unwrap();
+        assert_eq!(
+            sent(&commands),
+            [OLD, "update"],
+            "the refusal, then the fallback"
+        );
+        clone.record("b", 10.0).await.unwrap();
+        clone.record("b", 20.0).await.unwrap();
+        assert_eq!(
+            sent(&commands),
+            ["update", "update"],
+            "the clone learnt it too"
+        );
+        ranks.change("b", 10.0, 20.0).await.unwrap();
+        clone.remove("b", 10.0).await.unwrap();
+        assert_eq!(sent(&commands), ["update", "delete", "update", "delete"]);
+        let docs: Vec<Document> = hist
+            .find(doc! {})
+            .sort(doc! {"_id": 1})
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(
+            docs,
+            [
+                doc! {"_id": {"b": "b", "s": Bson::MinKey}, "count": 0_i64},
+                doc! {"_id": {"b": "b", "s": 20.0}, "count": 2_i64},
+            ],
+            "10 emptied and removed"
+        );
+
+        // A handle of its own meets the refusal inside a transaction.
+        let fresh = DocsScore::ranks(&db).__bulk_write_command(OLD);
+        fresh
+            .insert(&DocsScore::new("p".into(), "t", 1.0))
+            .await
+            .unwrap();
+        let names = sent(&commands);
+        eprintln!("insert meeting the refusal in a transaction sent {names:?}");
+        assert_eq!(names.iter().filter(|n| *n == OLD).count(), 1, "{names:?}");
+        assert!(fresh.update_score(doc! {"_id": "p"}, 2.0).await.unwrap());
+        assert_eq!(
+            sent(&commands),
+            ["findAndModify", "update", "delete", "commitTransaction"]
+        );
+        assert_consistent::<DocsScore>(&db, "t", "after the refused transaction").await;
+    })
+    .await;
 }
