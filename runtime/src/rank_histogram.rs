@@ -22,6 +22,12 @@
 //!   deletes a score whose count reached 0) and `rank` sums one `_id`
 //!   range, so a board can hold any number of distinct scores. A marker
 //!   `{_id: {b: board, s: MinKey}, count: 0}` keeps an emptied board known.
+//!   A server before 8.0 refuses `bulkWrite`; learnt from the first
+//!   refusal (once per repository, clones included), the same statements
+//!   then go as an `update` command and a `delete` command for the emptied
+//!   score: `change` and `remove` cost two round trips instead of one,
+//!   `record` still one, with the same checks. [`Ranks::bulk_write`]
+//!   chooses that path up front.
 //!
 //! The traps of the hand-written version, and what this does instead:
 //! - A score seen for the first time must be added once. The seed's
@@ -376,9 +382,11 @@ impl<T: RankHistogram> Ranks<T> {
     /// (the default; MongoDB 8.0+). `false` sends what every server takes:
     /// an `update` command, then a `delete` command for a score emptied by
     /// a `-1`, so a `change` or `remove` costs two round trips instead of
-    /// one, with the same checks and results. A server that refuses
-    /// `bulkWrite` gets the same, learnt from its first refusal. The
-    /// `"array"` layout sends one `update` either way.
+    /// one, with the same checks and results; a call cancelled between the
+    /// two may leave the emptied score at count 0, which reads skip and
+    /// [`rebuild`](Self::rebuild) removes. A server that refuses
+    /// `bulkWrite` (before 8.0) gets the same, learnt from its first
+    /// refusal. The `"array"` layout sends one `update` either way.
     pub fn bulk_write(mut self, use_it: bool) -> Self {
         self.bulk_write = use_it;
         self
@@ -435,7 +443,8 @@ impl<T: RankHistogram> Ranks<T> {
     }
 
     /// Moves one player from `old` to `new`: both counts change together or
-    /// neither does. One round trip, also when `new` is new to the board.
+    /// neither does. One round trip, also when `new` is new to the board
+    /// (two on the `"documents"` layout without `bulkWrite`).
     /// Fails with [`Error::ScoreNotFound`] when
     /// nobody holds `old`.
     pub async fn change<Q>(&self, board: &Q, old: T::Score, new: T::Score) -> Result<()>
@@ -454,7 +463,8 @@ impl<T: RankHistogram> Ranks<T> {
 
     /// Counts one player fewer at `score`. Fails with
     /// [`Error::ScoreNotFound`] when nobody holds
-    /// it: a count never goes below 0.
+    /// it: a count never goes below 0. One round trip (two on the
+    /// `"documents"` layout without `bulkWrite`).
     pub async fn remove<Q>(&self, board: &Q, score: T::Score) -> Result<()>
     where
         T::Board: Borrow<Q>,
@@ -1953,6 +1963,41 @@ mod tests {
         }
         let spread: std::collections::HashSet<Duration> = (0..20).map(|_| backoff(10)).collect();
         assert!(spread.len() > 1, "jittered");
+    }
+
+    #[test]
+    fn bulk_write_refusals_are_recognised() {
+        let refusal = |code: i32, name: &str, msg: &str| -> mongodb::error::Error {
+            let c: mongodb::error::CommandError =
+                bson::from_document(doc! {"code": code, "codeName": name, "errmsg": msg}).unwrap();
+            mongodb::error::ErrorKind::Command(c).into()
+        };
+        // As mongod 7.0, and the test server for a command it lacks, reply.
+        assert!(refused_bulk_write(&refusal(
+            59,
+            "CommandNotFound",
+            "no such command: 'bulkWrite'"
+        )));
+        assert!(refused_bulk_write(&refusal(
+            0,
+            "",
+            "unrecognized command: bulkWrite"
+        )));
+        assert!(!refused_bulk_write(&refusal(
+            16,
+            "InvalidLength",
+            "Write batch sizes must be between 1 and 100000"
+        )));
+        assert!(!refused_bulk_write(&mongodb::error::Error::custom(
+            "no such command"
+        )));
+    }
+
+    #[test]
+    fn write_errors_of_update_replies_are_read() {
+        assert_eq!(first_write_error(&doc! {"n": 2, "ok": 1.0}), None);
+        let reply = doc! {"n": 1, "writeErrors": [{"index": 1, "code": 11000, "errmsg": "dup"}]};
+        assert_eq!(first_write_error(&reply), Some((1, 11000, "dup".into())));
     }
 
     #[test]
