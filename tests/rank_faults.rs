@@ -74,10 +74,20 @@ async fn bounded<F: std::future::Future>(secs: u64, f: F) -> F::Output {
 /// The board as stored, read with the raw driver: score in half points →
 /// count. Panics on a score stored twice or a count below 1.
 async fn stored<T: Exam>(db: &Database, board: &str) -> BTreeMap<i64, i64> {
+    held::<T>(db, board, false).await
+}
+
+/// [`stored`], where `zeros_ok` lets a score stay at count 0 (left out of
+/// the map): what a call cut between the fallback's `update` and `delete`
+/// commands leaves.
+async fn held<T: Exam>(db: &Database, board: &str, zeros_ok: bool) -> BTreeMap<i64, i64> {
     let hist = db.collection::<Document>(T::RANK.histogram);
     let mut out = BTreeMap::new();
     let mut put = |s: &Bson, c: i64| {
         let s = (s.as_f64().unwrap_or_else(|| panic!("score {s}")) * 2.0) as i64;
+        if zeros_ok && c == 0 {
+            return;
+        }
         assert!(c >= 1, "count {c} stored at {s}/2");
         assert!(out.insert(s, c).is_none(), "score {s}/2 stored twice");
     };
@@ -132,8 +142,12 @@ async fn regrouped<T: Exam>(db: &Database, board: &str) -> BTreeMap<i64, i64> {
 
 /// The invariant: the histogram is the players regrouped.
 async fn assert_consistent<T: Exam>(db: &Database, board: &str, when: &str) {
+    consistent::<T>(db, board, when, false).await
+}
+
+async fn consistent<T: Exam>(db: &Database, board: &str, when: &str, zeros_ok: bool) {
     assert_eq!(
-        stored::<T>(db, board).await,
+        held::<T>(db, board, zeros_ok).await,
         regrouped::<T>(db, board).await,
         "{when}: histogram vs players"
     );
@@ -161,10 +175,13 @@ async fn uncut<F: std::future::Future<Output = Result<R, Error>>, R>(what: &str,
     r
 }
 
-async fn cancelled_writes<T: Exam>(name: &str) {
+async fn cancelled_writes<T: Exam>(name: &str, bulk: bool) {
     let (db, _) = fresh_db(name).await;
-    let ranks = T::ranks(&db);
+    let ranks = T::ranks(&db).bulk_write(bulk);
     let cut = |i| cut_after(i);
+    // Without `bulkWrite`, a call cut between its `update` and its `delete`
+    // may leave the emptied score at count 0; the calls read past it.
+    let zeros_ok = !bulk;
     let mut n_cut: i64 = 0;
 
     // insert
@@ -175,7 +192,7 @@ async fn cancelled_writes<T: Exam>(name: &str) {
             .is_err() as i64;
     }
     uncut("insert", ranks.insert(&T::new("fresh".into(), "b", 1.0))).await;
-    assert_consistent::<T>(&db, "b", "after cut inserts").await;
+    consistent::<T>(&db, "b", "after cut inserts", zeros_ok).await;
 
     // update_score, all on one player: the case.
     for i in 0..CUTS {
@@ -188,7 +205,7 @@ async fn cancelled_writes<T: Exam>(name: &str) {
     )
     .await;
     assert!(matched);
-    assert_consistent::<T>(&db, "b", "after cut updates").await;
+    consistent::<T>(&db, "b", "after cut updates", zeros_ok).await;
 
     // delete
     for i in 0..CUTS {
@@ -196,7 +213,7 @@ async fn cancelled_writes<T: Exam>(name: &str) {
         n_cut += tokio::time::timeout(cut(i), f).await.is_err() as i64;
     }
     uncut("delete", ranks.delete(doc! {"_id": "fresh"})).await;
-    assert_consistent::<T>(&db, "b", "after cut deletes").await;
+    consistent::<T>(&db, "b", "after cut deletes", zeros_ok).await;
 
     // The histogram alone: a cut call is applied entirely or not at all.
     let total = |m: BTreeMap<i64, i64>| m.values().sum::<i64>();
@@ -212,15 +229,15 @@ async fn cancelled_writes<T: Exam>(name: &str) {
     }
     n_cut += maybe;
     uncut("record", ranks.record("h", 1.0)).await;
-    let after_records = total(stored::<T>(&db, "h").await);
+    let after_records = total(held::<T>(&db, "h", zeros_ok).await);
     assert!(
         (done + 1..=done + 1 + maybe).contains(&after_records),
         "{after_records} records stored, {done} + 1 acknowledged, {maybe} cut"
     );
     for i in 0..CUTS {
         // Move someone off the best score held.
-        let held = stored::<T>(&db, "h").await;
-        let from = *held.keys().next().unwrap() as f64 / 2.0;
+        let now = held::<T>(&db, "h", zeros_ok).await;
+        let from = *now.keys().next().unwrap() as f64 / 2.0;
         let f = ranks.change("h", from, ((i % 9) + 1) as f64);
         match tokio::time::timeout(cut(i), f).await {
             // A cut change still in flight may have moved that player.
@@ -231,14 +248,14 @@ async fn cancelled_writes<T: Exam>(name: &str) {
             Err(_) => n_cut += 1,
         }
     }
-    let held = stored::<T>(&db, "h").await;
-    let from = *held.keys().next().unwrap() as f64 / 2.0;
+    let now = held::<T>(&db, "h", zeros_ok).await;
+    let from = *now.keys().next().unwrap() as f64 / 2.0;
     uncut("change", ranks.change("h", from, 2.0)).await;
     // Each change happened entirely or not at all: the total is conserved.
-    assert_eq!(total(stored::<T>(&db, "h").await), after_records);
+    assert_eq!(total(held::<T>(&db, "h", zeros_ok).await), after_records);
     let (mut done, mut maybe) = (0_i64, 0_i64);
-    let held = stored::<T>(&db, "h").await;
-    let mut plan: Vec<f64> = held
+    let now = held::<T>(&db, "h", zeros_ok).await;
+    let mut plan: Vec<f64> = now
         .iter()
         .flat_map(|(s, c)| std::iter::repeat_n(*s as f64 / 2.0, *c as usize))
         .collect();
@@ -254,23 +271,75 @@ async fn cancelled_writes<T: Exam>(name: &str) {
     }
     n_cut += maybe;
     uncut("remove", ranks.remove("h", last)).await;
-    let left = total(stored::<T>(&db, "h").await);
+    let left = total(held::<T>(&db, "h", zeros_ok).await);
     assert!(
         left <= maybe,
         "{left} left, {maybe} removals cut, {done} done"
     );
+    if T::RANK.layout == Layout::Documents {
+        let zeros = db
+            .collection::<Document>(T::RANK.histogram)
+            .find(doc! {"count": 0})
+            .await
+            .unwrap()
+            .try_collect::<Vec<Document>>()
+            .await
+            .unwrap()
+            .iter()
+            .filter(|d| d.get_document("_id").unwrap().get("s") != Some(&Bson::MinKey))
+            .count();
+        eprintln!("{name}: {zeros} scores left at count 0 by cut calls");
+        if bulk {
+            assert_eq!(zeros, 0, "bulkWrite deletes in the same command");
+        }
+    }
+    // What the calls read skips a score left at 0.
+    for board in ["b", "h"] {
+        let api: BTreeMap<i64, i64> = ranks
+            .histogram(board)
+            .await
+            .unwrap()
+            .iter()
+            .map(|s| ((s.score * 2.0) as i64, s.count as i64))
+            .collect();
+        assert_eq!(api, held::<T>(&db, board, zeros_ok).await, "{board}");
+        let r = ranks.rank(board, -1.0).await.unwrap();
+        assert_eq!(r.dense as usize, api.len() + 1, "{board}: {r:?}");
+        assert_eq!(r.above as i64, api.values().sum::<i64>(), "{board}");
+    }
+    // `rebuild` clears them.
+    ranks.rebuild("b").await.unwrap();
+    assert_consistent::<T>(&db, "b", "after rebuild").await;
     eprintln!("{name}: {n_cut} calls cut");
     assert!(n_cut > 100, "only {n_cut} calls were cut");
 }
 
 #[tokio::test]
 async fn cancelled_writes_array() {
-    bounded(240, cancelled_writes::<ArrayScore>("rank_f_cancel_array")).await;
+    bounded(
+        240,
+        cancelled_writes::<ArrayScore>("rank_f_cancel_array", true),
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn cancelled_writes_documents() {
-    bounded(240, cancelled_writes::<DocsScore>("rank_f_cancel_docs")).await;
+    bounded(
+        240,
+        cancelled_writes::<DocsScore>("rank_f_cancel_docs", true),
+    )
+    .await;
+}
+
+/// The same with `update` + `delete` commands instead of `bulkWrite`.
+#[tokio::test]
+async fn cancelled_writes_documents_fallback() {
+    bounded(
+        240,
+        cancelled_writes::<DocsScore>("rank_f_cancel_docs_fb", false),
+    )
+    .await;
 }
 
 /// A small deterministic generator (xorshift64*).
@@ -290,8 +359,8 @@ const PLAYERS: usize = 32;
 
 /// Sixteen tasks move players of one board for `run`; every call must
 /// succeed. Returns the calls made.
-async fn sixteen_writers<T: Exam>(db: Database, run: Duration) -> usize {
-    let ranks = T::ranks(&db);
+async fn sixteen_writers<T: Exam>(db: Database, run: Duration, bulk: bool) -> usize {
+    let ranks = T::ranks(&db).bulk_write(bulk);
     for p in 0..PLAYERS {
         ranks
             .insert(&T::new(format!("p{p}"), "hot", 50.0))
@@ -337,8 +406,8 @@ async fn contention_sixteen_writers_one_board() {
     let t = Instant::now();
     let (a, d) = bounded(170, async {
         tokio::join!(
-            sixteen_writers::<ArrayScore>(db_a, run),
-            sixteen_writers::<DocsScore>(db_d, run),
+            sixteen_writers::<ArrayScore>(db_a, run, true),
+            sixteen_writers::<DocsScore>(db_d, run, true),
         )
     })
     .await;
@@ -347,6 +416,24 @@ async fn contention_sixteen_writers_one_board() {
         t.elapsed()
     );
     assert!(a > 0 && d > 0);
+}
+
+/// The documents layout's fallback (`update` + `delete` commands), sixteen
+/// writers on one board.
+#[tokio::test]
+async fn contention_sixteen_writers_one_board_fallback() {
+    let (db, _) = fresh_db("rank_f_hot_docs_fb").await;
+    let t = Instant::now();
+    let d = bounded(
+        150,
+        sixteen_writers::<DocsScore>(db, Duration::from_secs(15), false),
+    )
+    .await;
+    eprintln!(
+        "contention (fallback): {d} update_score calls (documents) in {:?}, none Contended",
+        t.elapsed()
+    );
+    assert!(d > 0);
 }
 
 fn assert_damaged(r: Result<impl std::fmt::Debug, Error>, id: &Bson, what: &str) {
@@ -457,9 +544,9 @@ async fn damaged_array_other_shapes() {
 
 /// The documents layout: a call that meets the damaged document fails with
 /// `Damaged` naming that document's `_id`, and writes nothing.
-async fn damaged_documents(count: Bson, what: &str) {
+async fn damaged_documents(count: Bson, what: &str, bulk: bool) {
     let (db, _) = fresh_db("rank_f_damage_docs").await;
-    let ranks = DocsScore::ranks(&db);
+    let ranks = DocsScore::ranks(&db).bulk_write(bulk);
     let hist = db.collection::<Document>(DocsScore::RANK.histogram);
     let players = db.collection::<Document>(DocsScore::COLLECTION);
     ranks.record("b", 10.0).await.unwrap();
@@ -522,25 +609,45 @@ async fn damaged_documents_counts() {
         (Bson::Double(2.5), "fractional count"),
         (Bson::String("2".into()), "count a string"),
     ] {
-        damaged_documents(count, what).await;
+        for bulk in [true, false] {
+            let what = format!("{what} (bulkWrite {bulk})");
+            damaged_documents(count.clone(), &what, bulk).await;
+        }
     }
 }
 
-/// A score whose count reaches 0 is removed, in the same round trip; the
-/// board stays known.
-#[tokio::test]
-async fn emptied_scores_are_removed_documents() {
+/// The names of the commands sent since the last look.
+fn sent(commands: &mongo_patterns_testkit::Commands) -> Vec<String> {
+    commands.take().into_iter().map(|(n, _)| n).collect()
+}
+
+/// A score whose count reaches 0 is removed by the call that empties it
+/// (in the same round trip with `bulkWrite`, by a second command without);
+/// the board stays known.
+async fn emptied_scores_removed(bulk: bool) {
     let (db, commands) = fresh_db("rank_f_emptied").await;
-    let ranks = DocsScore::ranks(&db);
+    let ranks = DocsScore::ranks(&db).bulk_write(bulk);
     let hist = db.collection::<Document>(DocsScore::RANK.histogram);
     for s in [10.0, 10.0, 20.0] {
         ranks.record("b", s).await.unwrap();
     }
     commands.take();
+    ranks.record("b", 40.0).await.unwrap();
+    let one: &[&str] = if bulk { &["bulkWrite"] } else { &["update"] };
+    assert_eq!(sent(&commands), one, "record");
+    let two: &[&str] = if bulk {
+        &["bulkWrite"]
+    } else {
+        &["update", "delete"]
+    };
+    ranks.remove("b", 40.0).await.unwrap();
+    assert_eq!(sent(&commands), two, "remove");
     ranks.remove("b", 10.0).await.unwrap();
+    assert_eq!(sent(&commands), two, "remove");
     ranks.change("b", 10.0, 30.0).await.unwrap();
+    assert_eq!(sent(&commands), two, "change");
     ranks.change("b", 20.0, 30.0).await.unwrap();
-    assert_eq!(commands.take_count(), 3, "one round trip each");
+    assert_eq!(sent(&commands), two, "change");
     let ids: Vec<Bson> = hist
         .find(doc! {})
         .await
@@ -571,6 +678,34 @@ async fn emptied_scores_are_removed_documents() {
         1,
         "a refused write creates nothing"
     );
+    commands.take();
+    // In a transaction: the player's write, the histogram's, the commit.
+    ranks
+        .insert(&DocsScore::new("p".into(), "b", 5.0))
+        .await
+        .unwrap();
+    assert_eq!(
+        sent(&commands),
+        [&["insert"], one, &["commitTransaction"]].concat(),
+        "insert"
+    );
+    assert!(ranks.update_score(doc! {"_id": "p"}, 6.0).await.unwrap());
+    assert_eq!(
+        sent(&commands),
+        [&["findAndModify"], two, &["commitTransaction"]].concat(),
+        "update_score"
+    );
+    assert_consistent::<DocsScore>(&db, "b", "after the transactions").await;
+}
+
+#[tokio::test]
+async fn emptied_scores_are_removed_documents() {
+    bounded(60, emptied_scores_removed(true)).await;
+}
+
+#[tokio::test]
+async fn emptied_scores_are_removed_documents_fallback() {
+    bounded(60, emptied_scores_removed(false)).await;
 }
 
 async fn top_one_round_trip<T: Exam>(name: &str) {
@@ -715,10 +850,12 @@ async fn standalone_without_transactions() {
         // Allowed: eight writers move the same four players at once.
         for layout in [Layout::Array, Layout::Documents] {
             match layout {
-                Layout::Array => non_atomic_writers::<ArrayScore>(&db).await,
-                Layout::Documents => non_atomic_writers::<DocsScore>(&db).await,
+                Layout::Array => non_atomic_writers::<ArrayScore>(&db, true).await,
+                Layout::Documents => non_atomic_writers::<DocsScore>(&db, true).await,
             }
         }
+        // The documents layout without `bulkWrite`.
+        non_atomic_writers::<DocsScore>(&c.database("standalone_fb"), false).await;
     })
     .await;
 }
@@ -730,8 +867,11 @@ async fn standalone_without_transactions() {
 /// good. Then eight writers at once (each with players of its own: the
 /// test server's `findAndModify` is not atomic between two writers of one
 /// document, see the README).
-async fn non_atomic_writers<T: Exam>(db: &Database) {
-    let ranks = T::ranks(db).transactions(false).allow_non_atomic(true);
+async fn non_atomic_writers<T: Exam>(db: &Database, bulk: bool) {
+    let ranks = T::ranks(db)
+        .transactions(false)
+        .allow_non_atomic(true)
+        .bulk_write(bulk);
     let players = db.collection::<Document>(T::COLLECTION);
     ranks
         .insert(&T::new("z".into(), "race", 1.0))
@@ -918,4 +1058,71 @@ async fn crash_kill_and_restart_mid_run() {
     assert!(docs.update_score(doc! {"_id": "p0"}, 9.0).await.unwrap());
     assert_consistent::<ArrayScore>(&db, "b", "after the crash (array)").await;
     assert_consistent::<DocsScore>(&db, "b", "after the crash (documents)").await;
+}
+
+/// A deployment that refuses `bulkWrite` (mongod before 8.0 answers
+/// CommandNotFound, code 59). The test server knows `bulkWrite` and has no
+/// fail points, so the command is sent under a name it does not know, and
+/// its real refusal is met: learnt once per handle (clones included), no
+/// further `bulkWrite` is sent, and every write goes on with `update` +
+/// `delete`; in a transaction the refused attempt is rerun, nothing doubled.
+#[tokio::test]
+async fn bulk_write_refusal_is_learnt_once() {
+    bounded(60, async {
+        let (db, commands) = fresh_db("rank_f_refused").await;
+        const OLD: &str = "bulkWriteBefore8";
+        let ranks = DocsScore::ranks(&db).__bulk_write_command(OLD);
+        let clone = ranks.clone();
+        let hist = db.collection::<Document>(DocsScore::RANK.histogram);
+        commands.take();
+        ranks.record("b", 10.0).await.unwrap();
+        assert_eq!(
+            sent(&commands),
+            [OLD, "update"],
+            "the refusal, then the fallback"
+        );
+        clone.record("b", 10.0).await.unwrap();
+        clone.record("b", 20.0).await.unwrap();
+        assert_eq!(
+            sent(&commands),
+            ["update", "update"],
+            "the clone learnt it too"
+        );
+        ranks.change("b", 10.0, 20.0).await.unwrap();
+        clone.remove("b", 10.0).await.unwrap();
+        assert_eq!(sent(&commands), ["update", "delete", "update", "delete"]);
+        let docs: Vec<Document> = hist
+            .find(doc! {})
+            .sort(doc! {"_id": 1})
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(
+            docs,
+            [
+                doc! {"_id": {"b": "b", "s": Bson::MinKey}, "count": 0_i64},
+                doc! {"_id": {"b": "b", "s": 20.0}, "count": 2_i64},
+            ],
+            "10 emptied and removed"
+        );
+
+        // A handle of its own meets the refusal inside a transaction.
+        let fresh = DocsScore::ranks(&db).__bulk_write_command(OLD);
+        fresh
+            .insert(&DocsScore::new("p".into(), "t", 1.0))
+            .await
+            .unwrap();
+        let names = sent(&commands);
+        eprintln!("insert meeting the refusal in a transaction sent {names:?}");
+        assert_eq!(names.iter().filter(|n| *n == OLD).count(), 1, "{names:?}");
+        assert!(fresh.update_score(doc! {"_id": "p"}, 2.0).await.unwrap());
+        assert_eq!(
+            sent(&commands),
+            ["findAndModify", "update", "delete", "commitTransaction"]
+        );
+        assert_consistent::<DocsScore>(&db, "t", "after the refused transaction").await;
+    })
+    .await;
 }

@@ -22,6 +22,12 @@
 //!   deletes a score whose count reached 0) and `rank` sums one `_id`
 //!   range, so a board can hold any number of distinct scores. A marker
 //!   `{_id: {b: board, s: MinKey}, count: 0}` keeps an emptied board known.
+//!   A server before 8.0 refuses `bulkWrite`; learnt from the first
+//!   refusal (once per repository, clones included), the same statements
+//!   then go as an `update` command and a `delete` command for the emptied
+//!   score: `change` and `remove` cost two round trips instead of one,
+//!   `record` still one, with the same checks. [`Ranks::bulk_write`]
+//!   chooses that path up front.
 //!
 //! The traps of the hand-written version, and what this does instead:
 //! - A score seen for the first time must be added once. The seed's
@@ -85,6 +91,8 @@ const DUPLICATE_KEY: i32 = 11000;
 const WRITE_CONFLICT: i32 = 112;
 /// ConversionFailure: what [`refuse`] raises.
 const REFUSED: i32 = 241;
+/// CommandNotFound: `bulkWrite` on a server before 8.0.
+const COMMAND_NOT_FOUND: i32 = 59;
 
 /// How a board stores its histogram: see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,6 +266,14 @@ pub struct Ranks<T: RankHistogram> {
     /// from the first refusal, so a replica set or a sharded cluster pays no
     /// extra round trip to ask.
     no_transactions: Arc<AtomicBool>,
+    /// Whether the deployment refused `bulkWrite` (a server before 8.0):
+    /// learnt from the first refusal, shared by clones, so that the
+    /// documents layout then sends `update` and `delete` commands.
+    no_bulk_write: Arc<AtomicBool>,
+    /// Whether the documents layout may send `bulkWrite`.
+    bulk_write: bool,
+    /// The name `bulkWrite` is sent under (tests make a server refuse it).
+    bulk_command: &'static str,
     /// Whether `insert`, `update_score` and `delete` start transactions.
     transactions: bool,
     /// Whether they may write the player and the histogram one after the
@@ -273,6 +289,9 @@ impl<T: RankHistogram> Clone for Ranks<T> {
             hist: self.hist.clone(),
             spec: self.spec,
             no_transactions: self.no_transactions.clone(),
+            no_bulk_write: self.no_bulk_write.clone(),
+            bulk_write: self.bulk_write,
+            bulk_command: self.bulk_command,
             transactions: self.transactions,
             allow_non_atomic: self.allow_non_atomic,
         }
@@ -328,6 +347,9 @@ impl<T: RankHistogram> Ranks<T> {
             hist: db.collection(T::RANK.histogram),
             spec: T::RANK,
             no_transactions: Default::default(),
+            no_bulk_write: Default::default(),
+            bulk_write: true,
+            bulk_command: "bulkWrite",
             transactions: true,
             allow_non_atomic: false,
         }
@@ -353,6 +375,28 @@ impl<T: RankHistogram> Ranks<T> {
     /// [`allow_non_atomic`](Self::allow_non_atomic).
     pub fn transactions(mut self, use_them: bool) -> Self {
         self.transactions = use_them;
+        self
+    }
+
+    /// Whether the `"documents"` layout writes with one `bulkWrite` command
+    /// (the default; MongoDB 8.0+). `false` sends what every server takes:
+    /// an `update` command, then a `delete` command for a score emptied by
+    /// a `-1`, so a `change` or `remove` costs two round trips instead of
+    /// one, with the same checks and results; a call cancelled between the
+    /// two may leave the emptied score at count 0, which reads skip and
+    /// [`rebuild`](Self::rebuild) removes. A server that refuses
+    /// `bulkWrite` (before 8.0) gets the same, learnt from its first
+    /// refusal. The `"array"` layout sends one `update` either way.
+    pub fn bulk_write(mut self, use_it: bool) -> Self {
+        self.bulk_write = use_it;
+        self
+    }
+
+    /// Sends `bulkWrite` under another name, so that a test can meet a
+    /// server's real refusal of a command it does not know.
+    #[doc(hidden)]
+    pub fn __bulk_write_command(mut self, name: &'static str) -> Self {
+        self.bulk_command = name;
         self
     }
 
@@ -399,7 +443,8 @@ impl<T: RankHistogram> Ranks<T> {
     }
 
     /// Moves one player from `old` to `new`: both counts change together or
-    /// neither does. One round trip, also when `new` is new to the board.
+    /// neither does. One round trip, also when `new` is new to the board
+    /// (two on the `"documents"` layout without `bulkWrite`).
     /// Fails with [`Error::ScoreNotFound`] when
     /// nobody holds `old`.
     pub async fn change<Q>(&self, board: &Q, old: T::Score, new: T::Score) -> Result<()>
@@ -418,7 +463,8 @@ impl<T: RankHistogram> Ranks<T> {
 
     /// Counts one player fewer at `score`. Fails with
     /// [`Error::ScoreNotFound`] when nobody holds
-    /// it: a count never goes below 0.
+    /// it: a count never goes below 0. One round trip (two on the
+    /// `"documents"` layout without `bulkWrite`).
     pub async fn remove<Q>(&self, board: &Q, score: T::Score) -> Result<()>
     where
         T::Board: Borrow<Q>,
@@ -925,10 +971,14 @@ impl<T: RankHistogram> Ranks<T> {
         }
     }
 
-    /// One `bulkWrite` command (one round trip), ordered: check the target
-    /// of `+1` when a `-1` comes first, `-1` (refused, writing nothing, when
-    /// nobody holds the score), the board's marker, the removal of a score
-    /// that reached 0, then `+1`.
+    /// The documents layout's write, in order: check the target of `+1`
+    /// when a `-1` comes first, `-1` (refused, writing nothing, when nobody
+    /// holds the score), the board's marker, the removal of a score that
+    /// reached 0, then `+1`. One `bulkWrite` command (one round trip) on
+    /// MongoDB 8.0+; on an older server, which refuses `bulkWrite`, an
+    /// `update` command with the update statements, then a `delete` command
+    /// for the emptied score (two round trips when a `-1` is sent, one
+    /// otherwise).
     async fn write_documents(
         &self,
         board: &Bson,
@@ -940,11 +990,10 @@ impl<T: RankHistogram> Ranks<T> {
             {"$in": [{"$type": "$count"}, ["int", "long"]]},
             {"$gte": ["$count", 0]},
         ]};
-        let update = |s: &Bson, set: Bson, upsert: bool| {
-            doc! {
-                "update": 0, "filter": {"_id": id(s)}, "multi": false, "upsert": upsert,
-                "updateMods": [{"$set": {"count": set}}],
-            }
+        let set = |s: &Bson, set: Bson, upsert: bool| Statement::Update {
+            filter: doc! {"_id": id(s)},
+            update: bson::bson!([{"$set": {"count": set}}]),
+            upsert,
         };
         let mut ops = Vec::new();
         if let Some(d) = delta.dec {
@@ -952,7 +1001,7 @@ impl<T: RankHistogram> Ranks<T> {
                 // Nothing is written when the `+1` would land on a damaged
                 // count.
                 let same = bson::bson!({"$cond": [&valid, "$count", refuse()]});
-                ops.push(update(i, same, false));
+                ops.push(set(i, same, false));
             }
             let minus = bson::bson!({"$cond": [
                 {"$and": [&valid, {"$gt": ["$count", 0]}]},
@@ -961,12 +1010,15 @@ impl<T: RankHistogram> Ranks<T> {
             ]});
             // An upsert, so that a missing score is refused rather than
             // matching nothing while the `+1` goes ahead.
-            ops.push(update(d, minus, true));
-            ops.push(doc! {
-                "update": 0, "filter": {"_id": id(&Bson::MinKey)}, "multi": false, "upsert": true,
-                "updateMods": {"$setOnInsert": {"count": 0_i64}},
+            ops.push(set(d, minus, true));
+            ops.push(Statement::Update {
+                filter: doc! {"_id": id(&Bson::MinKey)},
+                update: bson::bson!({"$setOnInsert": {"count": 0_i64}}),
+                upsert: true,
             });
-            ops.push(doc! {"delete": 0, "filter": {"_id": id(d), "count": 0}, "multi": false});
+            ops.push(Statement::Delete {
+                filter: doc! {"_id": id(d), "count": 0},
+            });
         }
         if let Some(i) = delta.inc {
             let plus = bson::bson!({"$cond": [
@@ -974,24 +1026,46 @@ impl<T: RankHistogram> Ranks<T> {
                 1_i64,
                 {"$cond": [&valid, {"$add": ["$count", 1_i64]}, refuse()]},
             ]});
-            ops.push(update(i, plus, true));
+            ops.push(set(i, plus, true));
         }
-        let ns = format!("{}.{}", self.db.name(), self.spec.histogram);
-        let admin = self.db.client().database("admin");
+        // The fallback's order: the updates, then the delete. A `+1` that
+        // lands before the delete leaves its count above 0, so the delete
+        // (of a count of 0 only) removes the same scores.
+        // Chosen once per call, so that a clone learning of a refusal
+        // meanwhile does not change the order under a resumed call.
+        let mut bulk = self.uses_bulk_write();
+        if !bulk {
+            ops.sort_by_key(|op| matches!(op, Statement::Delete { .. }));
+        }
         let in_transaction = session.is_some();
         let mut session = session;
         let (mut from, mut resumed, started) = (0, 0, Instant::now());
         loop {
-            let command = doc! {
-                "bulkWrite": 1, "ops": &ops[from..], "nsInfo": [{"ns": &ns}],
-                "ordered": true, "errorsOnly": true,
+            let failed = if bulk {
+                match self
+                    .bulk_write_once(&ops[from..], session.as_deref_mut())
+                    .await
+                {
+                    Err(e) if refused_bulk_write(&e) => {
+                        // Nothing was written: the server does not know the
+                        // command. Inside a transaction the whole
+                        // transaction is rerun, as the server may have
+                        // aborted it.
+                        self.no_bulk_write.store(true, Ordering::Relaxed);
+                        if in_transaction {
+                            return Err(Error::Raced(e));
+                        }
+                        bulk = false;
+                        ops[from..].sort_by_key(|op| matches!(op, Statement::Delete { .. }));
+                        continue;
+                    }
+                    r => r?,
+                }
+            } else {
+                self.commands_once(&ops[from..], session.as_deref_mut())
+                    .await?
             };
-            let run = admin.run_command(command);
-            let reply = match session.as_deref_mut() {
-                Some(s) => run.session(s).await?,
-                None => run.await?,
-            };
-            let Some((idx, code, msg)) = first_bulk_error(&reply) else {
+            let Some((idx, code, msg)) = failed else {
                 return Ok(());
             };
             let e = || mongodb::error::Error::custom(format!("{msg} (code {code})"));
@@ -1016,6 +1090,107 @@ impl<T: RankHistogram> Ranks<T> {
                 _ => return Err(Error::Database(e())),
             }
         }
+    }
+
+    /// Whether the documents layout sends `bulkWrite`: allowed, and not
+    /// refused by this deployment yet.
+    fn uses_bulk_write(&self) -> bool {
+        self.bulk_write && !self.no_bulk_write.load(Ordering::Relaxed)
+    }
+
+    /// `ops` as one ordered `bulkWrite` command; the first failed one, as
+    /// (index in `ops`, code, message).
+    async fn bulk_write_once(
+        &self,
+        ops: &[Statement],
+        session: Option<&mut ClientSession>,
+    ) -> std::result::Result<Option<(usize, i32, String)>, mongodb::error::Error> {
+        let ops: Vec<Document> = ops
+            .iter()
+            .map(|op| match op {
+                Statement::Update {
+                    filter,
+                    update,
+                    upsert,
+                } => doc! {
+                    "update": 0, "filter": filter, "multi": false, "upsert": upsert,
+                    "updateMods": update,
+                },
+                Statement::Delete { filter } => {
+                    doc! {"delete": 0, "filter": filter, "multi": false}
+                }
+            })
+            .collect();
+        let ns = format!("{}.{}", self.db.name(), self.spec.histogram);
+        let command = doc! {
+            self.bulk_command: 1, "ops": ops, "nsInfo": [{"ns": &ns}],
+            "ordered": true, "errorsOnly": true,
+        };
+        let admin = self.db.client().database("admin");
+        let run = admin.run_command(command);
+        let reply = match session {
+            Some(s) => run.session(s).await?,
+            None => run.await?,
+        };
+        Ok(first_bulk_error(&reply))
+    }
+
+    /// `ops` as the commands every server takes: one ordered `update`
+    /// command with the update statements, then one `delete` command (the
+    /// fallback sorts the delete last). The first failed statement, as
+    /// (index in `ops`, code, message).
+    async fn commands_once(
+        &self,
+        ops: &[Statement],
+        mut session: Option<&mut ClientSession>,
+    ) -> Result<Option<(usize, i32, String)>> {
+        let split = ops
+            .iter()
+            .position(|op| matches!(op, Statement::Delete { .. }))
+            .unwrap_or(ops.len());
+        let (updates, deletes) = ops.split_at(split);
+        let mut commands = Vec::new();
+        if !updates.is_empty() {
+            let stmts: Vec<Document> = updates
+                .iter()
+                .filter_map(|op| match op {
+                    Statement::Update {
+                        filter,
+                        update,
+                        upsert,
+                    } => Some(doc! {"q": filter, "u": update, "upsert": upsert, "multi": false}),
+                    Statement::Delete { .. } => None,
+                })
+                .collect();
+            commands.push((
+                0,
+                doc! {"update": self.spec.histogram, "updates": stmts, "ordered": true},
+            ));
+        }
+        if !deletes.is_empty() {
+            let stmts: Vec<Document> = deletes
+                .iter()
+                .filter_map(|op| match op {
+                    Statement::Delete { filter } => Some(doc! {"q": filter, "limit": 1}),
+                    Statement::Update { .. } => None,
+                })
+                .collect();
+            commands.push((
+                split,
+                doc! {"delete": self.spec.histogram, "deletes": stmts, "ordered": true},
+            ));
+        }
+        for (offset, command) in commands {
+            let run = self.db.run_command(command);
+            let reply = match session.as_deref_mut() {
+                Some(s) => run.session(s).await?,
+                None => run.await?,
+            };
+            if let Some((idx, code, msg)) = first_write_error(&reply) {
+                return Ok(Some((offset + idx, code, msg)));
+            }
+        }
+        Ok(None)
     }
 
     /// After a write that matched nothing or was refused: a damaged board,
@@ -1361,6 +1536,59 @@ fn first_bulk_error(reply: &Document) -> Option<(usize, i32, String)> {
             "bulkWrite reported an error it did not list".to_owned(),
         ),
     })
+}
+
+/// One statement of a documents-layout write.
+enum Statement {
+    Update {
+        filter: Document,
+        update: Bson,
+        upsert: bool,
+    },
+    Delete {
+        filter: Document,
+    },
+}
+
+/// The first failed statement of an `update` or `delete` command's reply:
+/// (index, code, message).
+fn first_write_error(reply: &Document) -> Option<(usize, i32, String)> {
+    let errors = reply.get_array("writeErrors").ok()?;
+    let first = errors
+        .iter()
+        .filter_map(Bson::as_document)
+        .min_by_key(|e| e.get("index").and_then(Bson::as_i64_lossy).unwrap_or(0));
+    Some(match first {
+        Some(e) => (
+            e.get("index")
+                .and_then(Bson::as_i64_lossy)
+                .and_then(|i| usize::try_from(i).ok())
+                .unwrap_or(0),
+            e.get_i32("code").unwrap_or_default(),
+            e.get_str("errmsg").unwrap_or("write error").to_owned(),
+        ),
+        None => (
+            0,
+            0,
+            "the reply listed a write error it did not describe".to_owned(),
+        ),
+    })
+}
+
+/// Whether the server refused `bulkWrite` as a command it does not know
+/// (CommandNotFound, code 59: "no such command: 'bulkWrite'" on mongod
+/// before 8.0).
+fn refused_bulk_write(e: &mongodb::error::Error) -> bool {
+    match &*e.kind {
+        mongodb::error::ErrorKind::Command(c) => {
+            let m = c.message.to_ascii_lowercase();
+            c.code == COMMAND_NOT_FOUND
+                || m.contains("no such command")
+                || m.contains("no such cmd")
+                || m.contains("unrecognized command")
+        }
+        _ => false,
+    }
 }
 
 /// A jittered exponential backoff, as the driver's convenient transaction
@@ -1735,6 +1963,41 @@ mod tests {
         }
         let spread: std::collections::HashSet<Duration> = (0..20).map(|_| backoff(10)).collect();
         assert!(spread.len() > 1, "jittered");
+    }
+
+    #[test]
+    fn bulk_write_refusals_are_recognised() {
+        let refusal = |code: i32, name: &str, msg: &str| -> mongodb::error::Error {
+            let c: mongodb::error::CommandError =
+                bson::from_document(doc! {"code": code, "codeName": name, "errmsg": msg}).unwrap();
+            mongodb::error::ErrorKind::Command(c).into()
+        };
+        // As mongod 7.0, and the test server for a command it lacks, reply.
+        assert!(refused_bulk_write(&refusal(
+            59,
+            "CommandNotFound",
+            "no such command: 'bulkWrite'"
+        )));
+        assert!(refused_bulk_write(&refusal(
+            0,
+            "",
+            "unrecognized command: bulkWrite"
+        )));
+        assert!(!refused_bulk_write(&refusal(
+            16,
+            "InvalidLength",
+            "Write batch sizes must be between 1 and 100000"
+        )));
+        assert!(!refused_bulk_write(&mongodb::error::Error::custom(
+            "no such command"
+        )));
+    }
+
+    #[test]
+    fn write_errors_of_update_replies_are_read() {
+        assert_eq!(first_write_error(&doc! {"n": 2, "ok": 1.0}), None);
+        let reply = doc! {"n": 1, "writeErrors": [{"index": 1, "code": 11000, "errmsg": "dup"}]};
+        assert_eq!(first_write_error(&reply), Some((1, 11000, "dup".into())));
     }
 
     #[test]
