@@ -11,7 +11,7 @@ use mongo_patterns::bson::{self, Bson};
 use mongo_patterns::bucket::PageRequest;
 use mongo_patterns::prelude::*;
 use mongo_patterns::Error;
-use mongo_patterns_testkit::{client, fresh_db, OwnServer, ServerOptions};
+use mongo_patterns_testkit::{bounded, client, fresh_db, OwnServer, ServerOptions};
 use tokio::time::timeout;
 
 const SIZE: i64 = 5;
@@ -57,13 +57,6 @@ struct Dated {
     customer_id: i64,
     day: i64,
     n: u32,
-}
-
-/// A bound for anything that talks to the server.
-async fn bounded<F: std::future::Future>(secs: u64, f: F) -> F::Output {
-    timeout(Duration::from_secs(secs), f)
-        .await
-        .expect("no call may hang")
 }
 
 /// Reads every bucket of `coll` and checks each key's: `count` an integer
@@ -492,6 +485,23 @@ async fn cut<F: std::future::Future>(rng: &mut Lcg, max_us: u64, f: F) -> Option
         .ok()
 }
 
+/// Twice the median of five uncut calls, in microseconds: a window that
+/// cuts a good share of the calls however busy the machine is.
+async fn window<F, Fut>(mut call: F) -> u64
+where
+    F: FnMut(u32) -> Fut,
+    Fut: std::future::Future,
+{
+    let mut took = Vec::new();
+    for i in 0..5 {
+        let t = Instant::now();
+        bounded(30, call(i)).await;
+        took.push(t.elapsed().as_micros() as u64);
+    }
+    took.sort_unstable();
+    (took[2] * 2).max(200)
+}
+
 #[tokio::test]
 async fn cancelled_pushes_lose_nothing_and_double_nothing() {
     let (db, _) = fresh_db("bucket_cancel_push").await;
@@ -499,8 +509,10 @@ async fn cancelled_pushes_lose_nothing_and_double_nothing() {
     let mut rng = Lcg(7);
     let mut done = HashSet::new();
     let mut cut_n = 0;
+    let r = &repo;
+    let max = window(|s| async move { r.push(&trade(2, 0, s)).await }).await;
     for s in 0..600u32 {
-        match cut(&mut rng, 8_000, repo.push(&trade(1, 0, s))).await {
+        match cut(&mut rng, max, repo.push(&trade(1, 0, s))).await {
             Some(r) => {
                 r.unwrap();
                 done.insert((0, i64::from(s)));
@@ -538,9 +550,15 @@ async fn cancelled_push_many_stores_a_prefix_of_each_batch() {
     let mut rng = Lcg(11);
     let mut finished = HashSet::new();
     let mut cut_n = 0;
+    let r = &repo;
+    let max = window(|b| async move {
+        let batch: Vec<Trade> = (0..7).map(|s| trade(2, b, s)).collect();
+        r.push_many(&2, &batch).await
+    })
+    .await;
     for b in 0..80u32 {
         let batch: Vec<Trade> = (0..7).map(|s| trade(1, b, s)).collect();
-        match cut(&mut rng, 40_000, repo.push_many(&1, &batch)).await {
+        match cut(&mut rng, max, repo.push_many(&1, &batch)).await {
             Some(r) => {
                 r.unwrap();
                 finished.insert(i64::from(b));
@@ -580,9 +598,14 @@ async fn cancelled_removes_and_updates_leave_buckets_exact() {
     repo.push_many(&1, &all).await.unwrap();
     let mut rng = Lcg(3);
     let mut cut_n = 0;
+    let few: Vec<Trade> = (0..5).map(|s| trade(2, 0, s)).collect();
+    repo.push_many(&2, &few).await.unwrap();
+    let (r, first) = (&repo, &few[0]);
+    let max_remove = window(|s| async move { r.remove(&2, doc! {"seq": s}).await }).await;
+    let max_update = window(|s| async move { r.update(&2, doc! {"seq": s}, first).await }).await;
     // Every third item removed, one call each, cut at random.
     for s in (0..200u32).step_by(3) {
-        if cut(&mut rng, 40_000, repo.remove(&1, doc! {"seq": s}))
+        if cut(&mut rng, max_remove, repo.remove(&1, doc! {"seq": s}))
             .await
             .is_none()
         {
@@ -594,7 +617,7 @@ async fn cancelled_removes_and_updates_leave_buckets_exact() {
     for s in (1..200u32).step_by(5) {
         let mut t = trade(1, 0, s);
         t.ticker = format!("E{s}");
-        match cut(&mut rng, 10_000, repo.update(&1, doc! {"seq": s}, &t)).await {
+        match cut(&mut rng, max_update, repo.update(&1, doc! {"seq": s}, &t)).await {
             Some(r) => {
                 if r.unwrap() {
                     edited.insert(i64::from(s));

@@ -2,7 +2,7 @@
 //! filters, against a real MongoDB-wire server. Every expectation is checked
 //! against the server's own `find().sort()` through the raw driver.
 
-use std::future::{Future, IntoFuture};
+use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
@@ -11,13 +11,7 @@ use mongo_patterns::bson::{self, Binary, Bson, Decimal128, Timestamp};
 use mongo_patterns::keyset::{KeysetSpec, MAX_TOKEN_DEPTH, MAX_TOKEN_LEN};
 use mongo_patterns::prelude::*;
 use mongo_patterns::{CursorError, Error};
-use mongo_patterns_testkit::fresh_db;
-
-async fn bounded<F: Future>(f: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(60), f)
-        .await
-        .expect("test step timed out")
-}
+use mongo_patterns_testkit::{bounded, fresh_db};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[model(collection = "readings")]
@@ -65,7 +59,7 @@ async fn drain<T: Send + 'static>(
 ) -> (Vec<T>, Option<Error>) {
     let mut s = s.take(100_000);
     let mut items = Vec::new();
-    while let Some(r) = bounded(s.next()).await {
+    while let Some(r) = bounded(60, s.next()).await {
         match r {
             Ok(v) => items.push(v),
             Err(e) => return (items, Some(e)),
@@ -77,7 +71,7 @@ async fn drain<T: Send + 'static>(
 /// The server's own order of `coll` sorted by `v` then `_id`, as `_id`s.
 async fn server_order(db: &Database, coll: &str, descending: bool) -> Vec<i64> {
     let dir = if descending { -1 } else { 1 };
-    let docs: Vec<Document> = bounded(async {
+    let docs: Vec<Document> = bounded(60, async {
         db.collection::<Document>(coll)
             .find(doc! {})
             .sort(doc! {"v": dir, "_id": dir})
@@ -413,6 +407,7 @@ async fn mixed_type_keys_are_paged_in_server_order() {
         }
         // And back again along `prev` tokens, from the last page.
         let pages: Vec<Page<Loose>> = bounded(
+            60,
             loose(&db, "mixed", 4, descending)
                 .pages()
                 .take(1000)
@@ -427,7 +422,7 @@ async fn mixed_type_keys_are_paged_in_server_order() {
             back.push(page.items.iter().map(|d| d.id).collect::<Vec<_>>());
             match page.prev.clone() {
                 Some(t) => {
-                    page = bounded(loose(&db, "mixed", 4, descending).before(&t).page())
+                    page = bounded(60, loose(&db, "mixed", 4, descending).before(&t).page())
                         .await
                         .unwrap()
                 }
@@ -491,7 +486,7 @@ async fn tokens_from_another_direction_or_database_are_foreign() {
     let (other_db, _) = fresh_db("keyset_foreign_b").await;
     seed_readings(&db, 0, 50).await;
     seed_readings(&other_db, 0, 50).await;
-    let first = bounded(Reading::keyset(&db).page_size(10).page())
+    let first = bounded(60, Reading::keyset(&db).page_size(10).page())
         .await
         .unwrap();
     let token = first.next.unwrap();
@@ -501,29 +496,29 @@ async fn tokens_from_another_direction_or_database_are_foreign() {
         matches!(r, Err(Error::InvalidCursor(CursorError::Foreign)))
     }
     assert!(foreign(
-        bounded(Reading::keyset(&db).descending().after(&token).page()).await
+        bounded(60, Reading::keyset(&db).descending().after(&token).page()).await
     ));
     assert!(foreign(
-        bounded(ReadingDesc::keyset(&db).after(&token).page()).await
+        bounded(60, ReadingDesc::keyset(&db).after(&token).page()).await
     ));
     assert!(foreign(
-        bounded(ReadingDesc::keyset(&db).before(&token).page()).await
+        bounded(60, ReadingDesc::keyset(&db).before(&token).page()).await
     ));
     assert!(foreign(
-        bounded(Reading::keyset(&other_db).after(&token).page()).await
+        bounded(60, Reading::keyset(&other_db).after(&token).page()).await
     ));
     assert_eq!(commands.take_count(), 0, "refused before anything is sent");
     // The query's own `prev` tokens still lead back, in its direction.
     let q = ReadingDesc::keyset(&db).page_size(10);
-    let p1 = bounded(q.clone().page()).await.unwrap();
-    let p2 = bounded(q.clone().after(p1.next.as_ref().unwrap()).page())
+    let p1 = bounded(60, q.clone().page()).await.unwrap();
+    let p2 = bounded(60, q.clone().after(p1.next.as_ref().unwrap()).page())
         .await
         .unwrap();
-    let back = bounded(q.clone().before(p2.prev.as_ref().unwrap()).page())
+    let back = bounded(60, q.clone().before(p2.prev.as_ref().unwrap()).page())
         .await
         .unwrap();
     assert_eq!(back.items, p1.items);
-    assert!(bounded(Reading::keyset(&db).after(&token).page())
+    assert!(bounded(60, Reading::keyset(&db).after(&token).page())
         .await
         .is_ok());
 }
@@ -548,12 +543,12 @@ async fn signed_tokens_bind_the_filter_and_refuse_forgeries() {
     };
     // Paging along signed tokens, through their string form.
     let mut seen = Vec::new();
-    let mut page = bounded(tenant("a").page()).await.unwrap();
+    let mut page = bounded(60, tenant("a").page()).await.unwrap();
     loop {
         seen.extend(page.items.iter().map(|r| r.id));
         let Some(next) = page.next.take() else { break };
         let next: PageToken = next.to_string().parse().unwrap();
-        page = bounded(tenant("a").after(&next).page()).await.unwrap();
+        page = bounded(60, tenant("a").after(&next).page()).await.unwrap();
     }
     let mut want: Vec<(u64, i64)> = (0..120_i64)
         .filter(|id| id % 2 == 0)
@@ -562,9 +557,10 @@ async fn signed_tokens_bind_the_filter_and_refuse_forgeries() {
     want.sort();
     assert_eq!(seen, want.iter().map(|w| w.1).collect::<Vec<_>>());
 
-    let first = bounded(tenant("a").page()).await.unwrap();
+    let first = bounded(60, tenant("a").page()).await.unwrap();
     let signed = first.next.unwrap();
     let unsigned = bounded(
+        60,
         Reading::keyset(&db)
             .filter(doc! {"tenant": "a"})
             .page_size(7)
@@ -581,11 +577,12 @@ async fn signed_tokens_bind_the_filter_and_refuse_forgeries() {
     };
     // Replayed against another tenant's filter, or with another key.
     refused(
-        bounded(tenant("b").after(&signed).page()).await,
+        bounded(60, tenant("b").after(&signed).page()).await,
         CursorError::BadSignature,
     );
     refused(
         bounded(
+            60,
             Reading::keyset(&db)
                 .filter(doc! {"tenant": "a"})
                 .signing_key(&b"another key, 32 bytes long too!!"[..])
@@ -597,7 +594,7 @@ async fn signed_tokens_bind_the_filter_and_refuse_forgeries() {
     );
     // Unsigned, or forged with a valid checksum.
     refused(
-        bounded(tenant("a").after(&unsigned).page()).await,
+        bounded(60, tenant("a").after(&unsigned).page()).await,
         CursorError::BadSignature,
     );
     let mut bytes = b64_decode(&signed.to_string());
@@ -607,12 +604,13 @@ async fn signed_tokens_bind_the_filter_and_refuse_forgeries() {
     bytes[n - 8..].copy_from_slice(&sum.to_le_bytes());
     let forged: PageToken = b64_encode(&bytes).parse().unwrap();
     refused(
-        bounded(tenant("a").after(&forged).page()).await,
+        bounded(60, tenant("a").after(&forged).page()).await,
         CursorError::BadSignature,
     );
     // A signed token on a query without a key is another query's.
     refused(
         bounded(
+            60,
             Reading::keyset(&db)
                 .filter(doc! {"tenant": "a"})
                 .after(&signed)
@@ -621,7 +619,7 @@ async fn signed_tokens_bind_the_filter_and_refuse_forgeries() {
         .await,
         CursorError::Foreign,
     );
-    match bounded(Reading::keyset(&db).signing_key(&b"short"[..]).page()).await {
+    match bounded(60, Reading::keyset(&db).signing_key(&b"short"[..]).page()).await {
         Err(Error::InvalidArgument {
             name: "signing_key",
             ..
@@ -629,7 +627,7 @@ async fn signed_tokens_bind_the_filter_and_refuse_forgeries() {
         other => panic!("{other:?}"),
     }
     assert_eq!(commands.take_count(), 0, "refused before anything is sent");
-    assert!(bounded(tenant("a").after(&signed).page()).await.is_ok());
+    assert!(bounded(60, tenant("a").after(&signed).page()).await.is_ok());
 }
 
 /// `.filter()` sends server-side JavaScript as given (the filter is trusted
@@ -664,6 +662,7 @@ async fn untrusted_filters_refuse_server_side_javascript() {
     let (items, err) = drain(ok.stream()).await;
     assert!(err.is_none());
     let want = bounded(
+        60,
         db.collection::<Document>("readings")
             .count_documents(doc! {"v": {"$gte": 0.0}, "_id": {"$in": [1, 2, 3]}})
             .into_future(),
@@ -730,7 +729,7 @@ async fn deep_pages_cost_what_bracket_local_boundaries_did() {
                 },
             );
             // Far into the scan: page 30 of 40.
-            let pages: Vec<Page<Document>> = bounded(q.clone().pages().take(30).try_collect())
+            let pages: Vec<Page<Document>> = bounded(60, q.clone().pages().take(30).try_collect())
                 .await
                 .unwrap();
             let token = pages.last().unwrap().next.clone().unwrap();
@@ -752,7 +751,7 @@ async fn deep_pages_cost_what_bracket_local_boundaries_did() {
             let examined = |filter: Document| {
                 let (db, sort) = (db.clone(), sort.clone());
                 async move {
-                    let e = bounded(db.run_command(doc! {
+                    let e = bounded(60, db.run_command(doc! {
                         "explain": {"find": "seek", "filter": filter, "sort": sort, "limit": limit},
                         "verbosity": "executionStats",
                     }).into_future())

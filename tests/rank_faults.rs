@@ -11,7 +11,7 @@ use mongo_patterns::bson::Bson;
 use mongo_patterns::prelude::*;
 use mongo_patterns::rank_histogram::{Layout, RankHistogram};
 use mongo_patterns::Error;
-use mongo_patterns_testkit::{client, fresh_db, OwnServer, ServerOptions};
+use mongo_patterns_testkit::{bounded, client, fresh_db, OwnServer, ServerOptions};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[serde(rename_all = "camelCase")]
@@ -62,13 +62,6 @@ impl Exam for DocsScore {
             score,
         }
     }
-}
-
-/// Every test's calls are bounded: a hang is a failure, not a stuck run.
-async fn bounded<F: std::future::Future>(secs: u64, f: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(secs), f)
-        .await
-        .unwrap_or_else(|_| panic!("did not finish within {secs} s"))
 }
 
 /// The board as stored, read with the raw driver: score in half points →
@@ -397,12 +390,13 @@ async fn sixteen_writers<T: Exam>(db: Database, run: Duration, bulk: bool) -> us
     calls
 }
 
-/// Both layouts at once, sixteen writers each, on one board each.
+/// Both layouts at once, sixteen writers each on one board each, for a
+/// minute.
 #[tokio::test]
 async fn contention_sixteen_writers_one_board() {
     let (db_a, _) = fresh_db("rank_f_hot_array").await;
     let (db_d, _) = fresh_db("rank_f_hot_docs").await;
-    let run = Duration::from_secs(25);
+    let run = Duration::from_secs(60);
     let t = Instant::now();
     let (a, d) = bounded(170, async {
         tokio::join!(

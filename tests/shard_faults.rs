@@ -3,14 +3,11 @@
 //! another client wrote (missing or mistyped key fields). Every invariant is
 //! checked with the raw driver.
 
-use std::future::Future;
-use std::time::Duration;
-
 use mongo_patterns::bson::{Bson, DateTime};
 use mongo_patterns::prelude::*;
 use mongo_patterns::shard_key::TimeRange;
 use mongo_patterns::Error;
-use mongo_patterns_testkit::fresh_db;
+use mongo_patterns_testkit::{bounded, fresh_db};
 
 /// Seed 002's application log, `ts` in epoch seconds; `month` is derived.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
@@ -50,13 +47,6 @@ fn at(s: &str) -> DateTime {
     DateTime::parse_rfc3339_str(s).unwrap()
 }
 
-/// Every call here is bounded: a hang fails the test instead of the suite.
-async fn bounded<F: Future>(f: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(30), f)
-        .await
-        .expect("call timed out")
-}
-
 fn log(id: i64, kind: &str, ts: i64) -> Log {
     Log {
         id,
@@ -87,7 +77,7 @@ async fn range_bounds_are_exact_to_the_millisecond() {
     let midnight = at("2024-03-01T00:00:00Z").timestamp_millis() / 1000;
     // 23:59:58, 23:59:59, 00:00:00, 00:00:01.
     let logs: Vec<Log> = (0..4).map(|i| log(i, "app", midnight - 2 + i)).collect();
-    bounded(repo.insert_many(&logs)).await.unwrap();
+    bounded(30, repo.insert_many(&logs)).await.unwrap();
 
     let ms = |s: &str| at(s).timestamp_millis();
     let cases = [
@@ -114,7 +104,7 @@ async fn range_bounds_are_exact_to_the_millisecond() {
     ];
     for (start, end, want) in cases {
         let range = TimeRange::between(at(start), at(end));
-        let mut got: Vec<i64> = bounded(repo.find("app", range, doc! {}))
+        let mut got: Vec<i64> = bounded(30, repo.find("app", range, doc! {}))
             .await
             .unwrap()
             .iter()
@@ -144,11 +134,13 @@ async fn range_bounds_are_exact_to_the_millisecond() {
         }
     };
     let before = range.start.timestamp_millis().div_euclid(1000);
-    bounded(repo.insert(&log(10, "web", before))).await.unwrap();
-    bounded(repo.insert(&log(11, "web", before + 1)))
+    bounded(30, repo.insert(&log(10, "web", before)))
         .await
         .unwrap();
-    let got: Vec<i64> = bounded(repo.find("web", range, doc! {}))
+    bounded(30, repo.insert(&log(11, "web", before + 1)))
+        .await
+        .unwrap();
+    let got: Vec<i64> = bounded(30, repo.find("web", range, doc! {}))
         .await
         .unwrap()
         .iter()
@@ -166,12 +158,12 @@ async fn key_change_moves_the_document() {
     let repo = Log::sharded(&db);
     let oct = at("2021-10-25T03:34:59Z").timestamp_millis() / 1000;
     let nov = oct + 10 * 86_400;
-    bounded(repo.insert(&log(1, "app", oct))).await.unwrap();
+    bounded(30, repo.insert(&log(1, "app", oct))).await.unwrap();
 
     // The timestamp moved to November: an upsert replaces the document.
     let mut moved = log(1, "app", nov);
     moved.msg = "moved".into();
-    let inserted = bounded(repo.upsert(&moved)).await;
+    let inserted = bounded(30, repo.upsert(&moved)).await;
     assert!(matches!(inserted, Ok(false)), "{inserted:?}");
     let stored = raw_all(&db, "logs").await;
     assert_eq!(stored.len(), 1, "{stored:?}");
@@ -185,7 +177,7 @@ async fn key_change_moves_the_document() {
     let mut back = log(1, "web", oct);
     back.msg = "back".into();
     commands.take();
-    assert!(matches!(bounded(repo.replace(&back)).await, Ok(true)));
+    assert!(matches!(bounded(30, repo.replace(&back)).await, Ok(true)));
     let sent: Vec<(String, Document)> = commands.take();
     let stored = raw_all(&db, "logs").await;
     assert_eq!(stored.len(), 1, "{stored:?}");
@@ -225,12 +217,12 @@ async fn key_change_moves_the_document() {
     // A replace of an `_id` that does not exist is still Ok(false), and
     // writes nothing; an upsert of it inserts.
     assert!(matches!(
-        bounded(repo.replace(&log(2, "app", oct))).await,
+        bounded(30, repo.replace(&log(2, "app", oct))).await,
         Ok(false)
     ));
     assert_eq!(raw_all(&db, "logs").await.len(), 1);
     assert!(matches!(
-        bounded(repo.upsert(&log(2, "app", oct))).await,
+        bounded(30, repo.upsert(&log(2, "app", oct))).await,
         Ok(true)
     ));
     assert_eq!(raw_all(&db, "logs").await.len(), 2);
@@ -241,12 +233,12 @@ async fn key_change_moves_the_document() {
         id: 1,
         user: "ann".into(),
     };
-    bounded(sessions.insert(&s)).await.unwrap();
+    bounded(30, sessions.insert(&s)).await.unwrap();
     let s2 = Session {
         id: 1,
         user: "bob".into(),
     };
-    assert!(matches!(bounded(sessions.upsert(&s2)).await, Ok(false)));
+    assert!(matches!(bounded(30, sessions.upsert(&s2)).await, Ok(false)));
     let stored = raw_all(&db, "sessions").await;
     assert_eq!(stored, [doc! {"_id": 1_i64, "user": "bob"}]);
 
@@ -265,10 +257,10 @@ async fn key_change_moves_the_document() {
         user: "ann".into(),
     };
     commands.take();
-    assert!(matches!(bounded(tokens.replace(&t)).await, Ok(false)));
-    assert!(matches!(bounded(tokens.upsert(&t)).await, Ok(true)));
-    assert!(matches!(bounded(tokens.upsert(&t)).await, Ok(false)));
-    assert!(matches!(bounded(tokens.replace(&t)).await, Ok(true)));
+    assert!(matches!(bounded(30, tokens.replace(&t)).await, Ok(false)));
+    assert!(matches!(bounded(30, tokens.upsert(&t)).await, Ok(true)));
+    assert!(matches!(bounded(30, tokens.upsert(&t)).await, Ok(false)));
+    assert!(matches!(bounded(30, tokens.replace(&t)).await, Ok(true)));
     assert_eq!(commands.take().len(), 4);
     assert_eq!(raw_all(&db, "tokens").await.len(), 1);
 }
@@ -297,16 +289,22 @@ async fn damaged_keys_are_refused_by_writes() {
         let id = d.get_i64("_id").unwrap();
         let item = log(id, "app", oct);
         for (op, r) in [
-            ("replace", bounded(repo.replace(&item)).await.map(|_| ())),
-            ("upsert", bounded(repo.upsert(&item)).await.map(|_| ())),
+            (
+                "replace",
+                bounded(30, repo.replace(&item)).await.map(|_| ()),
+            ),
+            ("upsert", bounded(30, repo.upsert(&item)).await.map(|_| ())),
             (
                 "update",
-                bounded(repo.update(
-                    DateTime::from_millis(oct * 1000),
-                    "app",
-                    doc! {"_id": id},
-                    doc! {"$set": {"msg": "updated"}},
-                ))
+                bounded(
+                    30,
+                    repo.update(
+                        DateTime::from_millis(oct * 1000),
+                        "app",
+                        doc! {"_id": id},
+                        doc! {"$set": {"msg": "updated"}},
+                    ),
+                )
                 .await
                 .map(|_| ()),
             ),
@@ -333,13 +331,16 @@ async fn damaged_keys_are_refused_by_writes() {
 
     // `update` naming an `_id` stored under another key: a typed error
     // naming it, not Ok(0).
-    bounded(repo.insert(&log(5, "web", oct))).await.unwrap();
-    let r = bounded(repo.update(
-        DateTime::from_millis(oct * 1000),
-        "app",
-        doc! {"_id": 5_i64},
-        doc! {"$set": {"msg": "updated"}},
-    ))
+    bounded(30, repo.insert(&log(5, "web", oct))).await.unwrap();
+    let r = bounded(
+        30,
+        repo.update(
+            DateTime::from_millis(oct * 1000),
+            "app",
+            doc! {"_id": 5_i64},
+            doc! {"$set": {"msg": "updated"}},
+        ),
+    )
     .await;
     match r {
         Err(Error::ShardKeyMismatch { id, stored, .. }) => {
@@ -351,12 +352,15 @@ async fn damaged_keys_are_refused_by_writes() {
     let five = raw.find_one(doc! {"_id": 5_i64}).await.unwrap().unwrap();
     assert_eq!(five.get_str("msg"), Ok("log 5"));
     // Under its own key, the update is made.
-    let n = bounded(repo.update(
-        DateTime::from_millis(oct * 1000),
-        "web",
-        doc! {"_id": 5_i64},
-        doc! {"$set": {"msg": "updated"}},
-    ))
+    let n = bounded(
+        30,
+        repo.update(
+            DateTime::from_millis(oct * 1000),
+            "web",
+            doc! {"_id": 5_i64},
+            doc! {"$set": {"msg": "updated"}},
+        ),
+    )
     .await
     .unwrap();
     assert_eq!(n, 1);
@@ -370,11 +374,14 @@ async fn mistyped_documents_are_named_on_reads() {
     let events = Event::sharded(&db);
     let day = at("2024-03-01T12:00:00Z");
     for id in 0..5 {
-        bounded(events.insert(&Event {
-            id,
-            tenant: "t1".into(),
-            at: day,
-        }))
+        bounded(
+            30,
+            events.insert(&Event {
+                id,
+                tenant: "t1".into(),
+                at: day,
+            }),
+        )
         .await
         .unwrap();
     }
@@ -390,9 +397,9 @@ async fn mistyped_documents_are_named_on_reads() {
         }
         other => panic!("{what}: {other:?}"),
     };
-    unexpected(bounded(events.scatter(doc! {})).await, "scatter");
+    unexpected(bounded(30, events.scatter(doc! {})).await, "scatter");
     unexpected(
-        bounded(events.scatter(doc! {"_id": {"$gte": 3_i64}})).await,
+        bounded(30, events.scatter(doc! {"_id": {"$gte": 3_i64}})).await,
         "scatter from 3",
     );
 
@@ -404,7 +411,7 @@ async fn mistyped_documents_are_named_on_reads() {
     ])
     .await
     .unwrap();
-    match bounded(sessions.find_by_hashed("ann")).await {
+    match bounded(30, sessions.find_by_hashed("ann")).await {
         Err(Error::UnexpectedDocument { id, .. }) => assert_eq!(*id, Bson::from("two")),
         other => panic!("find_by_hashed: {other:?}"),
     }
@@ -413,13 +420,13 @@ async fn mistyped_documents_are_named_on_reads() {
     // a number.
     let logs = Log::sharded(&db);
     let oct = at("2021-10-25T03:34:59Z").timestamp_millis() / 1000;
-    bounded(logs.insert(&log(1, "app", oct))).await.unwrap();
+    bounded(30, logs.insert(&log(1, "app", oct))).await.unwrap();
     db.collection::<Document>("logs")
         .update_one(doc! {"_id": 1_i64}, doc! {"$set": {"msg": 42}})
         .await
         .unwrap();
     let range = TimeRange::between(at("2021-10-01T00:00:00Z"), at("2021-11-01T00:00:00Z"));
-    match bounded(logs.find("app", range, doc! {})).await {
+    match bounded(30, logs.find("app", range, doc! {})).await {
         Err(Error::UnexpectedDocument { id, .. }) => assert_eq!(*id, Bson::Int64(1)),
         other => panic!("find: {other:?}"),
     }
@@ -433,7 +440,7 @@ async fn audit_reports_documents_a_targeted_query_cannot_see() {
     let repo = Log::sharded(&db);
     let oct = at("2021-10-25T03:34:59Z").timestamp_millis() / 1000;
     for id in 0..20 {
-        bounded(repo.insert(&log(id, "app", oct + id)))
+        bounded(30, repo.insert(&log(id, "app", oct + id)))
             .await
             .unwrap();
     }
@@ -448,13 +455,13 @@ async fn audit_reports_documents_a_targeted_query_cannot_see() {
     let range = TimeRange::between(at("2021-10-01T00:00:00Z"), at("2021-11-01T00:00:00Z"));
     // What a targeted query sees: the 20 good logs only.
     assert_eq!(
-        bounded(repo.find("app", range, doc! {}))
+        bounded(30, repo.find("app", range, doc! {}))
             .await
             .unwrap()
             .len(),
         20
     );
-    let audit = bounded(repo.audit(100)).await.unwrap();
+    let audit = bounded(30, repo.audit(100)).await.unwrap();
     assert_eq!(audit.scanned, 23);
     let ids: Vec<Bson> = audit
         .damaged
@@ -465,7 +472,7 @@ async fn audit_reports_documents_a_targeted_query_cannot_see() {
         })
         .collect();
     assert_eq!(ids, [Bson::Int64(100), Bson::Int64(101), Bson::Int64(102)]);
-    let audit = bounded(repo.audit(1)).await.unwrap();
+    let audit = bounded(30, repo.audit(1)).await.unwrap();
     assert_eq!((audit.damaged.len(), audit.scanned), (1, 23));
 }
 
@@ -485,7 +492,7 @@ async fn cancelled_moves_leave_one_whole_document() {
     let mut took = Vec::new();
     for i in 0..5 {
         let t = std::time::Instant::now();
-        bounded(repo.upsert(&log(99, "app", months[i % 3])))
+        bounded(30, repo.upsert(&log(99, "app", months[i % 3])))
             .await
             .unwrap();
         took.push(t.elapsed());
@@ -552,8 +559,8 @@ async fn cancelled_moves_leave_one_whole_document() {
     for id in 0..ids {
         let mut item = log(id, "admin", months[0]);
         item.msg = "final".into();
-        bounded(repo.upsert(&item)).await.unwrap();
-        assert!(bounded(repo.replace(&item)).await.unwrap());
+        bounded(30, repo.upsert(&item)).await.unwrap();
+        assert!(bounded(30, repo.replace(&item)).await.unwrap());
     }
     let all = raw_all(&db, "logs").await;
     assert_eq!(all.len(), ids as usize, "{all:?}");

@@ -291,6 +291,14 @@ impl OwnServer {
     }
 }
 
+/// Awaits `f` for at most `secs` seconds, and panics past that: no test may
+/// hang on a call that should have returned.
+pub async fn bounded<F: std::future::Future>(secs: u64, f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(secs), f)
+        .await
+        .unwrap_or_else(|_| panic!("did not finish within {secs} s"))
+}
+
 fn unique() -> u64 {
     static N: AtomicU64 = AtomicU64::new(0);
     N.fetch_add(1, Ordering::Relaxed)
