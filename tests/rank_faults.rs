@@ -146,10 +146,27 @@ async fn consistent<T: Exam>(db: &Database, board: &str, when: &str, zeros_ok: b
     );
 }
 
-/// A cut after 0.2 to 8 ms, so that some calls are cut before sending, some
-/// with a command in flight, some between commands, some not at all.
-fn cut_after(i: u64) -> Duration {
-    Duration::from_micros(200 + 97 * (i % 80))
+/// A cut after 0.2 ms to 0.2 ms + `span_us`, so that some calls are cut
+/// before sending, some with a command in flight, some between commands,
+/// some not at all.
+fn cut_after(i: u64, span_us: u64) -> Duration {
+    Duration::from_micros(200 + span_us * (i % 80) / 80)
+}
+
+/// Three times the median of five uncut one-command writes, in
+/// microseconds: cut windows that scale with how busy the machine is (a
+/// fixed window cut too few calls on an idle machine).
+async fn span_us<T: Exam>(ranks: &Ranks<T>) -> u64 {
+    let mut took = Vec::new();
+    for i in 0..5 {
+        let t = Instant::now();
+        bounded(30, ranks.record("calibrate", f64::from(i)))
+            .await
+            .unwrap();
+        took.push(t.elapsed().as_micros() as u64);
+    }
+    took.sort_unstable();
+    took[2] * 3
 }
 
 const CUTS: u64 = 60;
@@ -171,7 +188,9 @@ async fn uncut<F: std::future::Future<Output = Result<R, Error>>, R>(what: &str,
 async fn cancelled_writes<T: Exam>(name: &str, bulk: bool) {
     let (db, _) = fresh_db(name).await;
     let ranks = T::ranks(&db).bulk_write(bulk);
-    let cut = |i| cut_after(i);
+    let span = span_us(&ranks).await;
+    eprintln!("{name}: cut windows 0.2 ms to {} µs", 200 + span);
+    let cut = |i| cut_after(i, span);
     // Without `bulkWrite`, a call cut between its `update` and its `delete`
     // may leave the emptied score at count 0; the calls read past it.
     let zeros_ok = !bulk;
