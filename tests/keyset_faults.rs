@@ -11,6 +11,7 @@ use mongo_patterns::bson::{self, Binary, Bson, Decimal128, Timestamp};
 use mongo_patterns::keyset::{KeysetSpec, MAX_TOKEN_DEPTH, MAX_TOKEN_LEN};
 use mongo_patterns::prelude::*;
 use mongo_patterns::{CursorError, Error};
+use mongo_patterns_testkit::forge::{b64_decode, b64_encode, fnv1a64};
 use mongo_patterns_testkit::{bounded, fresh_db};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
@@ -98,45 +99,6 @@ fn forge_doc(fingerprint: u64, doc: &[u8]) -> String {
     let sum = fnv1a64(&out);
     out.extend_from_slice(&sum.to_le_bytes());
     b64_encode(&out)
-}
-
-const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-/// URL-safe base64 without padding, as tokens are written.
-fn b64_encode(bytes: &[u8]) -> String {
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().fold(0u32, |n, &b| n << 8 | u32::from(b)) << (8 * (3 - chunk.len()));
-        for i in 0..=chunk.len() {
-            out.push(B64[(n >> (18 - 6 * i) & 63) as usize] as char);
-        }
-    }
-    out
-}
-
-fn b64_decode(s: &str) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut acc = 0u32;
-    let mut bits = 0;
-    for c in s.bytes() {
-        let v = B64.iter().position(|&b| b == c).unwrap() as u32;
-        acc = acc << 6 | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-    }
-    out
-}
-
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
 }
 
 fn nest(depth: usize) -> Bson {

@@ -16,6 +16,7 @@ use mongo_patterns::bson::{self, Binary, Bson, Decimal128, Regex, Timestamp};
 use mongo_patterns::keyset::{KeysetSpec, MAX_TOKEN_LEN};
 use mongo_patterns::prelude::*;
 use mongo_patterns::{CursorError, Error};
+use mongo_patterns_testkit::forge::{b64_decode, b64_encode, fnv1a64, B64};
 use mongo_patterns_testkit::fresh_db;
 
 /// Inputs generated; the test fails if fewer ran.
@@ -43,42 +44,6 @@ impl Rng {
     fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next() as u8).collect()
     }
-}
-
-const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-fn b64_encode(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 4 / 3 + 4);
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().fold(0u32, |n, &b| n << 8 | u32::from(b)) << (8 * (3 - chunk.len()));
-        for i in 0..=chunk.len() {
-            out.push(B64[(n >> (18 - 6 * i) & 63) as usize] as char);
-        }
-    }
-    out
-}
-
-fn b64_decode(s: &str) -> Vec<u8> {
-    let (mut out, mut acc, mut bits) = (Vec::new(), 0u32, 0);
-    for c in s.bytes() {
-        let v = B64.iter().position(|&b| b == c).unwrap() as u32;
-        acc = acc << 6 | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-    }
-    out
-}
-
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
 }
 
 /// Token bytes (version 2) around a BSON body, with a valid checksum.

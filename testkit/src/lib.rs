@@ -9,6 +9,7 @@
 //! the process exits, even if the process is killed.
 
 pub mod bench;
+pub mod forge;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
