@@ -213,7 +213,7 @@ async fn targeted_queries_carry_the_key_prefix() {
         filter.get_document("month").unwrap(),
         &doc! {"$gte": at("2022-10-01T00:00:00Z"), "$lte": at("2022-10-01T00:00:00Z")}
     );
-    assert_eq!(filter.get_str("type"), Ok("app"));
+    assert_eq!(filter.get_str("type").ok(), Some("app"));
     let (lo, hi) = (1_664_582_400, 1_667_260_800);
     let want: Vec<&Log> = all
         .iter()

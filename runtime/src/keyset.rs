@@ -18,14 +18,15 @@
 
 mod token;
 
+use mongodb::bson;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use bson::oid::ObjectId;
-use bson::raw::RawBsonRef;
-use bson::{doc, Bson, DateTime, Document, RawDocument, RawDocumentBuf};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
+use mongodb::bson::oid::ObjectId;
+use mongodb::bson::raw::RawBsonRef;
+use mongodb::bson::{doc, Bson, DateTime, Document, RawDocument, RawDocumentBuf};
 use mongodb::{Collection, Database};
 use serde::de::DeserializeOwned;
 
@@ -377,7 +378,7 @@ where
                     ),
                 ))
             }
-            Some(_) => Some(bson::to_vec(&self.filter)?),
+            Some(_) => Some(crate::compat::to_vec(&self.filter)?),
             None => None,
         };
         let fingerprint = self.fingerprint();
@@ -468,7 +469,7 @@ where
         let values = self
             .keys()
             .map(|key| match raw.get(key) {
-                Ok(Some(v)) => Bson::try_from(v.to_raw_bson())
+                Ok(Some(v)) => Bson::try_from(crate::compat::to_raw_bson(v))
                     .map_err(|_| self.unsupported(raw, key, "an unreadable value".into())),
                 _ => Ok(Bson::Null),
             })
@@ -516,7 +517,7 @@ pub(crate) fn id_of(raw: &RawDocument) -> Bson {
     raw.get("_id")
         .ok()
         .flatten()
-        .and_then(|v| Bson::try_from(v.to_raw_bson()).ok())
+        .and_then(|v| Bson::try_from(crate::compat::to_raw_bson(v)).ok())
         .unwrap_or(Bson::Null)
 }
 

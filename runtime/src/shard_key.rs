@@ -34,14 +34,15 @@ pub mod simulate;
 use std::borrow::Borrow;
 use std::marker::PhantomData;
 
-use bson::{doc, Bson, DateTime, Document};
 use futures::TryStreamExt;
+use mongodb::bson::{doc, Bson, DateTime, Document};
 use mongodb::options::IndexOptions;
 use mongodb::{Client, Collection, Database, IndexModel};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 pub use self::analyze::KeyAnalysis;
+use crate::error::code::{COMMAND_NOT_FOUND, DUPLICATE_KEY};
 use crate::error::{server_codes, Error, Result};
 use crate::model::Model;
 
@@ -191,9 +192,6 @@ impl<T: ShardKeyed> Clone for Sharded<T> {
     }
 }
 
-/// MongoDB's CommandNotFound: the deployment has no such command.
-const COMMAND_NOT_FOUND: i32 = 59;
-
 impl<T: ShardKeyed> Sharded<T> {
     /// The repository for `T` in `db`.
     pub fn new(db: &Database) -> Self {
@@ -277,7 +275,7 @@ impl<T: ShardKeyed> Sharded<T> {
     /// The document as stored: serialized, with the derived coarse field
     /// filled in from its timestamp.
     pub fn to_document(&self, item: &T) -> Result<Document> {
-        let mut d = bson::to_document(item)?;
+        let mut d = crate::compat::to_document(item)?;
         fill(&self.spec, &mut d, T::COLLECTION)?;
         Ok(d)
     }
@@ -514,7 +512,7 @@ impl<T: ShardKeyed> Sharded<T> {
             }
         }
         if let Some(s) = self.spec.search {
-            f.insert(s, bson::to_bson(search)?);
+            f.insert(s, crate::compat::to_bson(search)?);
         }
         if let Some(d) = self.spec.derived {
             let (lo, hi) = match d.repr {
@@ -563,7 +561,7 @@ impl<T: ShardKeyed> Sharded<T> {
                 "this model's shard key is not hashed",
             ));
         };
-        self.collect(doc! {h: bson::to_bson(value)?}).await
+        self.collect(doc! {h: crate::compat::to_bson(value)?}).await
     }
 
     /// Any query, sent to every shard that holds the collection. Named
@@ -648,7 +646,7 @@ impl<T: ShardKeyed> Sharded<T> {
             f.insert(c, v);
         }
         if let Some(s) = self.spec.search {
-            f.insert(s, bson::to_bson(search)?);
+            f.insert(s, crate::compat::to_bson(search)?);
         }
         Ok(f)
     }
@@ -677,9 +675,6 @@ enum Written {
 /// each lost to a concurrent writer of the same `_id`, before it gives up
 /// with [`Error::Contended`].
 const WRITE_ROUNDS: usize = 5;
-
-/// MongoDB's DuplicateKey.
-const DUPLICATE_KEY: i32 = 11000;
 
 /// BSON types that compare as one in a filter: numbers, and null with a
 /// missing value.

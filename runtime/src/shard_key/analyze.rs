@@ -11,10 +11,11 @@
 //! a key with more distinct values than the sample has documents shows as
 //! many distinct values as documents.
 
+use mongodb::bson;
 use std::cmp::Ordering;
 
-use bson::{doc, Bson, Document};
 use futures::TryStreamExt;
+use mongodb::bson::{doc, Bson, Document};
 use mongodb::Collection;
 
 use crate::error::{Error, Result};
@@ -368,7 +369,7 @@ fn cmp_tuple(a: &[Bson], b: &[Bson]) -> Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bson::oid::ObjectId;
+    use mongodb::bson::oid::ObjectId;
 
     fn ids(n: usize) -> Vec<Bson> {
         // ObjectIds made in order: their counters ascend.
