@@ -261,6 +261,12 @@ impl<T: ApproxCounted> Counter<T> {
         Ok(Self::new(db, spec))
     }
 
+    /// What this counter needs in the deployment: its collection (keys are
+    /// `_id`s, which need no other index).
+    pub fn declared(&self) -> Vec<crate::ensure::Declared> {
+        vec![crate::ensure::Declared::new(self.inner.coll.name())]
+    }
+
     /// The same counter drawing from a deterministic random stream, for
     /// tests. Call it on a fresh handle (it replaces the handle's state).
     pub fn seeded(self, seed: u64) -> Self {

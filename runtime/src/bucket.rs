@@ -262,6 +262,14 @@ impl<T: Bucketed> Buckets<T> {
         Ok(())
     }
 
+    /// What this repository needs in the deployment: its collection, with
+    /// the `{key, start}` index that page reads seek on.
+    pub fn declared(&self) -> Vec<crate::ensure::Declared> {
+        let key = self.spec.key;
+        vec![crate::ensure::Declared::new(self.coll.name())
+            .index(doc! {key: 1, "start": 1}, format!("mp_bucket_{key}_start"))]
+    }
+
     /// Appends `item` to its key's open bucket, opening the next bucket when
     /// the open one is full.
     ///

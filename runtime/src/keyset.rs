@@ -213,6 +213,25 @@ where
         self
     }
 
+    /// What this query needs in the deployment: its collection, and the
+    /// index `{sort keys..., _id}` in the query's direction (by `_id` alone,
+    /// the `_id` index serves). A page at any depth is then one index seek;
+    /// without it, every page sorts the whole filtered collection.
+    pub fn declared(&self) -> Vec<crate::ensure::Declared> {
+        let decl = crate::ensure::Declared::new(self.coll.name());
+        if self.sort.is_empty() {
+            return vec![decl];
+        }
+        let dir = if self.descending { -1 } else { 1 };
+        let mut keys = Document::new();
+        for k in self.sort {
+            keys.insert(*k, dir);
+        }
+        keys.insert("_id", dir);
+        let name = format!("mp_keyset_{}", self.sort.join("_"));
+        vec![decl.index(keys, name)]
+    }
+
     /// Items per page, `1..=MAX_PAGE_SIZE` (checked when a page is fetched).
     pub fn page_size(mut self, n: u32) -> Self {
         self.page_size = n;

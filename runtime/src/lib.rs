@@ -29,9 +29,11 @@
 
 #![warn(missing_docs)]
 
+pub mod action;
 pub mod approx_counter;
 pub mod bucket;
 mod compat;
+pub mod ensure;
 mod error;
 pub mod keyset;
 mod model;

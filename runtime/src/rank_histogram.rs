@@ -417,6 +417,21 @@ impl<T: RankHistogram> Ranks<T> {
         Ok(())
     }
 
+    /// What this repository needs in the deployment: the players'
+    /// collection with its `{board, score}` index (which `rebuild` and
+    /// `update_score` read through), and the histogram's collection.
+    pub fn declared(&self) -> Vec<crate::ensure::Declared> {
+        let (board, score) = (self.spec.board, self.spec.score);
+        let dir = if self.spec.descending { -1 } else { 1 };
+        vec![
+            crate::ensure::Declared::new(self.source.name()).index(
+                doc! {board: 1, score: dir},
+                format!("mp_rank_{board}_{score}"),
+            ),
+            crate::ensure::Declared::new(self.hist.name()),
+        ]
+    }
+
     /// Counts one more player at `score` on `board`; creates the board and
     /// the score when they are new. One round trip.
     pub async fn record<Q>(&self, board: &Q, score: T::Score) -> Result<()>

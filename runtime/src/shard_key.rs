@@ -244,6 +244,14 @@ impl<T: ShardKeyed> Sharded<T> {
         )
     }
 
+    /// What this repository needs in the deployment: the shard key's index,
+    /// and the collection sharded on it where the deployment shards.
+    pub fn declared(&self) -> Vec<crate::ensure::Declared> {
+        vec![crate::ensure::Declared::new(self.coll.name())
+            .index(self.shard_spec(), index_name(&self.spec))
+            .sharded(self.shard_spec(), false)]
+    }
+
     /// Creates the key's index and shards the collection (`enableSharding`
     /// first, which MongoDB before 6.0 needs). Fails with
     /// [`Error::NotSharded`] on a deployment without sharding (a replica set
