@@ -932,3 +932,74 @@ async fn streams_return_the_same_items() {
     assert_eq!(ann, ann_s);
     assert_eq!(ann.iter().map(|l| l.id).collect::<Vec<_>>(), [1, 3]);
 }
+
+/// 16 callers' transactions at once, each upserting the same new `_id`
+/// under its own key and inserting a log of its own, through `and_run2`
+/// with `?`, all at once: whatever each loses (a write conflict, a duplicate key) is
+/// transient, every transaction commits, and one document holds the `_id`.
+#[tokio::test]
+async fn contention_sixteen_transactions_on_one_id() {
+    let (db, _) = fresh_db("shard_app_sixteen").await;
+    db.create_collection("logs").await.unwrap();
+    let repo = Log::sharded(&db);
+    let attempts = std::sync::Arc::new(AtomicUsize::new(0));
+    let lost = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let tasks: Vec<_> = (0..16_i64)
+        .map(|i| {
+            let repo = repo.clone();
+            let client = db.client().clone();
+            let attempts = attempts.clone();
+            let lost = lost.clone();
+            async move {
+                let mut s = client.start_session().await?;
+                let ts = OCT + (i % 4) * 40 * 86_400; // four months
+                let kind = ["app", "web"][(i % 2) as usize];
+                s.start_transaction()
+                    .and_run2(async |s| {
+                        attempts.fetch_add(1, Ordering::SeqCst);
+                        let mine = log(42, kind, ts, &format!("task {i}"));
+                        let r = repo.upsert(&mine).session(s).await;
+                        if let Err(e) = &r {
+                            lost.lock().unwrap().push((e.code(), e.is_transient()));
+                        }
+                        r?;
+                        repo.insert(&log(100 + i, "app", ts, "own"))
+                            .session(s)
+                            .await?;
+                        Ok(())
+                    })
+                    .await
+            }
+        })
+        .collect();
+    // Concurrent on the server, polled on this task (the driver's
+    // `and_run2` closure is not `Send` under `tokio::spawn` yet).
+    for r in bounded(60, futures::future::join_all(tasks)).await {
+        r.unwrap();
+    }
+    let stored = raw_all(&db, "logs").await;
+    let ids: Vec<i64> = stored.iter().map(|d| d.get_i64("_id").unwrap()).collect();
+    let want: Vec<i64> = std::iter::once(42).chain(100..116).collect();
+    assert_eq!(ids, want);
+    let attempts = attempts.load(Ordering::SeqCst);
+    let lost = lost.lock().unwrap().clone();
+    let mut codes: Vec<Option<i32>> = lost.iter().map(|(c, _)| *c).collect();
+    codes.sort();
+    codes.dedup();
+    println!(
+        "16 transactions: {attempts} attempts, {} upserts lost, codes {codes:?}",
+        lost.len()
+    );
+    assert!(attempts >= 16);
+    assert!(lost.iter().all(|(_, transient)| *transient), "{lost:?}");
+    // The winner's document is whole: its key is its own timestamp's.
+    let winner = &stored[0];
+    let ts = winner.get_i64("ts").unwrap();
+    assert_eq!(
+        month_of(winner),
+        mongo_patterns::shard_key::truncate(
+            DateTime::from_millis(ts * 1000),
+            mongo_patterns::shard_key::Granularity::Month
+        )
+    );
+}
