@@ -631,3 +631,87 @@ async fn cancelled_moves_leave_one_whole_document() {
     );
     eprintln!("cut {cut} of 200 calls, {done} completed; an uncut move took {typical:?}");
 }
+
+/// A server killed (`kill -9`) while upserts move documents between months
+/// and search values: a move is one write (the miss and the lookup before
+/// it write nothing), so after the restart every `_id` is stored once and
+/// whole, at the last version acknowledged or the one in flight, with its
+/// coarse field its timestamp's month; the same calls then complete.
+#[tokio::test]
+async fn crash_during_moves_leaves_one_whole_document() {
+    use mongo_patterns_testkit::{client, OwnServer, ServerOptions};
+    let server = OwnServer::start(ServerOptions {
+        sync_on_commit: true,
+        ..ServerOptions::default()
+    });
+    let (client, _) = client(server.uri()).await;
+    let db = client.database("crash");
+    let repo = Log::sharded(&db);
+    let oct = at("2021-10-25T03:34:59Z").timestamp_millis() / 1000;
+    let months = [oct, oct + 10 * 86_400, oct + 40 * 86_400];
+    let ids = 20_i64;
+    let version = move |id: i64, round: i64| {
+        let mut l = log(
+            id,
+            ["app", "web"][(round % 2) as usize],
+            months[(round % 3) as usize] + id,
+        );
+        l.msg = format!("round {round}");
+        l
+    };
+    let first: Vec<Log> = (0..ids).map(|id| version(id, 0)).collect();
+    bounded(30, repo.insert_many(&first).into_future())
+        .await
+        .unwrap();
+    // Rounds acknowledged per `_id`, written by the mover.
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(vec![0_i64; ids as usize]));
+    let mover = {
+        let (repo, acked) = (repo.clone(), acked.clone());
+        tokio::spawn(async move {
+            for round in 1.. {
+                for id in 0..ids {
+                    if repo.upsert(&version(id, round)).await.is_err() {
+                        return round;
+                    }
+                    acked.lock().unwrap()[id as usize] = round;
+                }
+            }
+            unreachable!()
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    server.kill();
+    let rounds = bounded(60, mover).await.unwrap();
+    server.restart();
+    let acked = acked.lock().unwrap().clone();
+    assert!(rounds >= 2, "the mover ran {rounds} rounds before the kill");
+    let stored = bounded(30, raw_all(&db, "logs")).await;
+    let got: Vec<i64> = stored.iter().map(|d| d.get_i64("_id").unwrap()).collect();
+    assert_eq!(got, (0..ids).collect::<Vec<_>>(), "each `_id` once");
+    let mut in_flight = 0;
+    for d in &stored {
+        let id = d.get_i64("_id").unwrap();
+        let round: i64 = d.get_str("msg").unwrap()[6..].parse().unwrap();
+        let want = acked[id as usize];
+        assert!(
+            round == want || round == want + 1,
+            "{id}: round {round}, acknowledged {want}"
+        );
+        in_flight += i64::from(round == want + 1);
+        let whole = repo.to_document(&version(id, round)).unwrap();
+        assert_eq!(d, &whole, "{id}: one whole version");
+    }
+    println!(
+        "crash after {rounds} rounds of {ids} moves: {} ids stored once each, {in_flight} at the version in flight",
+        stored.len()
+    );
+    // The next calls complete the moves.
+    for id in 0..ids {
+        bounded(30, repo.upsert(&version(id, 1_000)).into_future())
+            .await
+            .unwrap();
+    }
+    let stored = bounded(30, raw_all(&db, "logs")).await;
+    assert_eq!(stored.len(), ids as usize);
+    assert!(stored.iter().all(|d| d.get_str("msg") == Ok("round 1000")));
+}
