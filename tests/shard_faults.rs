@@ -679,12 +679,19 @@ async fn crash_during_moves_leaves_one_whole_document() {
             unreachable!()
         })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    // Kill once every `_id` has moved twice, mid-round.
+    bounded(60, async {
+        while acked.lock().unwrap().iter().any(|r| *r < 2) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(37)).await;
     server.kill();
     let rounds = bounded(60, mover).await.unwrap();
     server.restart();
     let acked = acked.lock().unwrap().clone();
-    assert!(rounds >= 2, "the mover ran {rounds} rounds before the kill");
+    assert!(rounds >= 3, "the mover ran {rounds} rounds before the kill");
     let stored = bounded(30, raw_all(&db, "logs")).await;
     let got: Vec<i64> = stored.iter().map(|d| d.get_i64("_id").unwrap()).collect();
     assert_eq!(got, (0..ids).collect::<Vec<_>>(), "each `_id` once");
@@ -713,5 +720,7 @@ async fn crash_during_moves_leaves_one_whole_document() {
     }
     let stored = bounded(30, raw_all(&db, "logs")).await;
     assert_eq!(stored.len(), ids as usize);
-    assert!(stored.iter().all(|d| d.get_str("msg").ok() == Some("round 1000")));
+    assert!(stored
+        .iter()
+        .all(|d| d.get_str("msg").ok() == Some("round 1000")));
 }

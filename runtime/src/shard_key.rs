@@ -27,6 +27,19 @@
 //! [`Sharded::analyze`] reports what MongoDB 7.0's `analyzeShardKey` reports
 //! under `keyCharacteristics`, on any deployment, by `$sample`; and
 //! [`simulate`] replays a workload on a model of a cluster to compare keys.
+//!
+//! Every method that sends a command returns an action ([`Insert`],
+//! [`InsertMany`], [`Replace`], [`Upsert`], [`Update`], [`Find`],
+//! [`AuditKeys`], [`Analyze`], [`EnsureSharded`]): setters for the session
+//! and the options that apply, run by `.await`. [`Sharded::find`],
+//! [`Sharded::find_by_hashed`] and [`Sharded::scatter`] give a stream when
+//! awaited, as the driver's `find` gives a cursor: the query is sent and
+//! refused at the `.await`, and the stream then reads batch after batch.
+//! [`Sharded::shard_spec`], [`Sharded::shard_commands`],
+//! [`Sharded::mongosh_script`], [`Sharded::to_document`],
+//! [`Sharded::key_filter`], [`Sharded::targeted_filter`] and
+//! [`Sharded::declared`] send nothing, so no option could apply to them:
+//! they stay plain methods.
 
 pub mod analyze;
 pub mod simulate;
@@ -977,6 +990,14 @@ fn current<T>(
 ) -> Result<T> {
     item.map_err(|e| match *e.kind {
         mongodb::error::ErrorKind::BsonDeserialization(source) => Error::UnexpectedDocument {
+            collection: collection.to_owned(),
+            id: Box::new(crate::keyset::id_of(raw)),
+            source,
+        },
+        // With bson 3 the driver reports a document that does not
+        // deserialize as a bson error.
+        #[cfg(feature = "bson-3")]
+        mongodb::error::ErrorKind::Bson(source) => Error::UnexpectedDocument {
             collection: collection.to_owned(),
             id: Box::new(crate::keyset::id_of(raw)),
             source,
