@@ -506,9 +506,15 @@ impl<T: ShardKeyed> Sharded<T> {
     /// wins between the lookup and the write (a duplicate key, a document
     /// moved meanwhile) makes it look again, up to 5 times, then
     /// [`Error::Contended`]. Inside the caller's transaction it never looks
-    /// again: a duplicate key there has aborted the transaction, and is
-    /// returned as [`Error::Raced`] with the `TransientTransactionError`
-    /// label, so that the caller's `and_run2` runs the transaction again.
+    /// again: the lookup and the write see one snapshot, and a concurrent
+    /// writer makes the server abort the transaction, with a write
+    /// conflict (labelled `TransientTransactionError` by the server) or a
+    /// duplicate key (returned as [`Error::Raced`] with that label), so
+    /// that the caller's `and_run2` runs the transaction again.
+    ///
+    /// It runs no transaction of its own: its only write is the last
+    /// command (a move is one replace, which a sharded cluster performs
+    /// atomically), so a crash or a cut before it leaves the old document.
     pub fn upsert<'a>(&'a self, item: &'a T) -> Upsert<'a, T> {
         Upsert {
             repo: self,
