@@ -759,6 +759,15 @@ fn is_nan(v: &Bson) -> bool {
 
 /// Documents strictly after `values` in the order `keys` ascending (or
 /// descending): `$or` of "equal on the first i keys, beyond on key i".
+///
+/// With more than one key, the `$or` is `$and`ed with "at or beyond the
+/// first value" on the first key. It matches nothing the `$or` does not
+/// already allow, but it is one range on the index's first field, so the
+/// server seeks there and reads the index in order; the `$or` alone was
+/// planned as one index scan per branch, merged and then sorted in memory,
+/// reading every document after the boundary (measured on the test
+/// server: 503 keys and 500 documents for a page of 50 at depth 1,500 of
+/// 2,000).
 fn boundary_filter(
     keys: impl Iterator<Item = &'static str> + Clone,
     values: &[Bson],
@@ -766,10 +775,14 @@ fn boundary_filter(
 ) -> Document {
     let mut branches = Vec::new();
     let mut equal = Document::new();
+    let mut prefix = None;
     for (key, value) in keys.zip(values) {
         let mut branch = equal.clone();
-        branch.extend(beyond(key, value, descending));
+        branch.extend(beyond(key, value, descending, false));
         branches.push(Bson::Document(branch));
+        if prefix.is_none() {
+            prefix = Some(beyond(key, value, descending, true));
+        }
         // `$eq: null` matches null and missing, `$eq: NaN` every NaN (as
         // measured on the server), as the sort puts each set together.
         equal.insert(key, doc! {"$eq": value.clone()});
@@ -777,7 +790,10 @@ fn boundary_filter(
     match <[Bson; 1]>::try_from(branches) {
         Ok([Bson::Document(only)]) => only,
         Ok([other]) => doc! {"$or": [other]},
-        Err(branches) => doc! {"$or": branches},
+        Err(branches) => match prefix {
+            Some(prefix) => doc! {"$and": [prefix, {"$or": branches}]},
+            None => doc! {"$or": branches},
+        },
     }
 }
 
@@ -796,20 +812,28 @@ fn boundary_filter(
 /// sorts, so a page reaches it and refuses it, rather than skip it. Types no
 /// token holds (MinKey, regex, code...) are not excluded: wherever one sorts,
 /// a page reaches it and refuses it.
-fn beyond(key: &str, v: &Bson, descending: bool) -> Document {
+///
+/// `inclusive`, the values at or after `v`: `$lt`/`$gt` in place of
+/// `$lte`/`$gte`, and NaN kept when `v` is NaN.
+fn beyond(key: &str, v: &Bson, descending: bool, inclusive: bool) -> Document {
     let b = bracket(v);
     let nan = is_nan(v);
     let mut first = Document::new();
     let mut excluded: Vec<usize>;
     let mut nin: Vec<Bson> = Vec::new();
     if !descending {
-        first.insert("$not", doc! {"$lte": v.clone()});
+        let op = if inclusive { "$lt" } else { "$lte" };
+        first.insert("$not", doc! {op: v.clone()});
         excluded = (NUMBER..b.min(TIMESTAMP + 1)).collect();
         if b != NULL {
-            nin = vec![Bson::Null, Bson::Double(f64::NAN)];
+            nin.push(Bson::Null);
+            if !(inclusive && nan) {
+                nin.push(Bson::Double(f64::NAN));
+            }
         }
     } else {
-        first.insert("$not", doc! {"$gte": v.clone()});
+        let op = if inclusive { "$gt" } else { "$gte" };
+        first.insert("$not", doc! {op: v.clone()});
         excluded = (b + 1..=TIMESTAMP).filter(|&x| x >= NUMBER).collect();
         // Every other number sorts above NaN.
         if nan {
@@ -928,14 +952,36 @@ mod tests {
     }
 
     #[test]
-    fn boundary_is_a_strict_or() {
+    fn boundary_is_a_strict_or_within_one_range() {
         let f = boundary_filter(keys(&["t"]), &[Bson::Int32(5), Bson::Int32(9)], false);
         same!(
             f,
-            doc! {"$or": [
-                {"t": {"$not": {"$lte": 5}, "$nin": [null, f64::NAN]}},
-                {"t": {"$eq": 5}, "_id": {"$not": {"$lte": 9}, "$nin": [null, f64::NAN]}},
+            doc! {"$and": [
+                {"t": {"$not": {"$lt": 5}, "$nin": [null, f64::NAN]}},
+                {"$or": [
+                    {"t": {"$not": {"$lte": 5}, "$nin": [null, f64::NAN]}},
+                    {"t": {"$eq": 5}, "_id": {"$not": {"$lte": 9}, "$nin": [null, f64::NAN]}},
+                ]},
             ]}
+        );
+    }
+
+    /// The range is what sorts at or after the value: NaN and null
+    /// included when they are the value.
+    #[test]
+    fn inclusive_ranges_keep_the_value() {
+        same!(
+            beyond("t", &Bson::Double(f64::NAN), false, true),
+            doc! {"t": {"$not": {"$lt": f64::NAN}, "$nin": [null]}}
+        );
+        same!(
+            beyond("t", &Bson::Null, false, true),
+            doc! {"t": {"$not": {"$lt": null}}}
+        );
+        let down = beyond("t", &Bson::Null, true, true);
+        same!(
+            down.get_array("$and").unwrap()[0],
+            Bson::Document(doc! {"t": {"$not": {"$gt": null}, "$nin": [f64::NAN]}})
         );
     }
 
@@ -945,7 +991,8 @@ mod tests {
         let later: Vec<Document> = (4..=TIMESTAMP)
             .map(|b| doc! {"t": {"$not": {"$gte": bracket_min(b)}}})
             .collect();
-        let Some(Bson::Document(first)) = f.get_array("$or").unwrap().first().cloned() else {
+        let or = f.get_array("$and").unwrap()[1].as_document().unwrap();
+        let Some(Bson::Document(first)) = or.get_array("$or").unwrap().first().cloned() else {
             panic!("{f}")
         };
         let mut want = vec![doc! {"t": {"$not": {"$gte": 5}}}];
@@ -955,7 +1002,7 @@ mod tests {
 
     #[test]
     fn brackets_before_a_string_are_excluded() {
-        let f = beyond("t", &Bson::String("m".into()), false);
+        let f = beyond("t", &Bson::String("m".into()), false, false);
         same!(
             f,
             doc! {"$and": [
@@ -965,10 +1012,10 @@ mod tests {
         );
         // After NaN come the other numbers; before it, only null.
         same!(
-            beyond("t", &Bson::Double(f64::NAN), false),
+            beyond("t", &Bson::Double(f64::NAN), false, false),
             doc! {"t": {"$not": {"$lte": f64::NAN}, "$nin": [null, f64::NAN]}}
         );
-        let down = beyond("t", &Bson::Double(f64::NAN), true);
+        let down = beyond("t", &Bson::Double(f64::NAN), true, false);
         same!(
             down.get_array("$and").unwrap()[1],
             Bson::Document(doc! {"t": {"$not": {"$gte": f64::NEG_INFINITY}}})
@@ -979,13 +1026,13 @@ mod tests {
     fn null_boundaries() {
         let up = boundary_filter(keys(&["t"]), &[Bson::Null, Bson::Int32(9)], false);
         same!(
-            up,
-            doc! {"$or": [
+            up.get_array("$and").unwrap()[1],
+            Bson::Document(doc! {"$or": [
                 {"t": {"$not": {"$lte": null}}},
                 {"t": {"$eq": null}, "_id": {"$not": {"$lte": 9}, "$nin": [null, f64::NAN]}},
-            ]}
+            ]})
         );
-        let down = beyond("t", &Bson::Null, true);
+        let down = beyond("t", &Bson::Null, true, false);
         let all = down.get_array("$and").unwrap();
         same!(
             all[0],
