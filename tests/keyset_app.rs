@@ -203,6 +203,13 @@ async fn options_reach_page_count_and_stream_commands() {
         assert_options("pages", cmd, 4_002);
     }
 
+    // The hint is obeyed, not only sent: an index that does not exist is
+    // the server's error.
+    let r = bounded(30, q.page().hint(Hint::Name("no_such_index".into()))).await;
+    let code = r.as_ref().err().and_then(|e| e.code());
+    println!("hint to a missing index: {r:?}");
+    assert_eq!(code, Some(2), "BadValue: {r:?}");
+
     // A collation changes the order, so a token read with one is another
     // query's without it; nothing is sent.
     let token = pages[0].next.clone().unwrap();

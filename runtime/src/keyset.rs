@@ -15,6 +15,12 @@
 //! value (`$not`, `$nin`), which the server plans as one index range. A
 //! value that cannot be a position (an array, code, MinKey...) is a typed
 //! error wherever it appears, never a silent skip.
+//!
+//! The reads ([`Keyset::page`], [`Keyset::count`], [`Keyset::stream`],
+//! [`Keyset::pages`]) are actions: a session, read concern, read
+//! preference, comment, time bound, hint and collation, each per read or
+//! as the query's defaults. [`Keyset::command`] and [`Keyset::declared`]
+//! send nothing, so they stay plain.
 
 mod read;
 mod token;
