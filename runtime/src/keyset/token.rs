@@ -4,8 +4,9 @@
 //! `[version: u8 = 2][flags: u8][fingerprint: u64 LE][BSON {"v": [key values..., _id]}]`
 //! `[HMAC-SHA-256: 32 bytes, if flags & 1][FNV-1a 64 of all before: u64 LE]`.
 //!
-//! The fingerprint hashes the database, the collection, the sort keys and
-//! the direction, so a token is refused by any other query (`Foreign`).
+//! The fingerprint hashes the database, the collection, the sort keys, the
+//! direction and the collation (when there is one), so a token is refused by
+//! any other query (`Foreign`).
 //!
 //! Two modes. Unsigned, the checksum catches altered and cut tokens by
 //! accident, not a forger: anyone can build a well-formed token, but it can
