@@ -292,10 +292,10 @@ impl OwnServer {
     }
 }
 
-/// Awaits `f` for at most `secs` seconds, and panics past that: no test may
-/// hang on a call that should have returned.
-pub async fn bounded<F: std::future::Future>(secs: u64, f: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(secs), f)
+/// Awaits `f` (a future, or an action) for at most `secs` seconds, and
+/// panics past that: no test may hang on a call that should have returned.
+pub async fn bounded<F: std::future::IntoFuture>(secs: u64, f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(secs), f.into_future())
         .await
         .unwrap_or_else(|_| panic!("did not finish within {secs} s"))
 }
