@@ -388,7 +388,9 @@ async fn ensure_sends_write_concern_and_comment() {
             );
         }
     }
-    assert_eq!(writes, expected().len() + 4, "{sent:?}");
+    // One `createIndexes` per index (the first on a collection creates
+    // it), one `create` per collection without one.
+    assert_eq!(writes, 4 + 2, "{sent:?}");
 
     // Without one set, the database's write concern is sent.
     let (db, commands) = fresh_db("ensure_db_wc").await;
@@ -524,4 +526,41 @@ async fn execution_stats(
         n("totalKeysExamined"),
         n("totalDocsExamined"),
     )
+}
+
+/// Two deploys at once both succeed and leave the deployment as declared.
+/// Who created what is best effort then: this server's `createIndexes`
+/// replies let both calls claim an index built concurrently, and neither
+/// claim a collection the other's index created.
+#[tokio::test]
+async fn concurrent_ensures_both_succeed() {
+    let (db, _) = fresh_db("ensure_race").await;
+    let (a, b) = tokio::join!(within(all(&db)), within(all(&db)));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    println!("first:\n{a}second:\n{b}");
+    assert!(a.conflicts.is_empty() && b.conflicts.is_empty());
+    let want: BTreeSet<String> = expected().keys().map(|s| s.to_string()).collect();
+    let claimed: BTreeSet<String> = a
+        .collections_created
+        .iter()
+        .chain(&b.collections_created)
+        .cloned()
+        .collect();
+    assert!(claimed.is_subset(&want), "{claimed:?}");
+    let listed: BTreeSet<String> = db
+        .list_collection_names()
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(listed, want);
+    for (coll, ixs) in expected() {
+        let found = indexes(&db, coll).await;
+        assert_eq!(found.len(), ixs.len() + 1, "{coll}: {found:?}");
+        for (name, keys) in ixs {
+            assert_eq!(norm(&found[name]), norm(&keys));
+        }
+    }
+    // Once both are done, a third finds nothing to do.
+    assert!(within(all(&db)).await.unwrap().created_nothing());
 }

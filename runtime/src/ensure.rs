@@ -193,7 +193,10 @@ impl Plan {
 
 /// What [`Model::ensure`](crate::Model::ensure) did. Lists only what this
 /// call created: what existed, or what a concurrent call created first, is
-/// not in it.
+/// not in it, as far as the server's replies tell: for two calls racing on
+/// the same deployment, the server may let both claim an index built at
+/// the same moment, or a collection that needs no index (`create` succeeds
+/// on an existing collection). The deployment ends up right either way.
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct Ensured {
@@ -226,8 +229,9 @@ impl Ensured {
 /// models in one call: `EnsureAction::new(&db, a.declared()).and(b.declared())`.
 ///
 /// Sends `listCollections` (one per 100 collections), one `listIndexes` per
-/// existing collection, `create` per missing collection, `createIndexes`
-/// per missing index; where a shard key is declared, `hello`, and on a
+/// existing collection, one `createIndexes` per missing index (the first
+/// on a missing collection creates it), `create` per missing collection
+/// that needs no index; where a shard key is declared, `hello`, and on a
 /// sharded cluster a read of `config.collections`, `enableSharding` and
 /// `shardCollection`. The write concern applies to each write (by default
 /// the `Database`'s, which `run_command` would not send by itself).
@@ -615,8 +619,9 @@ fn compare_index(plan: &mut Plan, declared: &Index, existing: &[Document]) {
 }
 
 /// Creates what `plan` lists. A concurrent creator may win any step: what
-/// it created first is not reported as ours, and an index it created with
-/// other keys under the declared name becomes a conflict.
+/// it created first is not reported as ours where the reply says so, and
+/// an index it created with other keys under the declared name becomes a
+/// conflict.
 async fn apply(cx: &mut Cx<'_>, plan: Plan) -> Result<Ensured> {
     let db = cx.db;
     let mut done = Ensured {
@@ -624,48 +629,29 @@ async fn apply(cx: &mut Cx<'_>, plan: Plan) -> Result<Ensured> {
         notes: plan.notes,
         ..Ensured::default()
     };
+    // A collection with an index to create is created by its first
+    // `createIndexes`, whose reply says whether it created the collection
+    // (`create` succeeds on an existing collection, so it cannot say).
+    let mut indexes = plan.create_indexes;
     for name in plan.create_collections {
-        match cx.write(db, doc! {"create": &name}).await {
-            Ok(_) => done.collections_created.push(name),
-            Err(e) if e.code() == Some(NAMESPACE_EXISTS) => {}
-            Err(e) => return Err(e),
+        match indexes.iter().position(|i| i.collection == name) {
+            Some(at) => {
+                let index = indexes.remove(at);
+                if let Some(reply) = create_index(cx, index, &mut done).await? {
+                    if reply.get_bool("createdCollectionAutomatically") == Ok(true) {
+                        done.collections_created.push(name);
+                    }
+                }
+            }
+            None => match cx.write(db, doc! {"create": &name}).await {
+                Ok(_) => done.collections_created.push(name),
+                Err(e) if e.code() == Some(NAMESPACE_EXISTS) => {}
+                Err(e) => return Err(e),
+            },
         }
     }
-    for index in plan.create_indexes {
-        let spec = doc! {"key": &index.keys, "name": &index.name};
-        let command = doc! {"createIndexes": &index.collection, "indexes": [spec]};
-        match cx.write(db, command).await {
-            Ok(reply) => {
-                if created_one(&reply) {
-                    done.indexes_created.push(index);
-                }
-            }
-            Err(e)
-                if matches!(
-                    e.code(),
-                    Some(INDEX_OPTIONS_CONFLICT | INDEX_KEY_SPECS_CONFLICT)
-                ) =>
-            {
-                let existing = cx.list_indexes(&index.collection).await?;
-                let found = existing
-                    .iter()
-                    .find(|ix| ix.get_str("name") == Ok(index.name.as_str()))
-                    .or_else(|| {
-                        existing.iter().find(|ix| {
-                            ix.get_document("key")
-                                .is_ok_and(|k| same_keys(k, &index.keys))
-                        })
-                    });
-                match found {
-                    Some(ix) => done.conflicts.push(Conflict::Index {
-                        declared: index,
-                        found: ix.clone(),
-                    }),
-                    None => return Err(e),
-                }
-            }
-            Err(e) => return Err(e),
-        }
+    for index in indexes {
+        create_index(cx, index, &mut done).await?;
     }
     if !plan.shard.is_empty() {
         let admin = db.client().database("admin");
@@ -689,6 +675,55 @@ async fn apply(cx: &mut Cx<'_>, plan: Plan) -> Result<Ensured> {
         }
     }
     Ok(done)
+}
+
+/// Creates `index`, reporting it in `done` when this call built it, or as a
+/// conflict when the server refuses it for an index that stands in its
+/// way (created since the survey). The reply, unless it was refused.
+async fn create_index(
+    cx: &mut Cx<'_>,
+    index: Index,
+    done: &mut Ensured,
+) -> Result<Option<Document>> {
+    let db = cx.db;
+    let spec = doc! {"key": &index.keys, "name": &index.name};
+    let command = doc! {"createIndexes": &index.collection, "indexes": [spec]};
+    match cx.write(db, command).await {
+        Ok(reply) => {
+            if created_one(&reply) {
+                done.indexes_created.push(index);
+            }
+            Ok(Some(reply))
+        }
+        Err(e)
+            if matches!(
+                e.code(),
+                Some(INDEX_OPTIONS_CONFLICT | INDEX_KEY_SPECS_CONFLICT)
+            ) =>
+        {
+            let existing = cx.list_indexes(&index.collection).await?;
+            let found = existing
+                .iter()
+                .find(|ix| ix.get_str("name") == Ok(index.name.as_str()))
+                .or_else(|| {
+                    existing.iter().find(|ix| {
+                        ix.get_document("key")
+                            .is_ok_and(|k| same_keys(k, &index.keys))
+                    })
+                });
+            match found {
+                Some(ix) => {
+                    done.conflicts.push(Conflict::Index {
+                        declared: index,
+                        found: ix.clone(),
+                    });
+                    Ok(None)
+                }
+                None => Err(e),
+            }
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Whether a `createIndexes` reply says it built the index (rather than
@@ -813,5 +848,90 @@ impl fmt::Display for Ensured {
         lines(f, "sharded", &shards)?;
         lines(f, "left alone", &self.conflicts)?;
         lines(f, "note", &self.notes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_compare_by_direction() {
+        assert!(same_keys(
+            &doc! {"a": 1, "b": -1},
+            &doc! {"a": 1.0, "b": -1_i64}
+        ));
+        assert!(!same_keys(&doc! {"a": 1, "b": -1}, &doc! {"a": 1, "b": 1}));
+        assert!(!same_keys(&doc! {"a": 1, "b": 1}, &doc! {"b": 1, "a": 1}));
+        assert!(!same_keys(&doc! {"a": 1}, &doc! {"a": 1, "b": 1}));
+        assert!(same_keys(&doc! {"a": "hashed"}, &doc! {"a": "hashed"}));
+        assert!(!same_keys(&doc! {"a": "hashed"}, &doc! {"a": 1}));
+    }
+
+    #[test]
+    fn narrowed_indexes_do_not_serve() {
+        let keys = doc! {"a": 1};
+        assert!(serves(&doc! {"name": "x", "key": {"a": 1}}, &keys));
+        assert!(serves(
+            &doc! {"name": "x", "key": {"a": 1}, "unique": true, "collation": {"locale": "simple"}},
+            &keys
+        ));
+        for narrowing in [
+            doc! {"partialFilterExpression": {"a": {"$gt": 1}}},
+            doc! {"sparse": true},
+            doc! {"hidden": true},
+            doc! {"collation": {"locale": "fr"}},
+        ] {
+            let mut ix = doc! {"name": "x", "key": {"a": 1}};
+            ix.extend(narrowing.clone());
+            assert!(!serves(&ix, &keys), "{narrowing}");
+        }
+    }
+
+    #[test]
+    fn declarations_merge_by_collection() {
+        let merged = merge(vec![
+            Declared::new("a"),
+            Declared::new("a").index(doc! {"k": 1, "start": 1}, "mp_k"),
+            Declared::new("b"),
+            // The same index again, by name and by keys: kept once.
+            Declared::new("a").index(doc! {"k": 1, "start": 1}, "mp_k"),
+            Declared::new("a").index(doc! {"k": 1.0, "start": 1.0}, "other"),
+            Declared::new("a")
+                .index(doc! {"s": 1}, "mp_s")
+                .sharded(doc! {"s": 1}, false),
+        ]);
+        let names: Vec<(&str, Vec<&str>, bool)> = merged
+            .iter()
+            .map(|w| {
+                (
+                    w.collection.as_str(),
+                    w.indexes.iter().map(|i| i.name.as_str()).collect(),
+                    w.shard.is_some(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [("a", vec!["mp_k", "mp_s"], true), ("b", vec![], false)]
+        );
+    }
+
+    #[test]
+    fn create_indexes_replies() {
+        assert!(created_one(
+            &doc! {"numIndexesBefore": 1, "numIndexesAfter": 2, "ok": 1}
+        ));
+        assert!(!created_one(
+            &doc! {"numIndexesBefore": 2, "numIndexesAfter": 2, "note": "all indexes already exist", "ok": 1}
+        ));
+        assert!(!created_one(
+            &doc! {"note": "all indexes already exist", "ok": 1}
+        ));
+        assert!(created_one(&doc! {"ok": 1}));
+        assert_eq!(
+            default_name(&doc! {"a": 1, "b": -1.0, "c": "hashed"}),
+            "a_1_b_-1_c_hashed"
+        );
     }
 }
