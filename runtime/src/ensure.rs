@@ -543,7 +543,7 @@ async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted]) -> Result<Plan> {
     }
     let sharded_cluster = if wanted.iter().any(|w| w.shard.is_some()) {
         let hello = cx.read(db, doc! {"hello": 1}).await?;
-        hello.get_str("msg") == Ok("isdbgrid")
+        hello.get_str("msg").ok() == Some("isdbgrid")
     } else {
         false
     };
@@ -601,7 +601,7 @@ async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted]) -> Result<Plan> {
 fn compare_index(plan: &mut Plan, declared: &Index, existing: &[Document]) {
     let by_name = existing
         .iter()
-        .find(|ix| ix.get_str("name") == Ok(declared.name.as_str()));
+        .find(|ix| ix.get_str("name").ok() == Some(declared.name.as_str()));
     match by_name {
         Some(ix) if serves(ix, &declared.keys) => {}
         Some(ix) => plan.conflicts.push(Conflict::Index {
@@ -638,7 +638,7 @@ async fn apply(cx: &mut Cx<'_>, plan: Plan) -> Result<Ensured> {
             Some(at) => {
                 let index = indexes.remove(at);
                 if let Some(reply) = create_index(cx, index, &mut done).await? {
-                    if reply.get_bool("createdCollectionAutomatically") == Ok(true) {
+                    if reply.get_bool("createdCollectionAutomatically").ok() == Some(true) {
                         done.collections_created.push(name);
                     }
                 }
@@ -704,7 +704,7 @@ async fn create_index(
             let existing = cx.list_indexes(&index.collection).await?;
             let found = existing
                 .iter()
-                .find(|ix| ix.get_str("name") == Ok(index.name.as_str()))
+                .find(|ix| ix.get_str("name").ok() == Some(index.name.as_str()))
                 .or_else(|| {
                     existing.iter().find(|ix| {
                         ix.get_document("key")
