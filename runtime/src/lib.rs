@@ -25,7 +25,8 @@
 //!
 //! The patterns, one module each: [`keyset`] pagination and the
 //! [`bucket`] pattern, the [`rank_histogram`], the
-//! [`approx_counter`] and the [`shard_key`].
+//! [`approx_counter`] and the [`shard_key`]. [`Model::ensure`] creates
+//! what a model's attributes need in the deployment (see [`ensure`]).
 
 #![warn(missing_docs)]
 

@@ -9,6 +9,8 @@ use mongo_patterns::prelude::*;
 #[model(collection = "visits")]
 #[keyset(sort = ["initTime", "uuid"], order = "desc")]
 struct Visit {
+    #[serde(rename = "_id")]
+    id: String,
     uuid: String,
     init_time: DateTime,
     #[approx_counter(every = 10, mode = "buffered")]
