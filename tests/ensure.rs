@@ -569,3 +569,37 @@ async fn concurrent_ensures_both_succeed() {
     // Once both are done, a third finds nothing to do.
     assert!(within(all(&db)).await.unwrap().created_nothing());
 }
+
+#[tokio::test]
+async fn ensure_runs_in_a_callers_session() {
+    let (db, commands) = fresh_db("ensure_session").await;
+    let mut s = db.client().start_session().await.unwrap();
+    let lsid = s.id().clone();
+    commands.take();
+    let done = within(Trade::ensure(&db).session(&mut s)).await.unwrap();
+    assert_eq!(done.indexes_created.len(), 1);
+    let sent = commands.take();
+    assert!(!sent.is_empty());
+    for (name, cmd) in &sent {
+        assert_eq!(cmd.get_document("lsid").ok(), Some(&lsid), "{name}");
+    }
+    let plan = within(Trade::plan(&db).session(&mut s)).await.unwrap();
+    assert!(plan.is_up_to_date(), "{plan}");
+
+    // Inside a transaction the server refuses the listing: an error, and
+    // nothing created.
+    let (db, _) = fresh_db("ensure_txn").await;
+    db.create_collection("seed").await.unwrap();
+    let mut s = db.client().start_session().await.unwrap();
+    s.start_transaction().await.unwrap();
+    let err = within(PlainNote::ensure(&db).session(&mut s)).await;
+    println!("in a transaction: {err:?}");
+    // OperationNotSupportedInTransaction.
+    assert_eq!(
+        err.as_ref().err().and_then(|e| e.code()),
+        Some(263),
+        "{err:?}"
+    );
+    let _ = s.abort_transaction().await;
+    assert_eq!(db.list_collection_names().await.unwrap(), ["seed"]);
+}
