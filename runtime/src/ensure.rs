@@ -260,9 +260,13 @@ impl<'a> EnsureAction<'a> {
         self
     }
 
-    /// The options, replacing any set before.
+    /// The options, replacing any set before. A read concern is not sent:
+    /// the listings take none.
     pub fn with_options(mut self, options: Options) -> Self {
-        self.options = options;
+        self.options = Options {
+            read_concern: None,
+            ..options
+        };
         self
     }
 
