@@ -10,6 +10,9 @@
 //!   must fail to compile with exactly the `.stderr` beside them. One
 //!   mistake per file, except each pattern's `many_mistakes.rs`, which shows
 //!   that all are reported together.
+//! - `tests/ui/ensure/*.rs`: the actions `Model::ensure` and `Model::plan`
+//!   are `#[must_use]`: left unawaited under `deny(unused_must_use)`, they
+//!   fail to compile with the `.stderr` beside them.
 //! - `tests/ui/pass/*.rs`: must compile and run (no server: they only use
 //!   consts such as the shard key's `SHARD`, type-check calls, and read
 //!   counters' specs from handles on a client that never connects).
@@ -29,5 +32,6 @@ fn ui() {
     t.compile_fail("tests/ui/rank/*.rs");
     t.compile_fail("tests/ui/counter/*.rs");
     t.compile_fail("tests/ui/shard/*.rs");
+    t.compile_fail("tests/ui/ensure/*.rs");
     t.pass("tests/ui/pass/*.rs");
 }

@@ -423,6 +423,11 @@ fn accessor(field: &Ident) -> Ident {
 }
 
 impl Counters {
+    /// The generated accessors (`hits_counter`...), for `Model::declared`.
+    pub fn accessors(&self) -> Vec<Ident> {
+        self.counters.iter().map(|c| accessor(&c.ident)).collect()
+    }
+
     pub fn expand(&self, input: &DeriveInput) -> TokenStream {
         let ident = &input.ident;
         let vis = &input.vis;

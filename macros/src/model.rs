@@ -52,7 +52,13 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
         return quote! { #errors #stub #bucket_stub #rank_stub #counter_stub #shard_stub };
     }
     let model = model.expect("no errors, so parsed");
-    let mut out = expand(input, &model, keyset.as_ref());
+    let repos = Repositories {
+        bucket: bucket.is_some(),
+        rank: rank.is_some(),
+        shard: shard.is_some(),
+        counters: counters.as_ref().map(|c| c.accessors()).unwrap_or_default(),
+    };
+    let mut out = expand(input, &model, keyset.as_ref(), &repos);
     out.extend(bucket.map(|b| b.expand(input)));
     out.extend(rank.map(|r| r.expand(input)));
     out.extend(counters.map(|c| c.expand(input)));
@@ -60,20 +66,70 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
     out
 }
 
-fn expand(input: &DeriveInput, model: &Input, keyset: Option<&keyset::Keyset>) -> TokenStream {
+/// The repositories the struct's attributes give it, whose declarations
+/// `Model::declared` gathers.
+struct Repositories {
+    bucket: bool,
+    rank: bool,
+    shard: bool,
+    /// The counters' accessors.
+    counters: Vec<Ident>,
+}
+
+fn expand(
+    input: &DeriveInput,
+    model: &Input,
+    keyset: Option<&keyset::Keyset>,
+    repos: &Repositories,
+) -> TokenStream {
     let ident = model.ident;
     let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
     let collection = &model.collection;
     let keyset_const = keyset.map(|k| k.expand_const());
     let keyset_checks = keyset.map(|k| k.expand_checks(input));
+    let declared = expand_declared(repos);
     quote! {
         #[automatically_derived]
         impl #impl_g ::mongo_patterns::__private::Model for #ident #ty_g #where_g {
             const COLLECTION: &'static str = #collection;
             #keyset_const
+            #declared
         }
         #keyset_checks
     }
+}
+
+/// `Model::declared` gathering every repository's declarations, after the
+/// keyset's (the trait's default, used when the struct has no repository).
+fn expand_declared(repos: &Repositories) -> Option<TokenStream> {
+    let p = quote!(::mongo_patterns::__private);
+    let mut parts = Vec::new();
+    if repos.bucket {
+        parts.push(quote!(#p::Buckets::<Self>::new(db).declared()));
+    }
+    if repos.rank {
+        parts.push(quote!(#p::Ranks::<Self>::new(db).declared()));
+    }
+    if repos.shard {
+        parts.push(quote!(#p::Sharded::<Self>::new(db).declared()));
+    }
+    for c in &repos.counters {
+        parts.push(quote!(#p::Counter::declared(&Self::#c(db))));
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    Some(quote! {
+        fn declared(db: &#p::Database) -> #p::Vec<#p::Declared> {
+            let mut all = #p::keyset_declared(
+                db,
+                <Self as #p::Model>::COLLECTION,
+                <Self as #p::Model>::KEYSET,
+            );
+            #( #p::core::iter::Extend::extend(&mut all, #parts); )*
+            all
+        }
+    })
 }
 
 /// After an error, an impl that claims nothing, so that uses elsewhere in the

@@ -25,7 +25,8 @@
 //!
 //! The patterns, one module each: [`keyset`] pagination and the
 //! [`bucket`] pattern, the [`rank_histogram`], the
-//! [`approx_counter`] and the [`shard_key`].
+//! [`approx_counter`] and the [`shard_key`]. [`Model::ensure`] creates
+//! what a model's attributes need in the deployment (see [`ensure`]).
 
 #![warn(missing_docs)]
 
@@ -55,6 +56,7 @@ pub mod prelude {
     pub use crate::bson::oid::ObjectId;
     pub use crate::bson::{doc, DateTime, Document};
     pub use crate::bucket::{BucketPage, Bucketed, Buckets, PageRequest};
+    pub use crate::ensure::{Ensured, Plan};
     pub use crate::keyset::{Keyset, Page, PageToken};
     pub use crate::rank_histogram::{Rank, RankHistogram, Ranks, ScoreCount};
     pub use crate::shard_key::{ShardKeyed, Sharded, TimeRange};
@@ -67,15 +69,17 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::approx_counter::{ApproxCounted, Counter, CounterSpec, CounterValue, Mode};
-    pub use crate::bucket::{BucketKey, BucketSpec, Bucketed, OrderKey};
+    pub use crate::bucket::{BucketKey, BucketSpec, Bucketed, Buckets, OrderKey};
+    pub use crate::ensure::{keyset_declared, Declared};
     pub use crate::keyset::{KeysetSpec, SortKey};
     pub use crate::model::Model;
-    pub use crate::rank_histogram::{BoardKey, FloatScore, Layout, RankHistogram, RankSpec};
+    pub use crate::rank_histogram::{BoardKey, FloatScore, Layout, RankHistogram, RankSpec, Ranks};
     pub use crate::shard_key::{
-        CoarseSlot, Derived, Granularity, ShardKeyed, ShardSpec, TimeRepr, Timestamp,
+        CoarseSlot, Derived, Granularity, ShardKeyed, ShardSpec, Sharded, TimeRepr, Timestamp,
     };
     pub use core;
     pub use mongodb::Database;
+    pub use std::vec::Vec;
 
     /// Compiles only when `T` can be a keyset sort key; spanned at the field.
     pub const fn assert_sort_key<T: SortKey + ?Sized>() {}

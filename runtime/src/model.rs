@@ -4,6 +4,7 @@
 use mongodb::{Collection, Database};
 use serde::de::DeserializeOwned;
 
+use crate::ensure::{Declared, EnsureAction, PlanAction};
 use crate::keyset::{Keyset, KeysetSpec};
 
 /// A struct stored one document per value in a collection.
@@ -32,5 +33,28 @@ pub trait Model: Sized {
         Self: DeserializeOwned + Send + Sync,
     {
         Keyset::new(db, Self::COLLECTION, Self::KEYSET)
+    }
+
+    /// What the model's attributes need in the deployment: its collection,
+    /// the keyset index `{sort keys..., _id}` when `#[keyset(sort = ...)]`
+    /// names keys, and what each pattern's repository declares (bucket,
+    /// rank histogram and its histogram collection, shard key, counters).
+    /// The derive writes it; [`Model::ensure`] and [`Model::plan`] use it.
+    fn declared(db: &Database) -> Vec<Declared> {
+        crate::ensure::keyset_declared(db, Self::COLLECTION, Self::KEYSET)
+    }
+
+    /// Creates what [`Model::declared`] lists and the deployment lacks:
+    /// collections, indexes, and sharding on a sharded cluster. Idempotent;
+    /// drops and changes nothing: what conflicts is reported and left
+    /// alone. See [`EnsureAction`] for the commands it sends.
+    fn ensure(db: &Database) -> EnsureAction<'_> {
+        EnsureAction::new(db, Self::declared(db))
+    }
+
+    /// A dry run of [`Model::ensure`]: what it would create, and what in
+    /// the deployment differs from the declarations. Sends only reads.
+    fn plan(db: &Database) -> PlanAction<'_> {
+        PlanAction::new(db, Self::declared(db))
     }
 }
