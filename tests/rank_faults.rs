@@ -4,6 +4,7 @@
 //! histogram is read with the raw driver and checked against the players.
 
 use std::collections::BTreeMap;
+use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
@@ -160,7 +161,7 @@ async fn span_us<T: Exam>(ranks: &Ranks<T>) -> u64 {
     let mut took = Vec::new();
     for i in 0..5 {
         let t = Instant::now();
-        bounded(30, ranks.record("calibrate", f64::from(i)))
+        bounded(30, ranks.record("calibrate", f64::from(i)).into_future())
             .await
             .unwrap();
         took.push(t.elapsed().as_micros() as u64);
@@ -172,9 +173,9 @@ async fn span_us<T: Exam>(ranks: &Ranks<T>) -> u64 {
 const CUTS: u64 = 60;
 
 /// Runs `f` uncut right after cancellations and returns how long it took.
-async fn uncut<F: std::future::Future<Output = Result<R, Error>>, R>(what: &str, f: F) -> R {
+async fn uncut<F: std::future::IntoFuture<Output = Result<R, Error>>, R>(what: &str, f: F) -> R {
     let t = Instant::now();
-    let r = bounded(90, f).await;
+    let r = bounded(90, f.into_future()).await;
     let took = t.elapsed();
     eprintln!("{what}: uncut call after cancellations took {took:?}");
     let r = r.unwrap_or_else(|e| panic!("{what}: uncut call failed after {took:?}: {e:?}"));
