@@ -234,7 +234,7 @@ async fn write_conflict_is_retried<T: Exam>(name: &str, bulk: bool) {
                 if n == 0 {
                     other.start_transaction().await?;
                     // What the caller's transaction is about to write.
-                    ranks.record("b", 12.0).session(&mut *other).await?;
+                    ranks.record("b", 12.0).session(&mut other).await?;
                 } else if n == 1 {
                     other.commit_transaction().await?;
                 }

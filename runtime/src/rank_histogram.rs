@@ -55,6 +55,19 @@
 //!   Every call that meets it fails with [`Error::Damaged`] naming the
 //!   document, and the writes check the board on the server before writing,
 //!   so nothing is written on top of it.
+//!
+//! Every call that reads or writes returns an action ([`Record`],
+//! [`RankOf`], [`UpdateScore`], …): set `session`, `comment`, `max_time`,
+//! and `write_concern` or `read_concern` + `selection_criteria` on it, then
+//! `.await` it. Given a session, a call runs in it, and in its transaction
+//! when one is open; there it never retries a lost race but returns it
+//! labelled `TransientTransactionError`, for the caller's `and_run2` to
+//! rerun the transaction. Options the action leaves unset come from
+//! [`Ranks::with_options`], then from the `Database`. The documents
+//! layout's `run_command` writes carry the effective write concern and
+//! `maxTimeMS` themselves, and report a `writeConcernError` as an error.
+//! Plain methods send nothing: [`Ranks::rank_pipeline`],
+//! [`Ranks::declared`] and the builder settings.
 
 use mongodb::bson;
 use std::borrow::Borrow;
@@ -499,7 +512,10 @@ impl<T: RankHistogram> Ranks<T> {
     /// In a session without a transaction a lost upsert race is retried
     /// here; inside a caller's transaction it is returned as
     /// [`Error::Raced`] labelled `TransientTransactionError`, for the
-    /// caller's `and_run2` to rerun the transaction.
+    /// caller's `and_run2` to rerun the transaction. There the documents
+    /// layout sends `update` (and `delete`, for `change` and `remove`)
+    /// rather than `bulkWrite`, which refuses the `readConcern` the driver
+    /// adds to a transaction's first command.
     pub fn record<'a, Q>(&'a self, board: &Q, score: T::Score) -> Record<'a, T>
     where
         T::Board: Borrow<Q>,
@@ -850,7 +866,7 @@ impl<T: RankHistogram> Ranks<T> {
                 // The marker that keeps an emptied board known.
                 docs.push(doc! {"_id": {"b": &b, "s": Bson::MinKey}, "count": 0_i64});
                 let insert = self.hist.insert_many(docs).with_options(writes.driver());
-                crate::action::run!(insert, session.as_deref_mut())?;
+                crate::action::run!(insert, session)?;
             }
         }
         Ok(total)
@@ -881,9 +897,9 @@ impl<T: RankHistogram> Ranks<T> {
             Some(s) if no_txn => return self.non_atomic(&op, &o, Some(s)).await,
             None if no_txn => return self.non_atomic(&op, &o, None).await,
             Some(s) => OpenTransaction::new(Held::Borrowed(s)),
-            None => {
-                OpenTransaction::new(Held::Owned(Some(self.db.client().start_session().await?)))
-            }
+            None => OpenTransaction::new(Held::Owned(Some(Box::new(
+                self.db.client().start_session().await?,
+            )))),
         };
         match self.own_transaction(&op, &o, &mut txn).await {
             // A standalone refuses on the first write, before writing.
@@ -1745,8 +1761,9 @@ struct OpenTransaction<'s> {
 
 /// The session a call's own transaction runs in.
 enum Held<'s> {
-    /// A session of the call's own (`None` once `Drop` took it).
-    Owned(Option<ClientSession>),
+    /// A session of the call's own (`None` once `Drop` took it), boxed:
+    /// a session is large, a borrowed one a pointer.
+    Owned(Option<Box<ClientSession>>),
     /// The caller's.
     Borrowed(&'s mut ClientSession),
 }
@@ -1761,7 +1778,7 @@ impl<'s> OpenTransaction<'s> {
 
     fn session(&mut self) -> Option<&mut ClientSession> {
         match &mut self.session {
-            Held::Owned(s) => s.as_mut(),
+            Held::Owned(s) => s.as_deref_mut(),
             Held::Borrowed(s) => Some(&mut **s),
         }
     }
