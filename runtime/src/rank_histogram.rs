@@ -721,9 +721,13 @@ impl<T: RankHistogram> Ranks<T> {
     /// Given a session with a transaction open, it joins that transaction
     /// (two round trips; the caller commits) and never retries: a lost race
     /// comes back labelled `TransientTransactionError`. Given a session
-    /// without one, it runs its own transaction in that session. Either
-    /// way without a session of the caller's, the transaction is retried
-    /// through the driver's `and_run2` (jittered backoff, 120 s in all).
+    /// without one, it runs its own transaction in that session; without
+    /// a session, in one of its own. A transaction of its own is retried
+    /// as the driver's convenient API does (jittered backoff, 120 s in
+    /// all). Dropped while its own transaction is open in your session,
+    /// the call has the server kill that session (which frees what it
+    /// locked); the session still shows the transaction open: abort it or
+    /// drop the session.
     pub fn insert<'a>(&'a self, doc: &'a T) -> Insert<'a, T> {
         Insert::new(self, doc)
     }
@@ -947,6 +951,11 @@ impl<T: RankHistogram> Ranks<T> {
                 },
             )
             .await;
+        if matches!(txn.session, Held::Borrowed(_)) {
+            // `and_run` has committed or aborted: the caller's session is
+            // only killed when this call is dropped mid-transaction.
+            txn.armed = false;
+        }
         let e = match result {
             Ok(r) => {
                 txn.armed = false;
