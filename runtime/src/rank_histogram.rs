@@ -55,6 +55,19 @@
 //!   Every call that meets it fails with [`Error::Damaged`] naming the
 //!   document, and the writes check the board on the server before writing,
 //!   so nothing is written on top of it.
+//!
+//! Every call that reads or writes returns an action ([`Record`],
+//! [`RankOf`], [`UpdateScore`], …): set `session`, `comment`, `max_time`,
+//! and `write_concern` or `read_concern` + `selection_criteria` on it, then
+//! `.await` it. Given a session, a call runs in it, and in its transaction
+//! when one is open; there it never retries a lost race but returns it
+//! labelled `TransientTransactionError`, for the caller's `and_run2` to
+//! rerun the transaction. Options the action leaves unset come from
+//! [`Ranks::with_options`], then from the `Database`. The documents
+//! layout's `run_command` writes carry the effective write concern and
+//! `maxTimeMS` themselves, and report a `writeConcernError` as an error.
+//! Plain methods send nothing: [`Ranks::rank_pipeline`],
+//! [`Ranks::declared`] and the builder settings.
 
 use mongodb::bson;
 use std::borrow::Borrow;
@@ -62,7 +75,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{FutureExt, TryStreamExt};
+use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::error::TRANSIENT_TRANSACTION_ERROR;
 use mongodb::options::IndexOptions;
@@ -70,9 +83,29 @@ use mongodb::{ClientSession, Collection, Database, IndexModel};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::action::Options;
 use crate::error::code::{COMMAND_NOT_FOUND, DUPLICATE_KEY, REFUSED, WRITE_CONFLICT};
 use crate::error::{server_codes, Error, Result};
 use crate::model::Model;
+
+mod actions;
+pub use actions::{
+    Change, Delete, Histogram, Insert, RankOf, Rebuild, Record, Remove, Top, UpdateScore,
+};
+
+/// Everything a driver read action's cursor gives, in the session (an
+/// `Option<&mut ClientSession>`; its `getMore`s too) when there is one.
+macro_rules! all_of {
+    ($action:expr, $session:expr) => {
+        match $session {
+            None => $action.await?.try_collect().await?,
+            Some(s) => {
+                let mut cursor = $action.session(&mut *s).await?;
+                cursor.stream(s).try_collect().await?
+            }
+        }
+    };
+}
 
 /// Distinct scores per board up to which the `"array"` layout is the better
 /// choice: each write rewrites the board's array (about 40 bytes a score).
@@ -273,6 +306,8 @@ pub struct Ranks<T: RankHistogram> {
     /// Whether they may write the player and the histogram one after the
     /// other when there is no transaction.
     allow_non_atomic: bool,
+    /// Options of every operation that does not set its own.
+    defaults: Arc<Options>,
 }
 
 impl<T: RankHistogram> Clone for Ranks<T> {
@@ -288,6 +323,7 @@ impl<T: RankHistogram> Clone for Ranks<T> {
             bulk_command: self.bulk_command,
             transactions: self.transactions,
             allow_non_atomic: self.allow_non_atomic,
+            defaults: self.defaults.clone(),
         }
     }
 }
@@ -325,6 +361,17 @@ impl Move {
     }
 }
 
+/// Whether a histogram write runs in a transaction, and whose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Txn {
+    /// None: races are retried here.
+    No,
+    /// After the player's write in the same transaction.
+    AfterPlayer,
+    /// The caller's, perhaps as its first command.
+    Callers,
+}
+
 /// A write to a histogram: `-1` at `dec`, then `+1` at `inc`.
 #[derive(Debug, Clone, Copy)]
 struct Delta<'a> {
@@ -346,6 +393,7 @@ impl<T: RankHistogram> Ranks<T> {
             bulk_command: "bulkWrite",
             transactions: true,
             allow_non_atomic: false,
+            defaults: Default::default(),
         }
     }
 
@@ -394,6 +442,32 @@ impl<T: RankHistogram> Ranks<T> {
         self
     }
 
+    /// Options every operation of this repository (and its clones) takes
+    /// unless it sets its own; what neither sets comes from the `Database`.
+    pub fn with_options(mut self, defaults: Options) -> Self {
+        self.defaults = Arc::new(defaults);
+        self
+    }
+
+    /// The players' documents in collection `name` of the same database
+    /// instead of the model's (one collection per tenant, say).
+    pub fn with_collection(mut self, name: &str) -> Self {
+        self.source = self.db.collection(name);
+        self
+    }
+
+    /// The histograms in collection `name` of the same database instead of
+    /// the one `#[rank_histogram(histogram = ...)]` names.
+    pub fn with_histogram_collection(mut self, name: &str) -> Self {
+        self.hist = self.db.collection(name);
+        self
+    }
+
+    /// The players' collection, for commands of your own beside these.
+    pub fn collection(&self) -> &Collection<T> {
+        &self.source
+    }
+
     /// The collection that holds the histograms.
     pub fn histogram_collection(&self) -> &Collection<Document> {
         &self.hist
@@ -433,79 +507,109 @@ impl<T: RankHistogram> Ranks<T> {
     }
 
     /// Counts one more player at `score` on `board`; creates the board and
-    /// the score when they are new. One round trip.
-    pub async fn record<Q>(&self, board: &Q, score: T::Score) -> Result<()>
+    /// the score when they are new. One `update` command (one round trip;
+    /// `bulkWrite` on the `"documents"` layout, or `update` without it).
+    /// In a session without a transaction a lost upsert race is retried
+    /// here; inside a caller's transaction it is returned as
+    /// [`Error::Raced`] labelled `TransientTransactionError`, for the
+    /// caller's `and_run2` to rerun the transaction. There the documents
+    /// layout sends `update` (and `delete`, for `change` and `remove`)
+    /// rather than `bulkWrite`, which refuses the `readConcern` the driver
+    /// adds to a transaction's first command.
+    pub fn record<'a, Q>(&'a self, board: &Q, score: T::Score) -> Record<'a, T>
     where
         T::Board: Borrow<Q>,
         Q: Serialize + ?Sized,
     {
-        let (b, s) = (self.board_bson(board)?, self.score_bson(score)?);
-        self.write(
-            &b,
-            Delta {
-                dec: None,
-                inc: Some(&s),
-            },
-            None,
-        )
-        .await
+        let args = self
+            .board_bson(board)
+            .and_then(|b| Ok((b, self.score_bson(score)?)));
+        Record::new(self, args)
     }
 
     /// Moves one player from `old` to `new`: both counts change together or
     /// neither does. One round trip, also when `new` is new to the board
     /// (two on the `"documents"` layout without `bulkWrite`).
-    /// Fails with [`Error::ScoreNotFound`] when
-    /// nobody holds `old`.
-    pub async fn change<Q>(&self, board: &Q, old: T::Score, new: T::Score) -> Result<()>
+    /// Fails with [`Error::ScoreNotFound`] when nobody holds `old`. Races
+    /// as [`record`](Self::record).
+    pub fn change<'a, Q>(&'a self, board: &Q, old: T::Score, new: T::Score) -> Change<'a, T>
     where
         T::Board: Borrow<Q>,
         Q: Serialize + ?Sized,
     {
-        let b = self.board_bson(board)?;
-        let (o, n) = (self.score_bson(old)?, self.score_bson(new)?);
-        let delta = Delta {
-            dec: Some(&o),
-            inc: Some(&n),
-        };
-        self.write(&b, delta, None).await
+        let args = self
+            .board_bson(board)
+            .and_then(|b| Ok((b, self.score_bson(old)?, self.score_bson(new)?)));
+        Change::new(self, args)
     }
 
     /// Counts one player fewer at `score`. Fails with
-    /// [`Error::ScoreNotFound`] when nobody holds
-    /// it: a count never goes below 0. One round trip (two on the
-    /// `"documents"` layout without `bulkWrite`).
-    pub async fn remove<Q>(&self, board: &Q, score: T::Score) -> Result<()>
+    /// [`Error::ScoreNotFound`] when nobody holds it: a count never goes
+    /// below 0. One round trip (two on the `"documents"` layout without
+    /// `bulkWrite`). Races as [`record`](Self::record).
+    pub fn remove<'a, Q>(&'a self, board: &Q, score: T::Score) -> Remove<'a, T>
     where
         T::Board: Borrow<Q>,
         Q: Serialize + ?Sized,
     {
-        let (b, s) = (self.board_bson(board)?, self.score_bson(score)?);
-        self.write(
-            &b,
-            Delta {
-                dec: Some(&s),
-                inc: None,
-            },
-            None,
-        )
-        .await
+        let args = self
+            .board_bson(board)
+            .and_then(|b| Ok((b, self.score_bson(score)?)));
+        Remove::new(self, args)
     }
 
     /// Where `score` stands on `board`: ranks, ties, total. The sums run on
-    /// the server, in one round trip, over the board's distinct scores.
-    /// A score nobody holds still ranks (`ties` is 0). Fails with
-    /// [`Error::UnknownBoard`] for a board never
-    /// written, and with [`Error::Damaged`] for a board another client
-    /// broke (a score listed twice, a count below 1).
-    pub async fn rank<Q>(&self, board: &Q, score: T::Score) -> Result<Rank>
+    /// the server, in one `aggregate` (one round trip), over the board's
+    /// distinct scores. A score nobody holds still ranks (`ties` is 0).
+    /// Fails with [`Error::UnknownBoard`] for a board never written, and
+    /// with [`Error::Damaged`] for a board another client broke (a score
+    /// listed twice, a count below 1). In a caller's transaction it reads
+    /// the transaction's writes.
+    pub fn rank<'a, Q>(&'a self, board: &Q, score: T::Score) -> RankOf<'a, T>
     where
         T::Board: Borrow<Q>,
         Q: Serialize + ?Sized,
     {
-        let (b, s) = (self.board_bson(board)?, self.score_bson(score)?);
+        let args = self
+            .board_bson(board)
+            .and_then(|b| Ok((b, self.score_bson(score)?)));
+        RankOf::new(self, args)
+    }
+
+    async fn run_write(
+        &self,
+        args: Result<(Bson, Option<Bson>, Option<Bson>)>,
+        o: Options,
+        session: Option<&mut ClientSession>,
+    ) -> Result<()> {
+        let (b, dec, inc) = args?;
+        let delta = Delta {
+            dec: dec.as_ref(),
+            inc: inc.as_ref(),
+        };
+        match session {
+            None => self.write(&b, delta, &o, None, Txn::No).await,
+            Some(s) => {
+                let joined = crate::action::in_transaction(s).await;
+                let (o, txn) = if joined {
+                    (o.in_transaction(), Txn::Callers)
+                } else {
+                    (o, Txn::No)
+                };
+                self.write(&b, delta, &o, Some(s), txn).await
+            }
+        }
+    }
+
+    async fn run_rank(
+        &self,
+        args: Result<(Bson, Bson)>,
+        o: Options,
+        session: Option<&mut ClientSession>,
+    ) -> Result<Rank> {
+        let (b, s) = args?;
         let pipeline = self.rank_pipeline(&b, &s);
-        let mut cursor = self.hist.aggregate(pipeline).await?;
-        let Some(d) = cursor.try_next().await? else {
+        let Some(d) = first_of(&self.hist, pipeline, o, session).await? else {
             return Err(self.unknown_board(&b));
         };
         match self.spec.layout {
@@ -517,7 +621,7 @@ impl<T: RankHistogram> Ranks<T> {
                     let id = bad.get("_id").cloned().unwrap_or(Bson::Null);
                     let (field, problem) = document_problem(bad)
                         .unwrap_or_else(|| ("count".into(), "fails the count check".into()));
-                    return Err(Error::damaged(self.spec.histogram, id, field, problem));
+                    return Err(Error::damaged(self.hist.name(), id, field, problem));
                 }
             }
             Layout::Array => {}
@@ -590,50 +694,58 @@ impl<T: RankHistogram> Ranks<T> {
 
     /// The scores of the first `places` places, best first, ties included
     /// (`top(board, 3)` on 100, 90, 90, 80 gives 100, 90 ×2: places 1 to 3).
-    /// One round trip, reading at most `places` scores.
-    pub async fn top<Q>(&self, board: &Q, places: u32) -> Result<Vec<ScoreCount<T::Score>>>
+    /// One round trip (`aggregate`, or `find` on the `"documents"`
+    /// layout), reading at most `places` scores.
+    pub fn top<'a, Q>(&'a self, board: &Q, places: u32) -> Top<'a, T>
     where
         T::Board: Borrow<Q>,
         Q: Serialize + ?Sized,
     {
-        let b = self.board_bson(board)?;
-        if places == 0 {
-            return Ok(Vec::new());
-        }
-        let mut all = self.read(&b, Some(places)).await?;
-        all.retain(|s| s.rank <= u64::from(places));
-        Ok(all)
+        Top::new(self, self.board_bson(board).map(|b| (b, places)))
     }
 
     /// Every score of `board` with its count and rank, best first. One round
     /// trip (up to 100,000 scores; a larger `"documents"` board continues
-    /// with `getMore`s).
-    pub async fn histogram<Q>(&self, board: &Q) -> Result<Vec<ScoreCount<T::Score>>>
+    /// with `getMore`s, in the same session).
+    pub fn histogram<'a, Q>(&'a self, board: &Q) -> Histogram<'a, T>
     where
         T::Board: Borrow<Q>,
         Q: Serialize + ?Sized,
     {
-        let b = self.board_bson(board)?;
-        self.read(&b, None).await
+        Histogram::new(self, self.board_bson(board))
     }
 
     /// Inserts a player's document and counts its score, in one transaction
-    /// (three round trips: insert, histogram, commit).
-    pub async fn insert(&self, doc: &T) -> Result<()> {
-        self.atomically(&SourceOp::Insert(doc)).await.map(drop)
+    /// (three round trips: `insert`, the histogram's write, commit).
+    ///
+    /// Given a session with a transaction open, it joins that transaction
+    /// (two round trips; the caller commits) and never retries: a lost race
+    /// comes back labelled `TransientTransactionError`. Given a session
+    /// without one, it runs its own transaction in that session; without
+    /// a session, in one of its own. A transaction of its own is retried
+    /// as the driver's convenient API does (jittered backoff, 120 s in
+    /// all). Dropped while its own transaction is open in your session,
+    /// the call has the server kill that session (which frees what it
+    /// locked); the session still shows the transaction open: abort it or
+    /// drop the session.
+    pub fn insert<'a>(&'a self, doc: &'a T) -> Insert<'a, T> {
+        Insert::new(self, doc)
     }
 
     /// Sets the score of the first player document `filter` matches and
-    /// moves it on the histogram, in one transaction. Returns whether a
-    /// document matched.
-    pub async fn update_score(&self, filter: Document, new: T::Score) -> Result<bool> {
-        self.atomically(&SourceOp::Update(filter, new)).await
+    /// moves it on the histogram, in one transaction (`findAndModify`, the
+    /// histogram's write, commit). Returns whether a document matched.
+    /// Sessions and transactions as [`insert`](Self::insert).
+    pub fn update_score(&self, filter: Document, new: T::Score) -> UpdateScore<'_, T> {
+        UpdateScore::new(self, (filter, new))
     }
 
     /// Deletes the first player document `filter` matches and uncounts its
-    /// score, in one transaction. Returns whether a document matched.
-    pub async fn delete(&self, filter: Document) -> Result<bool> {
-        self.atomically(&SourceOp::Delete(filter)).await
+    /// score, in one transaction (`findAndModify`, the histogram's write,
+    /// commit). Returns whether a document matched. Sessions and
+    /// transactions as [`insert`](Self::insert).
+    pub fn delete(&self, filter: Document) -> Delete<'_, T> {
+        Delete::new(self, filter)
     }
 
     /// Recomputes `board`'s histogram from the players' documents, for
@@ -642,12 +754,53 @@ impl<T: RankHistogram> Ranks<T> {
     /// missing, not a number, NaN or infinite (also once rounded) are not
     /// counted. Run it while no writes to this board are in flight: one that
     /// lands between the read and the write is lost from the histogram.
-    pub async fn rebuild<Q>(&self, board: &Q) -> Result<u64>
+    /// Sends an `aggregate` of the players, then an `update` (array) or a
+    /// `delete` and an `insert` (documents); in a caller's session and
+    /// transaction when given one.
+    pub fn rebuild<'a, Q>(&'a self, board: &Q) -> Rebuild<'a, T>
     where
         T::Board: Borrow<Q>,
         Q: Serialize + ?Sized,
     {
-        let b = self.board_bson(board)?;
+        Rebuild::new(self, self.board_bson(board))
+    }
+
+    async fn run_top(
+        &self,
+        args: Result<(Bson, u32)>,
+        o: Options,
+        session: Option<&mut ClientSession>,
+    ) -> Result<Vec<ScoreCount<T::Score>>> {
+        let (b, places) = args?;
+        if places == 0 {
+            return Ok(Vec::new());
+        }
+        let mut all = self.read(&b, Some(places), o, session).await?;
+        all.retain(|s| s.rank <= u64::from(places));
+        Ok(all)
+    }
+
+    async fn run_histogram(
+        &self,
+        board: Result<Bson>,
+        o: Options,
+        session: Option<&mut ClientSession>,
+    ) -> Result<Vec<ScoreCount<T::Score>>> {
+        self.read(&board?, None, o, session).await
+    }
+
+    async fn run_rebuild(
+        &self,
+        board: Result<Bson>,
+        o: Options,
+        mut session: Option<&mut ClientSession>,
+    ) -> Result<u64> {
+        let b = board?;
+        let joined = match session.as_deref_mut() {
+            Some(s) => crate::action::in_transaction(s).await,
+            None => false,
+        };
+        let o = if joined { o.in_transaction() } else { o };
         let score = format!("${}", self.spec.score);
         let key = match quantum(self.spec.precision) {
             Quantum::Exact => Bson::String(score),
@@ -667,13 +820,13 @@ impl<T: RankHistogram> Ranks<T> {
             doc! {"$match": {"_id": {"$gt": f64::NEG_INFINITY, "$lt": f64::INFINITY}}},
             doc! {"$sort": {"_id": dir}},
         ];
-        let groups: Vec<Document> = self
-            .source
-            .clone_with_type::<Document>()
-            .aggregate(pipeline)
-            .await?
-            .try_collect()
-            .await?;
+        let reads = Options {
+            write_concern: None,
+            ..o.clone()
+        };
+        let players = self.source.clone_with_type::<Document>();
+        let aggregate = players.aggregate(pipeline).with_options(reads.driver());
+        let groups: Vec<Document> = all_of!(aggregate, session.as_deref_mut());
         let mut total = 0;
         let mut scores = Vec::with_capacity(groups.len());
         for g in &groups {
@@ -686,72 +839,123 @@ impl<T: RankHistogram> Ranks<T> {
             total += n;
             scores.push((self.normalize(s), n));
         }
+        let writes = Options {
+            read_concern: None,
+            selection_criteria: None,
+            ..o
+        };
         match self.spec.layout {
             Layout::Array => {
                 let arr: Vec<Bson> = scores
                     .iter()
                     .map(|(s, n)| Bson::Document(doc! {"score": s, "count": *n as i64}))
                     .collect();
-                self.hist
+                let replace = self
+                    .hist
                     .replace_one(doc! {"_id": &b}, doc! {"_id": &b, "scores": arr})
-                    .upsert(true)
-                    .await?;
+                    .with_options(writes.driver())
+                    .upsert(true);
+                crate::action::run!(replace, session.as_deref_mut())?;
             }
             Layout::Documents => {
-                self.hist.delete_many(board_range(&b)).await?;
+                let delete = self
+                    .hist
+                    .delete_many(board_range(&b))
+                    .with_options(writes.driver());
+                crate::action::run!(delete, session.as_deref_mut())?;
                 let mut docs: Vec<Document> = scores
                     .iter()
                     .map(|(s, n)| doc! {"_id": {"b": &b, "s": s}, "count": *n as i64})
                     .collect();
                 // The marker that keeps an emptied board known.
                 docs.push(doc! {"_id": {"b": &b, "s": Bson::MinKey}, "count": 0_i64});
-                self.hist.insert_many(docs).await?;
+                let insert = self.hist.insert_many(docs).with_options(writes.driver());
+                crate::action::run!(insert, session)?;
             }
         }
         Ok(total)
     }
 
-    /// Runs `op` in a transaction through the driver's convenient API: a
-    /// transient failure (a write conflict with another writer of the same
-    /// board, a lost upsert race, a dropped connection) reruns it after a
-    /// jittered backoff, and an unknown commit result retries the commit,
-    /// for up to 120 s in all. A call dropped while its transaction is open
-    /// has the server abort it at once (`killSessions`), so the players and
-    /// board it touched are free for the next writer.
-    async fn atomically(&self, op: &SourceOp<'_, T>) -> Result<bool> {
-        if !self.transactions || self.no_transactions.load(Ordering::Relaxed) {
-            return self.non_atomic(op).await;
-        }
-        let session = self.db.client().start_session().await?;
-        let mut txn = OpenTransaction {
-            session: Some(session),
-            armed: true,
+    /// `op` in a transaction: the caller's, when `session` has one open;
+    /// otherwise one of its own (in `session`, or in a session of its own),
+    /// through the driver's convenient API: a transient failure (a write
+    /// conflict with another writer of the same board, a lost upsert race,
+    /// a dropped connection) reruns it after a jittered backoff, and an
+    /// unknown commit result retries the commit, for up to 120 s in all. A
+    /// call dropped while its own transaction is open has the server abort
+    /// it at once (`killSessions`), so the players and board it touched are
+    /// free for the next writer.
+    async fn run_atomically(
+        &self,
+        op: SourceOp<'_, T>,
+        o: Options,
+        mut session: Option<&mut ClientSession>,
+    ) -> Result<bool> {
+        let no_txn = !self.transactions || self.no_transactions.load(Ordering::Relaxed);
+        let joined = match session.as_deref_mut() {
+            Some(s) => crate::action::in_transaction(s).await,
+            None => false,
         };
-        let Some(session) = txn.session.as_mut() else {
+        let mut txn = match session {
+            Some(s) if joined => return self.source_op(&op, &o.in_transaction(), s).await,
+            Some(s) if no_txn => return self.non_atomic(&op, &o, Some(s)).await,
+            None if no_txn => return self.non_atomic(&op, &o, None).await,
+            Some(s) => OpenTransaction::new(Held::Borrowed(s)),
+            None => OpenTransaction::new(Held::Owned(Some(Box::new(
+                self.db.client().start_session().await?,
+            )))),
+        };
+        match self.own_transaction(&op, &o, &mut txn).await {
+            // A standalone refuses on the first write, before writing.
+            Err(Error::NoTransactions { .. }) => {
+                self.no_transactions.store(true, Ordering::Relaxed);
+                self.non_atomic(&op, &o, txn.session()).await
+            }
+            other => other,
+        }
+    }
+
+    /// `op` in a transaction of its own in `txn`'s session, through
+    /// `and_run2`. `NoTransactions` when the deployment refused one.
+    async fn own_transaction(
+        &self,
+        op: &SourceOp<'_, T>,
+        o: &Options,
+        txn: &mut OpenTransaction<'_>,
+    ) -> Result<bool> {
+        let Some(session) = txn.session() else {
             // Only `Drop` takes the session out.
             return Err(Error::invalid("session", "no session"));
         };
+        let inside = o.clone().in_transaction();
         let mut stashed: Option<Error> = None;
         let mut attempts = 0;
-        // `and_run` rather than `and_run2`: the latter's async closure
-        // trips rust-lang/rust#96865 (a future not `Send` "general enough")
-        // in callers that spawn this call.
         let result = session
             .start_transaction()
+            .with_options(transaction_options(o))
+            // `and_run` rather than `and_run2`: the latter's async closure
+            // trips rust-lang/rust#96865 here ("implementation of `Send` is
+            // not general enough" for `&Ranks<T>`, `&Options`, … when the
+            // action boxes this future as `Send`), even with owned captures.
+            // Same retries, backoff and 120 s bound.
             .and_run(
-                (self, op, &mut stashed, &mut attempts),
-                |s, (this, op, stashed, attempts)| {
-                    async move {
+                (self, op, &inside, &mut stashed, &mut attempts),
+                |s, (this, op, inside, stashed, attempts)| {
+                    Box::pin(async move {
                         **attempts += 1;
-                        match this.source_op(op, s).await {
+                        match this.source_op(op, inside, s).await {
                             Ok(r) => Ok(r),
                             Err(e) => Err(to_driver(e, stashed)),
                         }
-                    }
-                    .boxed()
+                    })
                 },
             )
             .await;
+        if matches!(txn.session, Held::Borrowed(_)) {
+            // `and_run` has committed or aborted: the caller's session is
+            // only killed when this call is dropped mid-transaction.
+            txn.armed = false;
+        }
         let e = match result {
             Ok(r) => {
                 txn.armed = false;
@@ -774,22 +978,27 @@ impl<T: RankHistogram> Ranks<T> {
         }
         let e = Error::from(e);
         if refused_transaction(&e) {
-            // A standalone refuses on the first write, before writing.
             txn.armed = false;
-            self.no_transactions.store(true, Ordering::Relaxed);
-            return self.non_atomic(op).await;
+            return Err(Error::NoTransactions {
+                operation: op.name(),
+            });
         }
         Err(e)
     }
 
     /// `op` without a transaction, where the caller allowed it.
-    async fn non_atomic(&self, op: &SourceOp<'_, T>) -> Result<bool> {
+    async fn non_atomic(
+        &self,
+        op: &SourceOp<'_, T>,
+        o: &Options,
+        mut session: Option<&mut ClientSession>,
+    ) -> Result<bool> {
         if !self.allow_non_atomic {
             return Err(Error::NoTransactions {
                 operation: op.name(),
             });
         }
-        let Some(m) = self.player_write(op, None).await? else {
+        let Some(m) = self.player_write(op, o, session.as_deref_mut()).await? else {
             return Ok(false);
         };
         // `+1` first: it cannot fail for want of a count, so no two writers
@@ -799,7 +1008,8 @@ impl<T: RankHistogram> Ranks<T> {
                 dec: None,
                 inc: Some(i),
             };
-            self.write(&m.board, inc, None).await?;
+            self.write(&m.board, inc, o, session.as_deref_mut(), Txn::No)
+                .await?;
         }
         let Some(d) = &m.dec else { return Ok(true) };
         let dec = Delta {
@@ -811,7 +1021,10 @@ impl<T: RankHistogram> Ranks<T> {
         let start = Instant::now();
         let mut attempt = 0;
         loop {
-            match self.write(&m.board, dec, None).await {
+            match self
+                .write(&m.board, dec, o, session.as_deref_mut(), Txn::No)
+                .await
+            {
                 Err(Error::ScoreNotFound { .. }) if start.elapsed() < NON_ATOMIC_WAIT => {
                     tokio::time::sleep(backoff(attempt)).await;
                     attempt += 1;
@@ -824,11 +1037,17 @@ impl<T: RankHistogram> Ranks<T> {
     /// One write to the players' collection and the matching histogram
     /// write, in `session`'s transaction; `false` when the filter matched
     /// nothing.
-    async fn source_op(&self, op: &SourceOp<'_, T>, session: &mut ClientSession) -> Result<bool> {
-        let Some(m) = self.player_write(op, Some(&mut *session)).await? else {
+    async fn source_op(
+        &self,
+        op: &SourceOp<'_, T>,
+        o: &Options,
+        session: &mut ClientSession,
+    ) -> Result<bool> {
+        let Some(m) = self.player_write(op, o, Some(&mut *session)).await? else {
             return Ok(false);
         };
-        self.write(&m.board, m.delta(), Some(session)).await?;
+        self.write(&m.board, m.delta(), o, Some(session), Txn::AfterPlayer)
+            .await?;
         Ok(true)
     }
 
@@ -838,17 +1057,15 @@ impl<T: RankHistogram> Ranks<T> {
     async fn player_write(
         &self,
         op: &SourceOp<'_, T>,
+        o: &Options,
         session: Option<&mut ClientSession>,
     ) -> Result<Option<Move>> {
         let (old, new) = match op {
             SourceOp::Insert(doc) => {
                 let board = self.board_bson(doc.board())?;
                 let s = self.score_bson(doc.score())?;
-                let insert = self.source.insert_one(*doc);
-                match session {
-                    Some(sess) => insert.session(sess).await?,
-                    None => insert.await?,
-                };
+                let insert = self.source.insert_one(*doc).with_options(o.driver());
+                crate::action::run!(insert, session)?;
                 return Ok(Some(Move {
                     board,
                     dec: None,
@@ -858,20 +1075,18 @@ impl<T: RankHistogram> Ranks<T> {
             SourceOp::Update(filter, new) => {
                 let n = self.score_bson(*new)?;
                 let set = doc! {"$set": {self.spec.score: crate::compat::to_bson(new)?}};
-                let update = self.source.find_one_and_update(filter.clone(), set);
-                let old = match session {
-                    Some(sess) => update.session(sess).await?,
-                    None => update.await?,
-                };
-                (old, Some(n))
+                let update = self
+                    .source
+                    .find_one_and_update(filter.clone(), set)
+                    .with_options(o.driver());
+                (crate::action::run!(update, session)?, Some(n))
             }
             SourceOp::Delete(filter) => {
-                let delete = self.source.find_one_and_delete(filter.clone());
-                let old = match session {
-                    Some(sess) => delete.session(sess).await?,
-                    None => delete.await?,
-                };
-                (old, None)
+                let delete = self
+                    .source
+                    .find_one_and_delete(filter.clone())
+                    .with_options(o.driver());
+                (crate::action::run!(delete, session)?, None)
             }
         };
         let Some(old) = old else { return Ok(None) };
@@ -884,20 +1099,29 @@ impl<T: RankHistogram> Ranks<T> {
 
     /// Applies `delta` to `board`'s histogram. Outside a transaction a lost
     /// upsert race is retried here, after a jittered backoff, for up to
-    /// 120 s; inside one the whole transaction is.
+    /// 120 s; inside one (`in_txn`) the whole transaction is, by whoever
+    /// owns it: the error carries `TransientTransactionError`.
     async fn write(
         &self,
         board: &Bson,
         delta: Delta<'_>,
-        session: Option<&mut ClientSession>,
+        o: &Options,
+        mut session: Option<&mut ClientSession>,
+        txn: Txn,
     ) -> Result<()> {
-        if let Some(s) = session {
-            return self.write_once(board, delta, Some(s)).await;
+        if txn != Txn::No {
+            return match self.write_once(board, delta, o, session, txn).await {
+                Err(Error::Raced(e)) => Err(crate::action::raced_in_transaction(e)),
+                other => other,
+            };
         }
         let start = Instant::now();
         let mut attempt = 0;
         loop {
-            match self.write_once(board, delta, None).await {
+            match self
+                .write_once(board, delta, o, session.as_deref_mut(), Txn::No)
+                .await
+            {
                 Err(Error::Raced(_)) if start.elapsed() < RETRY_BOUND => {
                     tokio::time::sleep(backoff(attempt)).await;
                     attempt += 1;
@@ -917,11 +1141,13 @@ impl<T: RankHistogram> Ranks<T> {
         &self,
         board: &Bson,
         delta: Delta<'_>,
+        o: &Options,
         session: Option<&mut ClientSession>,
+        txn: Txn,
     ) -> Result<()> {
         match self.spec.layout {
-            Layout::Array => self.write_array(board, delta, session).await,
-            Layout::Documents => self.write_documents(board, delta, session).await,
+            Layout::Array => self.write_array(board, delta, o, session).await,
+            Layout::Documents => self.write_documents(board, delta, o, session, txn).await,
         }
     }
 
@@ -929,6 +1155,7 @@ impl<T: RankHistogram> Ranks<T> {
         &self,
         board: &Bson,
         delta: Delta<'_>,
+        o: &Options,
         session: Option<&mut ClientSession>,
     ) -> Result<()> {
         let mut filter = doc! {"_id": board};
@@ -950,11 +1177,9 @@ impl<T: RankHistogram> Ranks<T> {
         let update = self
             .hist
             .update_one(filter, pipeline)
+            .with_options(o.driver())
             .upsert(delta.dec.is_none());
-        let result = match session {
-            Some(s) => update.session(s).await,
-            None => update.await,
-        };
+        let result = crate::action::run!(update, session);
         match result {
             Ok(r) if r.matched_count > 0 || r.upserted_id.is_some() => Ok(()),
             Ok(_) => Err(self.why_not_written(board, delta).await),
@@ -992,8 +1217,11 @@ impl<T: RankHistogram> Ranks<T> {
         &self,
         board: &Bson,
         delta: Delta<'_>,
+        o: &Options,
         session: Option<&mut ClientSession>,
+        txn: Txn,
     ) -> Result<()> {
+        let in_transaction = txn != Txn::No;
         let id = |s: &Bson| doc! {"b": board, "s": s};
         let valid = doc! {"$and": [
             {"$in": [{"$type": "$count"}, ["int", "long"]]},
@@ -1042,17 +1270,18 @@ impl<T: RankHistogram> Ranks<T> {
         // (of a count of 0 only) removes the same scores.
         // Chosen once per call, so that a clone learning of a refusal
         // meanwhile does not change the order under a resumed call.
-        let mut bulk = self.uses_bulk_write();
+        // Not as a caller's transaction's possibly first command: the driver
+        // adds `readConcern` to that one, which `bulkWrite` refuses.
+        let mut bulk = self.uses_bulk_write() && txn != Txn::Callers;
         if !bulk {
             ops.sort_by_key(|op| matches!(op, Statement::Delete { .. }));
         }
-        let in_transaction = session.is_some();
         let mut session = session;
         let (mut from, mut resumed, started) = (0, 0, Instant::now());
         loop {
             let failed = if bulk {
                 match self
-                    .bulk_write_once(&ops[from..], session.as_deref_mut())
+                    .bulk_write_once(&ops[from..], o, session.as_deref_mut(), in_transaction)
                     .await
                 {
                     Err(e) if refused_bulk_write(&e) => {
@@ -1071,16 +1300,15 @@ impl<T: RankHistogram> Ranks<T> {
                     r => r?,
                 }
             } else {
-                self.commands_once(&ops[from..], session.as_deref_mut())
+                self.commands_once(&ops[from..], o, session.as_deref_mut(), in_transaction)
                     .await?
             };
-            let Some((idx, code, msg)) = failed else {
+            let Some((idx, e)) = failed else {
                 return Ok(());
             };
-            let e = || mongodb::error::Error::custom(format!("{msg} (code {code})"));
-            match code {
+            match server_codes(&e).first().copied().unwrap_or_default() {
                 // Inside a transaction the server aborted it: it is rerun.
-                DUPLICATE_KEY | WRITE_CONFLICT if in_transaction => return Err(Error::Raced(e())),
+                DUPLICATE_KEY | WRITE_CONFLICT if in_transaction => return Err(Error::Raced(e)),
                 // A concurrent writer created the document first (that
                 // upsert is now an update), or wrote it at the same time:
                 // what came before is written, so go on from there.
@@ -1096,7 +1324,7 @@ impl<T: RankHistogram> Ranks<T> {
                     })
                 }
                 REFUSED => return Err(self.why_not_written(board, delta).await),
-                _ => return Err(Error::Database(e())),
+                _ => return Err(Error::Database(e)),
             }
         }
     }
@@ -1108,12 +1336,15 @@ impl<T: RankHistogram> Ranks<T> {
     }
 
     /// `ops` as one ordered `bulkWrite` command; the first failed one, as
-    /// (index in `ops`, code, message).
+    /// (index in `ops`, the server's error). A `writeConcernError` is the
+    /// error of the whole command.
     async fn bulk_write_once(
         &self,
         ops: &[Statement],
+        o: &Options,
         session: Option<&mut ClientSession>,
-    ) -> std::result::Result<Option<(usize, i32, String)>, mongodb::error::Error> {
+        in_transaction: bool,
+    ) -> std::result::Result<Option<(usize, mongodb::error::Error)>, mongodb::error::Error> {
         let ops: Vec<Document> = ops
             .iter()
             .map(|op| match op {
@@ -1130,18 +1361,32 @@ impl<T: RankHistogram> Ranks<T> {
                 }
             })
             .collect();
-        let ns = format!("{}.{}", self.db.name(), self.spec.histogram);
-        let command = doc! {
+        let ns = format!("{}.{}", self.db.name(), self.hist.name());
+        let mut command = doc! {
             self.bulk_command: 1, "ops": ops, "nsInfo": [{"ns": &ns}],
             "ordered": true, "errorsOnly": true,
         };
+        self.command_options(&mut command, o, in_transaction)?;
         let admin = self.db.client().database("admin");
-        let run = admin.run_command(command);
-        let reply = match session {
-            Some(s) => run.session(s).await?,
-            None => run.await?,
+        let reply = crate::action::run!(admin.run_command(command), session)?;
+        if let Some(failed) = first_bulk_error(&reply) {
+            return Ok(Some(failed));
+        }
+        crate::action::command_write_errors(&reply)?;
+        Ok(None)
+    }
+
+    /// `o` on a `run_command` write, which inherits nothing: the effective
+    /// write concern (the operation's, else the histogram collection's,
+    /// which has the database's and the client's), except inside a
+    /// transaction, whose own applies.
+    fn command_options(&self, command: &mut Document, o: &Options, in_txn: bool) -> Result<()> {
+        let inherited = if in_txn {
+            None
+        } else {
+            self.hist.write_concern()
         };
-        Ok(first_bulk_error(&reply))
+        o.command_fields(command, inherited, true)
     }
 
     /// `ops` as the commands every server takes: one ordered `update`
@@ -1151,8 +1396,10 @@ impl<T: RankHistogram> Ranks<T> {
     async fn commands_once(
         &self,
         ops: &[Statement],
+        o: &Options,
         mut session: Option<&mut ClientSession>,
-    ) -> Result<Option<(usize, i32, String)>> {
+        in_transaction: bool,
+    ) -> Result<Option<(usize, mongodb::error::Error)>> {
         let split = ops
             .iter()
             .position(|op| matches!(op, Statement::Delete { .. }))
@@ -1173,7 +1420,7 @@ impl<T: RankHistogram> Ranks<T> {
                 .collect();
             commands.push((
                 0,
-                doc! {"update": self.spec.histogram, "updates": stmts, "ordered": true},
+                doc! {"update": self.hist.name(), "updates": stmts, "ordered": true},
             ));
         }
         if !deletes.is_empty() {
@@ -1186,18 +1433,17 @@ impl<T: RankHistogram> Ranks<T> {
                 .collect();
             commands.push((
                 split,
-                doc! {"delete": self.spec.histogram, "deletes": stmts, "ordered": true},
+                doc! {"delete": self.hist.name(), "deletes": stmts, "ordered": true},
             ));
         }
-        for (offset, command) in commands {
+        for (offset, mut command) in commands {
+            self.command_options(&mut command, o, in_transaction)?;
             let run = self.db.run_command(command);
-            let reply = match session.as_deref_mut() {
-                Some(s) => run.session(s).await?,
-                None => run.await?,
-            };
-            if let Some((idx, code, msg)) = first_write_error(&reply) {
-                return Ok(Some((offset + idx, code, msg)));
+            let reply = crate::action::run!(run, session.as_deref_mut())?;
+            if let Some((idx, e)) = first_write_error(&reply) {
+                return Ok(Some((offset + idx, e)));
             }
+            crate::action::command_write_errors(&reply)?;
         }
         Ok(None)
     }
@@ -1230,7 +1476,7 @@ impl<T: RankHistogram> Ranks<T> {
         match self.board_damage(board).await {
             Err(e) | Ok(Some(e)) => e,
             Ok(None) => Error::damaged(
-                self.spec.histogram,
+                self.hist.name(),
                 board.clone(),
                 "scores",
                 format!("fails {check}"),
@@ -1268,8 +1514,10 @@ impl<T: RankHistogram> Ranks<T> {
                 })
             }
         };
-        Ok(found
-            .map(|(id, (field, problem))| Error::damaged(self.spec.histogram, id, field, problem)))
+        Ok(
+            found
+                .map(|(id, (field, problem))| Error::damaged(self.hist.name(), id, field, problem)),
+        )
     }
 
     async fn array_full(&self, board: &Bson, score: &Bson) -> Result<bool> {
@@ -1283,7 +1531,13 @@ impl<T: RankHistogram> Ranks<T> {
     }
 
     /// A board's scores best first, with ranks; at most `limit` scores.
-    async fn read(&self, board: &Bson, limit: Option<u32>) -> Result<Vec<ScoreCount<T::Score>>> {
+    async fn read(
+        &self,
+        board: &Bson,
+        limit: Option<u32>,
+        o: Options,
+        mut session: Option<&mut ClientSession>,
+    ) -> Result<Vec<ScoreCount<T::Score>>> {
         let dir = if self.spec.descending { -1 } else { 1 };
         let rows: Vec<(Bson, Document)> = match self.spec.layout {
             Layout::Array => {
@@ -1300,20 +1554,14 @@ impl<T: RankHistogram> Ranks<T> {
                     doc! {"$set": {"valid": valid_board(self.spec.descending)}},
                     doc! {"$project": {"valid": 1, "scores": {"$cond": ["$valid", scores, []]}}},
                 ];
-                let mut cursor = self.hist.aggregate(pipeline).await?;
-                let Some(d) = cursor.try_next().await? else {
+                let Some(d) = first_of(&self.hist, pipeline, o, session).await? else {
                     return Err(self.unknown_board(board));
                 };
                 if d.get_bool("valid").ok() != Some(true) {
                     return Err(self.damage_or(board, "the board check").await);
                 }
                 let entries = d.get_array("scores").map_err(|_| {
-                    Error::damaged(
-                        self.spec.histogram,
-                        board.clone(),
-                        "scores",
-                        "is not an array",
-                    )
+                    Error::damaged(self.hist.name(), board.clone(), "scores", "is not an array")
                 })?;
                 entries
                     .iter()
@@ -1326,21 +1574,23 @@ impl<T: RankHistogram> Ranks<T> {
                 // Count 0: the board's marker (and emptied scores a former
                 // version kept); anything else is checked below.
                 filter.insert("count", doc! {"$ne": 0});
+                let o = read_options(o, session.as_deref_mut()).await;
                 let find = self
                     .hist
                     .find(filter)
+                    .with_options(o.driver())
                     .sort(doc! {"_id": dir})
                     .batch_size(limit.unwrap_or(ARRAY_LIMIT as u32));
                 let find = match limit {
                     Some(n) => find.limit(i64::from(n)),
                     None => find,
                 };
-                let docs: Vec<Document> = find.await?.try_collect().await?;
+                let docs: Vec<Document> = all_of!(find, session.as_deref_mut());
                 let mut rows = Vec::with_capacity(docs.len());
                 for d in docs {
                     let id = d.get("_id").cloned().unwrap_or(Bson::Null);
                     if let Some((field, problem)) = document_problem(&d) {
-                        return Err(Error::damaged(self.spec.histogram, id, field, problem));
+                        return Err(Error::damaged(self.hist.name(), id, field, problem));
                     }
                     let s = d
                         .get_document("_id")
@@ -1350,8 +1600,14 @@ impl<T: RankHistogram> Ranks<T> {
                     let count = d.get("count").cloned().unwrap_or(Bson::Null);
                     rows.push((id, doc! {"score": s, "count": count}));
                 }
-                if rows.is_empty() && self.hist.find_one(board_range(board)).await?.is_none() {
-                    return Err(self.unknown_board(board));
+                if rows.is_empty() {
+                    let any = self
+                        .hist
+                        .find_one(board_range(board))
+                        .with_options(o.driver());
+                    if crate::action::run!(any, session)?.is_none() {
+                        return Err(self.unknown_board(board));
+                    }
                 }
                 rows
             }
@@ -1363,7 +1619,7 @@ impl<T: RankHistogram> Ranks<T> {
             let s = row.get("score").cloned().unwrap_or(Bson::Null);
             let score = crate::compat::from_bson::<T::Score>(s.clone()).map_err(|e| {
                 Error::UnexpectedDocument {
-                    collection: self.spec.histogram.to_owned(),
+                    collection: self.hist.name().to_owned(),
                     id: Box::new(id.clone()),
                     source: e,
                 }
@@ -1386,7 +1642,7 @@ impl<T: RankHistogram> Ranks<T> {
             .ok_or_else(|| {
                 let found = d.get(field).map_or("nothing".to_owned(), Bson::to_string);
                 Error::damaged(
-                    self.spec.histogram,
+                    self.hist.name(),
                     id.clone(),
                     "count",
                     format!("sums to {found}, not a count"),
@@ -1396,7 +1652,7 @@ impl<T: RankHistogram> Ranks<T> {
 
     fn unknown_board(&self, board: &Bson) -> Error {
         Error::UnknownBoard {
-            collection: self.spec.histogram.to_owned(),
+            collection: self.hist.name().to_owned(),
             board: board.to_string(),
         }
     }
@@ -1444,35 +1700,120 @@ impl<T: RankHistogram> Ranks<T> {
     }
 }
 
+/// The options of a transaction of the call's own: its write concern
+/// (sent with the commit), read concern, read preference and the commit's
+/// time bound; `None` when none is set.
+fn transaction_options(o: &Options) -> Option<mongodb::options::TransactionOptions> {
+    if o.write_concern.is_none()
+        && o.read_concern.is_none()
+        && o.selection_criteria.is_none()
+        && o.max_time.is_none()
+    {
+        return None;
+    }
+    let mut t = mongodb::options::TransactionOptions::default();
+    t.write_concern = o.write_concern.clone();
+    t.read_concern = o.read_concern.clone();
+    t.selection_criteria = o.selection_criteria.clone();
+    t.max_commit_time = o.max_time;
+    Some(t)
+}
+
+/// `o` for a read in `session`: inside its transaction without the read
+/// concern, which belongs to the transaction. Asks only when there is one
+/// to drop.
+async fn read_options(o: Options, session: Option<&mut ClientSession>) -> Options {
+    match session {
+        Some(s) if o.read_concern.is_some() => {
+            if crate::action::in_transaction(s).await {
+                o.in_transaction()
+            } else {
+                o
+            }
+        }
+        _ => o,
+    }
+}
+
+/// The first document `pipeline` gives on `coll`, read with `o`, in
+/// `session` when there is one.
+async fn first_of(
+    coll: &Collection<Document>,
+    pipeline: Vec<Document>,
+    o: Options,
+    mut session: Option<&mut ClientSession>,
+) -> Result<Option<Document>> {
+    let o = read_options(o, session.as_deref_mut()).await;
+    let aggregate = coll.aggregate(pipeline).with_options(o.driver());
+    Ok(match session {
+        None => aggregate.await?.try_next().await?,
+        Some(s) => {
+            let mut cursor = aggregate.session(&mut *s).await?;
+            cursor.next(s).await.transpose()?
+        }
+    })
+}
+
 /// A transaction a call has open. Dropped while armed (the call's future
 /// was dropped: a timeout, a `select!`), it has the server kill the session,
 /// which aborts the transaction and frees what it locked, before the
 /// session goes back to the pool. The driver alone would not: a session
 /// whose first command of the transaction was still in flight is pooled as
 /// it is, and its transaction holds its locks until the server's
-/// transaction lifetime (60 s by default) runs out.
-struct OpenTransaction {
-    session: Option<ClientSession>,
+/// transaction lifetime (60 s by default) runs out. A caller's session is
+/// killed on the server too; the caller still holds it, with the
+/// transaction open locally, to abort or drop.
+struct OpenTransaction<'s> {
+    session: Held<'s>,
     armed: bool,
 }
 
-impl Drop for OpenTransaction {
+/// The session a call's own transaction runs in.
+enum Held<'s> {
+    /// A session of the call's own (`None` once `Drop` took it), boxed:
+    /// a session is large, a borrowed one a pointer.
+    Owned(Option<Box<ClientSession>>),
+    /// The caller's.
+    Borrowed(&'s mut ClientSession),
+}
+
+impl<'s> OpenTransaction<'s> {
+    fn new(session: Held<'s>) -> Self {
+        OpenTransaction {
+            session,
+            armed: true,
+        }
+    }
+
+    fn session(&mut self) -> Option<&mut ClientSession> {
+        match &mut self.session {
+            Held::Owned(s) => s.as_deref_mut(),
+            Held::Borrowed(s) => Some(&mut **s),
+        }
+    }
+}
+
+impl Drop for OpenTransaction<'_> {
     fn drop(&mut self) {
         if !self.armed {
             return;
         }
-        let Some(session) = self.session.take() else {
-            return;
-        };
         // The driver runs on tokio; outside a runtime there is nothing to
         // spawn on, and the server's transaction lifetime still applies.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let (client, id, owned) = match &mut self.session {
+            Held::Owned(s) => match s.take() {
+                Some(s) => (s.client(), s.id().clone(), Some(s)),
+                None => return,
+            },
+            Held::Borrowed(s) => (s.client(), s.id().clone(), None),
+        };
         runtime.spawn(async move {
-            let kill = doc! {"killSessions": [session.id().clone()]};
-            let _ = session.client().database("admin").run_command(kill).await;
-            drop(session);
+            let kill = doc! {"killSessions": [id]};
+            let _ = client.database("admin").run_command(kill).await;
+            drop(owned);
         });
     }
 }
@@ -1494,9 +1835,9 @@ fn to_driver(e: Error, stashed: &mut Option<Error>) -> mongodb::error::Error {
     }
 }
 
-/// The first failed operation of a `bulkWrite` reply: (index, code,
-/// message).
-fn first_bulk_error(reply: &Document) -> Option<(usize, i32, String)> {
+/// The first failed operation of a `bulkWrite` reply: (index, the server's
+/// error).
+fn first_bulk_error(reply: &Document) -> Option<(usize, mongodb::error::Error)> {
     if reply
         .get("nErrors")
         .and_then(Bson::as_i64_lossy)
@@ -1515,20 +1856,41 @@ fn first_bulk_error(reply: &Document) -> Option<(usize, i32, String)> {
         .filter_map(Bson::as_document)
         .find(|r| r.get("ok").and_then(Bson::as_f64) == Some(0.0) || r.contains_key("code"));
     Some(match failed {
-        Some(r) => (
-            r.get("idx")
-                .and_then(Bson::as_i64_lossy)
-                .and_then(|i| usize::try_from(i).ok())
-                .unwrap_or(0),
-            r.get_i32("code").unwrap_or_default(),
-            r.get_str("errmsg").unwrap_or("write error").to_owned(),
-        ),
+        Some(r) => (index_of(r, "idx"), write_error(r)),
         None => (
             0,
-            0,
-            "bulkWrite reported an error it did not list".to_owned(),
+            mongodb::error::Error::custom("bulkWrite reported an error it did not list"),
         ),
     })
+}
+
+fn index_of(entry: &Document, field: &str) -> usize {
+    entry
+        .get(field)
+        .and_then(Bson::as_i64_lossy)
+        .and_then(|i| usize::try_from(i).ok())
+        .unwrap_or(0)
+}
+
+/// A failed statement of a reply as the driver's write error: its code,
+/// code name, message and details kept.
+fn write_error(entry: &Document) -> mongodb::error::Error {
+    use mongodb::error::{ErrorKind, WriteError, WriteFailure};
+    let code = entry
+        .get("code")
+        .and_then(Bson::as_i64_lossy)
+        .and_then(|c| i32::try_from(c).ok())
+        .unwrap_or_default();
+    let mut w = doc! {"code": code, "errmsg": entry.get_str("errmsg").unwrap_or("write error")};
+    for field in ["codeName", "errInfo"] {
+        if let Some(v) = entry.get(field) {
+            w.insert(field, v.clone());
+        }
+    }
+    match crate::compat::from_document::<WriteError>(w) {
+        Ok(w) => ErrorKind::Write(WriteFailure::WriteError(w)).into(),
+        Err(e) => mongodb::error::Error::custom(format!("unreadable write error {entry}: {e}")),
+    }
 }
 
 /// One statement of a documents-layout write.
@@ -1544,26 +1906,18 @@ enum Statement {
 }
 
 /// The first failed statement of an `update` or `delete` command's reply:
-/// (index, code, message).
-fn first_write_error(reply: &Document) -> Option<(usize, i32, String)> {
+/// (index, the server's error).
+fn first_write_error(reply: &Document) -> Option<(usize, mongodb::error::Error)> {
     let errors = reply.get_array("writeErrors").ok()?;
     let first = errors
         .iter()
         .filter_map(Bson::as_document)
         .min_by_key(|e| e.get("index").and_then(Bson::as_i64_lossy).unwrap_or(0));
     Some(match first {
-        Some(e) => (
-            e.get("index")
-                .and_then(Bson::as_i64_lossy)
-                .and_then(|i| usize::try_from(i).ok())
-                .unwrap_or(0),
-            e.get_i32("code").unwrap_or_default(),
-            e.get_str("errmsg").unwrap_or("write error").to_owned(),
-        ),
+        Some(e) => (index_of(e, "index"), write_error(e)),
         None => (
             0,
-            0,
-            "the reply listed a write error it did not describe".to_owned(),
+            mongodb::error::Error::custom("the reply listed a write error it did not describe"),
         ),
     })
 }
@@ -1989,9 +2343,11 @@ mod tests {
 
     #[test]
     fn write_errors_of_update_replies_are_read() {
-        assert_eq!(first_write_error(&doc! {"n": 2, "ok": 1.0}), None);
+        assert!(first_write_error(&doc! {"n": 2, "ok": 1.0}).is_none());
         let reply = doc! {"n": 1, "writeErrors": [{"index": 1, "code": 11000, "errmsg": "dup"}]};
-        assert_eq!(first_write_error(&reply), Some((1, 11000, "dup".into())));
+        let (idx, e) = first_write_error(&reply).unwrap();
+        assert_eq!((idx, server_codes(&e)), (1, vec![11000]));
+        assert!(e.to_string().contains("dup"), "{e}");
     }
 
     #[test]

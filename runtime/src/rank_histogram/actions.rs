@@ -1,0 +1,101 @@
+//! The actions [`Ranks`] returns: configured by chained setters, run by
+//! `.await`.
+
+use std::future::IntoFuture;
+
+use futures::future::BoxFuture;
+use mongodb::bson::{Bson, Document};
+use mongodb::ClientSession;
+
+use super::{Rank, RankHistogram, Ranks, ScoreCount, SourceOp};
+use crate::action::Options;
+use crate::error::Result;
+
+macro_rules! actions {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident [$kind:ident] -> $out:ty { $($field:ident: $ty:ty),* }
+        |$repo:ident, $o:ident, $s:ident| $body:expr;
+    )*) => {$(
+        $(#[$doc])*
+        #[must_use = "does nothing unless awaited"]
+        pub struct $name<'a, T: RankHistogram> {
+            repo: &'a Ranks<T>,
+            $($field: $ty,)*
+            options: Options,
+            session: Option<&'a mut ClientSession>,
+        }
+
+        impl<'a, T: RankHistogram> $name<'a, T> {
+            pub(super) fn new(repo: &'a Ranks<T>, $($field: $ty),*) -> Self {
+                $name { repo, $($field,)* options: Options::default(), session: None }
+            }
+
+            crate::action::setters!('a; $kind);
+        }
+
+        impl<'a, T: RankHistogram> IntoFuture for $name<'a, T> {
+            type Output = Result<$out>;
+            type IntoFuture = BoxFuture<'a, Result<$out>>;
+
+            fn into_future(self) -> Self::IntoFuture {
+                let $name { repo: $repo, $($field,)* options, session: $s } = self;
+                Box::pin(async move {
+                    let $o = options.or(&$repo.defaults);
+                    $body
+                })
+            }
+        }
+    )*};
+}
+
+actions! {
+    /// [`Ranks::record`]: a write.
+    Record[write] -> () { args: Result<(Bson, Bson)> }
+    |repo, o, s| {
+        let args = args.map(|(b, s)| (b, None, Some(s)));
+        repo.run_write(args, o, s).await
+    };
+
+    /// [`Ranks::change`]: a write.
+    Change[write] -> () { args: Result<(Bson, Bson, Bson)> }
+    |repo, o, s| {
+        let args = args.map(|(b, old, new)| (b, Some(old), Some(new)));
+        repo.run_write(args, o, s).await
+    };
+
+    /// [`Ranks::remove`]: a write.
+    Remove[write] -> () { args: Result<(Bson, Bson)> }
+    |repo, o, s| {
+        let args = args.map(|(b, s)| (b, Some(s), None));
+        repo.run_write(args, o, s).await
+    };
+
+    /// [`Ranks::rank`]: a read.
+    RankOf[read] -> Rank { args: Result<(Bson, Bson)> }
+    |repo, o, s| repo.run_rank(args, o, s).await;
+
+    /// [`Ranks::top`]: a read.
+    Top[read] -> Vec<ScoreCount<T::Score>> { args: Result<(Bson, u32)> }
+    |repo, o, s| repo.run_top(args, o, s).await;
+
+    /// [`Ranks::histogram`]: a read.
+    Histogram[read] -> Vec<ScoreCount<T::Score>> { board: Result<Bson> }
+    |repo, o, s| repo.run_histogram(board, o, s).await;
+
+    /// [`Ranks::insert`]: writes in a transaction.
+    Insert[write] -> () { doc: &'a T }
+    |repo, o, s| repo.run_atomically(SourceOp::Insert(doc), o, s).await.map(drop);
+
+    /// [`Ranks::update_score`]: writes in a transaction.
+    UpdateScore[write] -> bool { args: (Document, T::Score) }
+    |repo, o, s| repo.run_atomically(SourceOp::Update(args.0, args.1), o, s).await;
+
+    /// [`Ranks::delete`]: writes in a transaction.
+    Delete[write] -> bool { filter: Document }
+    |repo, o, s| repo.run_atomically(SourceOp::Delete(filter), o, s).await;
+
+    /// [`Ranks::rebuild`]: reads the players, writes the histogram.
+    Rebuild[both] -> u64 { board: Result<Bson> }
+    |repo, o, s| repo.run_rebuild(board, o, s).await;
+}
