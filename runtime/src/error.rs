@@ -295,9 +295,18 @@ impl Error {
         }
     }
 
-    /// The server's error code: a command's, or the first failed write's.
+    /// The server's error code: a command's, the first failed write's, or
+    /// a write concern error's.
     pub fn code(&self) -> Option<i32> {
-        self.mongo().and_then(|e| server_codes(e).first().copied())
+        use mongodb::error::{ErrorKind, WriteFailure};
+        let e = self.mongo()?;
+        match &*e.kind {
+            ErrorKind::Write(WriteFailure::WriteConcernError(w)) => Some(w.code),
+            ErrorKind::InsertMany(m) if m.write_errors.is_none() => {
+                m.write_concern_error.as_ref().map(|w| w.code)
+            }
+            _ => server_codes(e).first().copied(),
+        }
     }
 
     /// True when the driver's error underneath carries `label`, such as
@@ -408,5 +417,45 @@ mod tests {
     #[test]
     fn error_stays_small() {
         assert!(std::mem::size_of::<super::Error>() <= 128);
+    }
+
+    /// A race labelled for the caller's `and_run2` keeps its label through
+    /// both conversions, and `code()` reads it.
+    #[test]
+    fn labels_and_codes_survive_conversion() {
+        use mongodb::error::TRANSIENT_TRANSACTION_ERROR;
+        let dup: mongodb::error::Error =
+            mongodb::error::ErrorKind::Write(mongodb::error::WriteFailure::WriteError(
+                crate::compat::from_document(mongodb::bson::doc! {"code": 11000, "errmsg": "dup"})
+                    .unwrap(),
+            ))
+            .into();
+        let ours = super::Error::from(dup.clone());
+        assert!(ours.is_duplicate_key());
+        assert_eq!(ours.code(), Some(11000));
+        assert!(!ours.is_transient());
+
+        let raced = crate::action::raced_in_transaction(dup);
+        assert!(raced.is_transient());
+        assert_eq!(raced.code(), Some(11000));
+        let back = mongodb::error::Error::from(raced);
+        assert!(back.contains_label(TRANSIENT_TRANSACTION_ERROR));
+
+        let own = super::Error::invalid("n", "too big");
+        let back = mongodb::error::Error::from(own);
+        assert!(matches!(
+            back.get_custom::<super::Error>(),
+            Some(super::Error::InvalidArgument { name: "n", .. })
+        ));
+    }
+
+    /// A wrapped error prints its own words once; the cause is `source()`.
+    #[test]
+    fn display_does_not_repeat_the_source() {
+        use std::error::Error as _;
+        let inner = mongodb::error::Error::custom("boom");
+        let e = super::Error::Database(inner);
+        assert!(!e.to_string().contains("boom"), "{e}");
+        assert!(e.source().is_some());
     }
 }
