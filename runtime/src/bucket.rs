@@ -64,6 +64,7 @@ use crate::keyset::id_of;
 use crate::model::Model;
 
 mod edit;
+mod order;
 pub use edit::{FIELD_OPERATORS, LOGICAL_OPERATORS};
 
 /// Largest bucket `#[bucket(size = ...)]` accepts. Past it, documents grow
@@ -80,6 +81,10 @@ pub const MAX_BUCKET_BYTES: i64 = 16 * 1024 * 1024 - 64 * 1024;
 const LEN: &str = "mp_len";
 const TYPE: &str = "mp_type";
 const MINE: &str = "mp_mine";
+/// The order values of a bucket's first and last items, as reads compute
+/// them.
+const LO: &str = "mp_lo";
+const HI: &str = "mp_hi";
 /// Each bucket keeps the ids of the last writes that changed it, so that a
 /// write the driver retries after a lost reply (it does so once, for
 /// example across a server restart) is recognised and not applied twice.
@@ -199,6 +204,7 @@ pub struct BucketPage<T> {
 pub struct Buckets<T> {
     coll: Collection<Document>,
     raw: Collection<RawDocumentBuf>,
+    locks: Collection<Document>,
     spec: BucketSpec,
     heads: Arc<Mutex<HashMap<Vec<u8>, i64>>>,
     _items: PhantomData<fn() -> T>,
@@ -209,6 +215,7 @@ impl<T> Clone for Buckets<T> {
         Buckets {
             coll: self.coll.clone(),
             raw: self.raw.clone(),
+            locks: self.locks.clone(),
             spec: self.spec,
             heads: self.heads.clone(),
             _items: PhantomData,
@@ -217,8 +224,15 @@ impl<T> Clone for Buckets<T> {
 }
 
 /// The newest bucket of a key, as a push or a page needs it.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct Head {
+    /// The bucket's `_id`, and its `seq` as stored (a double between two
+    /// integers after a split); `seq` is its integer part.
+    id: Bson,
+    raw_seq: Bson,
+    /// The order values of its first and last items (its floor when empty).
+    lo: Option<Bson>,
+    hi: Option<Bson>,
     seq: i64,
     start: i64,
     count: i64,
@@ -237,6 +251,7 @@ impl<T: Bucketed> Buckets<T> {
         Buckets {
             coll: db.collection(T::COLLECTION),
             raw: db.collection(T::COLLECTION),
+            locks: db.collection(&format!("{}.mp_locks", T::COLLECTION)),
             spec: T::BUCKET,
             heads: Arc::default(),
             _items: PhantomData,
@@ -275,6 +290,7 @@ impl<T: Bucketed> Buckets<T> {
         let doc = self.item_doc(item)?;
         let len = item_len(&doc)?;
         let slot = key_slot(&key)?;
+        let v = self.order_of(&doc);
         // One id for every attempt: once one is applied, no other can be.
         let op = ObjectId::new();
         let mut hops = 0;
@@ -289,13 +305,19 @@ impl<T: Bucketed> Buckets<T> {
                 None => self
                     .open_next(&key, &Head::default(), vec![doc.clone()], len, op)
                     .await
-                    .map(|_| true),
+                    .map(|s| s.is_some()),
                 Some(seq) => {
                     let mut filter = doc! {"_id": {"k": key.clone(), "s": seq}};
-                    filter.extend(self.open_filter(&key, 1, len, op));
-                    let update = self.append(vec![doc.clone()], len, op);
-                    self.coll
-                        .update_one(filter, update)
+                    filter.extend(self.open_filter(&key, 1, len, op, v.as_ref()));
+                    let update = match &v {
+                        Some(v) => self
+                            .coll
+                            .update_one(filter, self.insert_sorted(&doc, v, len, op)),
+                        None => self
+                            .coll
+                            .update_one(filter, self.append(vec![doc.clone()], len, op)),
+                    };
+                    update
                         .await
                         .map(|r| r.matched_count == 1)
                         .map_err(Error::from)
@@ -310,7 +332,7 @@ impl<T: Bucketed> Buckets<T> {
                 Err(e) if is_duplicate_key(&e) => {}
                 Err(e) => return Err(e),
             }
-            // Full, closed, or not there, or this very write applied
+            // Full, closed, or not there, late, or this very write applied
             // already (a retry by the driver found its id). A point read
             // says which; after a few hops forward, ask for the newest
             // bucket instead.
@@ -326,7 +348,7 @@ impl<T: Bucketed> Buckets<T> {
                 head
             } else {
                 let at = self.bucket(&key, seq, Some(op)).await?;
-                if at.is_some_and(|h| h.mine) {
+                if at.as_ref().is_some_and(|h| h.mine) {
                     self.remember(slot, seq);
                     return Ok(());
                 }
@@ -335,20 +357,35 @@ impl<T: Bucketed> Buckets<T> {
                     _ => self.head(&key, None).await?,
                 }
             };
-            if head.exists && !head.sealed && self.fits(&head, &[(Document::new(), len)]) == 1 {
+            let late = |bound: &Option<Bson>| {
+                v.as_ref()
+                    .is_some_and(|v| order_cmp(Some(v), bound.as_ref()) == std::cmp::Ordering::Less)
+            };
+            if head.exists
+                && !head.sealed
+                && !late(&head.lo)
+                && self.fits(&head, &[(Document::new(), len)]) == 1
+            {
                 // The bucket has room (another writer opened it, or this
                 // repository had not seen the key): append to it.
                 self.remember(slot.clone(), head.seq);
                 continue;
             }
+            if head.exists && late(&head.hi) {
+                // Below what the last bucket holds: it goes into the bucket
+                // that covers it (an item in order never lands behind it).
+                // Another writer's copy of this push may have landed first.
+                return self.push_late(&key, doc.clone(), len, op).await;
+            }
             match self
                 .open_next(&key, &head, vec![doc.clone()], len, op)
                 .await
             {
-                Ok(seq) => {
+                Ok(Some(seq)) => {
                     self.remember(slot, seq);
                     return Ok(());
                 }
+                Ok(None) => {}
                 Err(e) if is_duplicate_key(&e) => {
                     // Another writer opened it first: append to theirs.
                     self.remember(slot.clone(), head.seq + 1);
@@ -357,6 +394,14 @@ impl<T: Bucketed> Buckets<T> {
             }
         }
         Err(contended("push"))
+    }
+
+    /// An item's `order` value (null when it has none), if the model has
+    /// `order`.
+    fn order_of(&self, doc: &Document) -> Option<Bson> {
+        self.spec
+            .order
+            .map(|o| doc.get(o).cloned().unwrap_or(Bson::Null))
     }
 
     fn remembered(&self, slot: &[u8]) -> Option<i64> {
@@ -405,6 +450,26 @@ impl<T: Bucketed> Buckets<T> {
                 Some(h) => h,
                 None => self.fresh_head(&key_b).await?,
             };
+            // Items below what the last bucket holds are late: each goes
+            // into the bucket that covers it (they come first, the batch
+            // being sorted).
+            let late = rest
+                .iter()
+                .take_while(|(d, _)| {
+                    head.exists
+                        && self.order_of(d).is_some_and(|v| {
+                            order_cmp(Some(&v), head.hi.as_ref()) == std::cmp::Ordering::Less
+                        })
+                })
+                .count();
+            if late > 0 {
+                for (d, len) in &rest[..late] {
+                    self.push_late(&key_b, d.clone(), *len, ObjectId::new())
+                        .await?;
+                }
+                rest = &rest[late..];
+                continue;
+            }
             // Fill what room the open bucket has, if it is open.
             if head.exists && !head.sealed {
                 let n = self.fits(&head, rest);
@@ -432,10 +497,12 @@ impl<T: Bucketed> Buckets<T> {
                             .await?
                             .is_some_and(|h| h.mine);
                     if applied {
+                        let hi = rest[n - 1].0.clone();
                         rest = &rest[n..];
                         known = Some(Head {
                             count: head.count + n as i64,
                             bytes: head.bytes + len,
+                            hi: self.order_of(&hi).or(head.hi.clone()),
                             ..head
                         });
                     }
@@ -445,8 +512,8 @@ impl<T: Bucketed> Buckets<T> {
             }
             // The open bucket has no room for the next item: close it if
             // only bytes filled it, so that nothing lands behind the new ones.
-            if head.exists && !head.sealed {
-                self.seal_if_unchanged(&key_b, &head).await?;
+            if head.exists && !head.sealed && !self.seal_if_unchanged(&head).await? {
+                continue;
             }
             // New buckets for the rest, in one ordered insert.
             let (mut seq, mut start) = if head.exists {
@@ -465,6 +532,10 @@ impl<T: Bucketed> Buckets<T> {
                 b.insert("count", n as i64);
                 b.insert("bytes", chunk.iter().map(|(_, l)| l).sum::<i64>());
                 b.insert(OPS, vec![op]);
+                if head.stale {
+                    // Opened from a marked bucket: marked too.
+                    b.insert(STALE, true);
+                }
                 b.insert(
                     self.spec.items,
                     chunk
@@ -539,8 +610,15 @@ impl<T: Bucketed> Buckets<T> {
         // again, once: a page is never cut by stale positions.
         let mut page = self.page_once(&key_b, req).await?;
         if page.is_none() {
-            self.reindex_bson(&key_b).await?;
-            page = self.page_once(&key_b, req).await?;
+            // Under the lease, no write can mark the key again before the
+            // page is read.
+            page = self
+                .leased(&key_b, |_| async {
+                    self.finish_moves(&key_b).await?;
+                    self.reindex_now(&key_b, None).await?;
+                    self.page_once(&key_b, req).await
+                })
+                .await?;
         }
         // Marked again at once: a removal is running on this key.
         page.ok_or(Error::Contended {
@@ -597,8 +675,12 @@ impl<T: Bucketed> Buckets<T> {
         if !head.stale {
             return Ok(head);
         }
-        self.reindex_bson(key).await?;
-        self.head(key, None).await
+        self.leased(key, |_| async {
+            self.finish_moves(key).await?;
+            self.reindex_now(key, None).await?;
+            self.head(key, None).await
+        })
+        .await
     }
 
     /// Every item of `key`, oldest first, from one cursor over its buckets.
@@ -635,7 +717,7 @@ impl<T: Bucketed> Buckets<T> {
     /// buckets by hand.
     pub async fn reindex(&self, key: &T::Key) -> Result<()> {
         let key_b = self.key_bson(key)?;
-        self.reindex_bson(&key_b).await
+        self.repair(&key_b).await
     }
 
     /// The aggregation an oldest-first page sends.
@@ -660,14 +742,27 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// The open bucket of `key` with room for `n` more items of `len` bytes.
-    fn open_filter(&self, key: &Bson, n: i64, len: i64, op: ObjectId) -> Document {
+    /// With `v`, only if its lowest item is not above `v`: a lower value
+    /// is late, and belongs in an earlier bucket.
+    fn open_filter(
+        &self,
+        key: &Bson,
+        n: i64,
+        len: i64,
+        op: ObjectId,
+        v: Option<&Bson>,
+    ) -> Document {
+        let expr = match v {
+            Some(v) => doc! {"$and": [self.sound(), {"$lte": [self.lo_expr(), {"$literal": v}]}]},
+            None => self.sound(),
+        };
         doc! {
             OPS: {"$ne": op},
             self.spec.key: key.clone(),
             "sealed": Bson::Null,
             "count": {"$lte": i64::from(self.spec.size) - n},
             "bytes": {"$lte": MAX_BUCKET_BYTES - len},
-            "$expr": self.sound(),
+            "$expr": expr,
         }
     }
 
@@ -681,7 +776,7 @@ impl<T: Bucketed> Buckets<T> {
         doc! {"$and": [
             &is_array,
             {"$eq": [{"$size": {"$cond": [&is_array, &items, []]}}, "$count"]},
-            {"$lte": ["$count", i64::from(self.spec.size)]},
+            {"$lte": ["$count", self.cap()]},
             {"$isNumber": "$start"},
         ]}
     }
@@ -720,10 +815,10 @@ impl<T: Bucketed> Buckets<T> {
                 format!("is {count}, but the array holds {len} items"),
             ));
         }
-        if count > i64::from(self.spec.size) {
+        if count > self.cap() {
             return Err(damaged(
                 "count",
-                format!("is {count}, over the bucket size {}", self.spec.size),
+                format!("is {count}, over the bucket's limit {}", self.cap()),
             ));
         }
         let start = raw_int(d, "start")
@@ -736,10 +831,10 @@ impl<T: Bucketed> Buckets<T> {
 
     fn append(&self, items: Vec<Document>, len: i64, op: ObjectId) -> Document {
         let n = items.len() as i64;
-        let mut each = doc! {"$each": items};
-        if let Some(order) = self.spec.order {
-            each.insert("$sort", doc! {order: 1});
-        }
+        // With `order`, callers append only items not below the bucket's
+        // last (and sorted): the array stays sorted, and equal values keep
+        // their arrival order.
+        let each = doc! {"$each": items};
         doc! {
             "$push": {
                 self.spec.items: each,
@@ -768,21 +863,34 @@ impl<T: Bucketed> Buckets<T> {
         items: Vec<Document>,
         len: i64,
         op: ObjectId,
-    ) -> Result<i64> {
-        if head.exists && !head.sealed {
-            // Full by bytes: make sure nothing else is appended to it.
-            self.seal_if_unchanged(key, head).await?;
+    ) -> Result<Option<i64>> {
+        if head.exists && !head.sealed && !self.seal_if_unchanged(head).await? {
+            // It changed since it was read: the caller reads it again.
+            return Ok(None);
         }
         // The new bucket's `start` comes from the head's: never from one a
-        // removal left stale.
+        // write that moves positions left stale.
         let fresh;
         let head = if head.stale {
-            self.reindex_bson(key).await?;
-            fresh = self.bucket(key, head.seq, None).await?.unwrap_or(*head);
+            fresh = self
+                .leased(key, |_| async {
+                    self.finish_moves(key).await?;
+                    self.reindex_now(key, None).await?;
+                    self.bucket(key, head.seq, None).await
+                })
+                .await?
+                .unwrap_or_else(|| head.clone());
             &fresh
         } else {
             head
         };
+        if let (Some(first), true) = (items.first(), head.exists) {
+            let v = self.order_of(first);
+            if v.is_some() && order_cmp(v.as_ref(), head.hi.as_ref()) == std::cmp::Ordering::Less {
+                // A split or a late item changed it: decide again.
+                return Ok(None);
+            }
+        }
         let (seq, start) = if head.exists {
             (head.seq + 1, head.total())
         } else {
@@ -793,27 +901,40 @@ impl<T: Bucketed> Buckets<T> {
         bucket.insert("bytes", len);
         bucket.insert(self.spec.items, items);
         bucket.insert(OPS, vec![op]);
+        if head.stale {
+            // Opened from a marked bucket: marked too, until the write that
+            // marked them has recomputed `start`.
+            bucket.insert(STALE, true);
+        }
         self.coll.insert_one(bucket).await?;
-        Ok(seq)
+        Ok(Some(seq))
     }
 
-    /// Seals `head` if it is still as read; a concurrent push that made it
-    /// change is fine either way (the caller retries).
-    async fn seal_if_unchanged(&self, key: &Bson, head: &Head) -> Result<()> {
+    /// Seals `head` if it is still as read (count and mark), and says
+    /// whether it is closed now; a full bucket needs no seal.
+    async fn seal_if_unchanged(&self, head: &Head) -> Result<bool> {
         if head.count < i64::from(self.spec.size) {
-            self.coll
+            let stale = if head.stale {
+                Bson::Boolean(true)
+            } else {
+                Bson::Document(doc! {"$ne": true})
+            };
+            let r = self
+                .coll
                 .update_one(
                     doc! {
-                        "_id": {"k": key.clone(), "s": head.seq},
+                        "_id": head.id.clone(),
                         "count": head.count,
                         "sealed": Bson::Null,
+                        STALE: stale,
                         "$expr": self.sound(),
                     },
                     doc! {"$set": {"sealed": true}},
                 )
                 .await?;
+            return Ok(r.matched_count == 1);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// How many of `items` fit in `head`.
@@ -864,6 +985,10 @@ impl<T: Bucketed> Buckets<T> {
             LEN: self.len_expr(),
             TYPE: {"$type": format!("${}", self.spec.items)},
         };
+        if self.spec.order.is_some() {
+            p.insert(LO, self.lo_expr());
+            p.insert(HI, self.hi_expr());
+        }
         if let Some(op) = op {
             let ops = format!("${OPS}");
             p.insert(
@@ -876,7 +1001,12 @@ impl<T: Bucketed> Buckets<T> {
 
     fn head_of(&self, d: &RawDocument) -> Result<Head> {
         let seq = match d.get("_id") {
-            Ok(Some(RawBsonRef::Document(id))) => raw_int(id, "s").ok(),
+            Ok(Some(RawBsonRef::Document(id))) => match id.get("s") {
+                Ok(Some(RawBsonRef::Double(v))) if v.is_finite() && v.abs() < 9.0e15 => {
+                    Some((v.floor() as i64, Bson::Double(v)))
+                }
+                _ => raw_int(id, "s").ok().map(|s| (s, Bson::Int64(s))),
+            },
             _ => None,
         }
         .ok_or_else(|| {
@@ -889,8 +1019,18 @@ impl<T: Bucketed> Buckets<T> {
         })?;
         let len = raw_int(d, LEN).ok();
         let (start, count) = self.check(d, len)?;
+        let value = |f: &str| {
+            d.get(f)
+                .ok()
+                .flatten()
+                .and_then(|v| Bson::try_from(v.to_raw_bson()).ok())
+        };
         Ok(Head {
-            seq,
+            id: id_of(d),
+            raw_seq: seq.1,
+            lo: value(LO),
+            hi: value(HI),
+            seq: seq.0,
             start,
             count,
             bytes: raw_int(d, "bytes").unwrap_or(0),
@@ -927,10 +1067,10 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     fn range_pipeline(&self, key: &Bson, from: i64, n: i64) -> Vec<Document> {
-        let size = i64::from(self.spec.size);
+        let size = self.cap();
         let items = format!("${}", self.spec.items);
         vec![
-            // A bucket holds at most `size` items, so only buckets starting
+            // A bucket holds at most `cap` items, so only buckets starting
             // in (from - size, from + n) can overlap: an index seek.
             // A bucket whose `start` is not a number is sent too (its index
             // keys sort apart from numbers), to be reported as damaged.
@@ -1007,14 +1147,21 @@ impl<T: Bucketed> Buckets<T> {
 
     /// Refuses a key with a damaged bucket first: positions summed from a
     /// damaged count would be wrong for every later bucket.
-    async fn reindex_bson(&self, key: &Bson) -> Result<()> {
+    /// With `from`, writes only the buckets from that `_id` on (the others'
+    /// positions did not change).
+    async fn reindex_now(&self, key: &Bson, from: Option<&Bson>) -> Result<()> {
         self.refuse_damaged(key).await?;
-        let pipeline = vec![
+        let mut pipeline = vec![
             doc! {"$match": id_range(key)},
             doc! {"$setWindowFields": {
                 "sortBy": {"_id": 1},
                 "output": {"start": {"$sum": "$count", "window": {"documents": ["unbounded", -1]}}},
             }},
+        ];
+        if let Some(from) = from {
+            pipeline.push(doc! {"$match": {"_id": {"$gte": from.clone()}}});
+        }
+        pipeline.extend([
             // Clears a removal's mark: positions are right again.
             doc! {"$project": {"start": 1, STALE: {"$literal": false}}},
             doc! {"$merge": {
@@ -1023,7 +1170,7 @@ impl<T: Bucketed> Buckets<T> {
                 "whenMatched": "merge",
                 "whenNotMatched": "discard",
             }},
-        ];
+        ]);
         self.coll
             .aggregate(pipeline)
             .await?

@@ -15,7 +15,7 @@ use futures::TryStreamExt;
 use mongodb::options::ReturnDocument;
 
 use super::{
-    id_range, item_len, raw_int, Bucketed, Buckets, LEN, MAX_ATTEMPTS, OPS, OPS_KEPT, STALE, TYPE,
+    id_range, item_len, raw_int, Bucketed, Buckets, LEN, MAX_ATTEMPTS, OPS, OPS_KEPT, TYPE,
 };
 use crate::error::{Error, Result};
 use crate::keyset::id_of;
@@ -56,7 +56,19 @@ impl<T: Bucketed> Buckets<T> {
         }
     }
 
+    /// Under the key's lease: no other write that moves positions runs
+    /// beside it.
     async fn remove_now(&self, key: &Bson, cond: &Document) -> Result<u64> {
+        self.leased(key, |taken_over| async move {
+            if taken_over {
+                self.finish_moves(key).await?;
+            }
+            self.remove_leased(key, cond).await
+        })
+        .await
+    }
+
+    async fn remove_leased(&self, key: &Bson, cond: &Document) -> Result<u64> {
         let items = format!("${}", self.spec.items);
         let sound = self.sound();
         let hits = doc! {"$size": {"$filter": {"input": &items, "cond": cond}}};
@@ -106,11 +118,9 @@ impl<T: Bucketed> Buckets<T> {
             // Positions after the first changed bucket go stale until the
             // recomputation below: mark the key's buckets, so that a read
             // meeting them (after a crash cut this short) recomputes first.
-            let mut mark = id_range(key);
-            mark.insert("$expr", &sound);
-            self.coll
-                .update_many(mark, doc! {"$set": {STALE: true}})
-                .await?;
+            if !marked {
+                self.mark(key, None).await?;
+            }
             marked = true;
             let mut all = true;
             for b in &found {
@@ -145,7 +155,7 @@ impl<T: Bucketed> Buckets<T> {
             }
         }
         if marked {
-            self.reindex_bson(key).await?;
+            self.reindex_now(key, None).await?;
         }
         if !done {
             return Err(Error::Contended {
@@ -263,7 +273,7 @@ impl<T: Bucketed> Buckets<T> {
 }
 
 /// A pipeline stage that records write `op` among the bucket's last writes.
-fn with_op(op: ObjectId) -> Document {
+pub(super) fn with_op(op: ObjectId) -> Document {
     let ops = format!("${OPS}");
     doc! {"$set": {OPS: {"$slice": [
         {"$concatArrays": [{"$cond": [{"$isArray": [&ops]}, &ops, []]}, [op]]},
