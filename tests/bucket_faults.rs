@@ -1306,7 +1306,7 @@ async fn contention_sixteen_tasks_push_late_and_in_order_to_one_key() {
             tokio::spawn(async move {
                 let mut rng = Lcg(u64::from(t) + 1);
                 let mut mine = Vec::new();
-                for i in 0..30u32 {
+                for i in 0..20u32 {
                     let n = t * 1000 + i;
                     // Half in order (a rising day), half late.
                     let day = if i % 2 == 0 {
@@ -1317,7 +1317,7 @@ async fn contention_sixteen_tasks_push_late_and_in_order_to_one_key() {
                     repo.push(&dated(7, day, n)).await.unwrap();
                     mine.push(n);
                 }
-                let batch: Vec<Dated> = (0..8u32)
+                let batch: Vec<Dated> = (0..6u32)
                     .map(|j| dated(7, rng.next(3_000) as i64, t * 1000 + 500 + j))
                     .collect();
                 repo.push_many(&7, &batch).await.unwrap();
@@ -1331,7 +1331,7 @@ async fn contention_sixteen_tasks_push_late_and_in_order_to_one_key() {
         let repo = repo.clone();
         tokio::spawn(async move {
             let mut pages = 0;
-            while pages < 200 {
+            while pages < 100 {
                 let p = repo
                     .page(&7, PageRequest::new(2, 10).newest_first())
                     .await
@@ -1357,12 +1357,14 @@ async fn contention_sixteen_tasks_push_late_and_in_order_to_one_key() {
     let took = t0.elapsed();
     let paged = dated_pages(&repo, 7, 13, true).await;
     let stored = sorted_buckets(&db, 7).await;
-    assert_eq!(stored.len(), 16 * 38, "every item once");
+    assert_eq!(stored.len(), 16 * 26, "every item once");
     once_each(&stored, &all);
     let mut rev = stored.clone();
     rev.reverse();
     assert_eq!(paged, rev, "newest-first pages are the stored order");
-    println!("16 tasks, 608 items (half late) into one key, {pages} pages read beside: {took:?}");
+    println!(
+        "16 tasks, 416 items (over half late) into one key, {pages} pages read beside: {took:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -34,10 +34,23 @@
 //!   64): a write the driver retries after a lost reply finds its
 //!   id and is not applied twice.
 //! - A removal marks the key's buckets until it has recomputed `start`; a
-//!   read that meets the mark recomputes first, so a removal cut short by a
-//!   crash leaves no page wrong.
-//! - With `order`, items are sorted within each bucket; across buckets they
-//!   stay in arrival order, which is `order` when items arrive in order.
+//!   read that meets the mark recomputes first (under the key's lease), so
+//!   a removal cut short by a crash leaves no page wrong.
+//! - With `order`, pages follow it across all buckets, also for late items
+//!   (equal values in arrival order). A push not below the last bucket's
+//!   items is in order: one update that inserts it sorted, as before. A
+//!   late one goes into the bucket that covers its value, which may grow to
+//!   twice `size` before it is split; since that shifts the `start` of every
+//!   later bucket, it runs under the key's lease with the buckets it moves
+//!   marked, as a removal does (see `order.rs` for why a lease: two writers
+//!   recomputing positions side by side could each clear the other's mark
+//!   with positions that miss the other's write). Splitting moves half the
+//!   items to the next bucket, or to a new one between (a fractional
+//!   `seq`: no renumbering, which would mean rewriting every later `_id`),
+//!   and sets them aside in the bucket they leave in the same write, so a
+//!   crash between the two writes loses and doubles nothing. Transactions
+//!   would do the same on servers that have them; the lease and marks work
+//!   on any server.
 //!
 //! When to choose a time-series collection instead: when items are
 //! measurements over time that you query by time range and aggregate, with
