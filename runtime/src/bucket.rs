@@ -42,9 +42,9 @@
 //!   late one goes into the bucket that covers its value, which may grow to
 //!   twice `size` before it is split; since that shifts the `start` of every
 //!   later bucket, it runs under the key's lease with the buckets it moves
-//!   marked, as a removal does (see `order.rs` for why a lease: two writers
-//!   recomputing positions side by side could each clear the other's mark
-//!   with positions that miss the other's write). Splitting moves half the
+//!   marked, as a removal does. Why a lease: two writers recomputing
+//!   positions side by side could each clear the other's mark with
+//!   positions that miss the other's write. Splitting moves half the
 //!   items to the next bucket, or to a new one between (a fractional
 //!   `seq`: no renumbering, which would mean rewriting every later `_id`),
 //!   and sets them aside in the bucket they leave in the same write, so a
