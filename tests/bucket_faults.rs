@@ -1435,3 +1435,57 @@ async fn crash_kill_and_restart_mid_late_pushes() {
         stored.len()
     );
 }
+
+/// What a split cut short by a crash leaves: the moved items set aside in
+/// the bucket they leave (`mp_moving`), the key's buckets marked, and the
+/// items delivered or not. The next read delivers them once, then pages.
+#[tokio::test]
+async fn a_split_cut_between_its_writes_loses_and_doubles_nothing() {
+    let (db, _) = fresh_db("bucket_split_cut").await;
+    let repo = Dated::buckets(&db);
+    let raw = db.collection::<Document>("dated");
+    for delivered in [false, true] {
+        let key = i64::from(delivered);
+        let all: Vec<Dated> = (0..10).map(|d| dated(key, d, d as u32)).collect();
+        repo.push_many(&key, &all).await.unwrap();
+        let want: Vec<(i64, i64)> = (0..10).map(|d| (d, d)).collect();
+        // Bucket 0 gives days 2, 3, 4 to a new bucket between 0 and 1.
+        let op = bson::oid::ObjectId::new();
+        let moved: Vec<Document> = (2_i64..5).map(|d| doc! {"day": d, "n": d}).collect();
+        let to = doc! {"k": key, "s": 0.5};
+        raw.update_many(doc! {"customerId": key}, doc! {"$set": {"mp_stale": true}})
+            .await
+            .unwrap();
+        raw.update_one(
+            doc! {"_id": {"k": key, "s": 0_i64}},
+            doc! {"$set": {
+                "items": [{"day": 0_i64, "n": 0_i64}, {"day": 1_i64, "n": 1_i64}],
+                "count": 2_i64,
+                "sealed": true,
+                "mp_moving": {"to": &to, "op": op, "lower": false, "items": &moved},
+            }},
+        )
+        .await
+        .unwrap();
+        if delivered {
+            // The new bucket went in; only the clean-up was cut.
+            raw.insert_one(doc! {
+                "_id": &to, "customerId": key, "start": 0_i64, "count": 3_i64,
+                "bytes": 100_i64, "items": &moved, "mp_ops": [op], "sealed": true,
+            })
+            .await
+            .unwrap();
+        }
+        let first: Vec<(i64, i64)> = repo
+            .page(&key, PageRequest::new(1, 4))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|d| (d.day, i64::from(d.n)))
+            .collect();
+        assert_eq!(first, want[..4], "delivered before: {delivered}");
+        assert_eq!(sorted_buckets(&db, key).await, want, "once each");
+        pages_equal(&repo, key, &want, &[1, 3, 10]).await;
+    }
+}

@@ -697,6 +697,8 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// Every item of `key`, oldest first, from one cursor over its buckets.
+    /// It takes no lease: beside a late push that splits a bucket it can
+    /// miss or repeat the items being moved, which a page cannot.
     pub fn stream(&self, key: &T::Key) -> BoxStream<'static, Result<T>> {
         let this = self.clone();
         let key_b = self.key_bson(key);

@@ -171,7 +171,8 @@ impl<T: Bucketed> Buckets<T> {
     /// whether one matched. Without `order` the item keeps its position;
     /// with `order` the bucket is sorted again in the same write, so an
     /// item whose order field changed moves within its bucket (never to
-    /// another bucket). One `findAndModify`; when nothing matched, two
+    /// another bucket: a value moved past a neighbouring bucket's breaks the
+    /// order across buckets; remove and push it instead). One `findAndModify`; when nothing matched, two
     /// reads more: one for this write's id (a retry by the driver after a
     /// lost reply finds the write applied), one that reports a damaged
     /// bucket of the key rather than `false`.
