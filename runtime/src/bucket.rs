@@ -374,8 +374,13 @@ impl<T: Bucketed> Buckets<T> {
                 v.as_ref()
                     .is_some_and(|v| order_cmp(Some(v), bound.as_ref()) == std::cmp::Ordering::Less)
             };
+            // An empty last bucket without a floor (a removal emptied it)
+            // says nothing of the values before it: the late path finds the
+            // bucket that covers the item among those with items.
+            let unbounded = v.is_some() && head.exists && head.count == 0 && head.hi.is_none();
             if head.exists
                 && !head.sealed
+                && !unbounded
                 && !late(&head.lo)
                 && self.fits(&head, &[(Document::new(), len)]) == 1
             {
@@ -384,7 +389,7 @@ impl<T: Bucketed> Buckets<T> {
                 self.remember(slot.clone(), head.seq);
                 continue;
             }
-            if head.exists && late(&head.hi) {
+            if head.exists && (late(&head.hi) || unbounded) {
                 // Below what the last bucket holds: it goes into the bucket
                 // that covers it (an item in order never lands behind it).
                 // Another writer's copy of this push may have landed first.
@@ -471,7 +476,8 @@ impl<T: Bucketed> Buckets<T> {
                 .take_while(|(d, _)| {
                     head.exists
                         && self.order_of(d).is_some_and(|v| {
-                            order_cmp(Some(&v), head.hi.as_ref()) == std::cmp::Ordering::Less
+                            (head.count == 0 && head.hi.is_none())
+                                || order_cmp(Some(&v), head.hi.as_ref()) == std::cmp::Ordering::Less
                         })
                 })
                 .count();

@@ -147,8 +147,28 @@ impl<T: Bucketed> Buckets<T> {
             fence.insert(self.spec.items, Vec::<Bson>::new());
             fence.insert(OPS, Vec::<Bson>::new());
             fence.insert(STALE, true);
-            if let Some(hi) = head.hi.clone() {
-                fence.insert(FLOOR, hi);
+            // Its floor is the highest value before it: the head's last, or
+            // (a head a removal emptied) that of the last bucket with items.
+            let floor = match head.hi.clone() {
+                Some(hi) => Some(hi),
+                None if self.spec.order.is_some() => {
+                    let mut any = id_range(key);
+                    any.insert("count", doc! {"$gt": 0});
+                    match self
+                        .raw
+                        .find_one(any)
+                        .sort(doc! {"_id": -1})
+                        .projection(self.head_projection(None))
+                        .await?
+                    {
+                        Some(d) => self.head_of(&d)?.hi,
+                        None => None,
+                    }
+                }
+                None => None,
+            };
+            if let Some(floor) = floor {
+                fence.insert(FLOOR, floor);
             }
             match self.coll.insert_one(fence).await.map_err(Error::from) {
                 Ok(_) => return Ok(()),
