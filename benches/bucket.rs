@@ -334,7 +334,7 @@ async fn reply_bytes(db: &Database, cmd: Document) -> BoxResult<(u64, usize)> {
     let mut bytes = 0u64;
     for d in batch {
         if let Bson::Document(d) = d {
-            bytes += bson::to_vec(d)?.len() as u64;
+            bytes += mongo_patterns_testkit::bsonc::to_vec(d)?.len() as u64;
         }
     }
     Ok((bytes, batch.len()))
@@ -614,13 +614,13 @@ async fn write_variant(coll: &Collection<Document>, t: &Trade, v: usize) -> BoxR
     if v == 0 {
         return push_by_hand(coll, t, 0).await;
     }
-    let item = bson::to_document(&Item {
+    let item = mongo_patterns_testkit::bsonc::to_document(&Item {
         kind: t.kind.clone(),
         ticker: t.ticker.clone(),
         qty: t.qty,
         date: t.date,
     })?;
-    let len = bson::to_vec(&item)?.len() as i64 + 8;
+    let len = mongo_patterns_testkit::bsonc::to_vec(&item)?.len() as i64 + 8;
     let filter = doc! {
         "_id": {"k": t.customer_id, "s": 0_i64},
         "customerId": t.customer_id,
@@ -646,13 +646,13 @@ async fn write_variant(coll: &Collection<Document>, t: &Trade, v: usize) -> BoxR
 /// The hand-written push: the filter and update `Buckets::push` builds for
 /// a known open bucket.
 async fn push_by_hand(coll: &Collection<Document>, t: &Trade, seq: i64) -> BoxResult<()> {
-    let item = bson::to_document(&Item {
+    let item = mongo_patterns_testkit::bsonc::to_document(&Item {
         kind: t.kind.clone(),
         ticker: t.ticker.clone(),
         qty: t.qty,
         date: t.date,
     })?;
-    let len = bson::to_vec(&item)?.len() as i64 + 8;
+    let len = mongo_patterns_testkit::bsonc::to_vec(&item)?.len() as i64 + 8;
     let filter = doc! {
         "_id": {"k": t.customer_id, "s": seq},
         "customerId": t.customer_id,
@@ -731,8 +731,8 @@ async fn page_by_hand_raw(
                 return Err("an item is not a document".into());
             };
             let mut item = RawDocumentBuf::from_bytes(d.as_bytes().to_vec())?;
-            item.append("customerId", key_raw.clone());
-            out.push(bson::from_slice(item.as_bytes())?);
+            mongo_patterns_testkit::bsonc::append(&mut item, "customerId", key_raw.clone());
+            out.push(mongo_patterns_testkit::bsonc::from_slice(item.as_bytes())?);
         }
     }
     out.truncate(per as usize);
@@ -1013,8 +1013,8 @@ fn decode_like_runtime(buckets: &[RawDocumentBuf], key: i64) -> BoxResult<Vec<Tr
                 return Err("an item is not a document".into());
             };
             let mut item = RawDocumentBuf::from_bytes(d.as_bytes().to_vec())?;
-            item.append("customerId", key_raw.clone());
-            out.push(bson::from_slice(item.as_bytes())?);
+            mongo_patterns_testkit::bsonc::append(&mut item, "customerId", key_raw.clone());
+            out.push(mongo_patterns_testkit::bsonc::from_slice(item.as_bytes())?);
         }
     }
     Ok(out)
@@ -1023,7 +1023,7 @@ fn decode_like_runtime(buckets: &[RawDocumentBuf], key: i64) -> BoxResult<Vec<Tr
 fn decode_typed(buckets: &[RawDocumentBuf], key: i64) -> BoxResult<Vec<Trade>> {
     let mut out = Vec::new();
     for b in buckets {
-        let s: Sliced = bson::from_slice(b.as_bytes())?;
+        let s: Sliced = mongo_patterns_testkit::bsonc::from_slice(b.as_bytes())?;
         out.extend(s.items.into_iter().map(|it| Trade {
             customer_id: key,
             kind: it.kind,
@@ -1039,7 +1039,7 @@ fn decode_typed(buckets: &[RawDocumentBuf], key: i64) -> BoxResult<Vec<Trade>> {
 /// bytes in one reused buffer (no per-item allocation, no re-validation).
 fn decode_spliced(buckets: &[RawDocumentBuf], key: i64) -> BoxResult<Vec<Trade>> {
     let mut key_doc = RawDocumentBuf::new();
-    key_doc.append("customerId", key);
+    mongo_patterns_testkit::bsonc::append(&mut key_doc, "customerId", key);
     let kb = key_doc.as_bytes();
     let key_elem = &kb[4..kb.len() - 1];
     let mut buf = Vec::with_capacity(256);
@@ -1057,7 +1057,7 @@ fn decode_spliced(buckets: &[RawDocumentBuf], key: i64) -> BoxResult<Vec<Trade>>
             buf.push(0);
             let len = (buf.len() as i32).to_le_bytes();
             buf[..4].copy_from_slice(&len);
-            out.push(bson::from_slice(&buf)?);
+            out.push(mongo_patterns_testkit::bsonc::from_slice(&buf)?);
         }
     }
     Ok(out)

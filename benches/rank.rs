@@ -453,7 +453,7 @@ async fn load(
         .find_one(doc! {"_id": EXAM})
         .await?
         .ok_or("no array histogram")?;
-    let array_bytes = bson::to_vec(&array_doc)?.len();
+    let array_bytes = mongo_patterns_testkit::bsonc::to_vec(&array_doc)?.len();
     let docs: Vec<Document> = StudentDocs::ranks(db)
         .histogram_collection()
         .find(doc! {})
@@ -462,7 +462,7 @@ async fn load(
         .await?;
     let docs_bytes: usize = docs
         .iter()
-        .map(|d| bson::to_vec(d).map_or(0, |v| v.len()))
+        .map(|d| mongo_patterns_testkit::bsonc::to_vec(d).map_or(0, |v| v.len()))
         .sum();
     commands.take();
 

@@ -10,6 +10,7 @@
 //! `cargo run --example app_logs -- --logs 50000`, against MONGODB_URI or a
 //! test server it starts itself.
 
+use futures::TryStreamExt;
 use mongo_patterns::bson::DateTime;
 use mongo_patterns::prelude::*;
 use mongo_patterns::shard_key::TimeRange;
@@ -84,7 +85,11 @@ async fn main() -> mongo_patterns::Result<()> {
     );
     for kind in ["app", "web", "admin"] {
         commands.take();
-        let found = logs.find(kind, last_month, doc! {"level": "high"}).await?;
+        let found: Vec<Log> = logs
+            .find(kind, last_month, doc! {"level": "high"})
+            .await?
+            .try_collect()
+            .await?;
         let sent = commands.take();
         println!(
             "type {kind:>5}, the last 31 days, level high: {:>5} logs; filter sent: {}",
@@ -116,7 +121,7 @@ async fn main() -> mongo_patterns::Result<()> {
         "\nto shard it, for a DBA to review:\n{}",
         logs.mongosh_script()
     );
-    match logs.ensure_sharded(&client).await {
+    match logs.ensure_sharded().await {
         Ok(()) => println!("sharded on {}", logs.shard_spec()),
         Err(e) => println!("ensure_sharded: {e} (the index is in place)"),
     }

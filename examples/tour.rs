@@ -360,7 +360,8 @@ async fn shard_key(client: &Client, commands: &Commands) -> mongo_patterns::Resu
         DateTime::from_millis((start + 17_520 * 3_600) * 1_000),
     );
     commands.take();
-    let web = logs.find("web", last_month, doc! {}).await?;
+    let web: Vec<Log> =
+        futures::TryStreamExt::try_collect(logs.find("web", last_month, doc! {}).await?).await?;
     let sent = commands.take();
     println!(
         "type web, the last 30 days: {} logs; the filter names the key's prefix: {}",
@@ -374,7 +375,7 @@ async fn shard_key(client: &Client, commands: &Commands) -> mongo_patterns::Resu
         let a = logs.analyze(key, 2_000).await?;
         println!("analyse {{{}}}: {}", key.join(", "), a.verdict.join("; "));
     }
-    match logs.ensure_sharded(client).await {
+    match logs.ensure_sharded().await {
         Ok(()) => println!("sharded"),
         Err(e) => println!("ensure_sharded: {e}"),
     }

@@ -149,7 +149,12 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
     let (db, _) = fresh_db("bucket_damaged").await;
     let raw = db.collection::<Document>("trades");
     let items: Vec<Bson> = (0..7)
-        .map(|s| bson::to_bson(&doc! {"task": 0_i64, "seq": s as i64, "ticker": "T"}).unwrap())
+        .map(|s| {
+            mongo_patterns_testkit::bsonc::to_bson(
+                &doc! {"task": 0_i64, "seq": s as i64, "ticker": "T"},
+            )
+            .unwrap()
+        })
         .collect();
     let damages: Vec<(&str, Document)> = vec![
         ("count a string", doc! {"$set": {"count": "3"}}),
@@ -305,7 +310,7 @@ async fn remove_with_an_operator_removes_the_matching_items_and_counts_them() {
         doc! {"$where": "true"},
         doc! {"$expr": {"$gt": ["$seq", 2]}},
         doc! {"seq": {"$not": {"$gt": 2}}},
-        doc! {"ticker": bson::Regex { pattern: "T".into(), options: String::new() }},
+        doc! {"ticker": mongo_patterns_testkit::bsonc::regex("T", "")},
         doc! {},
     ] {
         let r = repo.remove(&1, f.clone()).await;
@@ -381,7 +386,7 @@ async fn remove_filters_match_what_a_query_matches() {
         repo.push_many(&key, &items).await.unwrap();
         let docs: Vec<Document> = items
             .iter()
-            .map(|i| bson::to_document(i).unwrap())
+            .map(|i| mongo_patterns_testkit::bsonc::to_document(i).unwrap())
             .collect();
         flat.insert_many(docs).await.unwrap();
         let mut q = f.clone();

@@ -305,9 +305,10 @@ async fn flush_marker_is_bounded() {
     raw.insert_one(doc! {"_id": 1_i64, "views": 0_i64, "name": "p"})
         .await
         .unwrap();
-    let before = mongo_patterns::bson::to_vec(&raw.find_one(doc! {}).await.unwrap().unwrap())
-        .unwrap()
-        .len();
+    let before =
+        mongo_patterns_testkit::bsonc::to_vec(&raw.find_one(doc! {}).await.unwrap().unwrap())
+            .unwrap()
+            .len();
     for _ in 0..40 {
         let views = Buffered::views_counter(&db);
         views.incr_by(&1, 60).await.unwrap();
@@ -322,7 +323,7 @@ async fn flush_marker_is_bounded() {
         .get_array(mongo_patterns::approx_counter::FLUSHES)
         .unwrap();
     assert_eq!(marks.len(), 16);
-    let after = mongo_patterns::bson::to_vec(&d).unwrap().len();
+    let after = mongo_patterns_testkit::bsonc::to_vec(&d).unwrap().len();
     assert!(
         after - before <= 520,
         "the marker costs {} bytes",

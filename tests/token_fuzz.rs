@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
 use mongo_patterns::bson::spec::BinarySubtype;
-use mongo_patterns::bson::{self, Binary, Bson, Decimal128, Regex, Timestamp};
+use mongo_patterns::bson::{self, Binary, Bson, Decimal128, Timestamp};
 use mongo_patterns::keyset::{KeysetSpec, MAX_TOKEN_LEN};
 use mongo_patterns::prelude::*;
 use mongo_patterns::{CursorError, Error};
@@ -98,10 +98,7 @@ fn any_value(rng: &mut Rng, depth: usize) -> Bson {
         2 => Bson::String(s(rng)),
         3 => Bson::Boolean(rng.below(2) == 0),
         4 => Bson::Null,
-        5 => Bson::RegularExpression(Regex {
-            pattern: key(rng),
-            options: "i".into(),
-        }),
+        5 => mongo_patterns_testkit::bsonc::regex(&key(rng), "i"),
         6 => Bson::JavaScriptCode(s(rng)),
         7 => Bson::Int32(rng.next() as i32),
         8 => Bson::Int64(rng.next() as i64),
@@ -208,7 +205,7 @@ fn generate(rng: &mut Rng, real: &[Vec<u8>], fingerprints: &[u64], huge: &str) -
         33..=44 => {
             let values: Vec<Bson> = (0..rng.below(4) + 1).map(|_| any_value(rng, 0)).collect();
             let fp = fingerprints[rng.below(fingerprints.len() as u64) as usize];
-            let body = bson::to_vec(&doc! {"v": values}).unwrap();
+            let body = mongo_patterns_testkit::bsonc::to_vec(&doc! {"v": values}).unwrap();
             let signed = rng.below(4) == 0;
             let mac = rng.bytes(32);
             b64_encode(&frame(

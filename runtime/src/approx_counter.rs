@@ -84,11 +84,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use bson::{doc, Bson, Document};
+use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::ReturnDocument;
 use mongodb::{Collection, Database};
 use serde::Serialize;
 
+use crate::error::code::TYPE_MISMATCH;
 use crate::error::{Error, Result};
 use crate::model::Model;
 
@@ -104,8 +105,6 @@ pub const MAX_EVERY: u32 = 1_000_000;
 const SHARDS: usize = 16;
 /// Concurrent writes in a flush.
 const FLUSH_CONCURRENCY: usize = 16;
-/// The server's code for `$inc` on a value that is not a number.
-const TYPE_MISMATCH: i32 = 14;
 
 /// How a counter trades writes for precision: see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,6 +261,12 @@ impl<T: ApproxCounted> Counter<T> {
         Ok(Self::new(db, spec))
     }
 
+    /// What this counter needs in the deployment: its collection (keys are
+    /// `_id`s, which need no other index).
+    pub fn declared(&self) -> Vec<crate::ensure::Declared> {
+        vec![crate::ensure::Declared::new(self.inner.coll.name())]
+    }
+
     /// The same counter drawing from a deterministic random stream, for
     /// tests. Call it on a fresh handle (it replaces the handle's state).
     pub fn seeded(self, seed: u64) -> Self {
@@ -311,7 +316,7 @@ impl<T: ApproxCounted> Counter<T> {
         }
         amount_bson(n)?;
         if inner.spec.mode == Mode::Buffered {
-            let id = bson::to_bson(id)?;
+            let id = crate::compat::to_bson(id)?;
             let key = key_bytes(&id);
             let (due, crowded) = inner.buffer(&key, id, n)?;
             if due {
@@ -328,7 +333,7 @@ impl<T: ApproxCounted> Counter<T> {
         }
         inner.increments.fetch_add(n, Ordering::Relaxed);
         if inner.closed.load(Ordering::Acquire) {
-            return inner.write(&bson::to_bson(id)?, n).await;
+            return inner.write(&crate::compat::to_bson(id)?, n).await;
         }
         match inner.spec.mode {
             Mode::Sampled | Mode::Buffered => {
@@ -340,12 +345,12 @@ impl<T: ApproxCounted> Counter<T> {
                     every * (0..n).filter(|_| inner.one_in(every)).count() as u64
                 };
                 if amount > 0 {
-                    inner.write(&bson::to_bson(id)?, amount).await?;
+                    inner.write(&crate::compat::to_bson(id)?, amount).await?;
                 }
                 Ok(())
             }
             Mode::Geometric => {
-                let id = bson::to_bson(id)?;
+                let id = crate::compat::to_bson(id)?;
                 let key = key_bytes(&id);
                 let shard = &inner.seen[shard_of(&key)];
                 let seen = lock(shard).get(&key).copied().unwrap_or(0);
@@ -398,7 +403,7 @@ impl<T: ApproxCounted> Counter<T> {
         Q: Serialize + ?Sized,
     {
         self.inner.check()?;
-        let id = bson::to_bson(id)?;
+        let id = crate::compat::to_bson(id)?;
         let field = self.inner.spec.field;
         let stored = self
             .inner
@@ -680,7 +685,8 @@ fn key_bytes(id: &Bson) -> Vec<u8> {
         Bson::ObjectId(o) => tagged(0x07, &o.bytes()),
         Bson::Int32(i) => tagged(0x10, &i.to_le_bytes()),
         Bson::Int64(i) => tagged(0x12, &i.to_le_bytes()),
-        other => bson::to_vec(&doc! {"": other}).unwrap_or_else(|_| other.to_string().into_bytes()),
+        other => crate::compat::to_vec(&doc! {"": other})
+            .unwrap_or_else(|_| other.to_string().into_bytes()),
     }
 }
 

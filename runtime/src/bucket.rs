@@ -59,14 +59,15 @@
 //! histories that are read a page at a time, newest or oldest first, and
 //! whose items are edited or removed now and then.
 
+use mongodb::bson;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
-use bson::oid::ObjectId;
-use bson::{doc, Bson, Document, RawArray, RawBsonRef, RawDocument, RawDocumentBuf};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
+use mongodb::bson::oid::ObjectId;
+use mongodb::bson::{doc, Bson, Document, RawArray, RawBsonRef, RawDocument, RawDocumentBuf};
 use mongodb::options::IndexOptions;
 use mongodb::{Collection, Database, IndexModel};
 use serde::de::DeserializeOwned;
@@ -287,6 +288,14 @@ impl<T: Bucketed> Buckets<T> {
             .build();
         self.coll.create_index(pages).await?;
         Ok(())
+    }
+
+    /// What this repository needs in the deployment: its collection, with
+    /// the `{key, start}` index that page reads seek on.
+    pub fn declared(&self) -> Vec<crate::ensure::Declared> {
+        let key = self.spec.key;
+        vec![crate::ensure::Declared::new(self.coll.name())
+            .index(doc! {key: 1, "start": 1}, format!("mp_bucket_{key}_start"))]
     }
 
     /// Appends `item` to its key's open bucket, opening the next bucket when
@@ -752,12 +761,12 @@ impl<T: Bucketed> Buckets<T> {
     // ---- internals ----
 
     fn key_bson(&self, key: &T::Key) -> Result<Bson> {
-        Ok(bson::to_bson(key)?)
+        Ok(crate::compat::to_bson(key)?)
     }
 
     /// The item as stored: without the key field, which the bucket holds.
     fn item_doc(&self, item: &T) -> Result<Document> {
-        let mut doc = bson::to_document(item)?;
+        let mut doc = crate::compat::to_document(item)?;
         doc.remove(self.spec.key);
         Ok(doc)
     }
@@ -1154,14 +1163,16 @@ impl<T: Bucketed> Buckets<T> {
             };
             let mut item = RawDocumentBuf::from_bytes(d.as_bytes().to_vec())
                 .map_err(|e| damaged(field(), e.to_string()))?;
-            item.append(self.spec.key, key_raw.clone());
-            out.push(bson::from_slice(item.as_bytes()).map_err(|source| {
-                Error::UnexpectedDocument {
-                    collection: self.coll.name().to_owned(),
-                    id: Box::new(id_of(bucket)),
-                    source,
-                }
-            })?);
+            crate::compat::append(&mut item, self.spec.key, key_raw.clone());
+            out.push(
+                crate::compat::from_slice(item.as_bytes()).map_err(|source| {
+                    Error::UnexpectedDocument {
+                        collection: self.coll.name().to_owned(),
+                        id: Box::new(id_of(bucket)),
+                        source,
+                    }
+                })?,
+            );
         }
         Ok(out)
     }
@@ -1297,7 +1308,7 @@ fn is_stale(d: &RawDocument) -> bool {
 }
 
 fn is_duplicate_key(e: &Error) -> bool {
-    matches!(e, Error::Database(e) if crate::error::server_codes(e).contains(&11000))
+    matches!(e, Error::Database(e) if crate::error::server_codes(e).contains(&crate::error::code::DUPLICATE_KEY))
 }
 
 fn contended(operation: &'static str) -> Error {

@@ -1,9 +1,10 @@
 //! One error type for every pattern, so callers match on what went wrong
 //! rather than on which module said it.
 
+use mongodb::bson;
 use std::fmt;
 
-use bson::Bson;
+use mongodb::bson::Bson;
 
 /// The result of every fallible call in this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -15,7 +16,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// A page token could not be used: see [`CursorError`] for why.
     #[error("invalid page token: {0}")]
-    InvalidCursor(#[from] CursorError),
+    InvalidCursor(CursorError),
 
     /// A caller's argument is outside what the call accepts.
     #[error("invalid argument `{name}`: {reason}")]
@@ -28,7 +29,7 @@ pub enum Error {
 
     /// A stored document does not deserialize into the model. Nothing was
     /// written.
-    #[error("document {id} in `{collection}` does not match the model: {source}")]
+    #[error("document {id} in `{collection}` does not match the model")]
     #[non_exhaustive]
     UnexpectedDocument {
         /// The collection it was read from.
@@ -37,7 +38,7 @@ pub enum Error {
         id: Box<Bson>,
         /// What serde said.
         #[source]
-        source: bson::de::Error,
+        source: crate::compat::DeError,
     },
 
     /// A stored document holds a value that the pattern cannot use, such
@@ -129,20 +130,20 @@ pub enum Error {
 
     /// A concurrent writer created the same document first. Retried inside
     /// the crate; seen only when retries ran out.
-    #[error("lost a race to a concurrent writer: {0}")]
+    #[error("lost a race to a concurrent writer{}", code_suffix(.0))]
     Raced(#[source] mongodb::error::Error),
 
     /// A value could not be turned into BSON.
-    #[error("cannot convert to BSON: {0}")]
-    Serialize(#[from] bson::ser::Error),
+    #[error("cannot convert to BSON")]
+    Serialize(#[from] crate::compat::SerError),
 
     /// The deployment could not be reached, or the connection was lost.
     /// Retrying later may succeed.
-    #[error("MongoDB is unreachable: {0}")]
+    #[error("MongoDB is unreachable")]
     Unavailable(#[source] mongodb::error::Error),
 
     /// The server answered with an error.
-    #[error("MongoDB error: {0}")]
+    #[error("the server returned an error{}", code_suffix(.0))]
     Database(#[source] mongodb::error::Error),
 
     /// A shard key repository's `update` named a document by its `_id`
@@ -170,9 +171,24 @@ pub enum Error {
     },
 }
 
-/// Server codes for a document over 16 MiB (BSONObjectTooLarge, and the
-/// update-result variants).
-const TOO_LARGE: [i32; 3] = [10334, 17419, 17420];
+/// Server error codes the crate reacts to, by their server names.
+pub(crate) mod code {
+    /// `DuplicateKey`: a unique index refused a write.
+    pub const DUPLICATE_KEY: i32 = 11000;
+    /// `WriteConflict`: a concurrent transaction wrote the same document.
+    pub const WRITE_CONFLICT: i32 = 112;
+    /// `CommandNotFound`.
+    pub const COMMAND_NOT_FOUND: i32 = 59;
+    /// `TypeMismatch`: an operator met a value of the wrong type.
+    pub const TYPE_MISMATCH: i32 = 14;
+    /// `ConversionFailure`: what a pipeline raises on purpose (a failed
+    /// `$convert`) to refuse a write whose target is damaged.
+    pub const REFUSED: i32 = 241;
+    /// Codes for a document over 16 MiB (BSONObjectTooLarge, and the
+    /// update-result variants).
+    pub const TOO_LARGE: [i32; 3] = [10334, 17419, 17420];
+}
+use code::TOO_LARGE;
 
 impl From<mongodb::error::Error> for Error {
     fn from(e: mongodb::error::Error) -> Self {
@@ -200,10 +216,107 @@ pub(crate) fn server_codes(e: &mongodb::error::Error) -> Vec<i32> {
     }
 }
 
+impl From<CursorError> for Error {
+    fn from(e: CursorError) -> Self {
+        Error::InvalidCursor(e)
+    }
+}
+
+/// ` (code N CodeName)` for a server error, for messages that name the
+/// code without repeating the whole cause (which `source()` gives).
+fn code_suffix(e: &mongodb::error::Error) -> String {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    match &*e.kind {
+        ErrorKind::Command(c) => format!(" (code {} {})", c.code, c.code_name),
+        ErrorKind::Write(WriteFailure::WriteError(w)) => format!(" (code {})", w.code),
+        ErrorKind::Write(WriteFailure::WriteConcernError(w)) => {
+            format!(" (write concern, code {} {})", w.code, w.code_name)
+        }
+        _ => match server_codes(e).first() {
+            Some(c) => format!(" (code {c})"),
+            None => String::new(),
+        },
+    }
+}
+
+/// `e` with the driver's `TransientTransactionError` label, so that a
+/// caller's `and_run2` (or our own transaction runner) runs the whole
+/// transaction again. The driver lets only its own errors carry labels;
+/// a write-concern error is the one kind whose labels can be set from
+/// outside (they are read from the server's reply), so the race is
+/// reported as one, with the original error's text.
+pub(crate) fn with_transient_label(e: mongodb::error::Error) -> mongodb::error::Error {
+    use mongodb::error::TRANSIENT_TRANSACTION_ERROR;
+    if e.contains_label(TRANSIENT_TRANSACTION_ERROR) {
+        return e;
+    }
+    let code = server_codes(&e)
+        .first()
+        .copied()
+        .unwrap_or(code::WRITE_CONFLICT);
+    let wc = mongodb::bson::doc! {
+        "code": code, "codeName": "TransientRace", "errmsg": e.to_string(),
+        "errorLabels": [TRANSIENT_TRANSACTION_ERROR],
+    };
+    match crate::compat::from_document::<mongodb::error::WriteConcernError>(wc) {
+        Ok(wc) => {
+            mongodb::error::ErrorKind::Write(mongodb::error::WriteFailure::WriteConcernError(wc))
+                .into()
+        }
+        Err(_) => e,
+    }
+}
+
+impl From<Error> for mongodb::error::Error {
+    /// The driver's own error where there is one (codes and labels kept,
+    /// so `?` in an `and_run2` callback lets the driver retry a transient
+    /// failure); otherwise [`mongodb::error::Error::custom`] holding this
+    /// error, which `get_custom::<mongo_patterns::Error>()` gives back.
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Raced(e) | Error::Unavailable(e) | Error::Database(e) => e,
+            other => mongodb::error::Error::custom(other),
+        }
+    }
+}
+
 impl Error {
     /// True when the failure was reaching the server, not the request itself.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, Error::Unavailable(_))
+    }
+
+    /// The driver's error underneath, if the server or the connection
+    /// failed.
+    pub fn mongo(&self) -> Option<&mongodb::error::Error> {
+        match self {
+            Error::Raced(e) | Error::Unavailable(e) | Error::Database(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The server's error code: a command's, or the first failed write's.
+    pub fn code(&self) -> Option<i32> {
+        self.mongo().and_then(|e| server_codes(e).first().copied())
+    }
+
+    /// True when the driver's error underneath carries `label`, such as
+    /// `TransientTransactionError` or `UnknownTransactionCommitResult`.
+    pub fn contains_label(&self, label: impl AsRef<str>) -> bool {
+        self.mongo().is_some_and(|e| e.contains_label(label))
+    }
+
+    /// True when a unique index refused a write (code 11000).
+    pub fn is_duplicate_key(&self) -> bool {
+        self.mongo()
+            .is_some_and(|e| server_codes(e).contains(&code::DUPLICATE_KEY))
+    }
+
+    /// True when running the whole transaction again may succeed: the
+    /// error carries `TransientTransactionError`, as a pattern's write that
+    /// lost a race inside a caller's transaction does.
+    pub fn is_transient(&self) -> bool {
+        self.contains_label(mongodb::error::TRANSIENT_TRANSACTION_ERROR)
     }
 
     /// A [`Error::Damaged`] for document `id` of `collection`.

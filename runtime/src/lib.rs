@@ -29,16 +29,19 @@
 
 #![warn(missing_docs)]
 
+pub mod action;
 pub mod approx_counter;
 pub mod bucket;
+mod compat;
+pub mod ensure;
 mod error;
 pub mod keyset;
 mod model;
 pub mod rank_histogram;
 pub mod shard_key;
 
-pub use bson;
 pub use mongodb;
+pub use mongodb::bson;
 
 pub use crate::error::{CursorError, Error, Result};
 pub use crate::model::Model;
@@ -49,13 +52,13 @@ pub use mongo_patterns_macros::Model;
 /// derives and the BSON types models hold.
 pub mod prelude {
     pub use crate::approx_counter::{Counter, CounterStats};
+    pub use crate::bson::oid::ObjectId;
+    pub use crate::bson::{doc, DateTime, Document};
     pub use crate::bucket::{BucketPage, Bucketed, Buckets, PageRequest};
     pub use crate::keyset::{Keyset, Page, PageToken};
     pub use crate::rank_histogram::{Rank, RankHistogram, Ranks, ScoreCount};
     pub use crate::shard_key::{ShardKeyed, Sharded, TimeRange};
     pub use crate::{Error, Model};
-    pub use bson::oid::ObjectId;
-    pub use bson::{doc, DateTime, Document};
     pub use mongodb::{Client, Database};
     pub use serde::{Deserialize, Serialize};
 }

@@ -56,19 +56,21 @@
 //!   document, and the writes check the board on the server before writing,
 //!   so nothing is written on top of it.
 
+use mongodb::bson;
 use std::borrow::Borrow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bson::{doc, Bson, Document};
 use futures::{FutureExt, TryStreamExt};
+use mongodb::bson::{doc, Bson, Document};
 use mongodb::error::TRANSIENT_TRANSACTION_ERROR;
 use mongodb::options::IndexOptions;
 use mongodb::{ClientSession, Collection, Database, IndexModel};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::error::code::{COMMAND_NOT_FOUND, DUPLICATE_KEY, REFUSED, WRITE_CONFLICT};
 use crate::error::{server_codes, Error, Result};
 use crate::model::Model;
 
@@ -85,14 +87,6 @@ const RETRY_BOUND: Duration = Duration::from_secs(120);
 /// How long a non-atomic write waits for a concurrent writer's `+1` to
 /// land.
 const NON_ATOMIC_WAIT: Duration = Duration::from_secs(30);
-/// Duplicate key.
-const DUPLICATE_KEY: i32 = 11000;
-/// WriteConflict.
-const WRITE_CONFLICT: i32 = 112;
-/// ConversionFailure: what [`refuse`] raises.
-const REFUSED: i32 = 241;
-/// CommandNotFound: `bulkWrite` on a server before 8.0.
-const COMMAND_NOT_FOUND: i32 = 59;
 
 /// How a board stores its histogram: see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -423,6 +417,21 @@ impl<T: RankHistogram> Ranks<T> {
         Ok(())
     }
 
+    /// What this repository needs in the deployment: the players'
+    /// collection with its `{board, score}` index (which `rebuild` and
+    /// `update_score` read through), and the histogram's collection.
+    pub fn declared(&self) -> Vec<crate::ensure::Declared> {
+        let (board, score) = (self.spec.board, self.spec.score);
+        let dir = if self.spec.descending { -1 } else { 1 };
+        vec![
+            crate::ensure::Declared::new(self.source.name()).index(
+                doc! {board: 1, score: dir},
+                format!("mp_rank_{board}_{score}"),
+            ),
+            crate::ensure::Declared::new(self.hist.name()),
+        ]
+    }
+
     /// Counts one more player at `score` on `board`; creates the board and
     /// the score when they are new. One round trip.
     pub async fn record<Q>(&self, board: &Q, score: T::Score) -> Result<()>
@@ -500,7 +509,7 @@ impl<T: RankHistogram> Ranks<T> {
             return Err(self.unknown_board(&b));
         };
         match self.spec.layout {
-            Layout::Array if d.get_bool("valid") != Ok(true) => {
+            Layout::Array if d.get_bool("valid").ok() != Some(true) => {
                 return Err(self.damage_or(&b, "the board check").await);
             }
             Layout::Documents => {
@@ -848,7 +857,7 @@ impl<T: RankHistogram> Ranks<T> {
             }
             SourceOp::Update(filter, new) => {
                 let n = self.score_bson(*new)?;
-                let set = doc! {"$set": {self.spec.score: bson::to_bson(new)?}};
+                let set = doc! {"$set": {self.spec.score: crate::compat::to_bson(new)?}};
                 let update = self.source.find_one_and_update(filter.clone(), set);
                 let old = match session {
                     Some(sess) => update.session(sess).await?,
@@ -1295,7 +1304,7 @@ impl<T: RankHistogram> Ranks<T> {
                 let Some(d) = cursor.try_next().await? else {
                     return Err(self.unknown_board(board));
                 };
-                if d.get_bool("valid") != Ok(true) {
+                if d.get_bool("valid").ok() != Some(true) {
                     return Err(self.damage_or(board, "the board check").await);
                 }
                 let entries = d.get_array("scores").map_err(|_| {
@@ -1352,12 +1361,13 @@ impl<T: RankHistogram> Ranks<T> {
         for (id, row) in rows {
             let n = self.reply_count(&row, "count", &id)?;
             let s = row.get("score").cloned().unwrap_or(Bson::Null);
-            let score =
-                bson::from_bson::<T::Score>(s.clone()).map_err(|e| Error::UnexpectedDocument {
+            let score = crate::compat::from_bson::<T::Score>(s.clone()).map_err(|e| {
+                Error::UnexpectedDocument {
                     collection: self.spec.histogram.to_owned(),
                     id: Box::new(id.clone()),
                     source: e,
-                })?;
+                }
+            })?;
             out.push(ScoreCount {
                 score,
                 count: n,
@@ -1392,7 +1402,7 @@ impl<T: RankHistogram> Ranks<T> {
     }
 
     fn board_bson<Q: Serialize + ?Sized>(&self, board: &Q) -> Result<Bson> {
-        Ok(bson::to_bson(board)?)
+        Ok(crate::compat::to_bson(board)?)
     }
 
     /// The score as stored on the histogram: checked, rounded to the
@@ -1476,28 +1486,11 @@ struct Stashed;
 fn to_driver(e: Error, stashed: &mut Option<Error>) -> mongodb::error::Error {
     match e {
         Error::Database(m) | Error::Unavailable(m) => m,
-        Error::Raced(m) => transient(m),
+        Error::Raced(m) => crate::error::with_transient_label(m),
         other => {
             *stashed = Some(other);
             mongodb::error::Error::custom(Stashed)
         }
-    }
-}
-
-/// `e` with the TransientTransactionError label, which the driver lets
-/// only a server reply set: built as a write-concern error, whose labels
-/// are public through deserialization.
-fn transient(e: mongodb::error::Error) -> mongodb::error::Error {
-    let wc = doc! {
-        "code": WRITE_CONFLICT, "codeName": "WriteConflict", "errmsg": e.to_string(),
-        "errorLabels": [TRANSIENT_TRANSACTION_ERROR],
-    };
-    match bson::from_document::<mongodb::error::WriteConcernError>(wc) {
-        Ok(wc) => {
-            mongodb::error::ErrorKind::Write(mongodb::error::WriteFailure::WriteConcernError(wc))
-                .into()
-        }
-        Err(_) => e,
     }
 }
 
@@ -1969,7 +1962,8 @@ mod tests {
     fn bulk_write_refusals_are_recognised() {
         let refusal = |code: i32, name: &str, msg: &str| -> mongodb::error::Error {
             let c: mongodb::error::CommandError =
-                bson::from_document(doc! {"code": code, "codeName": name, "errmsg": msg}).unwrap();
+                crate::compat::from_document(doc! {"code": code, "codeName": name, "errmsg": msg})
+                    .unwrap();
             mongodb::error::ErrorKind::Command(c).into()
         };
         // As mongod 7.0, and the test server for a command it lacks, reply.
@@ -2002,7 +1996,7 @@ mod tests {
 
     #[test]
     fn lost_races_are_labelled_transient() {
-        let e = transient(mongodb::error::Error::custom("lost"));
+        let e = crate::error::with_transient_label(mongodb::error::Error::custom("lost"));
         assert!(e.contains_label(TRANSIENT_TRANSACTION_ERROR));
     }
 

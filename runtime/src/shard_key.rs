@@ -27,21 +27,42 @@
 //! [`Sharded::analyze`] reports what MongoDB 7.0's `analyzeShardKey` reports
 //! under `keyCharacteristics`, on any deployment, by `$sample`; and
 //! [`simulate`] replays a workload on a model of a cluster to compare keys.
+//!
+//! Every method that sends a command returns an action ([`Insert`],
+//! [`InsertMany`], [`Replace`], [`Upsert`], [`Update`], [`Find`],
+//! [`AuditKeys`], [`Analyze`], [`EnsureSharded`]): setters for the session
+//! and the options that apply, run by `.await`. [`Sharded::find`],
+//! [`Sharded::find_by_hashed`] and [`Sharded::scatter`] give a stream when
+//! awaited, as the driver's `find` gives a cursor: the query is sent and
+//! refused at the `.await`, and the stream then reads batch after batch.
+//! [`Sharded::shard_spec`], [`Sharded::shard_commands`],
+//! [`Sharded::mongosh_script`], [`Sharded::to_document`],
+//! [`Sharded::key_filter`], [`Sharded::targeted_filter`] and
+//! [`Sharded::declared`] send nothing, so no option could apply to them:
+//! they stay plain methods.
 
 pub mod analyze;
 pub mod simulate;
 
 use std::borrow::Borrow;
+use std::future::IntoFuture;
 use std::marker::PhantomData;
 
-use bson::{doc, Bson, DateTime, Document};
-use futures::TryStreamExt;
-use mongodb::options::IndexOptions;
-use mongodb::{Client, Collection, Database, IndexModel};
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use mongodb::bson::{doc, Bson, DateTime, Document};
+use mongodb::options::{
+    CreateIndexOptions, FindOneOptions, FindOptions, IndexOptions, InsertManyOptions,
+    InsertOneOptions, ReplaceOptions, UpdateOptions,
+};
+use mongodb::{ClientSession, Collection, Database, IndexModel};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 pub use self::analyze::KeyAnalysis;
+use crate::action::{run, Options};
+use crate::error::code::{COMMAND_NOT_FOUND, DUPLICATE_KEY};
 use crate::error::{server_codes, Error, Result};
 use crate::model::Model;
 
@@ -176,6 +197,7 @@ pub struct Sharded<T: ShardKeyed> {
     coll: Collection<Document>,
     typed: Collection<T>,
     spec: ShardSpec,
+    defaults: Options,
     _model: PhantomData<fn() -> T>,
 }
 
@@ -186,24 +208,61 @@ impl<T: ShardKeyed> Clone for Sharded<T> {
             coll: self.coll.clone(),
             typed: self.typed.clone(),
             spec: self.spec,
+            defaults: self.defaults.clone(),
             _model: PhantomData,
         }
     }
 }
 
-/// MongoDB's CommandNotFound: the deployment has no such command.
-const COMMAND_NOT_FOUND: i32 = 59;
+/// An operation's effective options and session.
+struct Cx<'a> {
+    options: Options,
+    session: Option<&'a mut ClientSession>,
+    /// The caller's transaction is open: race handling must not retry.
+    in_transaction: bool,
+}
 
 impl<T: ShardKeyed> Sharded<T> {
-    /// The repository for `T` in `db`.
+    /// The repository for `T` in `db`, on the collection the model names.
     pub fn new(db: &Database) -> Self {
         Sharded {
             db: db.clone(),
             coll: db.collection(T::COLLECTION),
             typed: db.collection(T::COLLECTION),
             spec: T::SHARD,
+            defaults: Options::default(),
             _model: PhantomData,
         }
+    }
+
+    /// The same repository on the collection `name` (one collection per
+    /// tenant, say). The model's name stays the default.
+    pub fn with_collection(mut self, name: &str) -> Self {
+        self.coll = self.db.collection(name);
+        self.typed = self.db.collection(name);
+        self
+    }
+
+    /// The same repository with `options` as the defaults of every
+    /// operation; an operation's own setters override them field by field,
+    /// and what neither sets comes from the `Database`.
+    pub fn with_options(mut self, options: Options) -> Self {
+        self.defaults = options;
+        self
+    }
+
+    /// The collection, typed as the model, for commands of your own beside
+    /// the repository's. Documents read back as `T`; a write of your own
+    /// must store the derived coarse field, or targeted queries will not
+    /// see the document: write [`Sharded::to_document`] through
+    /// `collection().clone_with_type::<Document>()`.
+    pub fn collection(&self) -> &Collection<T> {
+        &self.typed
+    }
+
+    /// The repository's default options ([`Sharded::with_options`]).
+    pub fn options(&self) -> &Options {
+        &self.defaults
     }
 
     /// The shard key document, as `shardCollection` takes it:
@@ -216,16 +275,25 @@ impl<T: ShardKeyed> Sharded<T> {
     /// index, `enableSharding` (only MongoDB before 6.0 needs it; harmless
     /// after) and `shardCollection`.
     pub fn shard_commands(&self) -> Vec<Document> {
-        let db = self.db.name();
-        let ns = format!("{db}.{}", T::COLLECTION);
+        let (enable, shard) = self.admin_commands();
         vec![
             doc! {
-                "createIndexes": T::COLLECTION,
+                "createIndexes": self.coll.name(),
                 "indexes": [{"key": self.shard_spec(), "name": index_name(&self.spec)}],
             },
+            enable,
+            shard,
+        ]
+    }
+
+    /// `enableSharding` and `shardCollection`.
+    fn admin_commands(&self) -> (Document, Document) {
+        let db = self.db.name();
+        let ns = format!("{db}.{}", self.coll.name());
+        (
             doc! {"enableSharding": db},
             doc! {"shardCollection": ns, "key": self.shard_spec()},
-        ]
+        )
     }
 
     /// The same commands as a mongosh script, for a DBA to review and run.
@@ -240,29 +308,55 @@ impl<T: ShardKeyed> Sharded<T> {
              sh.enableSharding({db:?});\n\
              // 3. Shard it.\n\
              sh.shardCollection({ns:?}, {key});\n",
-            coll = T::COLLECTION,
+            coll = self.coll.name(),
             name = index_name(&self.spec),
-            ns = format!("{db}.{}", T::COLLECTION),
+            ns = format!("{db}.{}", self.coll.name()),
         )
     }
 
-    /// Creates the key's index and shards the collection (`enableSharding`
-    /// first, which MongoDB before 6.0 needs). Fails with
-    /// [`Error::NotSharded`] on a deployment without sharding (a replica set
-    /// or a standalone answers CommandNotFound), after creating the index,
-    /// which serves targeted queries there too.
-    pub async fn ensure_sharded(&self, client: &Client) -> Result<()> {
+    /// What this repository needs in the deployment: the shard key's index,
+    /// and the collection sharded on it where the deployment shards.
+    pub fn declared(&self) -> Vec<crate::ensure::Declared> {
+        vec![crate::ensure::Declared::new(self.coll.name())
+            .index(self.shard_spec(), index_name(&self.spec))
+            .sharded(self.shard_spec(), false)]
+    }
+
+    /// Creates the key's index and shards the collection: `createIndexes`,
+    /// then on the `admin` database of the repository's client
+    /// `enableSharding` (which MongoDB before 6.0 needs) and
+    /// `shardCollection`. Fails with [`Error::NotSharded`] on a deployment
+    /// without sharding (a replica set or a standalone answers
+    /// CommandNotFound), after creating the index, which serves targeted
+    /// queries there too.
+    ///
+    /// The two admin commands go through `run_command`, which inherits no
+    /// write concern: the effective one (the action's, the repository's,
+    /// else the collection's) is sent in each. It takes no session: neither
+    /// command may run in a transaction, and outside one a session changes
+    /// nothing for them.
+    pub fn ensure_sharded(&self) -> EnsureSharded<'_, T> {
+        EnsureSharded {
+            repo: self,
+            options: Options::default(),
+        }
+    }
+
+    async fn ensure_sharded_in(&self, o: Options) -> Result<()> {
         let index = IndexModel::builder()
             .keys(self.shard_spec())
             .options(IndexOptions::builder().name(index_name(&self.spec)).build())
             .build();
-        self.coll.create_index(index).await?;
-        let admin = client.database("admin");
-        let [_, enable, shard] =
-            <[Document; 3]>::try_from(self.shard_commands()).expect("three commands");
-        for (name, command) in [("enableSharding", enable), ("shardCollection", shard)] {
+        self.coll
+            .create_index(index)
+            .with_options(o.driver::<CreateIndexOptions>())
+            .await?;
+        let admin = self.db.client().database("admin");
+        let (enable, shard) = self.admin_commands();
+        for (name, mut command) in [("enableSharding", enable), ("shardCollection", shard)] {
+            o.command_fields(&mut command, self.coll.write_concern(), true)?;
             match admin.run_command(command).await {
-                Ok(_) => {}
+                Ok(reply) => crate::action::command_write_errors(&reply)?,
                 Err(e) if server_codes(&e).contains(&COMMAND_NOT_FOUND) => {
                     return Err(Error::NotSharded { command: name })
                 }
@@ -277,8 +371,8 @@ impl<T: ShardKeyed> Sharded<T> {
     /// The document as stored: serialized, with the derived coarse field
     /// filled in from its timestamp.
     pub fn to_document(&self, item: &T) -> Result<Document> {
-        let mut d = bson::to_document(item)?;
-        fill(&self.spec, &mut d, T::COLLECTION)?;
+        let mut d = crate::compat::to_document(item)?;
+        fill(&self.spec, &mut d, self.coll.name())?;
         Ok(d)
     }
 
@@ -301,14 +395,56 @@ impl<T: ShardKeyed> Sharded<T> {
         Ok(f)
     }
 
-    /// Inserts `item`, its coarse field derived.
-    pub async fn insert(&self, item: &T) -> Result<()> {
-        self.coll.insert_one(self.to_document(item)?).await?;
+    /// The effective options of an operation (its own over the
+    /// repository's), and whether `session` has a transaction open.
+    async fn cx<'a>(&self, options: Options, mut session: Option<&'a mut ClientSession>) -> Cx<'a> {
+        let in_transaction = match session.as_deref_mut() {
+            Some(s) => crate::action::in_transaction(s).await,
+            None => false,
+        };
+        let mut options = options.or(&self.defaults);
+        if in_transaction {
+            options = options.in_transaction();
+        }
+        Cx {
+            options,
+            session,
+            in_transaction,
+        }
+    }
+
+    /// Inserts `item`, its coarse field derived: one `insert`.
+    pub fn insert<'a>(&'a self, item: &'a T) -> Insert<'a, T> {
+        Insert {
+            repo: self,
+            item,
+            options: Options::default(),
+            session: None,
+        }
+    }
+
+    async fn insert_in(&self, item: &T, mut cx: Cx<'_>) -> Result<()> {
+        let d = self.to_document(item)?;
+        let o = cx.options.driver::<InsertOneOptions>();
+        run!(
+            self.coll.insert_one(d).with_options(o),
+            cx.session.as_deref_mut()
+        )?;
         Ok(())
     }
 
-    /// Inserts `items` in one `insertMany`, their coarse fields derived.
-    pub async fn insert_many(&self, items: &[T]) -> Result<()> {
+    /// Inserts `items` in one `insert` (`insertMany`, ordered), their coarse
+    /// fields derived. Sends nothing for no items.
+    pub fn insert_many<'a>(&'a self, items: &'a [T]) -> InsertMany<'a, T> {
+        InsertMany {
+            repo: self,
+            items,
+            options: Options::default(),
+            session: None,
+        }
+    }
+
+    async fn insert_many_in(&self, items: &[T], mut cx: Cx<'_>) -> Result<()> {
         if items.is_empty() {
             return Ok(());
         }
@@ -316,7 +452,11 @@ impl<T: ShardKeyed> Sharded<T> {
             .iter()
             .map(|i| self.to_document(i))
             .collect::<Result<Vec<_>>>()?;
-        self.coll.insert_many(docs).await?;
+        let o = cx.options.driver::<InsertManyOptions>();
+        run!(
+            self.coll.insert_many(docs).with_options(o),
+            cx.session.as_deref_mut()
+        )?;
         Ok(())
     }
 
@@ -328,12 +468,27 @@ impl<T: ShardKeyed> Sharded<T> {
     /// value (its timestamp moved to another month, its search value
     /// changed) is replaced by a filter on that stored key, and MongoDB
     /// moves it to the new key's chunk in the same write (4.2+, as a
-    /// retryable write, which is the driver's default). A stored document
-    /// whose key is missing, mistyped or not derived from its own timestamp
-    /// is [`Error::Damaged`], and nothing is written.
-    pub async fn replace(&self, item: &T) -> Result<bool> {
+    /// retryable write, which is the driver's default, or in a
+    /// transaction). A stored document whose key is missing, mistyped or
+    /// not derived from its own timestamp is [`Error::Damaged`], and
+    /// nothing is written.
+    ///
+    /// Commands: an `update` (replace); on a miss, a `find` by `_id` and a
+    /// second `update`. In a session, all of them run in it; in the
+    /// caller's transaction the lookup and the write see one snapshot, so
+    /// no round is repeated.
+    pub fn replace<'a>(&'a self, item: &'a T) -> Replace<'a, T> {
+        Replace {
+            repo: self,
+            item,
+            options: Options::default(),
+            session: None,
+        }
+    }
+
+    async fn replace_in(&self, item: &T, cx: Cx<'_>) -> Result<bool> {
         let d = self.to_document(item)?;
-        Ok(self.write(&d, false).await? != Written::Nothing)
+        Ok(self.write(&d, false, cx).await? != Written::Nothing)
     }
 
     /// Inserts or replaces `item`, by a filter on the full shard key and the
@@ -344,50 +499,98 @@ impl<T: ShardKeyed> Sharded<T> {
     /// and inserts only when no document holds it. So an upsert that
     /// inserts costs three round trips (the miss, the lookup by `_id`, which
     /// a sharded cluster sends to every shard, and the insert); one that
-    /// replaces under an unchanged key costs one.
-    pub async fn upsert(&self, item: &T) -> Result<bool> {
+    /// replaces under an unchanged key costs one; one that moves the
+    /// document to a new key, three, of which only the last writes.
+    ///
+    /// Outside a transaction, a concurrent writer of the same `_id` that
+    /// wins between the lookup and the write (a duplicate key, a document
+    /// moved meanwhile) makes it look again, up to 5 times, then
+    /// [`Error::Contended`]. Inside the caller's transaction it never looks
+    /// again: the lookup and the write see one snapshot, and a concurrent
+    /// writer makes the server abort the transaction, with a write
+    /// conflict (labelled `TransientTransactionError` by the server) or a
+    /// duplicate key (returned as [`Error::Raced`] with that label), so
+    /// that the caller's `and_run2` runs the transaction again.
+    ///
+    /// It runs no transaction of its own: its only write is the last
+    /// command (a move is one replace, which a sharded cluster performs
+    /// atomically), so a crash or a cut before it leaves the old document.
+    pub fn upsert<'a>(&'a self, item: &'a T) -> Upsert<'a, T> {
+        Upsert {
+            repo: self,
+            item,
+            options: Options::default(),
+            session: None,
+        }
+    }
+
+    async fn upsert_in(&self, item: &T, cx: Cx<'_>) -> Result<bool> {
         let d = self.to_document(item)?;
-        Ok(self.write(&d, true).await? == Written::Inserted)
+        Ok(self.write(&d, true, cx).await? == Written::Inserted)
     }
 
     /// The write behind `replace` and `upsert`: the new key first, then,
     /// on a miss, the key the `_id` is stored under.
-    async fn write(&self, d: &Document, upsert: bool) -> Result<Written> {
+    async fn write(&self, d: &Document, upsert: bool, mut cx: Cx<'_>) -> Result<Written> {
         let filter = self.key_filter(d)?;
+        let o = cx.options.driver::<ReplaceOptions>();
         if key_fields(&self.spec) == ["_id"] {
             // The key is the `_id`: it cannot change, and the unique index
             // on `_id` keeps an upsert from doubling it.
-            let r = self.coll.replace_one(filter, d).upsert(upsert).await?;
+            let r = run!(
+                self.coll
+                    .replace_one(filter, d)
+                    .with_options(o)
+                    .upsert(upsert),
+                cx.session.as_deref_mut()
+            )?;
             return Ok(match (r.upserted_id, r.matched_count) {
                 (Some(_), _) => Written::Inserted,
                 (None, 0) => Written::Nothing,
                 (None, _) => Written::Replaced,
             });
         }
-        if self
-            .coll
-            .replace_one(filter.clone(), d)
-            .await?
-            .matched_count
-            > 0
-        {
+        let r = run!(
+            self.coll
+                .replace_one(filter.clone(), d)
+                .with_options(o.clone()),
+            cx.session.as_deref_mut()
+        )?;
+        if r.matched_count > 0 {
             return Ok(Written::Replaced);
         }
         let id = filter.get("_id").cloned().unwrap_or(Bson::Null);
         // Each round lost a race to a writer that moved, deleted or
-        // inserted the `_id` between our lookup and our write.
-        for _ in 0..WRITE_ROUNDS {
-            match self.stored_key(&id, d).await? {
+        // inserted the `_id` between our lookup and our write. In a
+        // transaction the lookup and the write share a snapshot: one round.
+        let rounds = if cx.in_transaction { 1 } else { WRITE_ROUNDS };
+        for _ in 0..rounds {
+            match self.stored_key(&id, d, &mut cx).await? {
                 Some(stored) => {
-                    if self.coll.replace_one(stored, d).await?.matched_count > 0 {
+                    let r = run!(
+                        self.coll.replace_one(stored, d).with_options(o.clone()),
+                        cx.session.as_deref_mut()
+                    )?;
+                    if r.matched_count > 0 {
                         return Ok(Written::Replaced);
                     }
                 }
                 None if !upsert => return Ok(Written::Nothing),
-                None => match self.coll.replace_one(filter.clone(), d).upsert(true).await {
+                None => match run!(
+                    self.coll
+                        .replace_one(filter.clone(), d)
+                        .with_options(o.clone())
+                        .upsert(true),
+                    cx.session.as_deref_mut()
+                ) {
                     Ok(r) if r.upserted_id.is_some() => return Ok(Written::Inserted),
                     Ok(r) if r.matched_count > 0 => return Ok(Written::Replaced),
                     Ok(_) => {}
+                    // Inserted meanwhile under another key: the server has
+                    // aborted the caller's transaction; the caller retries.
+                    Err(e) if cx.in_transaction && server_codes(&e).contains(&DUPLICATE_KEY) => {
+                        return Err(crate::action::raced_in_transaction(e))
+                    }
                     // Inserted meanwhile under another key: look again.
                     Err(e) if server_codes(&e).contains(&DUPLICATE_KEY) => {}
                     Err(e) => return Err(e.into()),
@@ -396,7 +599,7 @@ impl<T: ShardKeyed> Sharded<T> {
         }
         Err(Error::Contended {
             operation: if upsert { "upsert" } else { "replace" },
-            attempts: WRITE_ROUNDS,
+            attempts: rounds,
         })
     }
 
@@ -404,7 +607,12 @@ impl<T: ShardKeyed> Sharded<T> {
     /// when no document holds the `_id`. `new` is the document about to be
     /// written: a key field it has and the stored one lacks, or holds as
     /// another type, is damage.
-    async fn stored_key(&self, id: &Bson, new: &Document) -> Result<Option<Document>> {
+    async fn stored_key(
+        &self,
+        id: &Bson,
+        new: &Document,
+        cx: &mut Cx<'_>,
+    ) -> Result<Option<Document>> {
         let mut projection = doc! {"_id": 1};
         for f in key_fields(&self.spec)
             .into_iter()
@@ -412,15 +620,24 @@ impl<T: ShardKeyed> Sharded<T> {
         {
             projection.insert(f, 1);
         }
-        let Some(stored) = self
-            .coll
-            .find_one(doc! {"_id": id.clone()})
-            .projection(projection)
-            .await?
-        else {
+        // The lookup decides the write: it reads the primary, with the
+        // default read concern (or the transaction's), whatever reads are
+        // set to elsewhere.
+        let mut lookup = cx.options.clone();
+        lookup.read_concern = None;
+        lookup.selection_criteria = None;
+        let o = lookup.driver::<FindOneOptions>();
+        let found = run!(
+            self.coll
+                .find_one(doc! {"_id": id.clone()})
+                .with_options(o)
+                .projection(projection),
+            cx.session.as_deref_mut()
+        )?;
+        let Some(stored) = found else {
             return Ok(None);
         };
-        check_stored(&self.spec, T::COLLECTION, &stored, Some(new))?;
+        check_stored(&self.spec, self.coll.name(), &stored, Some(new))?;
         let mut f = doc! {"_id": id.clone()};
         for field in key_fields(&self.spec) {
             f.insert(field, stored.get(field).cloned().unwrap_or(Bson::Null));
@@ -438,19 +655,40 @@ impl<T: ShardKeyed> Sharded<T> {
     /// looked up: one stored under another key value is
     /// [`Error::ShardKeyMismatch`], one whose key is damaged
     /// [`Error::Damaged`], instead of `Ok(0)`.
-    pub async fn update<Q>(
-        &self,
+    ///
+    /// Commands: one `update` (`updateMany`); after a miss by `_id`, a
+    /// `find` by it. Both run in the session when one is given; nothing is
+    /// retried.
+    pub fn update<'a, Q>(
+        &'a self,
         at: DateTime,
         search: &Q,
         filter: Document,
         update: Document,
-    ) -> Result<u64>
+    ) -> Update<'a, T>
     where
         T::Search: Borrow<Q>,
         Q: Serialize + ?Sized,
     {
+        Update {
+            repo: self,
+            point: self.point_filter(at, search),
+            filter,
+            update,
+            options: Options::default(),
+            session: None,
+        }
+    }
+
+    async fn update_in(
+        &self,
+        point: Result<Document>,
+        filter: Document,
+        update: Document,
+        mut cx: Cx<'_>,
+    ) -> Result<u64> {
         check_update(&self.spec, &update)?;
-        let point = self.point_filter(at, search)?;
+        let point = point?;
         let id = filter
             .get("_id")
             .filter(|v| {
@@ -462,9 +700,14 @@ impl<T: ShardKeyed> Sharded<T> {
         for (k, v) in filter {
             f.insert(k, v);
         }
-        let matched = self.coll.update_many(f, update).await?.matched_count;
+        let o = cx.options.driver::<UpdateOptions>();
+        let matched = run!(
+            self.coll.update_many(f, update).with_options(o),
+            cx.session.as_deref_mut()
+        )?
+        .matched_count;
         if let (0, Some(id)) = (matched, id) {
-            if let Some(stored) = self.stored_key(&id, &point).await? {
+            if let Some(stored) = self.stored_key(&id, &point, &mut cx).await? {
                 let differs = point.iter().any(|(k, v)| {
                     stored
                         .get(k)
@@ -474,7 +717,7 @@ impl<T: ShardKeyed> Sharded<T> {
                     let mut key = stored;
                     key.remove("_id");
                     return Err(Error::ShardKeyMismatch {
-                        collection: T::COLLECTION.to_owned(),
+                        collection: self.coll.name().to_owned(),
                         id: Box::new(id),
                         stored: Box::new(key),
                     });
@@ -514,7 +757,7 @@ impl<T: ShardKeyed> Sharded<T> {
             }
         }
         if let Some(s) = self.spec.search {
-            f.insert(s, bson::to_bson(search)?);
+            f.insert(s, crate::compat::to_bson(search)?);
         }
         if let Some(d) = self.spec.derived {
             let (lo, hi) = match d.repr {
@@ -535,42 +778,114 @@ impl<T: ShardKeyed> Sharded<T> {
 
     /// A targeted query: documents with `search` in `range`, and `extra`
     /// conditions, routed by the shard key's prefix to the shards that hold
-    /// that range.
+    /// that range. One `find` (then `getMore`s as the stream is read).
     ///
     /// A targeted query sees only documents that carry the key: one written
     /// by another client without the coarse field, or with one that is not
     /// its timestamp's period, is in no range and never returned.
     /// [`Sharded::scatter`] sees it, and [`Sharded::audit`] lists such
     /// documents. A document that does not deserialize is
-    /// [`Error::UnexpectedDocument`], named by its `_id`.
-    pub async fn find<Q>(&self, search: &Q, range: TimeRange, extra: Document) -> Result<Vec<T>>
+    /// [`Error::UnexpectedDocument`], named by its `_id`, and ends the
+    /// stream.
+    pub fn find<'a, Q>(&'a self, search: &Q, range: TimeRange, extra: Document) -> Find<'a, T>
     where
         T::Search: Borrow<Q>,
         Q: Serialize + ?Sized,
     {
-        let mut f = self.targeted_filter(search, range)?;
-        for (k, v) in extra {
-            f.insert(k, v);
+        let filter = self.targeted_filter(search, range).map(|mut f| {
+            for (k, v) in extra {
+                f.insert(k, v);
+            }
+            f
+        });
+        Find {
+            repo: self,
+            filter,
+            scatter: false,
+            options: Options::default(),
+            session: None,
         }
-        self.collect(f).await
     }
 
-    /// A query by the hashed key's value: targeted to one shard.
-    pub async fn find_by_hashed<Q: Serialize + ?Sized>(&self, value: &Q) -> Result<Vec<T>> {
-        let Some(h) = self.spec.hashed else {
-            return Err(Error::invalid(
+    /// A query by the hashed key's value: targeted to one shard. One
+    /// `find`, streamed as [`Sharded::find`].
+    pub fn find_by_hashed<'a, Q: Serialize + ?Sized>(&'a self, value: &Q) -> Find<'a, T> {
+        let filter = match self.spec.hashed {
+            Some(h) => crate::compat::to_bson(value)
+                .map(|v| doc! {h: v})
+                .map_err(Error::from),
+            None => Err(Error::invalid(
                 "value",
                 "this model's shard key is not hashed",
-            ));
+            )),
         };
-        self.collect(doc! {h: bson::to_bson(value)?}).await
+        Find {
+            repo: self,
+            filter,
+            scatter: false,
+            options: Options::default(),
+            session: None,
+        }
     }
 
     /// Any query, sent to every shard that holds the collection. Named
-    /// apart so that a scatter-gather is never an accident.
-    pub async fn scatter(&self, filter: Document) -> Result<Vec<T>> {
-        tracing::debug!(collection = T::COLLECTION, "scatter-gather query");
-        self.collect(filter).await
+    /// apart so that a scatter-gather is never an accident. One `find`,
+    /// streamed as [`Sharded::find`].
+    pub fn scatter(&self, filter: Document) -> Find<'_, T> {
+        Find {
+            repo: self,
+            filter: Ok(filter),
+            scatter: true,
+            options: Options::default(),
+            session: None,
+        }
+    }
+
+    /// Every document `filter` matches, as a stream that holds the cursor
+    /// (and the session, when there is one), each document deserialized on
+    /// its own so that one that does not fit the model is named by its
+    /// `_id`.
+    async fn find_in<'a>(
+        &self,
+        filter: Result<Document>,
+        scatter: bool,
+        cx: Cx<'a>,
+    ) -> Result<BoxStream<'a, Result<T>>> {
+        let filter = filter?;
+        if scatter {
+            tracing::debug!(collection = self.coll.name(), "scatter-gather query");
+        }
+        let o = cx.options.driver::<FindOptions>();
+        let name = self.coll.name().to_owned();
+        Ok(match cx.session {
+            None => {
+                let cursor = self.typed.find(filter).with_options(o).await?;
+                futures::stream::try_unfold((cursor, name), |(mut c, name)| async move {
+                    if !c.advance().await? {
+                        return Ok(None);
+                    }
+                    let item = current(c.deserialize_current(), c.current(), &name)?;
+                    Ok(Some((item, (c, name))))
+                })
+                .boxed()
+            }
+            Some(s) => {
+                let cursor = self
+                    .typed
+                    .find(filter)
+                    .with_options(o)
+                    .session(&mut *s)
+                    .await?;
+                futures::stream::try_unfold((cursor, s, name), |(mut c, s, name)| async move {
+                    if !c.advance(&mut *s).await? {
+                        return Ok(None);
+                    }
+                    let item = current(c.deserialize_current(), c.current(), &name)?;
+                    Ok(Some((item, (c, s, name))))
+                })
+                .boxed()
+            }
+        })
     }
 
     /// Checks every document's shard key (a scatter-gather over the whole
@@ -578,8 +893,18 @@ impl<T: ShardKeyed> Sharded<T> {
     /// and, when derived, a date equal to its timestamp's period. Such a
     /// document is invisible to [`Sharded::find`], and writes to it are
     /// refused. Reports up to `max` of them, as [`Error::Damaged`], in
-    /// `_id` order.
-    pub async fn audit(&self, max: usize) -> Result<Audit> {
+    /// `_id` order. One `find` and its `getMore`s, in the session when one
+    /// is given.
+    pub fn audit(&self, max: usize) -> AuditKeys<'_, T> {
+        AuditKeys {
+            repo: self,
+            max,
+            options: Options::default(),
+            session: None,
+        }
+    }
+
+    async fn audit_in(&self, max: usize, mut cx: Cx<'_>) -> Result<Audit> {
         let mut projection = doc! {"_id": 1};
         for f in key_fields(&self.spec)
             .into_iter()
@@ -587,52 +912,60 @@ impl<T: ShardKeyed> Sharded<T> {
         {
             projection.insert(f, 1);
         }
-        let mut cursor = self
+        let o = cx.options.driver::<FindOptions>();
+        let find = self
             .coll
             .find(doc! {})
+            .with_options(o)
             .projection(projection)
-            .sort(doc! {"_id": 1})
-            .await?;
+            .sort(doc! {"_id": 1});
         let mut audit = Audit {
             scanned: 0,
             damaged: Vec::new(),
         };
-        while let Some(d) = cursor.try_next().await? {
+        let mut check = |d: &Document| {
             audit.scanned += 1;
             if audit.damaged.len() < max {
-                if let Err(e) = check_stored(&self.spec, T::COLLECTION, &d, None) {
+                if let Err(e) = check_stored(&self.spec, self.coll.name(), d, None) {
                     audit.damaged.push(e);
+                }
+            }
+        };
+        match cx.session.as_deref_mut() {
+            None => {
+                let mut cursor = find.await?;
+                while let Some(d) = cursor.try_next().await? {
+                    check(&d);
+                }
+            }
+            Some(s) => {
+                let mut cursor = find.session(&mut *s).await?;
+                while let Some(d) = cursor.next(&mut *s).await.transpose()? {
+                    check(&d);
                 }
             }
         }
         Ok(audit)
     }
 
-    /// Every document `filter` matches, each deserialized on its own so
-    /// that one that does not fit the model is named by its `_id`.
-    async fn collect(&self, filter: Document) -> Result<Vec<T>> {
-        let mut cursor = self.typed.find(filter).await?;
-        let mut out = Vec::new();
-        while cursor.advance().await? {
-            let item = cursor.deserialize_current().map_err(|e| match *e.kind {
-                mongodb::error::ErrorKind::BsonDeserialization(source) => {
-                    Error::UnexpectedDocument {
-                        collection: T::COLLECTION.to_owned(),
-                        id: Box::new(crate::keyset::id_of(cursor.current())),
-                        source,
-                    }
-                }
-                _ => Error::from(e),
-            })?;
-            out.push(item);
+    /// Analyses a candidate shard key (BSON field names, in key order) on a
+    /// `$sample` of up to `sample` documents: see [`analyze`]. One
+    /// `aggregate`, in the session when one is given.
+    pub fn analyze<'a>(&'a self, key: &'a [&'a str], sample: u32) -> Analyze<'a, T> {
+        Analyze {
+            repo: self,
+            key,
+            sample,
+            options: Options::default(),
+            session: None,
         }
-        Ok(out)
     }
 
-    /// Analyses a candidate shard key (BSON field names, in key order) on a
-    /// `$sample` of up to `sample` documents: see [`analyze`].
-    pub async fn analyze(&self, key: &[&str], sample: u32) -> Result<KeyAnalysis> {
-        analyze::analyze(&self.coll, key, sample).await
+    async fn analyze_in(&self, key: &[&str], sample: u32, mut cx: Cx<'_>) -> Result<KeyAnalysis> {
+        // A read: a write concern among the repository's defaults does not
+        // apply to it.
+        cx.options.write_concern = None;
+        analyze::analyze_with(&self.coll, key, sample, &cx.options, cx.session).await
     }
 
     fn point_filter<Q>(&self, at: DateTime, search: &Q) -> Result<Document>
@@ -648,9 +981,141 @@ impl<T: ShardKeyed> Sharded<T> {
             f.insert(c, v);
         }
         if let Some(s) = self.spec.search {
-            f.insert(s, bson::to_bson(search)?);
+            f.insert(s, crate::compat::to_bson(search)?);
         }
         Ok(f)
+    }
+}
+
+/// A cursor's current document as the model, or
+/// [`Error::UnexpectedDocument`] naming its `_id`.
+fn current<T>(
+    item: mongodb::error::Result<T>,
+    raw: &mongodb::bson::RawDocument,
+    collection: &str,
+) -> Result<T> {
+    item.map_err(|e| match *e.kind {
+        mongodb::error::ErrorKind::BsonDeserialization(source) => Error::UnexpectedDocument {
+            collection: collection.to_owned(),
+            id: Box::new(crate::keyset::id_of(raw)),
+            source,
+        },
+        // With bson 3 the driver reports a document that does not
+        // deserialize as a bson error.
+        #[cfg(feature = "bson-3")]
+        mongodb::error::ErrorKind::Bson(source) => Error::UnexpectedDocument {
+            collection: collection.to_owned(),
+            id: Box::new(crate::keyset::id_of(raw)),
+            source,
+        },
+        _ => Error::from(e),
+    })
+}
+
+/// An action of the repository: a struct holding the arguments, its
+/// options and session, with the setters that apply, run by `.await`.
+macro_rules! action {
+    (
+        $(#[$doc:meta])*
+        $name:ident { $($field:ident: $ty:ty),* $(,)? } -> $out:ty, $kind:ident, $run:ident
+    ) => {
+        $(#[$doc])*
+        #[must_use = "does nothing unless awaited"]
+        pub struct $name<'a, T: ShardKeyed> {
+            repo: &'a Sharded<T>,
+            $($field: $ty,)*
+            options: Options,
+            session: Option<&'a mut ClientSession>,
+        }
+
+        impl<'a, T: ShardKeyed> $name<'a, T> {
+            crate::action::setters!('a; $kind);
+        }
+
+        impl<'a, T: ShardKeyed> IntoFuture for $name<'a, T> {
+            type Output = Result<$out>;
+            type IntoFuture = BoxFuture<'a, Result<$out>>;
+
+            fn into_future(self) -> Self::IntoFuture {
+                Box::pin(async move {
+                    let $name { repo, $($field,)* options, session } = self;
+                    let cx = repo.cx(options, session).await;
+                    repo.$run($($field,)* cx).await
+                })
+            }
+        }
+    };
+}
+
+action! {
+    /// [`Sharded::insert`]: write options (`write_concern`, `comment`,
+    /// `max_time`) and `session`.
+    Insert { item: &'a T } -> (), write, insert_in
+}
+
+action! {
+    /// [`Sharded::insert_many`]: write options and `session`.
+    InsertMany { items: &'a [T] } -> (), write, insert_many_in
+}
+
+action! {
+    /// [`Sharded::replace`]: write options and `session`. The lookup by
+    /// `_id` after a miss always reads the primary: it decides the write.
+    Replace { item: &'a T } -> bool, write, replace_in
+}
+
+action! {
+    /// [`Sharded::upsert`]: as [`Replace`].
+    Upsert { item: &'a T } -> bool, write, upsert_in
+}
+
+action! {
+    /// [`Sharded::update`]: as [`Replace`].
+    Update { point: Result<Document>, filter: Document, update: Document } -> u64, write, update_in
+}
+
+action! {
+    /// [`Sharded::find`], [`Sharded::find_by_hashed`] and
+    /// [`Sharded::scatter`]: read options (`read_concern`,
+    /// `selection_criteria`, `comment`, `max_time`) and `session`. `.await`
+    /// sends the `find` and gives the documents as a stream, as the
+    /// driver's `find` gives a cursor; with a session, the stream borrows
+    /// it until dropped.
+    Find { filter: Result<Document>, scatter: bool } -> BoxStream<'a, Result<T>>, read, find_in
+}
+
+action! {
+    /// [`Sharded::audit`]: read options and `session`.
+    AuditKeys { max: usize } -> Audit, read, audit_in
+}
+
+action! {
+    /// [`Sharded::analyze`]: read options and `session`.
+    Analyze { key: &'a [&'a str], sample: u32 } -> KeyAnalysis, read, analyze_in
+}
+
+/// [`Sharded::ensure_sharded`]: write concern, `comment` and `max_time`,
+/// sent in each of its commands. No session (see there).
+#[must_use = "does nothing unless awaited"]
+pub struct EnsureSharded<'a, T: ShardKeyed> {
+    repo: &'a Sharded<T>,
+    options: Options,
+}
+
+impl<T: ShardKeyed> EnsureSharded<'_, T> {
+    crate::action::setters!(@common);
+    crate::action::setters!(@write);
+}
+
+impl<'a, T: ShardKeyed> IntoFuture for EnsureSharded<'a, T> {
+    type Output = Result<()>;
+    type IntoFuture = BoxFuture<'a, Result<()>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let o = self.options.or(&self.repo.defaults);
+            self.repo.ensure_sharded_in(o).await
+        })
     }
 }
 
@@ -677,9 +1142,6 @@ enum Written {
 /// each lost to a concurrent writer of the same `_id`, before it gives up
 /// with [`Error::Contended`].
 const WRITE_ROUNDS: usize = 5;
-
-/// MongoDB's DuplicateKey.
-const DUPLICATE_KEY: i32 = 11000;
 
 /// BSON types that compare as one in a filter: numbers, and null with a
 /// missing value.

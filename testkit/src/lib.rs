@@ -292,10 +292,10 @@ impl OwnServer {
     }
 }
 
-/// Awaits `f` for at most `secs` seconds, and panics past that: no test may
-/// hang on a call that should have returned.
-pub async fn bounded<F: std::future::Future>(secs: u64, f: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(secs), f)
+/// Awaits `f` (a future, or an action) for at most `secs` seconds, and
+/// panics past that: no test may hang on a call that should have returned.
+pub async fn bounded<F: std::future::IntoFuture>(secs: u64, f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(secs), f.into_future())
         .await
         .unwrap_or_else(|_| panic!("did not finish within {secs} s"))
 }
@@ -361,4 +361,52 @@ pub async fn fresh_db(test: &str) -> (Database, Commands) {
         .take(63)
         .collect();
     (client.database(&name), commands)
+}
+
+/// The `bson` calls that bson 3 renamed, for tests and benchmarks that run
+/// with either version (the suite's `bson-3` feature picks it).
+pub mod bsonc {
+    use mongo_patterns::bson::{Bson, Regex};
+
+    #[cfg(feature = "bson-3")]
+    pub use mongo_patterns::bson::{
+        deserialize_from_slice as from_slice, serialize_to_bson as to_bson,
+        serialize_to_document as to_document, serialize_to_vec as to_vec,
+    };
+    #[cfg(not(feature = "bson-3"))]
+    pub use mongo_patterns::bson::{from_slice, to_bson, to_document, to_vec};
+
+    /// A regular expression value.
+    pub fn regex(pattern: &str, options: &str) -> Bson {
+        #[cfg(not(feature = "bson-3"))]
+        let re = Regex {
+            pattern: pattern.to_owned(),
+            options: options.to_owned(),
+        };
+        #[cfg(feature = "bson-3")]
+        let re = {
+            use mongo_patterns::bson::raw::CString;
+            let c = |s: &str| CString::try_from(s.to_owned()).expect("no NUL in a test's regex");
+            Regex {
+                pattern: c(pattern),
+                options: c(options),
+            }
+        };
+        Bson::RegularExpression(re)
+    }
+
+    /// Appends `value` under `key` (bson 3 keys are C strings).
+    pub fn append(
+        doc: &mut mongo_patterns::bson::RawDocumentBuf,
+        key: &str,
+        value: impl Into<mongo_patterns::bson::RawBson>,
+    ) {
+        #[cfg(not(feature = "bson-3"))]
+        doc.append(key, value.into());
+        #[cfg(feature = "bson-3")]
+        doc.append(
+            <&mongo_patterns::bson::raw::CStr>::try_from(key).expect("no NUL in a test's key"),
+            value.into(),
+        );
+    }
 }

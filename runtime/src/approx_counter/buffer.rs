@@ -33,10 +33,11 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use bson::{doc, Bson, Document};
 use futures::StreamExt;
+use mongodb::bson::{doc, Bson, Document};
 
 use super::{lock, shard_of, Inner, FLUSH_CONCURRENCY, SHARDS};
+use crate::error::code::DUPLICATE_KEY;
 use crate::error::{Error, Result};
 
 /// The field a buffered counter adds to the documents it writes: the last
@@ -51,8 +52,6 @@ const TRIES: usize = 4;
 /// The longest a flush waits for a key another call is writing (a future
 /// kept but no longer polled would hold it for ever).
 const BUSY_WAIT: Duration = Duration::from_secs(30);
-/// E11000: with `upsert`, a filter that refused an existing document.
-const DUPLICATE_KEY: i32 = 11000;
 
 /// One key's pending increments.
 #[derive(Debug)]

@@ -9,9 +9,9 @@
 //! faithfully are accepted; any other is refused before anything is sent,
 //! rather than compared as a literal document (which would match nothing).
 
-use bson::oid::ObjectId;
-use bson::{doc, Bson, Document, RawDocumentBuf};
 use futures::TryStreamExt;
+use mongodb::bson::oid::ObjectId;
+use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::options::ReturnDocument;
 
 use super::{

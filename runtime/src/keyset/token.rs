@@ -4,8 +4,9 @@
 //! `[version: u8 = 2][flags: u8][fingerprint: u64 LE][BSON {"v": [key values..., _id]}]`
 //! `[HMAC-SHA-256: 32 bytes, if flags & 1][FNV-1a 64 of all before: u64 LE]`.
 //!
-//! The fingerprint hashes the database, the collection, the sort keys and
-//! the direction, so a token is refused by any other query (`Foreign`).
+//! The fingerprint hashes the database, the collection, the sort keys, the
+//! direction and the collation (when there is one), so a token is refused by
+//! any other query (`Foreign`).
 //!
 //! Two modes. Unsigned, the checksum catches altered and cut tokens by
 //! accident, not a forger: anyone can build a well-formed token, but it can
@@ -25,10 +26,10 @@ use std::sync::Arc;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
-use bson::raw::{RawBsonRef, RawDocument, RawIter};
-use bson::spec::ElementType;
-use bson::{Bson, Document};
 use hmac::{Hmac, KeyInit, Mac};
+use mongodb::bson::raw::{RawBsonRef, RawDocument, RawIter};
+use mongodb::bson::spec::ElementType;
+use mongodb::bson::{Bson, Document};
 use sha2::Sha256;
 
 use crate::error::{CursorError, Error};
@@ -199,7 +200,7 @@ fn array<const N: usize>(bytes: &[u8]) -> Result<[u8; N], CursorError> {
 
 /// `{"v": [values...]}`, checked without recursion, then decoded.
 fn decode_values(bytes: &[u8]) -> Result<Vec<Bson>, CursorError> {
-    let not_bson = |e: bson::raw::Error| CursorError::Malformed(format!("not BSON: {e}"));
+    let not_bson = |e: crate::compat::RawError| CursorError::Malformed(format!("not BSON: {e}"));
     let doc = RawDocument::from_bytes(bytes).map_err(not_bson)?;
     let mut fields = doc.iter_elements();
     let array = match fields.next() {
@@ -228,7 +229,7 @@ fn decode_values(bytes: &[u8]) -> Result<Vec<Bson>, CursorError> {
     }
     raw.into_iter()
         .map(|v| {
-            Bson::try_from(v.to_raw_bson())
+            Bson::try_from(crate::compat::to_raw_bson(v))
                 .map_err(|e| CursorError::Malformed(format!("not BSON: {e}")))
         })
         .collect()
@@ -280,7 +281,7 @@ pub(crate) fn check_raw(v: RawBsonRef<'_>) -> Result<(), CursorError> {
             }
             Some(Err(e)) => return Err(CursorError::Malformed(format!("not BSON: {e}"))),
             Some(Ok(e)) => {
-                if e.key().starts_with('$') {
+                if crate::compat::key_str(e.key()).starts_with('$') {
                     return Err(CursorError::Malformed(format!(
                         "operator key `{}`",
                         e.key()
@@ -362,7 +363,8 @@ impl<'de> serde::Deserialize<'de> for PageToken {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bson::oid::ObjectId;
+    use mongodb::bson;
+    use mongodb::bson::oid::ObjectId;
 
     fn token() -> PageToken {
         PageToken::new(
@@ -391,7 +393,7 @@ mod tests {
     }
 
     fn forge(v: Bson) -> Result<PageToken, Error> {
-        forge_doc(&bson::to_vec(&bson::doc! {"v": [v]}).unwrap())
+        forge_doc(&crate::compat::to_vec(&bson::doc! {"v": [v]}).unwrap())
     }
 
     #[test]
@@ -513,11 +515,11 @@ mod tests {
         struct Request {
             token: PageToken,
         }
-        let doc = bson::to_document(&Request { token: token() }).unwrap();
-        let back: Request = bson::from_document(doc).unwrap();
+        let doc = crate::compat::to_document(&Request { token: token() }).unwrap();
+        let back: Request = crate::compat::from_document(doc).unwrap();
         assert_eq!(back.token, token_with(&back.token));
         let huge = bson::doc! {"token": "A".repeat(MAX_TOKEN_LEN + 1)};
-        assert!(bson::from_document::<Request>(huge).is_err());
+        assert!(crate::compat::from_document::<Request>(huge).is_err());
     }
 
     /// `token()` holds a fresh ObjectId: rebuild it with `t`'s.

@@ -11,12 +11,15 @@
 //! a key with more distinct values than the sample has documents shows as
 //! many distinct values as documents.
 
+use mongodb::bson;
 use std::cmp::Ordering;
 
-use bson::{doc, Bson, Document};
 use futures::TryStreamExt;
-use mongodb::Collection;
+use mongodb::bson::{doc, Bson, Document};
+use mongodb::options::AggregateOptions;
+use mongodb::{ClientSession, Collection};
 
+use crate::action::Options;
 use crate::error::{Error, Result};
 
 /// MongoDB's threshold for a monotonic key.
@@ -77,6 +80,17 @@ pub async fn analyze(
     key: &[&str],
     sample: u32,
 ) -> Result<KeyAnalysis> {
+    analyze_with(coll, key, sample, &Options::default(), None).await
+}
+
+/// [`analyze`] with read options, in `session` when there is one.
+pub(crate) async fn analyze_with(
+    coll: &Collection<Document>,
+    key: &[&str],
+    sample: u32,
+    options: &Options,
+    session: Option<&mut ClientSession>,
+) -> Result<KeyAnalysis> {
     if key.is_empty() {
         return Err(Error::invalid("key", "a shard key has at least one field"));
     }
@@ -87,14 +101,19 @@ pub async fn analyze(
     for (i, f) in key.iter().enumerate() {
         project.insert(format!("k{i}"), format!("${f}"));
     }
-    let rows: Vec<Document> = coll
+    let aggregate = coll
         .aggregate(vec![
             doc! {"$sample": {"size": i64::from(sample)}},
             doc! {"$project": project},
         ])
-        .await?
-        .try_collect()
-        .await?;
+        .with_options(options.driver::<AggregateOptions>());
+    let rows: Vec<Document> = match session {
+        None => aggregate.await?.try_collect().await?,
+        Some(s) => {
+            let mut cursor = aggregate.session(&mut *s).await?;
+            cursor.stream(s).try_collect().await?
+        }
+    };
     let values: Vec<(Vec<Bson>, Bson)> = rows
         .into_iter()
         .map(|mut d| {
@@ -368,7 +387,7 @@ fn cmp_tuple(a: &[Bson], b: &[Bson]) -> Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bson::oid::ObjectId;
+    use mongodb::bson::oid::ObjectId;
 
     fn ids(n: usize) -> Vec<Bson> {
         // ObjectIds made in order: their counters ascend.

@@ -74,7 +74,7 @@
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 
-use bson::DateTime;
+use mongodb::bson::DateTime;
 
 use super::{truncate, Granularity};
 

@@ -1,3 +1,5 @@
+use futures::stream::BoxStream;
+use futures::TryStreamExt;
 use mongo_patterns::prelude::*;
 use mongo_patterns::shard_key::{shard_spec, Derived, Granularity, ShardSpec, TimeRepr};
 
@@ -131,7 +133,8 @@ async fn use_it(
     event: Event,
 ) -> mongo_patterns::Result<()> {
     let logs: Sharded<Log> = Log::sharded(&db);
-    let _: Vec<Log> = logs.find("app", TimeRange::last_days(30), doc! {}).await?;
+    let _: BoxStream<'_, mongo_patterns::Result<Log>> =
+        logs.find("app", TimeRange::last_days(30), doc! {}).await?;
     let _: bool = logs.upsert(&log).await?;
     let _: u64 = logs
         .update(
@@ -141,21 +144,36 @@ async fn use_it(
             doc! {"$set": {"msg": "x"}},
         )
         .await?;
-    let _: Vec<Log> = logs.scatter(doc! {"level": "high"}).await?;
-    logs.ensure_sharded(&client).await?;
+    let _: Vec<Log> = logs
+        .scatter(doc! {"level": "high"})
+        .await?
+        .try_collect()
+        .await?;
+    logs.ensure_sharded().await?;
+    let _ = client;
     let _ = logs.analyze(&["month", "type"], 10_000).await?;
     let events = Event::sharded(&db);
     let _: Vec<Event> = events
         .find(&String::from("t1"), TimeRange::last_days(7), doc! {})
+        .await?
+        .try_collect()
         .await?;
     events.insert(&event).await?;
     let _: Vec<Reading> = Reading::sharded(&db)
         .find(&7u64, TimeRange::last_days(1), doc! {})
+        .await?
+        .try_collect()
         .await?;
     let _: Vec<Session> = Session::sharded(&db)
         .find_by_hashed(&ObjectId::new())
+        .await?
+        .try_collect()
         .await?;
-    let _: Vec<Alert> = Alert::sharded(&db).scatter(doc! {}).await?;
+    let _: Vec<Alert> = Alert::sharded(&db)
+        .scatter(doc! {})
+        .await?
+        .try_collect()
+        .await?;
     Ok(())
 }
 

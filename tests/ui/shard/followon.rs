@@ -15,7 +15,7 @@ struct Log {
 #[allow(dead_code)]
 async fn use_it(db: Database, log: Log) -> mongo_patterns::Result<()> {
     let repo: Sharded<Log> = Log::sharded(&db);
-    let _: Vec<Log> = repo.find("app", TimeRange::last_days(30), doc! {}).await?;
+    let _ = repo.find("app", TimeRange::last_days(30), doc! {}).await?;
     repo.upsert(&log).await?;
     repo.update(DateTime::now(), "app", doc! {}, doc! {"$set": {"x": 1}})
         .await?;

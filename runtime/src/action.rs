@@ -1,0 +1,327 @@
+//! Operations are values, as in the driver: a repository method returns an
+//! action, chained setters configure it, and `.await` runs it.
+//!
+//! ```no_run
+//! # use mongo_patterns::prelude::*;
+//! # use mongo_patterns::bucket::Bucketed;
+//! # async fn f<T: Bucketed>(repo: Buckets<T>, item: T, s: &mut mongodb::ClientSession)
+//! # -> mongo_patterns::Result<()> {
+//! use mongodb::options::WriteConcern;
+//! repo.push(&item)
+//!     .write_concern(WriteConcern::majority())
+//!     .session(s)
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Every action takes `.session(&mut ClientSession)`: it then runs in the
+//! caller's session, and inside the caller's transaction when one is open.
+//! Inside a caller's transaction a pattern never retries on its own: a race
+//! it would have retried is returned with the driver's
+//! `TransientTransactionError` label, so that the caller's `and_run2` runs
+//! the whole transaction again (the server has aborted it anyway). Write
+//! and read concerns then come from the transaction, as the driver
+//! requires; the ones set on the action are not sent.
+//!
+//! [`Options`] set on a repository are its defaults; an action's setters
+//! override them field by field, and what neither sets comes from the
+//! `Database` (or the `Client`), as in the driver.
+
+// Used by every repository's actions; some helpers are not used by all.
+#![allow(dead_code, unused_macros, unused_imports)]
+
+use std::time::Duration;
+
+use mongodb::bson::{Bson, Document};
+use mongodb::options::{ReadConcern, SelectionCriteria, WriteConcern};
+use mongodb::ClientSession;
+
+use crate::error::{Error, Result};
+
+/// Options any operation may take. Set per operation with the action's
+/// setters, or on a repository as its defaults.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Options {
+    /// Write concern of every write the operation sends.
+    pub write_concern: Option<WriteConcern>,
+    /// Read concern of every read the operation sends.
+    pub read_concern: Option<ReadConcern>,
+    /// Where reads go (read preference).
+    pub selection_criteria: Option<SelectionCriteria>,
+    /// A comment attached to every command, for the profiler and logs.
+    pub comment: Option<Bson>,
+    /// The server-side time bound of each command (`maxTimeMS`).
+    pub max_time: Option<Duration>,
+}
+
+impl Options {
+    /// No options: everything comes from the repository or the database.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets [`Options::write_concern`].
+    pub fn write_concern(mut self, wc: WriteConcern) -> Self {
+        self.write_concern = Some(wc);
+        self
+    }
+
+    /// Sets [`Options::read_concern`].
+    pub fn read_concern(mut self, rc: ReadConcern) -> Self {
+        self.read_concern = Some(rc);
+        self
+    }
+
+    /// Sets [`Options::selection_criteria`].
+    pub fn selection_criteria(mut self, sc: impl Into<SelectionCriteria>) -> Self {
+        self.selection_criteria = Some(sc.into());
+        self
+    }
+
+    /// Sets [`Options::comment`].
+    pub fn comment(mut self, comment: impl Into<Bson>) -> Self {
+        self.comment = Some(comment.into());
+        self
+    }
+
+    /// Sets [`Options::max_time`].
+    pub fn max_time(mut self, max_time: Duration) -> Self {
+        self.max_time = Some(max_time);
+        self
+    }
+
+    /// `self`, with what it leaves unset taken from `defaults`.
+    pub fn or(&self, defaults: &Options) -> Options {
+        Options {
+            write_concern: self
+                .write_concern
+                .clone()
+                .or_else(|| defaults.write_concern.clone()),
+            read_concern: self
+                .read_concern
+                .clone()
+                .or_else(|| defaults.read_concern.clone()),
+            selection_criteria: self
+                .selection_criteria
+                .clone()
+                .or_else(|| defaults.selection_criteria.clone()),
+            comment: self.comment.clone().or_else(|| defaults.comment.clone()),
+            max_time: self.max_time.or(defaults.max_time),
+        }
+    }
+
+    /// True when nothing is set (the hot path: no driver options built).
+    pub fn is_empty(&self) -> bool {
+        self == &Options::default()
+    }
+
+    /// The options for a call inside a transaction: write and read
+    /// concern belong to the transaction there.
+    pub(crate) fn in_transaction(mut self) -> Options {
+        self.write_concern = None;
+        self.read_concern = None;
+        self
+    }
+
+    /// The driver's options struct `O` with these set, or `None` when
+    /// nothing applies (so the hot path builds nothing).
+    pub(crate) fn driver<O: DriverOptions>(&self) -> Option<O> {
+        if self.is_empty() {
+            return None;
+        }
+        let mut o = O::default();
+        o.apply(self);
+        Some(o)
+    }
+
+    /// Adds these options to a command sent with `run_command`, which
+    /// inherits nothing from the collection: `writeConcern` (the given
+    /// effective one, for a write), `readConcern`, `comment`, `maxTimeMS`.
+    pub(crate) fn command_fields(
+        &self,
+        command: &mut Document,
+        write_concern: Option<&WriteConcern>,
+        write: bool,
+    ) -> Result<()> {
+        if write {
+            if let Some(wc) = self.write_concern.as_ref().or(write_concern) {
+                command.insert("writeConcern", crate::compat::to_bson(wc)?);
+            }
+        } else if let Some(rc) = &self.read_concern {
+            command.insert("readConcern", crate::compat::to_bson(rc)?);
+        }
+        if let Some(c) = &self.comment {
+            command.insert("comment", c.clone());
+        }
+        if let Some(t) = self.max_time {
+            command.insert(
+                "maxTimeMS",
+                i64::try_from(t.as_millis()).unwrap_or(i64::MAX),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Driver option structs that [`Options`] fills in.
+pub(crate) trait DriverOptions: Default {
+    fn apply(&mut self, o: &Options);
+}
+
+macro_rules! driver_options {
+    ($($t:ident: $($field:ident),*;)*) => {$(
+        impl DriverOptions for mongodb::options::$t {
+            fn apply(&mut self, o: &Options) {
+                $(if o.$field.is_some() { self.$field = o.$field.clone(); })*
+            }
+        }
+    )*};
+}
+
+driver_options! {
+    FindOptions: comment, max_time, read_concern, selection_criteria;
+    FindOneOptions: comment, max_time, read_concern, selection_criteria;
+    AggregateOptions: comment, max_time, read_concern, selection_criteria, write_concern;
+    CountOptions: comment, max_time, read_concern, selection_criteria;
+    DistinctOptions: comment, max_time, read_concern, selection_criteria;
+    UpdateOptions: comment, write_concern;
+    ReplaceOptions: comment, write_concern;
+    DeleteOptions: comment, write_concern;
+    InsertOneOptions: comment, write_concern;
+    InsertManyOptions: comment, write_concern;
+    FindOneAndUpdateOptions: comment, max_time, write_concern;
+    FindOneAndReplaceOptions: comment, max_time, write_concern;
+    FindOneAndDeleteOptions: comment, max_time, write_concern;
+    CreateIndexOptions: comment, max_time, write_concern;
+}
+
+/// The setters every action has: `session` and the [`Options`] fields
+/// that apply to it (`write`, `read` or `both`). The action holds
+/// `options: Options` and `session: Option<&'a mut ClientSession>`.
+macro_rules! setters {
+    ($a:lifetime; write) => {
+        $crate::action::setters!(@session $a);
+        $crate::action::setters!(@common);
+        $crate::action::setters!(@write);
+    };
+    ($a:lifetime; read) => {
+        $crate::action::setters!(@session $a);
+        $crate::action::setters!(@common);
+        $crate::action::setters!(@read);
+    };
+    ($a:lifetime; both) => {
+        $crate::action::setters!(@session $a);
+        $crate::action::setters!(@common);
+        $crate::action::setters!(@write);
+        $crate::action::setters!(@read);
+    };
+    (@session $a:lifetime) => {
+        /// Runs in `session`, and in its transaction when one is open.
+        pub fn session(mut self, session: &$a mut mongodb::ClientSession) -> Self {
+            self.session = Some(session);
+            self
+        }
+    };
+    (@common) => {
+        /// A comment attached to every command this sends.
+        pub fn comment(mut self, comment: impl Into<mongodb::bson::Bson>) -> Self {
+            self.options.comment = Some(comment.into());
+            self
+        }
+
+        /// The server-side time bound of each command this sends.
+        pub fn max_time(mut self, max_time: std::time::Duration) -> Self {
+            self.options.max_time = Some(max_time);
+            self
+        }
+    };
+    (@write) => {
+        /// The write concern of the writes this sends (not sent inside a
+        /// transaction, whose own applies).
+        pub fn write_concern(mut self, wc: mongodb::options::WriteConcern) -> Self {
+            self.options.write_concern = Some(wc);
+            self
+        }
+    };
+    (@read) => {
+        /// The read concern of the reads this sends (not sent inside a
+        /// transaction, whose own applies).
+        pub fn read_concern(mut self, rc: mongodb::options::ReadConcern) -> Self {
+            self.options.read_concern = Some(rc);
+            self
+        }
+
+        /// Where the reads this sends go (read preference).
+        pub fn selection_criteria(
+            mut self,
+            sc: impl Into<mongodb::options::SelectionCriteria>,
+        ) -> Self {
+            self.options.selection_criteria = Some(sc.into());
+            self
+        }
+    };
+}
+pub(crate) use setters;
+
+/// Runs a driver action in `session` (an `Option<&mut ClientSession>`,
+/// e.g. `session.as_deref_mut()`) when there is one.
+macro_rules! run {
+    ($action:expr, $session:expr) => {
+        match $session {
+            Some(s) => $action.session(s).await,
+            None => $action.await,
+        }
+    };
+}
+pub(crate) use run;
+
+/// True when `session` has a transaction open. The driver does not say,
+/// so this asks it to start one: refused when one is in progress;
+/// otherwise started locally (nothing is sent) and aborted at once, which
+/// is also local.
+pub(crate) async fn in_transaction(session: &mut ClientSession) -> bool {
+    match session.start_transaction().await {
+        Ok(()) => {
+            let _ = session.abort_transaction().await;
+            false
+        }
+        Err(e) => {
+            matches!(&*e.kind, mongodb::error::ErrorKind::Transaction { message, .. }
+                if message.contains("already in progress"))
+        }
+    }
+}
+
+/// A race lost inside a caller's transaction: the server has aborted that
+/// transaction, so the error carries `TransientTransactionError` and the
+/// caller's `and_run2` runs it again.
+pub(crate) fn raced_in_transaction(e: mongodb::error::Error) -> Error {
+    Error::Raced(crate::error::with_transient_label(e))
+}
+
+/// The errors in a `run_command` write's reply, which `run_command`
+/// returns as a success: the first of `writeErrors`, else
+/// `writeConcernError`, as the driver's own error (code and labels kept).
+pub(crate) fn command_write_errors(reply: &Document) -> Result<()> {
+    use mongodb::error::{ErrorKind, WriteConcernError, WriteError, WriteFailure};
+    if let Ok(errors) = reply.get_array("writeErrors") {
+        if let Some(Bson::Document(first)) = errors.first() {
+            if let Ok(w) = crate::compat::from_document::<WriteError>(first.clone()) {
+                return Err(mongodb::error::Error::from(ErrorKind::Write(
+                    WriteFailure::WriteError(w),
+                ))
+                .into());
+            }
+        }
+    }
+    if let Ok(wce) = reply.get_document("writeConcernError") {
+        if let Ok(w) = crate::compat::from_document::<WriteConcernError>(wce.clone()) {
+            return Err(mongodb::error::Error::from(ErrorKind::Write(
+                WriteFailure::WriteConcernError(w),
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
