@@ -12,8 +12,8 @@
 
 use std::time::{Duration, Instant};
 
-use bson::oid::ObjectId;
-use bson::{doc, Bson, DateTime, Document, RawBsonRef, RawDocumentBuf};
+use mongodb::bson::oid::ObjectId;
+use mongodb::bson::{doc, Bson, DateTime, Document, RawBsonRef, RawDocumentBuf};
 use futures::TryStreamExt;
 
 use super::edit::with_op;
