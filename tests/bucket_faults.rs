@@ -484,8 +484,8 @@ async fn order_keeps_each_bucket_sorted_through_push_many_update_and_push() {
 
 /// Runs `f` cut at a delay from 0 to `max_us` microseconds; `Some` when it
 /// finished first.
-async fn cut<F: std::future::Future>(rng: &mut Lcg, max_us: u64, f: F) -> Option<F::Output> {
-    timeout(Duration::from_micros(rng.next(max_us)), f)
+async fn cut<F: std::future::IntoFuture>(rng: &mut Lcg, max_us: u64, f: F) -> Option<F::Output> {
+    timeout(Duration::from_micros(rng.next(max_us)), f.into_future())
         .await
         .ok()
 }

@@ -73,12 +73,16 @@ use mongodb::{Collection, Database, IndexModel};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::action::Options;
 use crate::error::{Error, Result};
 use crate::keyset::id_of;
 use crate::model::Model;
 
+mod act;
 mod edit;
 mod order;
+use act::Cx;
+pub use act::{FetchPage, ItemStream, Push, PushMany, Reindex, Remove, Total, Update};
 pub use edit::{FIELD_OPERATORS, LOGICAL_OPERATORS};
 
 /// Largest bucket `#[bucket(size = ...)]` accepts. Past it, documents grow
@@ -216,6 +220,8 @@ pub struct BucketPage<T> {
 /// The typed repository a `#[bucket]` model gets: see the module docs.
 #[derive(Debug)]
 pub struct Buckets<T> {
+    db: Database,
+    defaults: Arc<Options>,
     coll: Collection<Document>,
     raw: Collection<RawDocumentBuf>,
     locks: Collection<Document>,
@@ -227,6 +233,8 @@ pub struct Buckets<T> {
 impl<T> Clone for Buckets<T> {
     fn clone(&self) -> Self {
         Buckets {
+            db: self.db.clone(),
+            defaults: self.defaults.clone(),
             coll: self.coll.clone(),
             raw: self.raw.clone(),
             locks: self.locks.clone(),
@@ -263,12 +271,64 @@ impl<T: Bucketed> Buckets<T> {
     /// The repository for `T` in `db`.
     pub fn new(db: &Database) -> Self {
         Buckets {
+            db: db.clone(),
+            defaults: Arc::default(),
             coll: db.collection(T::COLLECTION),
             raw: db.collection(T::COLLECTION),
             locks: db.collection(&format!("{}.mp_locks", T::COLLECTION)),
             spec: T::BUCKET,
             heads: Arc::default(),
             _items: PhantomData,
+        }
+    }
+
+    /// The same repository with `options` as its defaults (an action's
+    /// setters override them; what neither sets comes from the
+    /// `Database`). Clones share them.
+    pub fn with_options(mut self, options: Options) -> Self {
+        self.defaults = Arc::new(options);
+        self
+    }
+
+    /// The same repository on collection `name` (its leases in
+    /// `<name>.mp_locks`), for one collection per tenant. It forgets the
+    /// open buckets it remembered, which belong to the other collection.
+    pub fn with_collection(mut self, name: &str) -> Self {
+        self.coll = self.db.collection(name);
+        self.raw = self.db.collection(name);
+        self.locks = self.db.collection(&format!("{name}.mp_locks"));
+        self.heads = Arc::default();
+        self
+    }
+
+    /// The collection the buckets are in, to run your own commands beside
+    /// the repository's.
+    pub fn collection(&self) -> &Collection<Document> {
+        &self.coll
+    }
+
+    /// This repository with its collections carrying the write concern,
+    /// read concern and read preference of `o`: for the operations that
+    /// are not on the hot path (removals, edits, late pushes, repairs),
+    /// whose every command then gets them.
+    fn scoped(&self, o: &Options) -> Buckets<T> {
+        if o.write_concern.is_none() && o.read_concern.is_none() && o.selection_criteria.is_none()
+        {
+            return self.clone();
+        }
+        let co = mongodb::options::CollectionOptions::builder()
+            .write_concern(o.write_concern.clone())
+            .read_concern(o.read_concern.clone())
+            .selection_criteria(o.selection_criteria.clone())
+            .build();
+        let name = self.coll.name();
+        Buckets {
+            coll: self.db.collection_with_options(name, co.clone()),
+            raw: self.db.collection_with_options(name, co.clone()),
+            locks: self
+                .db
+                .collection_with_options(self.locks.name(), co),
+            ..self.clone()
         }
     }
 
@@ -298,16 +358,8 @@ impl<T: Bucketed> Buckets<T> {
             .index(doc! {key: 1, "start": 1}, format!("mp_bucket_{key}_start"))]
     }
 
-    /// Appends `item` to its key's open bucket, opening the next bucket when
-    /// the open one is full.
-    ///
-    /// The repository remembers each key's open bucket, so a push is one
-    /// `updateOne` by `_id` (one round trip, the cheapest write there is).
-    /// Opening a bucket, once every `size` pushes, adds a read of the full
-    /// bucket by `_id` and an insert. A key this repository has not seen
-    /// starts at its first bucket (right at once for a new key) and moves on
-    /// to an indexed read of the newest. Clones share what it remembers.
-    pub async fn push(&self, item: &T) -> Result<()> {
+    /// [`Buckets::push`], in `cx`.
+    async fn push_in(&self, item: &T, cx: &mut Cx<'_>) -> Result<()> {
         let key = self.key_bson(item.bucket_key())?;
         let doc = self.item_doc(item)?;
         let len = item_len(&doc)?;
@@ -325,22 +377,23 @@ impl<T: Bucketed> Buckets<T> {
             let seq = known.unwrap_or(0);
             let result = match known {
                 None => self
-                    .open_next(&key, &Head::default(), vec![doc.clone()], len, op)
+                    .open_next(&key, &Head::default(), vec![doc.clone()], len, op, cx)
                     .await
                     .map(|s| s.is_some()),
                 Some(seq) => {
                     let mut filter = doc! {"_id": {"k": key.clone(), "s": seq}};
                     filter.extend(self.open_filter(&key, 1, len, op, v.as_ref()));
                     let update = match &v {
-                        Some(v) => self
-                            .coll
-                            .update_one(filter, self.insert_sorted(&doc, v, len, op)),
-                        None => self
-                            .coll
-                            .update_one(filter, self.append(vec![doc.clone()], len, op)),
+                        Some(v) => mongodb::options::UpdateModifications::from(
+                            self.insert_sorted(&doc, v, len, op),
+                        ),
+                        None => self.append(vec![doc.clone()], len, op).into(),
                     };
-                    update
-                        .await
+                    let update = self
+                        .coll
+                        .update_one(filter, update)
+                        .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>());
+                    crate::action::run!(update, cx.session.as_deref_mut())
                         .map(|r| r.matched_count == 1)
                         .map_err(Error::from)
                 }
@@ -351,8 +404,14 @@ impl<T: Bucketed> Buckets<T> {
                     return Ok(());
                 }
                 Ok(false) => {}
+                Err(e) if is_duplicate_key(&e) && cx.txn => return Err(raced(e)),
                 Err(e) if is_duplicate_key(&e) => {}
                 Err(e) => return Err(e),
+            }
+            if cx.txn && hops >= 3 {
+                // The bucket keeps changing under the transaction's
+                // snapshot: another writer's; the caller runs it again.
+                return Err(raced(contended("push")));
             }
             // Full, closed, or not there, late, or this very write applied
             // already (a retry by the driver found its id). A point read
@@ -362,21 +421,21 @@ impl<T: Bucketed> Buckets<T> {
             let head = if known.is_none() {
                 // The key has buckets this handle had not seen: go to its
                 // newest, by the index.
-                let head = self.head(&key, Some(op)).await?;
+                let head = self.head(&key, Some(op), cx).await?;
                 if head.mine {
                     self.remember(slot, head.seq);
                     return Ok(());
                 }
                 head
             } else {
-                let at = self.bucket(&key, seq, Some(op)).await?;
+                let at = self.bucket(&key, seq, Some(op), cx).await?;
                 if at.as_ref().is_some_and(|h| h.mine) {
                     self.remember(slot, seq);
                     return Ok(());
                 }
                 match at {
                     Some(h) if hops <= 2 => h,
-                    _ => self.head(&key, None).await?,
+                    _ => self.head(&key, None, cx).await?,
                 }
             };
             let late = |bound: &Option<Bson>| {
@@ -402,10 +461,14 @@ impl<T: Bucketed> Buckets<T> {
                 // Below what the last bucket holds: it goes into the bucket
                 // that covers it (an item in order never lands behind it).
                 // Another writer's copy of this push may have landed first.
-                return self.push_late(&key, doc.clone(), len, op).await;
+                cx.outside_transaction("a late push")?;
+                return self
+                    .scoped(&cx.opts)
+                    .push_late(&key, doc.clone(), len, op)
+                    .await;
             }
             match self
-                .open_next(&key, &head, vec![doc.clone()], len, op)
+                .open_next(&key, &head, vec![doc.clone()], len, op, cx)
                 .await
             {
                 Ok(Some(seq)) => {
@@ -413,6 +476,7 @@ impl<T: Bucketed> Buckets<T> {
                     return Ok(());
                 }
                 Ok(None) => {}
+                Err(e) if is_duplicate_key(&e) && cx.txn => return Err(raced(e)),
                 Err(e) if is_duplicate_key(&e) => {
                     // Another writer opened it first: append to theirs.
                     self.remember(slot.clone(), head.seq + 1);
@@ -444,11 +508,9 @@ impl<T: Bucketed> Buckets<T> {
         }
     }
 
-    /// Appends `items` (all of key `key`, in order): fills the open bucket,
-    /// then writes new full buckets with one `insertMany`. Two or three round
-    /// trips, however many items.
-    pub async fn push_many(&self, key: &T::Key, items: &[T]) -> Result<()> {
-        let key_b = self.key_bson(key)?;
+    /// [`Buckets::push_many`], in `cx`.
+    async fn push_many_in(&self, key_b: &Bson, items: &[T], cx: &mut Cx<'_>) -> Result<()> {
+        let key_b = key_b.clone();
         let mut docs = Vec::with_capacity(items.len());
         for item in items {
             if self.key_bson(item.bucket_key())? != key_b {
@@ -473,9 +535,12 @@ impl<T: Bucketed> Buckets<T> {
             if attempts > MAX_ATTEMPTS {
                 return Err(contended("push_many"));
             }
+            if cx.txn && attempts > 4 {
+                return Err(raced(contended("push_many")));
+            }
             let head = match known.take() {
                 Some(h) => h,
-                None => self.fresh_head(&key_b).await?,
+                None => self.fresh_head(&key_b, cx).await?,
             };
             // Items below what the last bucket holds are late: each goes
             // into the bucket that covers it (they come first, the batch
@@ -491,8 +556,11 @@ impl<T: Bucketed> Buckets<T> {
                 })
                 .count();
             if late > 0 {
+                cx.outside_transaction("a late push")?;
+                let scoped = self.scoped(&cx.opts);
                 for (d, len) in &rest[..late] {
-                    self.push_late(&key_b, d.clone(), *len, ObjectId::new())
+                    scoped
+                        .push_late(&key_b, d.clone(), *len, ObjectId::new())
                         .await?;
                 }
                 rest = &rest[late..];
@@ -513,15 +581,16 @@ impl<T: Bucketed> Buckets<T> {
                     let op = ObjectId::new();
                     filter.insert(OPS, doc! {"$ne": op});
                     let items = rest[..n].iter().map(|(d, _)| d.clone()).collect();
-                    let r = self
+                    let update = self
                         .coll
                         .update_one(filter, self.append(items, len, op))
-                        .await?;
+                        .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>());
+                    let r = crate::action::run!(update, cx.session.as_deref_mut())?;
                     // Not matched: changed by a concurrent push, or applied
                     // already and retried by the driver (its id is there).
                     let applied = r.matched_count == 1
                         || self
-                            .bucket(&key_b, head.seq, Some(op))
+                            .bucket(&key_b, head.seq, Some(op), cx)
                             .await?
                             .is_some_and(|h| h.mine);
                     if applied {
@@ -540,7 +609,7 @@ impl<T: Bucketed> Buckets<T> {
             }
             // The open bucket has no room for the next item: close it if
             // only bytes filled it, so that nothing lands behind the new ones.
-            if head.exists && !head.sealed && !self.seal_if_unchanged(&head).await? {
+            if head.exists && !head.sealed && !self.seal_if_unchanged(&head, cx).await? {
                 continue;
             }
             // New buckets for the rest, in one ordered insert.
@@ -581,7 +650,12 @@ impl<T: Bucketed> Buckets<T> {
                 start += n as i64;
             }
             let docs = buckets.iter().map(|(b, _)| b);
-            match self.coll.insert_many(docs).ordered(true).await {
+            let insert = self
+                .coll
+                .insert_many(docs)
+                .with_options(cx.opts.driver::<mongodb::options::InsertManyOptions>())
+                .ordered(true);
+            match crate::action::run!(insert, cx.session.as_deref_mut()) {
                 Ok(_) => {
                     rest = &[];
                     self.remember(key_slot(&key_b)?, seq - 1);
@@ -591,6 +665,9 @@ impl<T: Bucketed> Buckets<T> {
                     if !is_duplicate_key(&e) {
                         return Err(e);
                     }
+                    if cx.txn {
+                        return Err(raced(e));
+                    }
                     // Another writer opened the next bucket first, or the
                     // driver retried an insert that had gone in: the
                     // buckets carrying this insert's id are what went in (a
@@ -598,6 +675,7 @@ impl<T: Bucketed> Buckets<T> {
                     let mut mine = id_range(&key_b);
                     mine.insert(OPS, op);
                     let seqs: Vec<i64> = self
+                        .scoped(&cx.opts)
                         .raw
                         .find(mine)
                         .projection(doc! {"_id": 1})
@@ -627,24 +705,29 @@ impl<T: Bucketed> Buckets<T> {
         Ok(())
     }
 
-    /// Page `req.page` of `req.per_page` items of `key`. Oldest first it is
-    /// one aggregation (one round trip) that seeks by `start` to the buckets
-    /// the page overlaps and slices them on the server; newest first adds
-    /// one indexed read of the newest bucket, for the total.
-    pub async fn page(&self, key: &T::Key, req: PageRequest) -> Result<BucketPage<T>> {
+    /// [`Buckets::page`], in `cx`.
+    async fn page_in(
+        &self,
+        key_b: &Bson,
+        req: PageRequest,
+        cx: &mut Cx<'_>,
+    ) -> Result<BucketPage<T>> {
         req.check()?;
-        let key_b = self.key_bson(key)?;
+        let key_b = key_b.clone();
         // A read that meets a removal's mark recomputes `start` and reads
         // again, once: a page is never cut by stale positions.
-        let mut page = self.page_once(&key_b, req).await?;
+        let mut page = self.page_once(&key_b, req, cx).await?;
         if page.is_none() {
+            cx.outside_transaction("repairing positions a removal left")?;
             // Under the lease, no write can mark the key again before the
             // page is read.
-            page = self
-                .leased(&key_b, |_| async {
-                    self.finish_moves(&key_b).await?;
-                    self.reindex_now(&key_b, None).await?;
-                    self.page_once(&key_b, req).await
+            let scoped = self.scoped(&cx.opts);
+            let (scoped, key_b, cx) = (&scoped, &key_b, &mut *cx);
+            page = scoped
+                .leased(key_b, |_| async move {
+                    scoped.finish_moves(key_b).await?;
+                    scoped.reindex_now(key_b, None).await?;
+                    self.page_once(key_b, req, cx).await
                 })
                 .await?;
         }
@@ -656,19 +739,24 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// The page, or `None` if a bucket it read was marked stale.
-    async fn page_once(&self, key: &Bson, req: PageRequest) -> Result<Option<BucketPage<T>>> {
+    async fn page_once(
+        &self,
+        key: &Bson,
+        req: PageRequest,
+        cx: &mut Cx<'_>,
+    ) -> Result<Option<BucketPage<T>>> {
         let per = i64::from(req.per_page);
         let skip = (i64::from(req.page) - 1) * per;
         if !req.newest_first {
             // One more than the page, to know whether another follows.
-            let Some(mut items) = self.range(key, skip, per + 1).await? else {
+            let Some(mut items) = self.range(key, skip, per + 1, cx).await? else {
                 return Ok(None);
             };
             let has_more = items.len() as i64 > per;
             items.truncate(per as usize);
             return Ok(Some(BucketPage { items, has_more }));
         }
-        let head = self.head(key, None).await?;
+        let head = self.head(key, None, cx).await?;
         if head.stale {
             return Ok(None);
         }
@@ -680,7 +768,7 @@ impl<T: Bucketed> Buckets<T> {
             }));
         }
         let from = (end - per).max(0);
-        let Some(mut items) = self.range(key, from, end - from).await? else {
+        let Some(mut items) = self.range(key, from, end - from, cx).await? else {
             return Ok(None);
         };
         items.reverse();
@@ -690,38 +778,39 @@ impl<T: Bucketed> Buckets<T> {
         }))
     }
 
-    /// How many items `key` has: one indexed read of its newest bucket.
-    pub async fn total(&self, key: &T::Key) -> Result<u64> {
-        let key_b = self.key_bson(key)?;
-        Ok(self.fresh_head(&key_b).await?.total() as u64)
+    /// [`Buckets::total`], in `cx`.
+    async fn total_in(&self, key_b: &Bson, cx: &mut Cx<'_>) -> Result<u64> {
+        Ok(self.fresh_head(key_b, cx).await?.total() as u64)
     }
 
     /// The newest bucket, with `start` recomputed first if a removal left
     /// it stale.
-    async fn fresh_head(&self, key: &Bson) -> Result<Head> {
-        let head = self.head(key, None).await?;
+    async fn fresh_head(&self, key: &Bson, cx: &mut Cx<'_>) -> Result<Head> {
+        let head = self.head(key, None, cx).await?;
         if !head.stale {
             return Ok(head);
         }
-        self.leased(key, |_| async {
-            self.finish_moves(key).await?;
-            self.reindex_now(key, None).await?;
-            self.head(key, None).await
-        })
-        .await
+        cx.outside_transaction("repairing positions a removal left")?;
+        let scoped = self.scoped(&cx.opts);
+        let scoped = &scoped;
+        scoped
+            .leased(key, |_| async move {
+                scoped.finish_moves(key).await?;
+                scoped.reindex_now(key, None).await?;
+                self.head(key, None, cx).await
+            })
+            .await
     }
 
-    /// Every item of `key`, oldest first, from one cursor over its buckets.
-    /// It takes no lease: beside a late push that splits a bucket it can
-    /// miss or repeat the items being moved, which a page cannot.
-    pub fn stream(&self, key: &T::Key) -> BoxStream<'static, Result<T>> {
-        let this = self.clone();
-        let key_b = self.key_bson(key);
+    /// [`Buckets::stream`] with options `opts`.
+    fn stream_in(&self, key_b: Result<Bson>, opts: Options) -> BoxStream<'static, Result<T>> {
+        let this = self.scoped(&opts);
         futures::stream::once(async move {
             let key_b = key_b?;
             let cursor = this
                 .raw
                 .find(id_range(&key_b))
+                .with_options(opts.driver::<mongodb::options::FindOptions>())
                 .sort(doc! {"_id": 1})
                 .await?;
             let items = cursor.map_err(Error::from).map(move |bucket| {
@@ -740,18 +829,12 @@ impl<T: Bucketed> Buckets<T> {
         .boxed()
     }
 
-    /// Recomputes every bucket's `start` from the counts, in one aggregation
-    /// that writes back with `$merge`, after one read that refuses a key
-    /// with a damaged bucket (`Damaged`). `remove` calls it, and so does a
-    /// read that meets a removal's mark; call it yourself after editing
-    /// buckets by hand.
-    pub async fn reindex(&self, key: &T::Key) -> Result<()> {
-        let key_b = self.key_bson(key)?;
-        self.repair(&key_b).await
-    }
-
     /// The aggregation an oldest-first page sends.
-    pub fn page_pipeline(&self, key: &T::Key, req: PageRequest) -> Result<Vec<Document>> {
+    pub fn page_pipeline<Q>(&self, key: &Q, req: PageRequest) -> Result<Vec<Document>>
+    where
+        T::Key: std::borrow::Borrow<Q>,
+        Q: Serialize + ?Sized,
+    {
         req.check()?;
         let key_b = self.key_bson(key)?;
         let per = i64::from(req.per_page);
@@ -760,7 +843,7 @@ impl<T: Bucketed> Buckets<T> {
 
     // ---- internals ----
 
-    fn key_bson(&self, key: &T::Key) -> Result<Bson> {
+    fn key_bson<Q: Serialize + ?Sized>(&self, key: &Q) -> Result<Bson> {
         Ok(crate::compat::to_bson(key)?)
     }
 
@@ -893,8 +976,9 @@ impl<T: Bucketed> Buckets<T> {
         items: Vec<Document>,
         len: i64,
         op: ObjectId,
+        cx: &mut Cx<'_>,
     ) -> Result<Option<i64>> {
-        if head.exists && !head.sealed && !self.seal_if_unchanged(head).await? {
+        if head.exists && !head.sealed && !self.seal_if_unchanged(head, cx).await? {
             // It changed since it was read: the caller reads it again.
             return Ok(None);
         }
@@ -902,11 +986,14 @@ impl<T: Bucketed> Buckets<T> {
         // write that moves positions left stale.
         let fresh;
         let head = if head.stale {
-            fresh = self
-                .leased(key, |_| async {
-                    self.finish_moves(key).await?;
-                    self.reindex_now(key, None).await?;
-                    self.bucket(key, head.seq, None).await
+            cx.outside_transaction("repairing positions a removal left")?;
+            let scoped = self.scoped(&cx.opts);
+            let (scoped, cx) = (&scoped, &mut *cx);
+            fresh = scoped
+                .leased(key, |_| async move {
+                    scoped.finish_moves(key).await?;
+                    scoped.reindex_now(key, None).await?;
+                    self.bucket(key, head.seq, None, cx).await
                 })
                 .await?
                 .unwrap_or_else(|| head.clone());
@@ -936,20 +1023,24 @@ impl<T: Bucketed> Buckets<T> {
             // marked them has recomputed `start`.
             bucket.insert(STALE, true);
         }
-        self.coll.insert_one(bucket).await?;
+        let insert = self
+            .coll
+            .insert_one(bucket)
+            .with_options(cx.opts.driver::<mongodb::options::InsertOneOptions>());
+        crate::action::run!(insert, cx.session.as_deref_mut())?;
         Ok(Some(seq))
     }
 
     /// Seals `head` if it is still as read (count and mark), and says
     /// whether it is closed now; a full bucket needs no seal.
-    async fn seal_if_unchanged(&self, head: &Head) -> Result<bool> {
+    async fn seal_if_unchanged(&self, head: &Head, cx: &mut Cx<'_>) -> Result<bool> {
         if head.count < i64::from(self.spec.size) {
             let stale = if head.stale {
                 Bson::Boolean(true)
             } else {
                 Bson::Document(doc! {"$ne": true})
             };
-            let r = self
+            let update = self
                 .coll
                 .update_one(
                     doc! {
@@ -961,7 +1052,8 @@ impl<T: Bucketed> Buckets<T> {
                     },
                     doc! {"$set": {"sealed": true}},
                 )
-                .await?;
+                .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>());
+            let r = crate::action::run!(update, cx.session.as_deref_mut())?;
             return Ok(r.matched_count == 1);
         }
         Ok(true)
@@ -984,13 +1076,14 @@ impl<T: Bucketed> Buckets<T> {
 
     /// The key's newest bucket: an indexed read of the `_id` range.
     /// `mine` says whether write `op` is among its last writes.
-    async fn head(&self, key: &Bson, op: Option<ObjectId>) -> Result<Head> {
-        let found = self
+    async fn head(&self, key: &Bson, op: Option<ObjectId>, cx: &mut Cx<'_>) -> Result<Head> {
+        let find = self
             .raw
             .find_one(id_range(key))
+            .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
             .sort(doc! {"_id": -1})
-            .projection(self.head_projection(op))
-            .await?;
+            .projection(self.head_projection(op));
+        let found = crate::action::run!(find, cx.session.as_deref_mut())?;
         match found {
             Some(d) => self.head_of(&d),
             None => Ok(Head::default()),
@@ -1000,12 +1093,19 @@ impl<T: Bucketed> Buckets<T> {
     /// Bucket `seq` of `key`, by `_id`.
     /// Bucket `seq` of `key`, by `_id`; `mine` says whether write `op` is
     /// among the bucket's last writes.
-    async fn bucket(&self, key: &Bson, seq: i64, op: Option<ObjectId>) -> Result<Option<Head>> {
-        let found = self
+    async fn bucket(
+        &self,
+        key: &Bson,
+        seq: i64,
+        op: Option<ObjectId>,
+        cx: &mut Cx<'_>,
+    ) -> Result<Option<Head>> {
+        let find = self
             .raw
             .find_one(doc! {"_id": {"k": key.clone(), "s": seq}})
-            .projection(self.head_projection(op))
-            .await?;
+            .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
+            .projection(self.head_projection(op));
+        let found = crate::action::run!(find, cx.session.as_deref_mut())?;
         found.map(|d| self.head_of(&d)).transpose()
     }
 
@@ -1073,18 +1173,36 @@ impl<T: Bucketed> Buckets<T> {
 
     /// Items `[from, from + n)` of `key`, oldest first, in one aggregation;
     /// `None` if a bucket it read was marked stale.
-    async fn range(&self, key: &Bson, from: i64, n: i64) -> Result<Option<Vec<T>>> {
-        let mut cursor = self
+    async fn range(
+        &self,
+        key: &Bson,
+        from: i64,
+        n: i64,
+        cx: &mut Cx<'_>,
+    ) -> Result<Option<Vec<T>>> {
+        let agg = self
             .raw
             .aggregate(self.range_pipeline(key, from, n))
-            .with_type::<RawDocumentBuf>()
-            .await?;
+            .with_options(cx.opts.driver::<mongodb::options::AggregateOptions>())
+            .with_type::<RawDocumentBuf>();
+        // The page's one or two buckets, sliced.
+        let buckets: Vec<RawDocumentBuf> = match cx.session.as_deref_mut() {
+            Some(s) => {
+                let mut cursor = agg.session(&mut *s).await?;
+                let mut out = Vec::new();
+                while let Some(b) = cursor.next(&mut *s).await {
+                    out.push(b?);
+                }
+                out
+            }
+            None => agg.await?.try_collect().await?,
+        };
         let mut out = Vec::with_capacity(n.min(4096) as usize);
         // The server sliced each bucket to the range already. Every bucket
         // it sends is checked, even past the page's end: a damaged one in
         // the range makes the page an error, never a page with a hole.
         let mut stale = false;
-        while let Some(bucket) = cursor.try_next().await? {
+        for bucket in buckets {
             let len = raw_int(&bucket, LEN).ok();
             self.check(&bucket, len)?;
             stale |= is_stale(&bucket);
@@ -1309,6 +1427,16 @@ fn is_stale(d: &RawDocument) -> bool {
 
 fn is_duplicate_key(e: &Error) -> bool {
     matches!(e, Error::Database(e) if crate::error::server_codes(e).contains(&crate::error::code::DUPLICATE_KEY))
+}
+
+/// A race lost inside a caller's transaction, labelled for its `and_run2`.
+fn raced(e: Error) -> Error {
+    match e {
+        Error::Database(e) => crate::action::raced_in_transaction(e),
+        other => crate::action::raced_in_transaction(mongodb::error::Error::custom(
+            other.to_string(),
+        )),
+    }
 }
 
 fn contended(operation: &'static str) -> Error {

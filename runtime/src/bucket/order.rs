@@ -16,6 +16,7 @@ use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, DateTime, Document, RawBsonRef, RawDocumentBuf};
 use futures::TryStreamExt;
 
+use super::act::Cx;
 use super::edit::with_op;
 use super::{
     id_of, id_range, is_duplicate_key, Bucketed, Buckets, Head, MAX_ATTEMPTS, MAX_BUCKET_BYTES,
@@ -130,7 +131,7 @@ impl<T: Bucketed> Buckets<T> {
             self.coll
                 .update_many(mark.clone(), doc! {"$set": {STALE: true}})
                 .await?;
-            let head = self.head(key, None).await?;
+            let head = self.head(key, None, &mut Cx::plain()).await?;
             if !head.exists {
                 return Ok(());
             }
