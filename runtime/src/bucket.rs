@@ -312,8 +312,7 @@ impl<T: Bucketed> Buckets<T> {
     /// are not on the hot path (removals, edits, late pushes, repairs),
     /// whose every command then gets them.
     fn scoped(&self, o: &Options) -> Buckets<T> {
-        if o.write_concern.is_none() && o.read_concern.is_none() && o.selection_criteria.is_none()
-        {
+        if o.write_concern.is_none() && o.read_concern.is_none() && o.selection_criteria.is_none() {
             return self.clone();
         }
         let co = mongodb::options::CollectionOptions::builder()
@@ -325,9 +324,7 @@ impl<T: Bucketed> Buckets<T> {
         Buckets {
             coll: self.db.collection_with_options(name, co.clone()),
             raw: self.db.collection_with_options(name, co.clone()),
-            locks: self
-                .db
-                .collection_with_options(self.locks.name(), co),
+            locks: self.db.collection_with_options(self.locks.name(), co),
             ..self.clone()
         }
     }
@@ -373,7 +370,16 @@ impl<T: Bucketed> Buckets<T> {
             // new key that is the whole push. Writes to a bucket that exists
             // are updates whose filter refuses a damaged bucket; an upsert
             // cannot carry that filter, so none is sent.
-            let known = self.remembered(&slot);
+            let mut known = self.remembered(&slot);
+            if known.is_none() && cx.txn {
+                // In a caller's transaction a failed insert aborts it: an
+                // unseen key is read first rather than guessed new.
+                let head = self.head(&key, None, cx).await?;
+                if head.exists {
+                    self.remember(slot.clone(), head.seq);
+                    known = Some(head.seq);
+                }
+            }
             let seq = known.unwrap_or(0);
             let result = match known {
                 None => self
@@ -1433,9 +1439,9 @@ fn is_duplicate_key(e: &Error) -> bool {
 fn raced(e: Error) -> Error {
     match e {
         Error::Database(e) => crate::action::raced_in_transaction(e),
-        other => crate::action::raced_in_transaction(mongodb::error::Error::custom(
-            other.to_string(),
-        )),
+        other => {
+            crate::action::raced_in_transaction(mongodb::error::Error::custom(other.to_string()))
+        }
     }
 }
 

@@ -42,11 +42,7 @@ impl<'s> Cx<'s> {
         if txn {
             opts = opts.in_transaction();
         }
-        Cx {
-            opts,
-            session,
-            txn,
-        }
+        Cx { opts, session, txn }
     }
 
     /// No options, no session: for the internals of the operations that

@@ -12,9 +12,9 @@
 
 use std::time::{Duration, Instant};
 
+use futures::TryStreamExt;
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, DateTime, Document, RawBsonRef, RawDocumentBuf};
-use futures::TryStreamExt;
 
 use super::act::Cx;
 use super::edit::with_op;
