@@ -1159,7 +1159,7 @@ impl<T: Bucketed> Buckets<T> {
             d.get(f)
                 .ok()
                 .flatten()
-                .and_then(|v| Bson::try_from(v.to_raw_bson()).ok())
+                .and_then(|v| Bson::try_from(crate::compat::to_raw_bson(v)).ok())
         };
         Ok(Head {
             id: id_of(d),
