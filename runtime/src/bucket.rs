@@ -52,6 +52,18 @@
 //!   would do the same on servers that have them; the lease and marks work
 //!   on any server.
 //!
+//! Every operation that reads or writes returns an action ([`Push`],
+//! [`PushMany`], [`FetchPage`], [`Total`], [`Reindex`], [`Remove`],
+//! [`Update`]; [`ItemStream`] for `stream`), configured by setters
+//! (`session`, write/read concern, read preference, `comment`, `max_time`)
+//! and run by `.await`. Each operation's doc says which commands it sends
+//! and what it does in a caller's session and transaction: in-order pushes,
+//! pages, totals and updates join the transaction, and a race they would
+//! retry is handed back as transient; late pushes, removals and reindexing
+//! move positions under the key's lease, which a caller's transaction could
+//! not hold until it commits, so they are refused there. `page_pipeline`
+//! sends nothing and stays a plain method.
+//!
 //! When to choose a time-series collection instead: when items are
 //! measurements over time that you query by time range and aggregate, with
 //! no need for pages by position. MongoDB buckets those itself, compresses

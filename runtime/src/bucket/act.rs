@@ -1,9 +1,6 @@
 //! The repository's operations as actions: configured by setters, run by
-//! `.await`.
-//!
-//! `page_pipeline` stays a plain method: it computes a pipeline and sends
-//! nothing, so no option could apply. `ensure_indexes` and `declared` are
-//! model preparation, not operations.
+//! `.await`. `page_pipeline` stays a plain method: it sends nothing, so no
+//! option could apply; `declared` likewise.
 
 use std::future::IntoFuture;
 use std::pin::Pin;
