@@ -34,10 +34,35 @@
 //!   64): a write the driver retries after a lost reply finds its
 //!   id and is not applied twice.
 //! - A removal marks the key's buckets until it has recomputed `start`; a
-//!   read that meets the mark recomputes first, so a removal cut short by a
-//!   crash leaves no page wrong.
-//! - With `order`, items are sorted within each bucket; across buckets they
-//!   stay in arrival order, which is `order` when items arrive in order.
+//!   read that meets the mark recomputes first (under the key's lease), so
+//!   a removal cut short by a crash leaves no page wrong.
+//! - With `order`, pages follow it across all buckets, also for late items
+//!   (equal values in arrival order). A push not below the last bucket's
+//!   items is in order: one update that inserts it sorted, as before. A
+//!   late one goes into the bucket that covers its value, which may grow to
+//!   twice `size` before it is split; since that shifts the `start` of every
+//!   later bucket, it runs under the key's lease with the buckets it moves
+//!   marked, as a removal does. Why a lease: two writers recomputing
+//!   positions side by side could each clear the other's mark with
+//!   positions that miss the other's write. Splitting moves half the
+//!   items to the next bucket, or to a new one between (a fractional
+//!   `seq`: no renumbering, which would mean rewriting every later `_id`),
+//!   and sets them aside in the bucket they leave in the same write, so a
+//!   crash between the two writes loses and doubles nothing. Transactions
+//!   would do the same on servers that have them; the lease and marks work
+//!   on any server.
+//!
+//! Every operation that reads or writes returns an action ([`Push`],
+//! [`PushMany`], [`FetchPage`], [`Total`], [`Reindex`], [`Remove`],
+//! [`Update`]; [`ItemStream`] for `stream`), configured by setters
+//! (`session`, write/read concern, read preference, `comment`, `max_time`)
+//! and run by `.await`. Each operation's doc says which commands it sends
+//! and what it does in a caller's session and transaction: in-order pushes,
+//! pages, totals and updates join the transaction, and a race they would
+//! retry is handed back as transient; late pushes, removals and reindexing
+//! move positions under the key's lease, which a caller's transaction could
+//! not hold until it commits, so they are refused there. `page_pipeline`
+//! sends nothing and stays a plain method.
 //!
 //! When to choose a time-series collection instead: when items are
 //! measurements over time that you query by time range and aggregate, with
@@ -60,11 +85,16 @@ use mongodb::{Collection, Database, IndexModel};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::action::Options;
 use crate::error::{Error, Result};
 use crate::keyset::id_of;
 use crate::model::Model;
 
+mod act;
 mod edit;
+mod order;
+use act::Cx;
+pub use act::{FetchPage, ItemStream, Push, PushMany, Reindex, Remove, Total, Update};
 pub use edit::{FIELD_OPERATORS, LOGICAL_OPERATORS};
 
 /// Largest bucket `#[bucket(size = ...)]` accepts. Past it, documents grow
@@ -81,6 +111,10 @@ pub const MAX_BUCKET_BYTES: i64 = 16 * 1024 * 1024 - 64 * 1024;
 const LEN: &str = "mp_len";
 const TYPE: &str = "mp_type";
 const MINE: &str = "mp_mine";
+/// The order values of a bucket's first and last items, as reads compute
+/// them.
+const LO: &str = "mp_lo";
+const HI: &str = "mp_hi";
 /// Each bucket keeps the ids of the last writes that changed it, so that a
 /// write the driver retries after a lost reply (it does so once, for
 /// example across a server restart) is recognised and not applied twice.
@@ -198,8 +232,11 @@ pub struct BucketPage<T> {
 /// The typed repository a `#[bucket]` model gets: see the module docs.
 #[derive(Debug)]
 pub struct Buckets<T> {
+    db: Database,
+    defaults: Arc<Options>,
     coll: Collection<Document>,
     raw: Collection<RawDocumentBuf>,
+    locks: Collection<Document>,
     spec: BucketSpec,
     heads: Arc<Mutex<HashMap<Vec<u8>, i64>>>,
     _items: PhantomData<fn() -> T>,
@@ -208,8 +245,11 @@ pub struct Buckets<T> {
 impl<T> Clone for Buckets<T> {
     fn clone(&self) -> Self {
         Buckets {
+            db: self.db.clone(),
+            defaults: self.defaults.clone(),
             coll: self.coll.clone(),
             raw: self.raw.clone(),
+            locks: self.locks.clone(),
             spec: self.spec,
             heads: self.heads.clone(),
             _items: PhantomData,
@@ -218,8 +258,15 @@ impl<T> Clone for Buckets<T> {
 }
 
 /// The newest bucket of a key, as a push or a page needs it.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct Head {
+    /// The bucket's `_id`, and its `seq` as stored (a double between two
+    /// integers after a split); `seq` is its integer part.
+    id: Bson,
+    raw_seq: Bson,
+    /// The order values of its first and last items (its floor when empty).
+    lo: Option<Bson>,
+    hi: Option<Bson>,
     seq: i64,
     start: i64,
     count: i64,
@@ -236,11 +283,61 @@ impl<T: Bucketed> Buckets<T> {
     /// The repository for `T` in `db`.
     pub fn new(db: &Database) -> Self {
         Buckets {
+            db: db.clone(),
+            defaults: Arc::default(),
             coll: db.collection(T::COLLECTION),
             raw: db.collection(T::COLLECTION),
+            locks: db.collection(&format!("{}.mp_locks", T::COLLECTION)),
             spec: T::BUCKET,
             heads: Arc::default(),
             _items: PhantomData,
+        }
+    }
+
+    /// The same repository with `options` as its defaults (an action's
+    /// setters override them; what neither sets comes from the
+    /// `Database`). Clones share them.
+    pub fn with_options(mut self, options: Options) -> Self {
+        self.defaults = Arc::new(options);
+        self
+    }
+
+    /// The same repository on collection `name` (its leases in
+    /// `<name>.mp_locks`), for one collection per tenant. It forgets the
+    /// open buckets it remembered, which belong to the other collection.
+    pub fn with_collection(mut self, name: &str) -> Self {
+        self.coll = self.db.collection(name);
+        self.raw = self.db.collection(name);
+        self.locks = self.db.collection(&format!("{name}.mp_locks"));
+        self.heads = Arc::default();
+        self
+    }
+
+    /// The collection the buckets are in, to run your own commands beside
+    /// the repository's.
+    pub fn collection(&self) -> &Collection<Document> {
+        &self.coll
+    }
+
+    /// This repository with its collections carrying the write concern,
+    /// read concern and read preference of `o`: for the operations that
+    /// are not on the hot path (removals, edits, late pushes, repairs),
+    /// whose every command then gets them.
+    fn scoped(&self, o: &Options) -> Buckets<T> {
+        if o.write_concern.is_none() && o.read_concern.is_none() && o.selection_criteria.is_none() {
+            return self.clone();
+        }
+        let co = mongodb::options::CollectionOptions::builder()
+            .write_concern(o.write_concern.clone())
+            .read_concern(o.read_concern.clone())
+            .selection_criteria(o.selection_criteria.clone())
+            .build();
+        let name = self.coll.name();
+        Buckets {
+            coll: self.db.collection_with_options(name, co.clone()),
+            raw: self.db.collection_with_options(name, co.clone()),
+            locks: self.db.collection_with_options(self.locks.name(), co),
+            ..self.clone()
         }
     }
 
@@ -270,20 +367,13 @@ impl<T: Bucketed> Buckets<T> {
             .index(doc! {key: 1, "start": 1}, format!("mp_bucket_{key}_start"))]
     }
 
-    /// Appends `item` to its key's open bucket, opening the next bucket when
-    /// the open one is full.
-    ///
-    /// The repository remembers each key's open bucket, so a push is one
-    /// `updateOne` by `_id` (one round trip, the cheapest write there is).
-    /// Opening a bucket, once every `size` pushes, adds a read of the full
-    /// bucket by `_id` and an insert. A key this repository has not seen
-    /// starts at its first bucket (right at once for a new key) and moves on
-    /// to an indexed read of the newest. Clones share what it remembers.
-    pub async fn push(&self, item: &T) -> Result<()> {
+    /// [`Buckets::push`], in `cx`.
+    async fn push_in(&self, item: &T, cx: &mut Cx<'_>) -> Result<()> {
         let key = self.key_bson(item.bucket_key())?;
         let doc = self.item_doc(item)?;
         let len = item_len(&doc)?;
         let slot = key_slot(&key)?;
+        let v = self.order_of(&doc);
         // One id for every attempt: once one is applied, no other can be.
         let op = ObjectId::new();
         let mut hops = 0;
@@ -292,20 +382,36 @@ impl<T: Bucketed> Buckets<T> {
             // new key that is the whole push. Writes to a bucket that exists
             // are updates whose filter refuses a damaged bucket; an upsert
             // cannot carry that filter, so none is sent.
-            let known = self.remembered(&slot);
+            let mut known = self.remembered(&slot);
+            if known.is_none() && cx.txn {
+                // In a caller's transaction a failed insert aborts it: an
+                // unseen key is read first rather than guessed new.
+                let head = self.head(&key, None, cx).await?;
+                if head.exists {
+                    self.remember(slot.clone(), head.seq);
+                    known = Some(head.seq);
+                }
+            }
             let seq = known.unwrap_or(0);
             let result = match known {
                 None => self
-                    .open_next(&key, &Head::default(), vec![doc.clone()], len, op)
+                    .open_next(&key, &Head::default(), vec![doc.clone()], len, op, cx)
                     .await
-                    .map(|_| true),
+                    .map(|s| s.is_some()),
                 Some(seq) => {
                     let mut filter = doc! {"_id": {"k": key.clone(), "s": seq}};
-                    filter.extend(self.open_filter(&key, 1, len, op));
-                    let update = self.append(vec![doc.clone()], len, op);
-                    self.coll
+                    filter.extend(self.open_filter(&key, 1, len, op, v.as_ref()));
+                    let update = match &v {
+                        Some(v) => mongodb::options::UpdateModifications::from(
+                            self.insert_sorted(&doc, v, len, op),
+                        ),
+                        None => self.append(vec![doc.clone()], len, op).into(),
+                    };
+                    let update = self
+                        .coll
                         .update_one(filter, update)
-                        .await
+                        .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>());
+                    crate::action::run!(update, cx.session.as_deref_mut())
                         .map(|r| r.matched_count == 1)
                         .map_err(Error::from)
                 }
@@ -316,10 +422,16 @@ impl<T: Bucketed> Buckets<T> {
                     return Ok(());
                 }
                 Ok(false) => {}
+                Err(e) if is_duplicate_key(&e) && cx.txn => return Err(raced(e)),
                 Err(e) if is_duplicate_key(&e) => {}
                 Err(e) => return Err(e),
             }
-            // Full, closed, or not there, or this very write applied
+            if cx.txn && hops >= 3 {
+                // The bucket keeps changing under the transaction's
+                // snapshot: another writer's; the caller runs it again.
+                return Err(raced(contended("push")));
+            }
+            // Full, closed, or not there, late, or this very write applied
             // already (a retry by the driver found its id). A point read
             // says which; after a few hops forward, ask for the newest
             // bucket instead.
@@ -327,37 +439,62 @@ impl<T: Bucketed> Buckets<T> {
             let head = if known.is_none() {
                 // The key has buckets this handle had not seen: go to its
                 // newest, by the index.
-                let head = self.head(&key, Some(op)).await?;
+                let head = self.head(&key, Some(op), cx).await?;
                 if head.mine {
                     self.remember(slot, head.seq);
                     return Ok(());
                 }
                 head
             } else {
-                let at = self.bucket(&key, seq, Some(op)).await?;
-                if at.is_some_and(|h| h.mine) {
+                let at = self.bucket(&key, seq, Some(op), cx).await?;
+                if at.as_ref().is_some_and(|h| h.mine) {
                     self.remember(slot, seq);
                     return Ok(());
                 }
                 match at {
                     Some(h) if hops <= 2 => h,
-                    _ => self.head(&key, None).await?,
+                    _ => self.head(&key, None, cx).await?,
                 }
             };
-            if head.exists && !head.sealed && self.fits(&head, &[(Document::new(), len)]) == 1 {
+            let late = |bound: &Option<Bson>| {
+                v.as_ref()
+                    .is_some_and(|v| order_cmp(Some(v), bound.as_ref()) == std::cmp::Ordering::Less)
+            };
+            // An empty last bucket without a floor (a removal emptied it)
+            // says nothing of the values before it: the late path finds the
+            // bucket that covers the item among those with items.
+            let unbounded = v.is_some() && head.exists && head.count == 0 && head.hi.is_none();
+            if head.exists
+                && !head.sealed
+                && !unbounded
+                && !late(&head.lo)
+                && self.fits(&head, &[(Document::new(), len)]) == 1
+            {
                 // The bucket has room (another writer opened it, or this
                 // repository had not seen the key): append to it.
                 self.remember(slot.clone(), head.seq);
                 continue;
             }
+            if head.exists && (late(&head.hi) || unbounded) {
+                // Below what the last bucket holds: it goes into the bucket
+                // that covers it (an item in order never lands behind it).
+                // Another writer's copy of this push may have landed first.
+                cx.outside_transaction("a late push")?;
+                return self
+                    .scoped(&cx.opts)
+                    .push_late(&key, doc.clone(), len, op)
+                    .await;
+            }
             match self
-                .open_next(&key, &head, vec![doc.clone()], len, op)
+                .open_next(&key, &head, vec![doc.clone()], len, op, cx)
                 .await
             {
-                Ok(seq) => {
+                Ok(Some(seq)) => {
                     self.remember(slot, seq);
                     return Ok(());
                 }
+                Ok(None) => {}
+                Err(e) if is_duplicate_key(&e) && cx.txn => return Err(raced(e)),
                 Err(e) if is_duplicate_key(&e) => {
                     // Another writer opened it first: append to theirs.
                     self.remember(slot.clone(), head.seq + 1);
@@ -366,6 +503,14 @@ impl<T: Bucketed> Buckets<T> {
             }
         }
         Err(contended("push"))
+    }
+
+    /// An item's `order` value (null when it has none), if the model has
+    /// `order`.
+    fn order_of(&self, doc: &Document) -> Option<Bson> {
+        self.spec
+            .order
+            .map(|o| doc.get(o).cloned().unwrap_or(Bson::Null))
     }
 
     fn remembered(&self, slot: &[u8]) -> Option<i64> {
@@ -381,11 +526,9 @@ impl<T: Bucketed> Buckets<T> {
         }
     }
 
-    /// Appends `items` (all of key `key`, in order): fills the open bucket,
-    /// then writes new full buckets with one `insertMany`. Two or three round
-    /// trips, however many items.
-    pub async fn push_many(&self, key: &T::Key, items: &[T]) -> Result<()> {
-        let key_b = self.key_bson(key)?;
+    /// [`Buckets::push_many`], in `cx`.
+    async fn push_many_in(&self, key_b: &Bson, items: &[T], cx: &mut Cx<'_>) -> Result<()> {
+        let key_b = key_b.clone();
         let mut docs = Vec::with_capacity(items.len());
         for item in items {
             if self.key_bson(item.bucket_key())? != key_b {
@@ -410,10 +553,37 @@ impl<T: Bucketed> Buckets<T> {
             if attempts > MAX_ATTEMPTS {
                 return Err(contended("push_many"));
             }
+            if cx.txn && attempts > 4 {
+                return Err(raced(contended("push_many")));
+            }
             let head = match known.take() {
                 Some(h) => h,
-                None => self.fresh_head(&key_b).await?,
+                None => self.fresh_head(&key_b, cx).await?,
             };
+            // Items below what the last bucket holds are late: each goes
+            // into the bucket that covers it (they come first, the batch
+            // being sorted).
+            let late = rest
+                .iter()
+                .take_while(|(d, _)| {
+                    head.exists
+                        && self.order_of(d).is_some_and(|v| {
+                            (head.count == 0 && head.hi.is_none())
+                                || order_cmp(Some(&v), head.hi.as_ref()) == std::cmp::Ordering::Less
+                        })
+                })
+                .count();
+            if late > 0 {
+                cx.outside_transaction("a late push")?;
+                let scoped = self.scoped(&cx.opts);
+                for (d, len) in &rest[..late] {
+                    scoped
+                        .push_late(&key_b, d.clone(), *len, ObjectId::new())
+                        .await?;
+                }
+                rest = &rest[late..];
+                continue;
+            }
             // Fill what room the open bucket has, if it is open.
             if head.exists && !head.sealed {
                 let n = self.fits(&head, rest);
@@ -429,22 +599,25 @@ impl<T: Bucketed> Buckets<T> {
                     let op = ObjectId::new();
                     filter.insert(OPS, doc! {"$ne": op});
                     let items = rest[..n].iter().map(|(d, _)| d.clone()).collect();
-                    let r = self
+                    let update = self
                         .coll
                         .update_one(filter, self.append(items, len, op))
-                        .await?;
+                        .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>());
+                    let r = crate::action::run!(update, cx.session.as_deref_mut())?;
                     // Not matched: changed by a concurrent push, or applied
                     // already and retried by the driver (its id is there).
                     let applied = r.matched_count == 1
                         || self
-                            .bucket(&key_b, head.seq, Some(op))
+                            .bucket(&key_b, head.seq, Some(op), cx)
                             .await?
                             .is_some_and(|h| h.mine);
                     if applied {
+                        let hi = rest[n - 1].0.clone();
                         rest = &rest[n..];
                         known = Some(Head {
                             count: head.count + n as i64,
                             bytes: head.bytes + len,
+                            hi: self.order_of(&hi).or(head.hi.clone()),
                             ..head
                         });
                     }
@@ -454,8 +627,8 @@ impl<T: Bucketed> Buckets<T> {
             }
             // The open bucket has no room for the next item: close it if
             // only bytes filled it, so that nothing lands behind the new ones.
-            if head.exists && !head.sealed {
-                self.seal_if_unchanged(&key_b, &head).await?;
+            if head.exists && !head.sealed && !self.seal_if_unchanged(&head, cx).await? {
+                continue;
             }
             // New buckets for the rest, in one ordered insert.
             let (mut seq, mut start) = if head.exists {
@@ -474,6 +647,10 @@ impl<T: Bucketed> Buckets<T> {
                 b.insert("count", n as i64);
                 b.insert("bytes", chunk.iter().map(|(_, l)| l).sum::<i64>());
                 b.insert(OPS, vec![op]);
+                if head.stale {
+                    // Opened from a marked bucket: marked too.
+                    b.insert(STALE, true);
+                }
                 b.insert(
                     self.spec.items,
                     chunk
@@ -491,7 +668,12 @@ impl<T: Bucketed> Buckets<T> {
                 start += n as i64;
             }
             let docs = buckets.iter().map(|(b, _)| b);
-            match self.coll.insert_many(docs).ordered(true).await {
+            let insert = self
+                .coll
+                .insert_many(docs)
+                .with_options(cx.opts.driver::<mongodb::options::InsertManyOptions>())
+                .ordered(true);
+            match crate::action::run!(insert, cx.session.as_deref_mut()) {
                 Ok(_) => {
                     rest = &[];
                     self.remember(key_slot(&key_b)?, seq - 1);
@@ -501,6 +683,9 @@ impl<T: Bucketed> Buckets<T> {
                     if !is_duplicate_key(&e) {
                         return Err(e);
                     }
+                    if cx.txn {
+                        return Err(raced(e));
+                    }
                     // Another writer opened the next bucket first, or the
                     // driver retried an insert that had gone in: the
                     // buckets carrying this insert's id are what went in (a
@@ -508,6 +693,7 @@ impl<T: Bucketed> Buckets<T> {
                     let mut mine = id_range(&key_b);
                     mine.insert(OPS, op);
                     let seqs: Vec<i64> = self
+                        .scoped(&cx.opts)
                         .raw
                         .find(mine)
                         .projection(doc! {"_id": 1})
@@ -537,19 +723,31 @@ impl<T: Bucketed> Buckets<T> {
         Ok(())
     }
 
-    /// Page `req.page` of `req.per_page` items of `key`. Oldest first it is
-    /// one aggregation (one round trip) that seeks by `start` to the buckets
-    /// the page overlaps and slices them on the server; newest first adds
-    /// one indexed read of the newest bucket, for the total.
-    pub async fn page(&self, key: &T::Key, req: PageRequest) -> Result<BucketPage<T>> {
+    /// [`Buckets::page`], in `cx`.
+    async fn page_in(
+        &self,
+        key_b: &Bson,
+        req: PageRequest,
+        cx: &mut Cx<'_>,
+    ) -> Result<BucketPage<T>> {
         req.check()?;
-        let key_b = self.key_bson(key)?;
+        let key_b = key_b.clone();
         // A read that meets a removal's mark recomputes `start` and reads
         // again, once: a page is never cut by stale positions.
-        let mut page = self.page_once(&key_b, req).await?;
+        let mut page = self.page_once(&key_b, req, cx).await?;
         if page.is_none() {
-            self.reindex_bson(&key_b).await?;
-            page = self.page_once(&key_b, req).await?;
+            cx.outside_transaction("repairing positions a removal left")?;
+            // Under the lease, no write can mark the key again before the
+            // page is read.
+            let scoped = self.scoped(&cx.opts);
+            let (scoped, key_b, cx) = (&scoped, &key_b, &mut *cx);
+            page = scoped
+                .leased(key_b, |_| async move {
+                    scoped.finish_moves(key_b).await?;
+                    scoped.reindex_now(key_b, None).await?;
+                    self.page_once(key_b, req, cx).await
+                })
+                .await?;
         }
         // Marked again at once: a removal is running on this key.
         page.ok_or(Error::Contended {
@@ -559,19 +757,24 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// The page, or `None` if a bucket it read was marked stale.
-    async fn page_once(&self, key: &Bson, req: PageRequest) -> Result<Option<BucketPage<T>>> {
+    async fn page_once(
+        &self,
+        key: &Bson,
+        req: PageRequest,
+        cx: &mut Cx<'_>,
+    ) -> Result<Option<BucketPage<T>>> {
         let per = i64::from(req.per_page);
         let skip = (i64::from(req.page) - 1) * per;
         if !req.newest_first {
             // One more than the page, to know whether another follows.
-            let Some(mut items) = self.range(key, skip, per + 1).await? else {
+            let Some(mut items) = self.range(key, skip, per + 1, cx).await? else {
                 return Ok(None);
             };
             let has_more = items.len() as i64 > per;
             items.truncate(per as usize);
             return Ok(Some(BucketPage { items, has_more }));
         }
-        let head = self.head(key, None).await?;
+        let head = self.head(key, None, cx).await?;
         if head.stale {
             return Ok(None);
         }
@@ -583,7 +786,7 @@ impl<T: Bucketed> Buckets<T> {
             }));
         }
         let from = (end - per).max(0);
-        let Some(mut items) = self.range(key, from, end - from).await? else {
+        let Some(mut items) = self.range(key, from, end - from, cx).await? else {
             return Ok(None);
         };
         items.reverse();
@@ -593,32 +796,39 @@ impl<T: Bucketed> Buckets<T> {
         }))
     }
 
-    /// How many items `key` has: one indexed read of its newest bucket.
-    pub async fn total(&self, key: &T::Key) -> Result<u64> {
-        let key_b = self.key_bson(key)?;
-        Ok(self.fresh_head(&key_b).await?.total() as u64)
+    /// [`Buckets::total`], in `cx`.
+    async fn total_in(&self, key_b: &Bson, cx: &mut Cx<'_>) -> Result<u64> {
+        Ok(self.fresh_head(key_b, cx).await?.total() as u64)
     }
 
     /// The newest bucket, with `start` recomputed first if a removal left
     /// it stale.
-    async fn fresh_head(&self, key: &Bson) -> Result<Head> {
-        let head = self.head(key, None).await?;
+    async fn fresh_head(&self, key: &Bson, cx: &mut Cx<'_>) -> Result<Head> {
+        let head = self.head(key, None, cx).await?;
         if !head.stale {
             return Ok(head);
         }
-        self.reindex_bson(key).await?;
-        self.head(key, None).await
+        cx.outside_transaction("repairing positions a removal left")?;
+        let scoped = self.scoped(&cx.opts);
+        let scoped = &scoped;
+        scoped
+            .leased(key, |_| async move {
+                scoped.finish_moves(key).await?;
+                scoped.reindex_now(key, None).await?;
+                self.head(key, None, cx).await
+            })
+            .await
     }
 
-    /// Every item of `key`, oldest first, from one cursor over its buckets.
-    pub fn stream(&self, key: &T::Key) -> BoxStream<'static, Result<T>> {
-        let this = self.clone();
-        let key_b = self.key_bson(key);
+    /// [`Buckets::stream`] with options `opts`.
+    fn stream_in(&self, key_b: Result<Bson>, opts: Options) -> BoxStream<'static, Result<T>> {
+        let this = self.scoped(&opts);
         futures::stream::once(async move {
             let key_b = key_b?;
             let cursor = this
                 .raw
                 .find(id_range(&key_b))
+                .with_options(opts.driver::<mongodb::options::FindOptions>())
                 .sort(doc! {"_id": 1})
                 .await?;
             let items = cursor.map_err(Error::from).map(move |bucket| {
@@ -637,18 +847,12 @@ impl<T: Bucketed> Buckets<T> {
         .boxed()
     }
 
-    /// Recomputes every bucket's `start` from the counts, in one aggregation
-    /// that writes back with `$merge`, after one read that refuses a key
-    /// with a damaged bucket (`Damaged`). `remove` calls it, and so does a
-    /// read that meets a removal's mark; call it yourself after editing
-    /// buckets by hand.
-    pub async fn reindex(&self, key: &T::Key) -> Result<()> {
-        let key_b = self.key_bson(key)?;
-        self.reindex_bson(&key_b).await
-    }
-
     /// The aggregation an oldest-first page sends.
-    pub fn page_pipeline(&self, key: &T::Key, req: PageRequest) -> Result<Vec<Document>> {
+    pub fn page_pipeline<Q>(&self, key: &Q, req: PageRequest) -> Result<Vec<Document>>
+    where
+        T::Key: std::borrow::Borrow<Q>,
+        Q: Serialize + ?Sized,
+    {
         req.check()?;
         let key_b = self.key_bson(key)?;
         let per = i64::from(req.per_page);
@@ -657,7 +861,7 @@ impl<T: Bucketed> Buckets<T> {
 
     // ---- internals ----
 
-    fn key_bson(&self, key: &T::Key) -> Result<Bson> {
+    fn key_bson<Q: Serialize + ?Sized>(&self, key: &Q) -> Result<Bson> {
         Ok(crate::compat::to_bson(key)?)
     }
 
@@ -669,14 +873,27 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// The open bucket of `key` with room for `n` more items of `len` bytes.
-    fn open_filter(&self, key: &Bson, n: i64, len: i64, op: ObjectId) -> Document {
+    /// With `v`, only if its lowest item is not above `v`: a lower value
+    /// is late, and belongs in an earlier bucket.
+    fn open_filter(
+        &self,
+        key: &Bson,
+        n: i64,
+        len: i64,
+        op: ObjectId,
+        v: Option<&Bson>,
+    ) -> Document {
+        let expr = match v {
+            Some(v) => doc! {"$and": [self.sound(), {"$lte": [self.lo_expr(), {"$literal": v}]}]},
+            None => self.sound(),
+        };
         doc! {
             OPS: {"$ne": op},
             self.spec.key: key.clone(),
             "sealed": Bson::Null,
             "count": {"$lte": i64::from(self.spec.size) - n},
             "bytes": {"$lte": MAX_BUCKET_BYTES - len},
-            "$expr": self.sound(),
+            "$expr": expr,
         }
     }
 
@@ -690,7 +907,7 @@ impl<T: Bucketed> Buckets<T> {
         doc! {"$and": [
             &is_array,
             {"$eq": [{"$size": {"$cond": [&is_array, &items, []]}}, "$count"]},
-            {"$lte": ["$count", i64::from(self.spec.size)]},
+            {"$lte": ["$count", self.cap()]},
             {"$isNumber": "$start"},
         ]}
     }
@@ -729,10 +946,10 @@ impl<T: Bucketed> Buckets<T> {
                 format!("is {count}, but the array holds {len} items"),
             ));
         }
-        if count > i64::from(self.spec.size) {
+        if count > self.cap() {
             return Err(damaged(
                 "count",
-                format!("is {count}, over the bucket size {}", self.spec.size),
+                format!("is {count}, over the bucket's limit {}", self.cap()),
             ));
         }
         let start = raw_int(d, "start")
@@ -745,10 +962,10 @@ impl<T: Bucketed> Buckets<T> {
 
     fn append(&self, items: Vec<Document>, len: i64, op: ObjectId) -> Document {
         let n = items.len() as i64;
-        let mut each = doc! {"$each": items};
-        if let Some(order) = self.spec.order {
-            each.insert("$sort", doc! {order: 1});
-        }
+        // With `order`, callers append only items not below the bucket's
+        // last (and sorted): the array stays sorted, and equal values keep
+        // their arrival order.
+        let each = doc! {"$each": items};
         doc! {
             "$push": {
                 self.spec.items: each,
@@ -777,21 +994,38 @@ impl<T: Bucketed> Buckets<T> {
         items: Vec<Document>,
         len: i64,
         op: ObjectId,
-    ) -> Result<i64> {
-        if head.exists && !head.sealed {
-            // Full by bytes: make sure nothing else is appended to it.
-            self.seal_if_unchanged(key, head).await?;
+        cx: &mut Cx<'_>,
+    ) -> Result<Option<i64>> {
+        if head.exists && !head.sealed && !self.seal_if_unchanged(head, cx).await? {
+            // It changed since it was read: the caller reads it again.
+            return Ok(None);
         }
         // The new bucket's `start` comes from the head's: never from one a
-        // removal left stale.
+        // write that moves positions left stale.
         let fresh;
         let head = if head.stale {
-            self.reindex_bson(key).await?;
-            fresh = self.bucket(key, head.seq, None).await?.unwrap_or(*head);
+            cx.outside_transaction("repairing positions a removal left")?;
+            let scoped = self.scoped(&cx.opts);
+            let (scoped, cx) = (&scoped, &mut *cx);
+            fresh = scoped
+                .leased(key, |_| async move {
+                    scoped.finish_moves(key).await?;
+                    scoped.reindex_now(key, None).await?;
+                    self.bucket(key, head.seq, None, cx).await
+                })
+                .await?
+                .unwrap_or_else(|| head.clone());
             &fresh
         } else {
             head
         };
+        if let (Some(first), true) = (items.first(), head.exists) {
+            let v = self.order_of(first);
+            if v.is_some() && order_cmp(v.as_ref(), head.hi.as_ref()) == std::cmp::Ordering::Less {
+                // A split or a late item changed it: decide again.
+                return Ok(None);
+            }
+        }
         let (seq, start) = if head.exists {
             (head.seq + 1, head.total())
         } else {
@@ -802,27 +1036,45 @@ impl<T: Bucketed> Buckets<T> {
         bucket.insert("bytes", len);
         bucket.insert(self.spec.items, items);
         bucket.insert(OPS, vec![op]);
-        self.coll.insert_one(bucket).await?;
-        Ok(seq)
+        if head.stale {
+            // Opened from a marked bucket: marked too, until the write that
+            // marked them has recomputed `start`.
+            bucket.insert(STALE, true);
+        }
+        let insert = self
+            .coll
+            .insert_one(bucket)
+            .with_options(cx.opts.driver::<mongodb::options::InsertOneOptions>());
+        crate::action::run!(insert, cx.session.as_deref_mut())?;
+        Ok(Some(seq))
     }
 
-    /// Seals `head` if it is still as read; a concurrent push that made it
-    /// change is fine either way (the caller retries).
-    async fn seal_if_unchanged(&self, key: &Bson, head: &Head) -> Result<()> {
+    /// Seals `head` if it is still as read (count and mark), and says
+    /// whether it is closed now; a full bucket needs no seal.
+    async fn seal_if_unchanged(&self, head: &Head, cx: &mut Cx<'_>) -> Result<bool> {
         if head.count < i64::from(self.spec.size) {
-            self.coll
+            let stale = if head.stale {
+                Bson::Boolean(true)
+            } else {
+                Bson::Document(doc! {"$ne": true})
+            };
+            let update = self
+                .coll
                 .update_one(
                     doc! {
-                        "_id": {"k": key.clone(), "s": head.seq},
+                        "_id": head.id.clone(),
                         "count": head.count,
                         "sealed": Bson::Null,
+                        STALE: stale,
                         "$expr": self.sound(),
                     },
                     doc! {"$set": {"sealed": true}},
                 )
-                .await?;
+                .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>());
+            let r = crate::action::run!(update, cx.session.as_deref_mut())?;
+            return Ok(r.matched_count == 1);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// How many of `items` fit in `head`.
@@ -842,13 +1094,14 @@ impl<T: Bucketed> Buckets<T> {
 
     /// The key's newest bucket: an indexed read of the `_id` range.
     /// `mine` says whether write `op` is among its last writes.
-    async fn head(&self, key: &Bson, op: Option<ObjectId>) -> Result<Head> {
-        let found = self
+    async fn head(&self, key: &Bson, op: Option<ObjectId>, cx: &mut Cx<'_>) -> Result<Head> {
+        let find = self
             .raw
             .find_one(id_range(key))
+            .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
             .sort(doc! {"_id": -1})
-            .projection(self.head_projection(op))
-            .await?;
+            .projection(self.head_projection(op));
+        let found = crate::action::run!(find, cx.session.as_deref_mut())?;
         match found {
             Some(d) => self.head_of(&d),
             None => Ok(Head::default()),
@@ -858,12 +1111,19 @@ impl<T: Bucketed> Buckets<T> {
     /// Bucket `seq` of `key`, by `_id`.
     /// Bucket `seq` of `key`, by `_id`; `mine` says whether write `op` is
     /// among the bucket's last writes.
-    async fn bucket(&self, key: &Bson, seq: i64, op: Option<ObjectId>) -> Result<Option<Head>> {
-        let found = self
+    async fn bucket(
+        &self,
+        key: &Bson,
+        seq: i64,
+        op: Option<ObjectId>,
+        cx: &mut Cx<'_>,
+    ) -> Result<Option<Head>> {
+        let find = self
             .raw
             .find_one(doc! {"_id": {"k": key.clone(), "s": seq}})
-            .projection(self.head_projection(op))
-            .await?;
+            .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
+            .projection(self.head_projection(op));
+        let found = crate::action::run!(find, cx.session.as_deref_mut())?;
         found.map(|d| self.head_of(&d)).transpose()
     }
 
@@ -873,6 +1133,10 @@ impl<T: Bucketed> Buckets<T> {
             LEN: self.len_expr(),
             TYPE: {"$type": format!("${}", self.spec.items)},
         };
+        if self.spec.order.is_some() {
+            p.insert(LO, self.lo_expr());
+            p.insert(HI, self.hi_expr());
+        }
         if let Some(op) = op {
             let ops = format!("${OPS}");
             p.insert(
@@ -885,7 +1149,12 @@ impl<T: Bucketed> Buckets<T> {
 
     fn head_of(&self, d: &RawDocument) -> Result<Head> {
         let seq = match d.get("_id") {
-            Ok(Some(RawBsonRef::Document(id))) => raw_int(id, "s").ok(),
+            Ok(Some(RawBsonRef::Document(id))) => match id.get("s") {
+                Ok(Some(RawBsonRef::Double(v))) if v.is_finite() && v.abs() < 9.0e15 => {
+                    Some((v.floor() as i64, Bson::Double(v)))
+                }
+                _ => raw_int(id, "s").ok().map(|s| (s, Bson::Int64(s))),
+            },
             _ => None,
         }
         .ok_or_else(|| {
@@ -898,8 +1167,18 @@ impl<T: Bucketed> Buckets<T> {
         })?;
         let len = raw_int(d, LEN).ok();
         let (start, count) = self.check(d, len)?;
+        let value = |f: &str| {
+            d.get(f)
+                .ok()
+                .flatten()
+                .and_then(|v| Bson::try_from(crate::compat::to_raw_bson(v)).ok())
+        };
         Ok(Head {
-            seq,
+            id: id_of(d),
+            raw_seq: seq.1,
+            lo: value(LO),
+            hi: value(HI),
+            seq: seq.0,
             start,
             count,
             bytes: raw_int(d, "bytes").unwrap_or(0),
@@ -912,18 +1191,36 @@ impl<T: Bucketed> Buckets<T> {
 
     /// Items `[from, from + n)` of `key`, oldest first, in one aggregation;
     /// `None` if a bucket it read was marked stale.
-    async fn range(&self, key: &Bson, from: i64, n: i64) -> Result<Option<Vec<T>>> {
-        let mut cursor = self
+    async fn range(
+        &self,
+        key: &Bson,
+        from: i64,
+        n: i64,
+        cx: &mut Cx<'_>,
+    ) -> Result<Option<Vec<T>>> {
+        let agg = self
             .raw
             .aggregate(self.range_pipeline(key, from, n))
-            .with_type::<RawDocumentBuf>()
-            .await?;
+            .with_options(cx.opts.driver::<mongodb::options::AggregateOptions>())
+            .with_type::<RawDocumentBuf>();
+        // The page's one or two buckets, sliced.
+        let buckets: Vec<RawDocumentBuf> = match cx.session.as_deref_mut() {
+            Some(s) => {
+                let mut cursor = agg.session(&mut *s).await?;
+                let mut out = Vec::new();
+                while let Some(b) = cursor.next(&mut *s).await {
+                    out.push(b?);
+                }
+                out
+            }
+            None => agg.await?.try_collect().await?,
+        };
         let mut out = Vec::with_capacity(n.min(4096) as usize);
         // The server sliced each bucket to the range already. Every bucket
         // it sends is checked, even past the page's end: a damaged one in
         // the range makes the page an error, never a page with a hole.
         let mut stale = false;
-        while let Some(bucket) = cursor.try_next().await? {
+        for bucket in buckets {
             let len = raw_int(&bucket, LEN).ok();
             self.check(&bucket, len)?;
             stale |= is_stale(&bucket);
@@ -936,10 +1233,10 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     fn range_pipeline(&self, key: &Bson, from: i64, n: i64) -> Vec<Document> {
-        let size = i64::from(self.spec.size);
+        let size = self.cap();
         let items = format!("${}", self.spec.items);
         vec![
-            // A bucket holds at most `size` items, so only buckets starting
+            // A bucket holds at most `cap` items, so only buckets starting
             // in (from - size, from + n) can overlap: an index seek.
             // A bucket whose `start` is not a number is sent too (its index
             // keys sort apart from numbers), to be reported as damaged.
@@ -1018,14 +1315,21 @@ impl<T: Bucketed> Buckets<T> {
 
     /// Refuses a key with a damaged bucket first: positions summed from a
     /// damaged count would be wrong for every later bucket.
-    async fn reindex_bson(&self, key: &Bson) -> Result<()> {
+    /// With `from`, writes only the buckets from that `_id` on (the others'
+    /// positions did not change).
+    async fn reindex_now(&self, key: &Bson, from: Option<&Bson>) -> Result<()> {
         self.refuse_damaged(key).await?;
-        let pipeline = vec![
+        let mut pipeline = vec![
             doc! {"$match": id_range(key)},
             doc! {"$setWindowFields": {
                 "sortBy": {"_id": 1},
                 "output": {"start": {"$sum": "$count", "window": {"documents": ["unbounded", -1]}}},
             }},
+        ];
+        if let Some(from) = from {
+            pipeline.push(doc! {"$match": {"_id": {"$gte": from.clone()}}});
+        }
+        pipeline.extend([
             // Clears a removal's mark: positions are right again.
             doc! {"$project": {"start": 1, STALE: {"$literal": false}}},
             doc! {"$merge": {
@@ -1034,7 +1338,7 @@ impl<T: Bucketed> Buckets<T> {
                 "whenMatched": "merge",
                 "whenNotMatched": "discard",
             }},
-        ];
+        ]);
         self.coll
             .aggregate(pipeline)
             .await?
@@ -1141,6 +1445,16 @@ fn is_stale(d: &RawDocument) -> bool {
 
 fn is_duplicate_key(e: &Error) -> bool {
     matches!(e, Error::Database(e) if crate::error::server_codes(e).contains(&crate::error::code::DUPLICATE_KEY))
+}
+
+/// A race lost inside a caller's transaction, labelled for its `and_run2`.
+fn raced(e: Error) -> Error {
+    match e {
+        Error::Database(e) => crate::action::raced_in_transaction(e),
+        other => {
+            crate::action::raced_in_transaction(mongodb::error::Error::custom(other.to_string()))
+        }
+    }
 }
 
 fn contended(operation: &'static str) -> Error {

@@ -14,36 +14,17 @@ use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::options::ReturnDocument;
 
+use super::act::Cx;
 use super::{
-    id_range, item_len, raw_int, Bucketed, Buckets, LEN, MAX_ATTEMPTS, OPS, OPS_KEPT, STALE, TYPE,
+    id_range, item_len, raw_int, Bucketed, Buckets, LEN, MAX_ATTEMPTS, OPS, OPS_KEPT, TYPE,
 };
 use crate::error::{Error, Result};
 use crate::keyset::id_of;
 
 impl<T: Bucketed> Buckets<T> {
-    /// Removes the items of `key` that match `matching`, and returns how
-    /// many items it removed.
-    ///
-    /// `matching` is a filter on item fields: `doc! {"ticker": "MDB"}`, or
-    /// with the operators in [`FIELD_OPERATORS`] combined by those in
-    /// [`LOGICAL_OPERATORS`], as in `doc! {"qty": {"$gt": 2}}`. They mean
-    /// what they mean in a query (numbers compare across types, a range
-    /// compares only values of the same type, `null` matches a missing
-    /// field), except that a field holding an array is compared as a whole.
-    /// Any other operator is refused with `InvalidArgument` before anything
-    /// is sent. Values are literals: a string such as `"$x"` is compared,
-    /// never read as a field path.
-    ///
-    /// One aggregation finds the buckets with matching items (and any
-    /// damaged bucket of the key, which makes the call fail before it
-    /// writes); each of them is then rewritten by `_id` in one pipeline
-    /// update that filters the array, fixes `count` and closes the bucket
-    /// (so no push fills the gap out of order); one aggregation then
-    /// recomputes every bucket's `start`, so pages stay exact. The work runs
-    /// as a task of its own: a caller that stops waiting does not cut it
-    /// between buckets (it finishes, and its count is lost with the call).
-    pub async fn remove(&self, key: &T::Key, matching: Document) -> Result<u64> {
-        let key_b = self.key_bson(key)?;
+    /// [`Buckets::remove`]: as a task of its own, so that a caller that
+    /// stops waiting does not cut it between buckets.
+    pub(super) async fn remove_spawned(&self, key_b: Bson, matching: Document) -> Result<u64> {
         let cond = item_cond(&matching, (self.spec.key, &key_b))?;
         let this = self.clone();
         match tokio::spawn(async move { this.remove_now(&key_b, &cond).await }).await {
@@ -56,7 +37,19 @@ impl<T: Bucketed> Buckets<T> {
         }
     }
 
+    /// Under the key's lease: no other write that moves positions runs
+    /// beside it.
     async fn remove_now(&self, key: &Bson, cond: &Document) -> Result<u64> {
+        self.leased(key, |taken_over| async move {
+            if taken_over {
+                self.finish_moves(key).await?;
+            }
+            self.remove_leased(key, cond).await
+        })
+        .await
+    }
+
+    async fn remove_leased(&self, key: &Bson, cond: &Document) -> Result<u64> {
         let items = format!("${}", self.spec.items);
         let sound = self.sound();
         let hits = doc! {"$size": {"$filter": {"input": &items, "cond": cond}}};
@@ -106,11 +99,9 @@ impl<T: Bucketed> Buckets<T> {
             // Positions after the first changed bucket go stale until the
             // recomputation below: mark the key's buckets, so that a read
             // meeting them (after a crash cut this short) recomputes first.
-            let mut mark = id_range(key);
-            mark.insert("$expr", &sound);
-            self.coll
-                .update_many(mark, doc! {"$set": {STALE: true}})
-                .await?;
+            if !marked {
+                self.mark(key, None).await?;
+            }
             marked = true;
             let mut all = true;
             for b in &found {
@@ -145,7 +136,7 @@ impl<T: Bucketed> Buckets<T> {
             }
         }
         if marked {
-            self.reindex_bson(key).await?;
+            self.reindex_now(key, None).await?;
         }
         if !done {
             return Err(Error::Contended {
@@ -156,17 +147,15 @@ impl<T: Bucketed> Buckets<T> {
         Ok(removed)
     }
 
-    /// Replaces the first item of `key` that matches `matching` (a filter as
-    /// [`Buckets::remove`] takes) with `item`, in its bucket, and returns
-    /// whether one matched. Without `order` the item keeps its position;
-    /// with `order` the bucket is sorted again in the same write, so an
-    /// item whose order field changed moves within its bucket (never to
-    /// another bucket). One `findAndModify`; when nothing matched, two
-    /// reads more: one for this write's id (a retry by the driver after a
-    /// lost reply finds the write applied), one that reports a damaged
-    /// bucket of the key rather than `false`.
-    pub async fn update(&self, key: &T::Key, matching: Document, item: &T) -> Result<bool> {
-        let key_b = self.key_bson(key)?;
+    /// [`Buckets::update`], in `cx`.
+    pub(super) async fn update_in(
+        &self,
+        key_b: &Bson,
+        matching: Document,
+        item: &T,
+        cx: &mut Cx<'_>,
+    ) -> Result<bool> {
+        let key_b = key_b.clone();
         if self.key_bson(item.bucket_key())? != key_b {
             return Err(Error::invalid("item", "the new item must keep the key"));
         }
@@ -202,28 +191,41 @@ impl<T: Bucketed> Buckets<T> {
             doc! {"$set": {self.spec.items: new_items, "bytes": bytes}},
             with_op(op),
         ];
-        let found = self
+        let fam = self
             .raw
             .find_one_and_update(filter, set)
+            .with_options(
+                cx.opts
+                    .driver::<mongodb::options::FindOneAndUpdateOptions>(),
+            )
             .sort(doc! {"_id": 1})
-            .projection(doc! {"_id": 1})
-            .await?;
+            .projection(doc! {"_id": 1});
+        let found = crate::action::run!(fam, cx.session.as_deref_mut())?;
         if found.is_some() {
             return Ok(true);
         }
         // Not matched, or applied already and retried by the driver.
         let mut mine = id_range(&key_b);
         mine.insert(OPS, op);
-        if self
+        let find = self
             .raw
             .find_one(mine)
-            .projection(doc! {"_id": 1})
-            .await?
-            .is_some()
-        {
+            .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
+            .projection(doc! {"_id": 1});
+        if crate::action::run!(find, cx.session.as_deref_mut())?.is_some() {
             return Ok(true);
         }
-        self.refuse_damaged(&key_b).await?;
+        let mut filter = id_range(&key_b);
+        filter.insert("$expr", doc! {"$not": [self.sound()]});
+        let find = self
+            .raw
+            .find_one(filter)
+            .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
+            .sort(doc! {"_id": 1})
+            .projection(self.head_projection(None));
+        if let Some(d) = crate::action::run!(find, cx.session.as_deref_mut())? {
+            self.refuse_found(&d)?;
+        }
         Ok(false)
     }
 
@@ -248,22 +250,25 @@ impl<T: Bucketed> Buckets<T> {
             .projection(self.head_projection(None))
             .await?;
         match found {
-            Some(b) => {
-                self.head_of(&b)?;
-                Err(Error::damaged(
-                    self.coll.name(),
-                    id_of(&b),
-                    "count",
-                    "does not agree with the bucket's items",
-                ))
-            }
+            Some(b) => self.refuse_found(&b),
             None => Ok(()),
         }
+    }
+
+    /// The error naming damaged bucket `b`, as read.
+    fn refuse_found(&self, b: &RawDocumentBuf) -> Result<()> {
+        self.head_of(b)?;
+        Err(Error::damaged(
+            self.coll.name(),
+            id_of(b),
+            "count",
+            "does not agree with the bucket's items",
+        ))
     }
 }
 
 /// A pipeline stage that records write `op` among the bucket's last writes.
-fn with_op(op: ObjectId) -> Document {
+pub(super) fn with_op(op: ObjectId) -> Document {
     let ops = format!("${OPS}");
     doc! {"$set": {OPS: {"$slice": [
         {"$concatArrays": [{"$cond": [{"$isArray": [&ops]}, &ops, []]}, [op]]},

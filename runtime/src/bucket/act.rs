@@ -1,0 +1,375 @@
+//! The repository's operations as actions: configured by setters, run by
+//! `.await`. `page_pipeline` stays a plain method: it sends nothing, so no
+//! option could apply; `declared` likewise.
+
+use std::future::IntoFuture;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::Stream;
+use mongodb::bson::{Bson, Document};
+use mongodb::ClientSession;
+
+use super::{BucketPage, Bucketed, Buckets, PageRequest};
+use crate::action::Options;
+use crate::error::{Error, Result};
+
+/// One operation's effective options and the caller's session.
+pub(super) struct Cx<'s> {
+    pub(super) opts: Options,
+    pub(super) session: Option<&'s mut ClientSession>,
+    /// The session has a transaction open: nothing is retried here, and
+    /// write and read concern are the transaction's.
+    pub(super) txn: bool,
+}
+
+impl<'s> Cx<'s> {
+    pub(super) async fn new<T>(
+        repo: &Buckets<T>,
+        options: Options,
+        mut session: Option<&'s mut ClientSession>,
+    ) -> Cx<'s> {
+        let txn = match session.as_deref_mut() {
+            Some(s) => crate::action::in_transaction(s).await,
+            None => false,
+        };
+        let mut opts = options.or(&repo.defaults);
+        if txn {
+            opts = opts.in_transaction();
+        }
+        Cx { opts, session, txn }
+    }
+
+    /// No options, no session: for the internals of the operations that
+    /// run on a [`Buckets::scoped`] repository.
+    pub(super) fn plain() -> Cx<'static> {
+        Cx {
+            opts: Options::default(),
+            session: None,
+            txn: false,
+        }
+    }
+
+    /// Refuses an operation that moves items' positions inside a caller's
+    /// transaction (see [`Buckets::remove`]).
+    pub(super) fn outside_transaction(&self, what: &str) -> Result<()> {
+        if self.txn {
+            return Err(Error::invalid(
+                "session",
+                format!(
+                    "{what} moves positions under the key's lease, which a caller's transaction \
+                     cannot hold until it commits: run it outside the transaction"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+macro_rules! action {
+    ($(#[$m:meta])* $name:ident<$a:lifetime, T> { $($f:ident: $t:ty),* } -> $out:ty; $kind:ident;
+     |$this:ident, $cx:ident| $body:expr) => {
+        $(#[$m])*
+        #[must_use = "does nothing unless awaited"]
+        pub struct $name<$a, T> {
+            repo: &$a Buckets<T>,
+            $($f: $t,)*
+            options: Options,
+            session: Option<&$a mut ClientSession>,
+        }
+
+        impl<$a, T: Bucketed> $name<$a, T> {
+            crate::action::setters!($a; $kind);
+        }
+
+        impl<$a, T: Bucketed> IntoFuture for $name<$a, T> {
+            type Output = Result<$out>;
+            type IntoFuture = BoxFuture<$a, Result<$out>>;
+
+            fn into_future(self) -> Self::IntoFuture {
+                Box::pin(async move {
+                    let $this = self;
+                    let mut $cx = Cx::new($this.repo, $this.options, $this.session).await;
+                    let $cx = &mut $cx;
+                    $body
+                })
+            }
+        }
+    };
+}
+
+action! {
+    /// [`Buckets::push`]: one `update` on the hot path.
+    Push<'a, T> { item: &'a T } -> (); write;
+    |this, cx| this.repo.push_in(this.item, cx).await
+}
+
+action! {
+    /// [`Buckets::push_many`].
+    PushMany<'a, T> { key: Result<Bson>, items: &'a [T] } -> (); write;
+    |this, cx| this.repo.push_many_in(&this.key?, this.items, cx).await
+}
+
+action! {
+    /// [`Buckets::page`].
+    FetchPage<'a, T> { key: Result<Bson>, req: PageRequest } -> BucketPage<T>; read;
+    |this, cx| this.repo.page_in(&this.key?, this.req, cx).await
+}
+
+action! {
+    /// [`Buckets::total`].
+    Total<'a, T> { key: Result<Bson> } -> u64; read;
+    |this, cx| this.repo.total_in(&this.key?, cx).await
+}
+
+action! {
+    /// [`Buckets::reindex`].
+    Reindex<'a, T> { key: Result<Bson> } -> (); both;
+    |this, cx| {
+        cx.outside_transaction("reindex")?;
+        this.repo.scoped(&cx.opts).repair(&this.key?).await
+    }
+}
+
+action! {
+    /// [`Buckets::remove`].
+    Remove<'a, T> { key: Result<Bson>, matching: Document } -> u64; both;
+    |this, cx| {
+        cx.outside_transaction("remove")?;
+        this.repo.scoped(&cx.opts).remove_spawned(this.key?, this.matching).await
+    }
+}
+
+action! {
+    /// [`Buckets::update`].
+    Update<'a, T> { key: Result<Bson>, matching: Document, item: &'a T } -> bool; both;
+    |this, cx| this.repo.update_in(&this.key?, this.matching, this.item, cx).await
+}
+
+/// [`Buckets::stream`]: every item of a key, oldest first. It takes no
+/// session (its cursor would borrow the session for as long as the stream
+/// lives); read options apply.
+#[must_use = "streams do nothing unless polled"]
+pub struct ItemStream<'a, T> {
+    repo: &'a Buckets<T>,
+    key: Option<Result<Bson>>,
+    options: Options,
+    inner: Option<BoxStream<'a, Result<T>>>,
+}
+
+impl<'a, T: Bucketed> ItemStream<'a, T> {
+    pub(super) fn new(repo: &'a Buckets<T>, key: Result<Bson>) -> Self {
+        ItemStream {
+            repo,
+            key: Some(key),
+            options: Options::default(),
+            inner: None,
+        }
+    }
+
+    crate::action::setters!(@common);
+    crate::action::setters!(@read);
+}
+
+impl<'a, T: Bucketed> Stream for ItemStream<'a, T> {
+    type Item = Result<T>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<T>>> {
+        // Every field is Unpin (the inner stream is boxed).
+        let this = &mut *self;
+        if this.inner.is_none() {
+            let key = this
+                .key
+                .take()
+                .unwrap_or_else(|| Err(Error::invalid("stream", "polled after its end")));
+            let opts = this.options.or(&this.repo.defaults);
+            this.inner = Some(this.repo.stream_in(key, opts));
+        }
+        match this.inner.as_mut() {
+            Some(s) => s.as_mut().poll_next(cx),
+            None => Poll::Ready(None),
+        }
+    }
+}
+
+impl<T: Bucketed> Buckets<T> {
+    /// Appends `item` to its key's open bucket, opening the next bucket when
+    /// the open one is full.
+    ///
+    /// The repository remembers each key's open bucket, so a push is one
+    /// `update` by `_id` (one round trip, the cheapest write there is).
+    /// Opening a bucket, once every `size` pushes, adds a `find` of the full
+    /// bucket by `_id` and an `insert`. A key this repository has not seen
+    /// starts at its first bucket (right at once for a new key) and moves on
+    /// to an indexed read of the newest. Clones share what it remembers.
+    ///
+    /// In a caller's session every command runs in it. Inside the caller's
+    /// transaction the same commands join it; a race that a push would
+    /// retry (its insert of the next bucket losing to another writer's, or
+    /// its bucket changing under it) is returned with the
+    /// `TransientTransactionError` label instead, for `and_run2` to run the
+    /// transaction again. What the repository remembers of the open bucket
+    /// is only a hint that every write's filter checks: after an aborted
+    /// transaction it costs one `find` more, never a wrong write. A late
+    /// item (with `order`, below what the last bucket holds) is refused
+    /// there with `InvalidArgument`, before anything is written: it moves
+    /// positions under the key's lease, which a transaction cannot hold
+    /// until it commits. Push it outside the transaction.
+    pub fn push<'a>(&'a self, item: &'a T) -> Push<'a, T> {
+        Push {
+            repo: self,
+            item,
+            options: Options::default(),
+            session: None,
+        }
+    }
+
+    /// Appends `items` (all of key `key`, in order): fills the open bucket,
+    /// then writes new full buckets with one `insert`. Two or three round
+    /// trips, however many items. In a caller's transaction it behaves as
+    /// [`Buckets::push`] does (races transient, late items refused).
+    pub fn push_many<'a, Q>(&'a self, key: &Q, items: &'a [T]) -> PushMany<'a, T>
+    where
+        T::Key: std::borrow::Borrow<Q>,
+        Q: serde::Serialize + ?Sized,
+    {
+        PushMany {
+            repo: self,
+            key: self.key_bson(key),
+            items,
+            options: Options::default(),
+            session: None,
+        }
+    }
+
+    /// Page `req.page` of `req.per_page` items of `key`. Oldest first it is
+    /// one `aggregate` (one round trip) that seeks by `start` to the buckets
+    /// the page overlaps and slices them on the server; newest first adds
+    /// one indexed `find` of the newest bucket, for the total. In a caller's
+    /// session its reads run in it (and see the transaction's writes); a
+    /// page that meets a removal's mark repairs positions first, which is
+    /// refused inside a transaction (`InvalidArgument`).
+    pub fn page<'a, Q>(&'a self, key: &Q, req: PageRequest) -> FetchPage<'a, T>
+    where
+        T::Key: std::borrow::Borrow<Q>,
+        Q: serde::Serialize + ?Sized,
+    {
+        FetchPage {
+            repo: self,
+            key: self.key_bson(key),
+            req,
+            options: Options::default(),
+            session: None,
+        }
+    }
+
+    /// How many items `key` has: one indexed `find` of its newest bucket,
+    /// in the caller's session when one is given.
+    pub fn total<'a, Q>(&'a self, key: &Q) -> Total<'a, T>
+    where
+        T::Key: std::borrow::Borrow<Q>,
+        Q: serde::Serialize + ?Sized,
+    {
+        Total {
+            repo: self,
+            key: self.key_bson(key),
+            options: Options::default(),
+            session: None,
+        }
+    }
+
+    /// Every item of `key`, oldest first, from one cursor over its buckets.
+    /// It takes no lease: beside a late push that splits a bucket it can
+    /// miss or repeat the items being moved, which a page cannot. It takes
+    /// no session either (see [`ItemStream`]).
+    pub fn stream<'a, Q>(&'a self, key: &Q) -> ItemStream<'a, T>
+    where
+        T::Key: std::borrow::Borrow<Q>,
+        Q: serde::Serialize + ?Sized,
+    {
+        ItemStream::new(self, self.key_bson(key))
+    }
+
+    /// Recomputes every bucket's `start` from the counts, in one `aggregate`
+    /// that writes back with `$merge`, after one read that refuses a key
+    /// with a damaged bucket (`Damaged`), under the key's lease. `remove`
+    /// calls it, and so does a read that meets a removal's mark; call it
+    /// yourself after editing buckets by hand. Refused inside a caller's
+    /// transaction (`InvalidArgument`); in a session outside one it runs
+    /// as without the session.
+    pub fn reindex<'a, Q>(&'a self, key: &Q) -> Reindex<'a, T>
+    where
+        T::Key: std::borrow::Borrow<Q>,
+        Q: serde::Serialize + ?Sized,
+    {
+        Reindex {
+            repo: self,
+            key: self.key_bson(key),
+            options: Options::default(),
+            session: None,
+        }
+    }
+
+    /// Removes the items of `key` that match `matching`, and returns how
+    /// many items it removed. See the filter's rules at
+    /// [`FIELD_OPERATORS`](super::FIELD_OPERATORS).
+    ///
+    /// Under the key's lease, one `aggregate` finds the buckets with
+    /// matching items (and any damaged bucket of the key, which makes the
+    /// call fail before it writes); the key's buckets are marked (`update`),
+    /// each matching bucket is rewritten by `_id` in one pipeline `update`
+    /// that filters the array, fixes `count` and closes the bucket (so no
+    /// push fills the gap out of order); one `aggregate` with `$merge` then
+    /// recomputes every bucket's `start` and clears the marks. The work runs
+    /// as a task of its own: a caller that stops waiting does not cut it
+    /// between buckets (it finishes, and its count is lost with the call).
+    ///
+    /// Inside a caller's transaction it is refused with `InvalidArgument`
+    /// before anything is sent: the lease that keeps two position-moving
+    /// writers apart would be released before the transaction commits, and
+    /// another writer could then recompute positions from a snapshot
+    /// without these writes. In a session outside a transaction it runs as
+    /// without the session (its own task, its own lease); write concern,
+    /// read concern and read preference apply to every command it sends.
+    pub fn remove<'a, Q>(&'a self, key: &Q, matching: Document) -> Remove<'a, T>
+    where
+        T::Key: std::borrow::Borrow<Q>,
+        Q: serde::Serialize + ?Sized,
+    {
+        Remove {
+            repo: self,
+            key: self.key_bson(key),
+            matching,
+            options: Options::default(),
+            session: None,
+        }
+    }
+
+    /// Replaces the first item of `key` that matches `matching` with `item`,
+    /// in its bucket, and returns whether one matched. Without `order` the
+    /// item keeps its position; with `order` the bucket is sorted again in
+    /// the same write, so an item whose order field changed moves within
+    /// its bucket (never to another bucket: a value moved past a
+    /// neighbouring bucket's breaks the order across buckets; remove and
+    /// push it instead). One `findAndModify`; when nothing matched, two
+    /// `find`s more: one for this write's id (a retry by the driver after a
+    /// lost reply finds the write applied), one that reports a damaged
+    /// bucket of the key rather than `false`. It moves no positions, so in
+    /// a caller's session and transaction all of it runs there.
+    pub fn update<'a, Q>(&'a self, key: &Q, matching: Document, item: &'a T) -> Update<'a, T>
+    where
+        T::Key: std::borrow::Borrow<Q>,
+        Q: serde::Serialize + ?Sized,
+    {
+        Update {
+            repo: self,
+            key: self.key_bson(key),
+            matching,
+            item,
+            options: Options::default(),
+            session: None,
+        }
+    }
+}

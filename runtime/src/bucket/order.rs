@@ -1,0 +1,641 @@
+//! `order` across buckets: late items, the per-key lease that serializes
+//! every write that moves positions, and the repair a read runs first.
+//!
+//! A write that changes the count of a bucket before the key's last (a
+//! late item, a split, a removal) shifts the `start` of every later bucket.
+//! Such writes take the key's lease (a document in `<collection>.mp_locks`),
+//! mark the key's buckets stale, write, recompute `start` and clear the
+//! marks, then give the lease back. Reads that meet a mark take the lease
+//! too, finish what an interrupted write left (a split's moved items) and
+//! recompute `start` first, so no page is cut by stale positions. Pushes in
+//! order never take the lease: they change the last bucket only.
+
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use mongodb::bson::oid::ObjectId;
+use mongodb::bson::{doc, Bson, DateTime, Document, RawBsonRef, RawDocumentBuf};
+
+use super::act::Cx;
+use super::edit::with_op;
+use super::{
+    id_of, id_range, is_duplicate_key, Bucketed, Buckets, Head, MAX_ATTEMPTS, MAX_BUCKET_BYTES,
+    OPS, STALE,
+};
+use crate::error::{Error, Result};
+
+/// How long a lease holds without its holder giving it back (a holder that
+/// crashed or lost the server): past it, the next writer or reader takes
+/// it over and repairs what was left.
+pub(super) const LEASE_MS: i64 = 10_000;
+/// How long a writer or a read that needs the lease waits for it before
+/// giving up with `Contended`.
+const WAIT_MS: u64 = 60_000;
+/// Items a split is moving out of a bucket, until they are in their new
+/// place: `{to: _id, op, items}`.
+pub(super) const MOVING: &str = "mp_moving";
+/// An empty bucket's lower bound for `order` (the previous bucket's last
+/// value), so that a push in order does not land below it.
+pub(super) const FLOOR: &str = "mp_floor";
+
+impl<T: Bucketed> Buckets<T> {
+    /// Takes the key's lease for `op`, waiting (with jittered backoff) while
+    /// another writer holds it, at most a lease and a few seconds.
+    /// Says whether it took the lease over from a holder that did not
+    /// give it back (it crashed, or its write failed): then what it left
+    /// needs finishing.
+    pub(super) async fn lock(&self, key: &Bson, op: ObjectId) -> Result<bool> {
+        let deadline = Instant::now() + Duration::from_millis(WAIT_MS);
+        let mut wait: u64 = 1;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let now = DateTime::now();
+            let until = DateTime::from_millis(now.timestamp_millis() + LEASE_MS);
+            let r = self
+                .locks
+                .update_one(
+                    doc! {"_id": key.clone(), "$or": [{"until": {"$lt": now}}, {"op": op}]},
+                    doc! {"$set": {"op": op, "until": until}},
+                )
+                .upsert(true)
+                .await
+                .map_err(Error::from);
+            match r {
+                Ok(r) => return Ok(r.matched_count == 1),
+                Err(e) if is_duplicate_key(&e) => {}
+                Err(e) => return Err(e),
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Contended {
+                    operation: "lease",
+                    attempts: tries,
+                });
+            }
+            // Jitter from the clock: waiters do not wake in step.
+            let jitter = u64::from(Instant::now().elapsed().subsec_nanos() % 1_000) * wait / 1_000;
+            tokio::time::sleep(Duration::from_millis(wait + jitter)).await;
+            wait = (wait * 2).min(25);
+        }
+    }
+
+    /// Gives the lease back: deleted after a body that succeeded, expired
+    /// at once after one that failed (so the next holder finishes its
+    /// work first).
+    pub(super) async fn unlock(&self, key: &Bson, op: ObjectId, ok: bool) -> Result<()> {
+        let mine = doc! {"_id": key.clone(), "op": op};
+        if ok {
+            self.locks.delete_one(mine).await?;
+        } else {
+            self.locks
+                .update_one(mine, doc! {"$set": {"until": DateTime::from_millis(0)}})
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Runs `body` under the key's lease (`body` learns whether the lease
+    /// was taken over), and gives the lease back whatever it returned.
+    pub(super) async fn leased<R, F>(&self, key: &Bson, body: impl FnOnce(bool) -> F) -> Result<R>
+    where
+        F: std::future::Future<Output = Result<R>>,
+    {
+        let op = ObjectId::new();
+        let taken_over = self.lock(key, op).await?;
+        let r = body(taken_over).await;
+        let u = self.unlock(key, op, r.is_ok()).await;
+        let r = r?;
+        u?;
+        Ok(r)
+    }
+
+    /// Marks the key's buckets stale, then makes sure no bucket can be
+    /// opened from positions read before the mark: a push that read a full
+    /// last bucket before the mark would open the next one with a `start`
+    /// that misses this write. If the last bucket is full (or sealed), an
+    /// empty marked bucket is opened after it first, so that push's insert
+    /// fails as a duplicate and it reads again (and sees the mark, which a
+    /// bucket opened from a marked one inherits).
+    /// `from` limits the mark to the buckets from that `_id` on, the ones
+    /// whose positions the write changes.
+    pub(super) async fn mark(&self, key: &Bson, from: Option<&Bson>) -> Result<()> {
+        let mut mark = id_range(key);
+        mark.insert(STALE, doc! {"$ne": true});
+        if let Some(from) = from {
+            mark.insert(
+                "$and",
+                vec![Bson::Document(doc! {"_id": {"$gte": from.clone()}})],
+            );
+        }
+        for _ in 0..MAX_ATTEMPTS {
+            self.coll
+                .update_many(mark.clone(), doc! {"$set": {STALE: true}})
+                .await?;
+            let head = self.head(key, None, &mut Cx::plain()).await?;
+            if !head.exists {
+                return Ok(());
+            }
+            if !head.stale {
+                // Opened since the mark: mark it too, and look again.
+                continue;
+            }
+            if !head.sealed && head.count < i64::from(self.spec.size) {
+                return Ok(());
+            }
+            let mut fence = self.new_bucket(key, head.seq + 1, head.total());
+            fence.insert("count", 0_i64);
+            fence.insert("bytes", 0_i64);
+            fence.insert(self.spec.items, Vec::<Bson>::new());
+            fence.insert(OPS, Vec::<Bson>::new());
+            fence.insert(STALE, true);
+            // Its floor is the highest value before it: the head's last, or
+            // (a head a removal emptied) that of the last bucket with items.
+            let floor = match head.hi.clone() {
+                Some(hi) => Some(hi),
+                None if self.spec.order.is_some() => {
+                    let mut any = id_range(key);
+                    any.insert("count", doc! {"$gt": 0});
+                    match self
+                        .raw
+                        .find_one(any)
+                        .sort(doc! {"_id": -1})
+                        .projection(self.head_projection(None))
+                        .await?
+                    {
+                        Some(d) => self.head_of(&d)?.hi,
+                        None => None,
+                    }
+                }
+                None => None,
+            };
+            if let Some(floor) = floor {
+                fence.insert(FLOOR, floor);
+            }
+            match self.coll.insert_one(fence).await.map_err(Error::from) {
+                Ok(_) => return Ok(()),
+                Err(e) if is_duplicate_key(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::Contended {
+            operation: "mark",
+            attempts: MAX_ATTEMPTS,
+        })
+    }
+
+    /// What a read does on meeting a mark: under the lease, finish any
+    /// split an interrupted write left, then recompute `start`.
+    pub(super) async fn repair(&self, key: &Bson) -> Result<()> {
+        self.leased(key, |_| async {
+            self.finish_moves(key).await?;
+            self.reindex_now(key, None).await
+        })
+        .await
+    }
+
+    /// A late push (its order value below what the key's last bucket
+    /// holds): run as a task of its own, so that a caller that stops
+    /// waiting does not cut it between its writes.
+    pub(super) async fn push_late(
+        &self,
+        key: &Bson,
+        item: Document,
+        len: i64,
+        op: ObjectId,
+    ) -> Result<()> {
+        let this = self.clone();
+        let key = key.clone();
+        let task = tokio::spawn(async move {
+            let (this, key, item) = (&this, &key, &item);
+            this.leased(key, |taken_over| async move {
+                if taken_over {
+                    this.finish_moves(key).await?;
+                    this.reindex_now(key, None).await?;
+                }
+                match this.insert_late(key, item, len, op).await? {
+                    Some(from) => this.reindex_now(key, Some(&from)).await,
+                    None => Ok(()),
+                }
+            })
+            .await
+        });
+        match task.await {
+            Ok(r) => r,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(Error::invalid(
+                "runtime",
+                "the runtime shut down while a late push ran; it may have been stored",
+            )),
+        }
+    }
+
+    /// Inserts `item` sorted into the bucket that covers its order value:
+    /// the last bucket (by `_id`) whose first item is not above it, or the
+    /// first bucket when it is below them all. A bucket may grow to twice
+    /// `size`; past that (or past the byte limit) it is split first.
+    /// Marks the buckets from the covering one on first; returns the
+    /// `_id` from which positions must be recomputed (`None`: nothing was
+    /// written).
+    async fn insert_late(
+        &self,
+        key: &Bson,
+        item: &Document,
+        len: i64,
+        op: ObjectId,
+    ) -> Result<Option<Bson>> {
+        let Some(order) = self.spec.order else {
+            return Err(Error::invalid("order", "a late push needs `order`"));
+        };
+        let v = item.get(order).cloned().unwrap_or(Bson::Null);
+        let mut from: Option<Bson> = None;
+        for round in 0..MAX_ATTEMPTS {
+            // Only a round after a write that did not match can find this
+            // write applied (the driver retried it after a lost reply).
+            let c = self.covering(key, &v, (round > 0).then_some(op)).await?;
+            let Some(c) = c else {
+                return Err(Error::invalid("key", "no bucket to insert into"));
+            };
+            if c.mine {
+                return Ok(from);
+            }
+            if from.is_none() {
+                self.mark(key, Some(&c.id)).await?;
+                from = Some(c.id.clone());
+            }
+            if c.count + 1 > self.cap() || c.bytes + len > MAX_BUCKET_BYTES {
+                if let Some(lower) = self.split(key, &c).await? {
+                    // A new first bucket: positions from it on.
+                    from = Some(lower);
+                }
+                continue;
+            }
+            let filter = doc! {
+                "_id": c.id.clone(),
+                "count": c.count,
+                OPS: {"$ne": op},
+                "$expr": self.sound(),
+            };
+            let update = self.insert_sorted(item, &v, len, op);
+            let r = self.coll.update_one(filter, update).await?;
+            if r.matched_count == 1 {
+                return Ok(from);
+            }
+            // Changed by a push in order (the last bucket), or applied
+            // already: the next round reads it again.
+        }
+        Err(Error::Contended {
+            operation: "push",
+            attempts: MAX_ATTEMPTS,
+        })
+    }
+
+    /// The bucket an item of order value `v` belongs in; `mine` says
+    /// whether write `op` is among its last writes.
+    async fn covering(&self, key: &Bson, v: &Bson, op: Option<ObjectId>) -> Result<Option<Head>> {
+        if let Some(op) = op {
+            let mut mine = id_range(key);
+            mine.insert(OPS, op);
+            if let Some(d) = self
+                .raw
+                .find_one(mine)
+                .projection(self.head_projection(Some(op)))
+                .await?
+            {
+                return Ok(Some(self.head_of(&d)?));
+            }
+        }
+        let lo = self.lo_expr();
+        let mut below = id_range(key);
+        below.insert(
+            "$expr",
+            doc! {"$and": [
+                {"$gt": [{"$size": self.safe_items()}, 0]},
+                {"$lte": [&lo, {"$literal": v}]},
+            ]},
+        );
+        let found = self
+            .raw
+            .find_one(below)
+            .sort(doc! {"_id": -1})
+            .projection(self.head_projection(None))
+            .await?;
+        let found = match found {
+            Some(d) => Some(d),
+            None => {
+                // Below every item: the first bucket that holds any, else
+                // the last bucket.
+                let mut any = id_range(key);
+                any.insert("count", doc! {"$gt": 0});
+                match self
+                    .raw
+                    .find_one(any)
+                    .sort(doc! {"_id": 1})
+                    .projection(self.head_projection(None))
+                    .await?
+                {
+                    Some(d) => Some(d),
+                    None => {
+                        self.raw
+                            .find_one(id_range(key))
+                            .sort(doc! {"_id": -1})
+                            .projection(self.head_projection(None))
+                            .await?
+                    }
+                }
+            }
+        };
+        found.map(|d| self.head_of(&d)).transpose()
+    }
+
+    /// Splits bucket `c` in two. The first bucket gives its lower half to a
+    /// new bucket before it (so items arriving ever earlier, a backfill,
+    /// never run out of room); any other bucket gives its upper half to the
+    /// next bucket when that has room, else to a new bucket between the two
+    /// (a fractional `seq`). The moved items are first set aside in `c`
+    /// itself, in the write that takes them out, then delivered: a crash
+    /// between the two leaves them in `c`'s [`MOVING`], which the next
+    /// repair delivers. Nothing is lost or shown twice.
+    /// Returns the new bucket's `_id` when it was put before `c`.
+    async fn split(&self, key: &Bson, c: &Head) -> Result<Option<Bson>> {
+        let half = (c.count / 2).max(1);
+        let prev = self.neighbour(key, &c.id, -1).await?;
+        let next = self.neighbour(key, &c.id, 1).await?;
+        let (lower, to) = if prev.is_none() {
+            (true, Some(seq_id(key, Bson::Int64(c.seq - 1))))
+        } else {
+            let upper = c.count - half;
+            match &next {
+                Some(n) if n.count + upper <= self.cap() && n.bytes < MAX_BUCKET_BYTES / 2 => {
+                    (false, Some(n.id.clone()))
+                }
+                Some(n) => (
+                    false,
+                    between(&c.raw_seq, &n.raw_seq).map(|s| seq_id(key, s)),
+                ),
+                None => (false, Some(seq_id(key, Bson::Int64(c.seq + 1)))),
+            }
+        };
+        let Some(to) = to else {
+            return Err(Error::invalid(
+                "order",
+                "no room for another bucket between two neighbours; run `reindex` after \
+                 moving items, or use a larger `size`",
+            ));
+        };
+        let op = ObjectId::new();
+        let items = format!("${}", self.spec.items);
+        let (keep, moved) = if lower {
+            (
+                doc! {"$slice": [&items, half, {"$max": [1, "$count"]}]},
+                doc! {"$slice": [&items, half]},
+            )
+        } else {
+            (
+                doc! {"$slice": [&items, half]},
+                doc! {"$slice": [&items, half, {"$max": [1, "$count"]}]},
+            )
+        };
+        let filter = doc! {
+            "_id": c.id.clone(),
+            "count": c.count,
+            MOVING: {"$exists": false},
+            "$expr": self.sound(),
+        };
+        let update = vec![
+            doc! {"$set": {
+                MOVING: {"to": &to, "op": op, "lower": lower, "items": moved},
+                self.spec.items: keep,
+            }},
+            doc! {"$set": {
+                "count": {"$size": &items},
+                "bytes": {"$sum": {"$map": {"input": &items, "in": {"$add": [{"$bsonSize": "$$this"}, 8]}}}},
+                // Only the last bucket takes pushes in order.
+                "sealed": true,
+            }},
+        ];
+        self.coll.update_one(filter, update).await?;
+        self.finish_moves(key).await?;
+        Ok(lower.then_some(to))
+    }
+
+    /// Delivers the items that splits set aside and have not delivered yet
+    /// (a crash, or a lost reply, between the two writes).
+    pub(super) async fn finish_moves(&self, key: &Bson) -> Result<()> {
+        let mut f = id_range(key);
+        f.insert(MOVING, doc! {"$exists": true});
+        let found: Vec<RawDocumentBuf> = self
+            .raw
+            .find(f)
+            .projection(doc! {MOVING: 1})
+            .await?
+            .try_collect()
+            .await?;
+        for b in &found {
+            let damaged = |problem: &str| {
+                Error::damaged(self.coll.name(), id_of(b), MOVING, problem.to_owned())
+            };
+            let Ok(Some(RawBsonRef::Document(m))) = b.get(MOVING) else {
+                return Err(damaged("is not a document"));
+            };
+            let m: Document = m
+                .try_into()
+                .map_err(|_| damaged("is not a readable document"))?;
+            let (Some(to), Ok(op), Ok(items)) = (
+                m.get("to").cloned(),
+                m.get_object_id("op"),
+                m.get_array("items"),
+            ) else {
+                return Err(damaged("lacks `to`, `op` or `items`"));
+            };
+            let lower = m.get_bool("lower").unwrap_or(false);
+            self.deliver(key, &to, op, items.clone(), lower).await?;
+            self.coll
+                .update_one(
+                    doc! {"_id": id_of(b), format!("{MOVING}.op"): op},
+                    doc! {"$unset": {MOVING: ""}},
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Puts moved `items` into bucket `to`: prepended to it if it exists
+    /// (once: its write id is kept), else a new sealed bucket. `lower` says
+    /// they came from the next bucket, so go at the end.
+    async fn deliver(
+        &self,
+        key: &Bson,
+        to: &Bson,
+        op: ObjectId,
+        items: Vec<Bson>,
+        lower: bool,
+    ) -> Result<()> {
+        let n = items.len() as i64;
+        let arr = format!("${}", self.spec.items);
+        let lit = doc! {"$literal": &items};
+        let joined = if lower {
+            doc! {"$concatArrays": [&arr, &lit]}
+        } else {
+            doc! {"$concatArrays": [&lit, &arr]}
+        };
+        let update = vec![
+            doc! {"$set": {
+                self.spec.items: joined,
+                "count": {"$add": ["$count", n]},
+                "bytes": {"$sum": {"$map": {"input": &arr, "in": {"$add": [{"$bsonSize": "$$this"}, 8]}}}},
+            }},
+            with_op(op),
+        ];
+        let r = self
+            .coll
+            .update_one(
+                doc! {"_id": to.clone(), OPS: {"$ne": op}, "$expr": self.sound()},
+                update,
+            )
+            .await?;
+        if r.matched_count == 1 {
+            return Ok(());
+        }
+        let mut bucket = doc! {"_id": to.clone(), self.spec.key: key.clone(), "start": 0_i64};
+        let bytes: i64 = items
+            .iter()
+            .map(|i| match i {
+                Bson::Document(d) => super::item_len(d).unwrap_or(0),
+                _ => 0,
+            })
+            .sum();
+        bucket.insert("count", n);
+        bucket.insert("bytes", bytes);
+        bucket.insert(self.spec.items, items);
+        bucket.insert(OPS, vec![op]);
+        bucket.insert(STALE, true);
+        // A bucket between two others takes no pushes in order; a new last
+        // bucket does.
+        if self.neighbour(key, to, 1).await?.is_some() {
+            bucket.insert("sealed", true);
+        }
+        match self.coll.insert_one(bucket).await.map_err(Error::from) {
+            Ok(_) => Ok(()),
+            Err(e) if is_duplicate_key(&e) => {
+                let has = self
+                    .raw
+                    .find_one(doc! {"_id": to.clone(), OPS: op})
+                    .projection(doc! {"_id": 1})
+                    .await?;
+                if has.is_some() {
+                    Ok(())
+                } else {
+                    Err(Error::damaged(
+                        self.coll.name(),
+                        to.clone(),
+                        "count",
+                        "does not agree with the bucket's items",
+                    ))
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The bucket just before (`dir` -1) or after (1) `id`.
+    async fn neighbour(&self, key: &Bson, id: &Bson, dir: i32) -> Result<Option<Head>> {
+        let mut f = id_range(key);
+        let op = if dir < 0 { "$lt" } else { "$gt" };
+        f.insert("$and", vec![Bson::Document(doc! {"_id": {op: id.clone()}})]);
+        let found = self
+            .raw
+            .find_one(f)
+            .sort(doc! {"_id": dir})
+            .projection(self.head_projection(None))
+            .await?;
+        found.map(|d| self.head_of(&d)).transpose()
+    }
+
+    /// A bucket's most items: `size` for pushes in order, twice that for
+    /// late items, which make room by splitting past it.
+    pub(super) fn cap(&self) -> i64 {
+        let size = i64::from(self.spec.size);
+        if self.spec.order.is_some() {
+            2 * size
+        } else {
+            size
+        }
+    }
+
+    /// The array, or an empty one when `items` is not an array.
+    pub(super) fn safe_items(&self) -> Document {
+        let items = format!("${}", self.spec.items);
+        doc! {"$cond": [{"$isArray": [&items]}, &items, []]}
+    }
+
+    /// The order value of a bucket's first item (its lowest), or its floor
+    /// when it is empty.
+    pub(super) fn lo_expr(&self) -> Document {
+        self.end_expr(0)
+    }
+
+    /// The order value of a bucket's last item (its highest).
+    pub(super) fn hi_expr(&self) -> Document {
+        self.end_expr(-1)
+    }
+
+    fn end_expr(&self, at: i32) -> Document {
+        let order = self.spec.order.unwrap_or("_");
+        doc! {"$let": {
+            "vars": {"mp_e": {"$arrayElemAt": [self.safe_items(), at]}},
+            "in": {"$ifNull": [format!("$$mp_e.{order}"), format!("${FLOOR}")]},
+        }}
+    }
+}
+
+fn seq_id(key: &Bson, s: Bson) -> Bson {
+    Bson::Document(doc! {"k": key.clone(), "s": s})
+}
+
+/// A `seq` strictly between `a` and `b`: an integer when one fits, else the
+/// midpoint as a double; `None` when doubles have no room left.
+fn between(a: &Bson, b: &Bson) -> Option<Bson> {
+    let num = |v: &Bson| match v {
+        Bson::Int32(n) => Some(f64::from(*n)),
+        Bson::Int64(n) => Some(*n as f64),
+        Bson::Double(n) => Some(*n),
+        _ => None,
+    };
+    let (x, y) = (num(a)?, num(b)?);
+    if let (Bson::Int64(i), Bson::Int64(j)) = (a, b) {
+        if j - i >= 2 {
+            return Some(Bson::Int64(i + (j - i) / 2));
+        }
+    }
+    let m = x + (y - x) / 2.0;
+    (m > x && m < y).then_some(Bson::Double(m))
+}
+
+impl<T: Bucketed> Buckets<T> {
+    /// The write that inserts `item` (order value `v`) into a sorted
+    /// bucket: after every item not above it (so equal values keep their
+    /// arrival order), before the rest.
+    pub(super) fn insert_sorted(
+        &self,
+        item: &Document,
+        v: &Bson,
+        len: i64,
+        op: ObjectId,
+    ) -> Vec<Document> {
+        let order = self.spec.order.unwrap_or("_");
+        let items = format!("${}", self.spec.items);
+        let at = format!("$$this.{order}");
+        vec![
+            doc! {"$set": {
+                self.spec.items: {"$concatArrays": [
+                    {"$filter": {"input": &items, "cond": {"$lte": [&at, {"$literal": v}]}}},
+                    [{"$literal": item}],
+                    {"$filter": {"input": &items, "cond": {"$gt": [&at, {"$literal": v}]}}},
+                ]},
+                "count": {"$add": ["$count", 1]},
+                "bytes": {"$add": [{"$ifNull": ["$bytes", 0]}, len]},
+            }},
+            with_op(op),
+        ]
+    }
+}
