@@ -80,8 +80,7 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, Document, RawArray, RawBsonRef, RawDocument, RawDocumentBuf};
-use mongodb::options::IndexOptions;
-use mongodb::{Collection, Database, IndexModel};
+use mongodb::{Collection, Database};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -341,22 +340,19 @@ impl<T: Bucketed> Buckets<T> {
         }
     }
 
-    /// Creates the index pages are cut by, `{key: 1, start: 1}`, if missing.
-    /// Creating an index that exists is a no-op; other indexes are left
-    /// alone. Pushes need none beyond `_id`: they address buckets by `_id`,
-    /// and no field they change is indexed, so a push updates no index.
-    pub async fn ensure_indexes(&self) -> Result<()> {
-        let key = self.spec.key;
-        let pages = IndexModel::builder()
-            .keys(doc! {key: 1, "start": 1})
-            .options(
-                IndexOptions::builder()
-                    .name(format!("mp_bucket_{key}_start"))
-                    .build(),
-            )
-            .build();
-        self.coll.create_index(pages).await?;
-        Ok(())
+    /// Creates what [`declared`](Self::declared) lists and the deployment
+    /// lacks: the collection and the index pages are cut by, `{key: 1,
+    /// start: 1}`. The same as [`Model::ensure`](crate::Model::ensure) for
+    /// this repository (under its run-time collection name). Pushes need no
+    /// index beyond `_id`: they address buckets by `_id`, and no field they
+    /// change is indexed.
+    pub fn ensure(&self) -> crate::ensure::EnsureAction<'_> {
+        crate::ensure::EnsureAction::new(&self.db, self.declared())
+    }
+
+    /// [`ensure`](Self::ensure), under its older name.
+    pub fn ensure_indexes(&self) -> crate::ensure::EnsureAction<'_> {
+        self.ensure()
     }
 
     /// What this repository needs in the deployment: its collection, with

@@ -301,6 +301,12 @@ where
         vec![decl]
     }
 
+    /// Creates what [`declared`](Self::declared) lists and the deployment
+    /// lacks: the collection and its keyset index.
+    pub fn ensure(&self) -> crate::ensure::EnsureAction<'_> {
+        crate::ensure::EnsureAction::new(&self.db, self.declared())
+    }
+
     /// Items per page, `1..=MAX_PAGE_SIZE` (checked when a page is fetched).
     pub fn page_size(mut self, n: u32) -> Self {
         self.page_size = n;

@@ -78,8 +78,7 @@ use std::time::{Duration, Instant};
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::error::TRANSIENT_TRANSACTION_ERROR;
-use mongodb::options::IndexOptions;
-use mongodb::{ClientSession, Collection, Database, IndexModel};
+use mongodb::{ClientSession, Collection, Database};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -473,22 +472,18 @@ impl<T: RankHistogram> Ranks<T> {
         &self.hist
     }
 
-    /// Creates `{board: 1, score: ±1}` on the players' collection, which
-    /// [`rebuild`](Self::rebuild) reads by. The histogram needs no index
-    /// beyond `_id`. Existing indexes are left alone.
-    pub async fn ensure_indexes(&self) -> Result<()> {
-        let (board, score) = (self.spec.board, self.spec.score);
-        let dir = if self.spec.descending { -1 } else { 1 };
-        let index = IndexModel::builder()
-            .keys(doc! {board: 1, score: dir})
-            .options(
-                IndexOptions::builder()
-                    .name(format!("mp_rank_{board}_{score}"))
-                    .build(),
-            )
-            .build();
-        self.source.create_index(index).await?;
-        Ok(())
+    /// Creates what [`declared`](Self::declared) lists and the deployment
+    /// lacks: `{board: 1, score: ±1}` on the players' collection, which
+    /// [`rebuild`](Self::rebuild) reads by, and both collections. The same
+    /// as [`Model::ensure`](crate::Model::ensure) for this repository
+    /// (under its run-time collection names).
+    pub fn ensure(&self) -> crate::ensure::EnsureAction<'_> {
+        crate::ensure::EnsureAction::new(&self.db, self.declared())
+    }
+
+    /// [`ensure`](Self::ensure), under its older name.
+    pub fn ensure_indexes(&self) -> crate::ensure::EnsureAction<'_> {
+        self.ensure()
     }
 
     /// What this repository needs in the deployment: the players'

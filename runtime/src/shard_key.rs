@@ -322,6 +322,16 @@ impl<T: ShardKeyed> Sharded<T> {
             .sharded(self.shard_spec(), false)]
     }
 
+    /// Creates what [`declared`](Self::declared) lists and the deployment
+    /// lacks: the shard key's index, and on a sharded cluster the
+    /// collection sharded on it. The same as
+    /// [`Model::ensure`](crate::Model::ensure) for this repository; unlike
+    /// [`ensure_sharded`](Self::ensure_sharded) it succeeds on a replica
+    /// set (sharding noted as not applicable).
+    pub fn ensure(&self) -> crate::ensure::EnsureAction<'_> {
+        crate::ensure::EnsureAction::new(&self.db, self.declared())
+    }
+
     /// Creates the key's index and shards the collection: `createIndexes`,
     /// then on the `admin` database of the repository's client
     /// `enableSharding` (which MongoDB before 6.0 needs) and
