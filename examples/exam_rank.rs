@@ -44,7 +44,7 @@ async fn main() -> mongo_patterns::Result<()> {
     let db = client.database("mp_example_exam_rank");
     db.drop().await?;
     let ranks = ExamScore::ranks(&db);
-    ranks.ensure_indexes().await?;
+    ranks.ensure().await?;
 
     let seed = [50.0, 50.0, 50.0, 60.0, 60.0, 60.0, 60.0, 80.0, 90.0, 100.0];
     for (i, score) in seed.into_iter().enumerate() {

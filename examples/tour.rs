@@ -116,7 +116,7 @@ async fn bucket(client: &Client, commands: &Commands) -> mongo_patterns::Result<
     let db = client.database("mp_tour_bucket");
     db.drop().await?;
     let trades = Trade::buckets(&db);
-    trades.ensure_indexes().await?;
+    trades.ensure().await?;
     let tasks: Vec<_> = (0..8)
         .map(|task| {
             let trades = trades.clone();

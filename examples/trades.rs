@@ -28,7 +28,7 @@ async fn main() -> mongo_patterns::Result<()> {
     let db = client.database("mp_example_trades");
     db.drop().await?;
     let trades = Trade::buckets(&db);
-    trades.ensure_indexes().await?;
+    trades.ensure().await?;
 
     let customer = 7_000_000_i64;
     let tickers = ["MDB", "AAPL", "MSFT", "TSLA", "AMZN"];
