@@ -77,7 +77,7 @@
 //! # Failure behaviour
 //!
 //! - A call cut at any `.await` (a timeout, `select!`): buffered, its
-//!   increments were counted when it first ran and stay pending until a
+//!   increments were counted when it was awaited and stay pending until a
 //!   write is known to have landed; a write cut in flight is re-sent with
 //!   the same flush id, so it lands once. Sampled or geometric, a cut
 //!   call's single write may or may not have landed (the count moves by
