@@ -394,3 +394,17 @@ async fn tenants_in_their_own_collections() {
     })
     .await;
 }
+
+/// A web handler's future must be `Send`: so are the actions' futures,
+/// with a session too.
+#[allow(dead_code)]
+fn actions_are_send(c: Counter<Item>, mut s: mongo_patterns::mongodb::ClientSession) {
+    fn send<F: std::future::Future + Send>(_: F) {}
+    send(async move {
+        c.incr("k").session(&mut s).await?;
+        c.incr_by(&"k".to_owned(), 2).comment("x").await?;
+        c.estimate("k").session(&mut s).await?;
+        c.flush().write_concern(WriteConcern::majority()).await?;
+        c.shutdown().await
+    });
+}
