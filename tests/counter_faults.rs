@@ -3,6 +3,7 @@
 //! field another client damaged, arguments that used to panic, and 16 tasks
 //! on one key. Every invariant is checked with the raw driver.
 
+use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use mongo_patterns::approx_counter::{Counter, CounterSpec, Mode};
@@ -44,7 +45,7 @@ struct Geometric {
 const BOUND: Duration = Duration::from_secs(60);
 
 /// `f` within [`BOUND`], or the test fails.
-async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
+async fn bounded<F: std::future::IntoFuture>(what: &str, f: F) -> F::Output {
     tokio::time::timeout(BOUND, f)
         .await
         .unwrap_or_else(|_| panic!("{what} took over {BOUND:?}"))
@@ -747,7 +748,7 @@ async fn contention_a_parked_write_holds_flush_30_s_at_most() {
     let views = Buffered::views_counter(&db);
     views.incr_by(&1, 99).await.unwrap();
     views.incr_by(&2, 5).await.unwrap();
-    let mut parked = Box::pin(views.incr(&1));
+    let mut parked = Box::pin(views.incr(&1).into_future());
     assert!(
         futures::poll!(parked.as_mut()).is_pending(),
         "its write is under way"

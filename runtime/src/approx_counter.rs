@@ -47,10 +47,37 @@
 //! keys), or, with [`Counter::seeded`], one deterministic stream per handle
 //! for tests.
 //!
+//! # Sessions and options
+//!
+//! `incr`, `incr_by`, `estimate`, `flush` and `shutdown` return actions
+//! ([`Incr`], [`Estimate`], [`Flush`]): setters configure them, `.await`
+//! runs them. A sampled `incr` that does not write allocates nothing.
+//!
+//! - `.session(&mut s)` (`incr`, `incr_by`, `estimate`): sampled and
+//!   geometric increments write, when the draw says so, in the session
+//!   (in its transaction when one is open; geometric then does not keep the
+//!   value read back, which may be rolled back). A buffered counter cannot
+//!   flush in a caller's session from its background task, so an increment
+//!   in a session is written through at once in it (exact), bypassing the
+//!   buffer. `estimate` reads in the session.
+//! - `write_concern`, `comment`, `max_time` on every write; a write
+//!   concern on one buffered `incr` writes it through at once with it.
+//!   `read_concern`, `selection_criteria`, `comment`, `max_time` on
+//!   `estimate`. [`Counter::with_options`] sets a handle's defaults, which
+//!   its background flushes carry too. The driver sends neither `maxTimeMS`
+//!   on an update nor `w: 0`: a write with either goes as the same command
+//!   through `run_command`, with the effective write concern in it.
+//! - A first-increment race (two upserts of one new document) is retried
+//!   once as an update; inside a caller's transaction it is returned with
+//!   `TransientTransactionError` instead, for the caller's `and_run2`.
+//! - [`Counter::stats`], [`Counter::spec`], [`Counter::relative_error`],
+//!   [`Counter::declared`] and [`Counter::collection`] send nothing: plain
+//!   methods.
+//!
 //! # Failure behaviour
 //!
 //! - A call cut at any `.await` (a timeout, `select!`): buffered, its
-//!   increments were counted when it first ran and stay pending until a
+//!   increments were counted when it was awaited and stay pending until a
 //!   write is known to have landed; a write cut in flight is re-sent with
 //!   the same flush id, so it lands once. Sampled or geometric, a cut
 //!   call's single write may or may not have landed (the count moves by
@@ -75,7 +102,6 @@
 //!   key's write: a `flush` waits for it up to 30 s, then returns
 //!   `Contended` with the key still pending. Drop cut futures.
 
-use std::borrow::Borrow;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -85,17 +111,22 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use mongodb::bson::{doc, Bson, Document};
-use mongodb::options::ReturnDocument;
-use mongodb::{Collection, Database};
+use mongodb::options::{
+    Acknowledgment, FindOneAndUpdateOptions, ReturnDocument, UpdateModifications, UpdateOptions,
+};
+use mongodb::{ClientSession, Collection, Database};
 use serde::Serialize;
 
+use crate::action::Options;
 use crate::error::code::TYPE_MISMATCH;
 use crate::error::{Error, Result};
 use crate::model::Model;
 
+mod action;
 mod buffer;
 
-use buffer::{Slot, Want};
+pub use action::{Estimate, Flush, Incr, IncrFuture};
+use buffer::Slot;
 pub use buffer::{FLUSHES, HANDLES_KEPT};
 
 /// Largest `every`: past it, a counter's error is over 0.1% only after 10⁹
@@ -216,7 +247,11 @@ impl<T: ApproxCounted> Clone for Counter<T> {
 
 #[derive(Debug)]
 struct Inner {
+    /// For `run_command` writes (`maxTimeMS`, `w: 0`).
+    db: Database,
     coll: Collection<Document>,
+    /// The handle's default options ([`Counter::with_options`]).
+    defaults: Options,
     spec: CounterSpec,
     /// Why `spec` cannot be followed: every call then returns it.
     invalid: Option<(&'static str, String)>,
@@ -252,7 +287,8 @@ impl<T: ApproxCounted> Counter<T> {
     /// `InvalidArgument`; [`Counter::try_new`] says so at once. The derive
     /// checks its declarations at compile time.
     pub fn new(db: &Database, spec: CounterSpec) -> Self {
-        Self::with_inner(Inner::new(db.collection(T::COLLECTION), spec, None))
+        let coll = db.collection(T::COLLECTION);
+        Self::with_inner(Inner::new(db.clone(), coll, spec, None, Options::new()))
     }
 
     /// [`Counter::new`], refusing an invalid `spec` with `InvalidArgument`.
@@ -270,8 +306,48 @@ impl<T: ApproxCounted> Counter<T> {
     /// The same counter drawing from a deterministic random stream, for
     /// tests. Call it on a fresh handle (it replaces the handle's state).
     pub fn seeded(self, seed: u64) -> Self {
-        let inner = Inner::new(self.inner.coll.clone(), self.inner.spec, Some(seed));
-        Self::with_inner(inner)
+        self.rebuilt(
+            self.inner.coll.clone(),
+            self.inner.defaults.clone(),
+            Some(seed),
+        )
+    }
+
+    /// The same counter with `options` as its defaults: every write and
+    /// read it sends carries them where a call sets nothing else, the
+    /// writes of buffered flushes (timed, crowded, final) included. Over
+    /// what the `Database` carries.
+    ///
+    /// It gives a handle of its own (buffer, statistics, random stream;
+    /// a seed is kept): call it on a fresh handle, before counting, and
+    /// clone the result. Clones made before keep theirs.
+    pub fn with_options(self, options: Options) -> Self {
+        let seed = self.inner.seed.as_ref().map(|(s, _)| *s);
+        self.rebuilt(self.inner.coll.clone(), options, seed)
+    }
+
+    /// The same counter over the collection `name` of the same database,
+    /// for an application with a collection per tenant (the model's
+    /// collection stays the default). A handle of its own, as
+    /// [`Counter::with_options`] gives: what this one holds pending stays
+    /// with it, for its own collection.
+    pub fn with_collection(self, name: &str) -> Self {
+        let seed = self.inner.seed.as_ref().map(|(s, _)| *s);
+        let coll = self.inner.db.collection(name);
+        self.rebuilt(coll, self.inner.defaults.clone(), seed)
+    }
+
+    /// The collection this counter writes, for commands of your own next
+    /// to the counter's.
+    pub fn collection(&self) -> &Collection<Document> {
+        &self.inner.coll
+    }
+
+    /// A new handle's state with this one's declaration. `self` is dropped
+    /// (if it was the last handle, what it held pending is written).
+    fn rebuilt(&self, coll: Collection<Document>, defaults: Options, seed: Option<u64>) -> Self {
+        let db = self.inner.db.clone();
+        Self::with_inner(Inner::new(db, coll, self.inner.spec, seed, defaults))
     }
 
     fn with_inner(inner: Inner) -> Self {
@@ -286,136 +362,6 @@ impl<T: ApproxCounted> Counter<T> {
     /// The declaration this handle follows.
     pub fn spec(&self) -> CounterSpec {
         self.inner.spec
-    }
-
-    /// Counts one increment of `id`'s counter.
-    pub async fn incr<Q>(&self, id: &Q) -> Result<()>
-    where
-        T::Id: Borrow<Q>,
-        Q: Serialize + ?Sized,
-    {
-        self.incr_by(id, 1).await
-    }
-
-    /// Counts `n` increments of `id`'s counter. Writes only when the mode
-    /// says so. An `n` past `i64::MAX`, or one that would take what is
-    /// pending for `id` past it, is `InvalidArgument` and counts nothing.
-    ///
-    /// Buffered, the increments are counted when the call first runs: a
-    /// write error is returned with them still pending, and a call cut
-    /// while it writes (a timeout, `select!`) leaves them pending too.
-    pub async fn incr_by<Q>(&self, id: &Q, n: u64) -> Result<()>
-    where
-        T::Id: Borrow<Q>,
-        Q: Serialize + ?Sized,
-    {
-        let inner = &self.inner;
-        inner.check()?;
-        if n == 0 {
-            return Ok(());
-        }
-        amount_bson(n)?;
-        if inner.spec.mode == Mode::Buffered {
-            let id = crate::compat::to_bson(id)?;
-            let key = key_bytes(&id);
-            let (due, crowded) = inner.buffer(&key, id, n)?;
-            if due {
-                // After `shutdown`, wait for a write of this key under way
-                // in another call, then write through; before, leave a
-                // busy key to its writer.
-                let closed = inner.closed.load(Ordering::Acquire);
-                inner.drain(&key, Want::Full, closed).await?;
-            }
-            if crowded {
-                inner.evict_oldest().await?;
-            }
-            return Ok(());
-        }
-        inner.increments.fetch_add(n, Ordering::Relaxed);
-        if inner.closed.load(Ordering::Acquire) {
-            return inner.write(&crate::compat::to_bson(id)?, n).await;
-        }
-        match inner.spec.mode {
-            Mode::Sampled | Mode::Buffered => {
-                // The draw first: the id is serialized only for a write.
-                let every = u64::from(inner.spec.every);
-                let amount = if n >= every {
-                    n
-                } else {
-                    every * (0..n).filter(|_| inner.one_in(every)).count() as u64
-                };
-                if amount > 0 {
-                    inner.write(&crate::compat::to_bson(id)?, amount).await?;
-                }
-                Ok(())
-            }
-            Mode::Geometric => {
-                let id = crate::compat::to_bson(id)?;
-                let key = key_bytes(&id);
-                let shard = &inner.seen[shard_of(&key)];
-                let seen = lock(shard).get(&key).copied().unwrap_or(0);
-                let m = geometric_step(seen, inner.spec.every);
-                let amount = if n >= m {
-                    n
-                } else {
-                    m * (0..n).filter(|_| inner.one_in(m)).count() as u64
-                };
-                if amount > 0 {
-                    // A missing document (upsert off) reads back nothing, and
-                    // stays at the first step.
-                    if let Some(v) = inner.write_returning(&id, amount).await? {
-                        let mut map = lock(shard);
-                        if map.len() >= inner.spec.max_keys.div_ceil(SHARDS) {
-                            map.clear();
-                        }
-                        map.insert(key, v);
-                    }
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// Writes every pending increment (buffered mode; a no-op otherwise),
-    /// waiting for writes other tasks have under way. Every key is tried;
-    /// on an error the failed keys stay pending (except as
-    /// `UnsupportedValue` says) and the first error is returned.
-    pub async fn flush(&self) -> Result<()> {
-        self.inner.check()?;
-        self.inner.flush_where(|_| true).await
-    }
-
-    /// Flushes, then writes every later increment straight through (exact).
-    /// Call it before the process exits: what is pending at exit is lost.
-    pub async fn shutdown(&self) -> Result<()> {
-        self.inner.check()?;
-        self.inner.closed.store(true, Ordering::Release);
-        self.flush().await
-    }
-
-    /// The counter's value: the stored value plus what this handle holds
-    /// for `id` (buffered; a write whose outcome is unknown is counted as
-    /// pending, so the value can be over by it until it is re-sent). `0`
-    /// for a missing document. One round trip.
-    pub async fn estimate<Q>(&self, id: &Q) -> Result<i64>
-    where
-        T::Id: Borrow<Q>,
-        Q: Serialize + ?Sized,
-    {
-        self.inner.check()?;
-        let id = crate::compat::to_bson(id)?;
-        let field = self.inner.spec.field;
-        let stored = self
-            .inner
-            .coll
-            .find_one(doc! {"_id": &id})
-            .projection(doc! {field: 1})
-            .await?
-            .map(|d| number(&d, field, T::COLLECTION))
-            .transpose()?
-            .unwrap_or(0);
-        let pending = self.inner.held(&key_bytes(&id));
-        Ok(stored.saturating_add_unsigned(pending))
     }
 
     /// Increments seen, writes acknowledged and increments pending.
@@ -468,7 +414,8 @@ impl<T: ApproxCounted> Counter<T> {
             loop {
                 tick.tick().await;
                 let Some(inner) = weak.upgrade() else { return };
-                if let Err(e) = inner.flush_where(|p| p.since.elapsed() >= delay).await {
+                let due = |p: &buffer::Slot| p.since.elapsed() >= delay;
+                if let Err(e) = inner.flush_where(due, &inner.defaults).await {
                     tracing::warn!(error = %e, "timed counter flush failed; kept pending");
                 }
             }
@@ -486,7 +433,7 @@ impl<T: ApproxCounted> Drop for Counter<T> {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let inner = self.inner.clone();
             runtime.spawn(async move {
-                if let Err(e) = inner.flush_where(|_| true).await {
+                if let Err(e) = inner.flush_where(|_| true, &inner.defaults).await {
                     tracing::warn!(error = %e, "final counter flush failed");
                 }
             });
@@ -495,13 +442,21 @@ impl<T: ApproxCounted> Drop for Counter<T> {
 }
 
 impl Inner {
-    fn new(coll: Collection<Document>, spec: CounterSpec, seed: Option<u64>) -> Self {
+    fn new(
+        db: Database,
+        coll: Collection<Document>,
+        spec: CounterSpec,
+        seed: Option<u64>,
+        defaults: Options,
+    ) -> Self {
         let invalid = match spec.check() {
             Err(Error::InvalidArgument { name, reason }) => Some((name, reason)),
             _ => None,
         };
         Inner {
+            db,
             coll,
+            defaults,
             spec,
             invalid,
             handle: random_handle(),
@@ -526,10 +481,12 @@ impl Inner {
     }
 
     /// True with probability 1/n.
+    #[inline]
     fn one_in(&self, n: u64) -> bool {
         n <= 1 || ((u128::from(self.random()) * u128::from(n)) >> 64) == 0
     }
 
+    #[inline]
     fn random(&self) -> u64 {
         match &self.seed {
             Some((seed, draws)) => seeded_draw(*seed, draws.fetch_add(1, Ordering::Relaxed)),
@@ -545,56 +502,222 @@ impl Inner {
         }
     }
 
-    /// Sampled and geometric writes (and all after `shutdown`, but for
-    /// buffered mode, which keeps its flush ids).
-    async fn write(&self, id: &Bson, amount: u64) -> Result<()> {
-        let field = self.spec.field;
-        let res = self
-            .coll
-            .update_one(
-                doc! {"_id": id},
-                doc! {"$inc": {field: amount_bson(amount)?}},
-            )
-            .upsert(self.spec.upsert)
-            .await;
-        match res {
-            Ok(_) => {
-                self.writes.fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            }
-            Err(e) => Err(self.refused(id, amount, e).await),
+    /// The options a call runs with (its own over the handle's defaults),
+    /// and whether it runs inside the caller's transaction: asked only when
+    /// a session is given; there, write and read concern are the
+    /// transaction's.
+    pub(super) async fn effective(
+        &self,
+        options: &Options,
+        session: Option<&mut ClientSession>,
+    ) -> (Options, bool) {
+        let opts = options.or(&self.defaults);
+        let txn = match session {
+            Some(s) => crate::action::in_transaction(s).await,
+            None => false,
+        };
+        if txn {
+            (opts.in_transaction(), true)
+        } else {
+            (opts, false)
         }
     }
 
-    /// Writes and reads the new value back (geometric mode).
-    async fn write_returning(&self, id: &Bson, amount: u64) -> Result<Option<i64>> {
-        let field = self.spec.field;
-        let res = self
-            .coll
-            .find_one_and_update(
-                doc! {"_id": id},
-                doc! {"$inc": {field: amount_bson(amount)?}},
-            )
-            .upsert(self.spec.upsert)
-            .return_document(ReturnDocument::After)
-            .projection(doc! {field: 1})
-            .await;
-        let after = match res {
-            Ok(after) => after,
-            Err(e) => return Err(self.refused(id, amount, e).await),
+    /// Whether writes with `opts` go unacknowledged (`w: 0`, the call's,
+    /// the handle's or the collection's), which the driver's own write
+    /// helpers refuse to send. Never inside a transaction.
+    fn unacknowledged(&self, opts: &Options, txn: bool) -> bool {
+        !txn && opts
+            .write_concern
+            .as_ref()
+            .or(self.coll.write_concern())
+            .is_some_and(|wc| wc.w == Some(Acknowledgment::Nodes(0)) && wc.journal != Some(true))
+    }
+
+    /// One `update` of a document: the driver's `update_one`, or, for what
+    /// that cannot send (`maxTimeMS`, `w: 0`), the same `update` command
+    /// through `run_command` (which the driver does not retry on a lost
+    /// connection), with the effective write concern written into it.
+    pub(super) async fn update(
+        &self,
+        filter: Document,
+        update: UpdateModifications,
+        opts: &Options,
+        txn: bool,
+        session: Option<&mut ClientSession>,
+    ) -> Result<Updated> {
+        let upsert = self.spec.upsert;
+        if opts.max_time.is_none() && !self.unacknowledged(opts, txn) {
+            let action = self
+                .coll
+                .update_one(filter, update)
+                .with_options(opts.driver::<UpdateOptions>())
+                .upsert(upsert);
+            let r = crate::action::run!(action, session)?;
+            return Ok(Updated {
+                matched: r.matched_count,
+                upserted: r.upserted_id.is_some(),
+                acknowledged: true,
+            });
+        }
+        let mut cmd = doc! {
+            "update": self.coll.name(),
+            "updates": [{"q": filter, "u": crate::compat::to_bson(&update)?, "upsert": upsert}],
         };
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        after
-            .map(|d| number(&d, field, self.coll.name()))
-            .transpose()
+        let inherited = if txn { None } else { self.coll.write_concern() };
+        opts.command_fields(&mut cmd, inherited, true)?;
+        let reply = crate::action::run!(self.db.run_command(cmd), session)?;
+        crate::action::command_write_errors(&reply)?;
+        let upserted = reply.get_array("upserted").map_or(0, |a| a.len() as u64);
+        Ok(match reply.get("n").and_then(bson_count) {
+            Some(n) => Updated {
+                matched: n.saturating_sub(upserted),
+                upserted: upserted > 0,
+                acknowledged: true,
+            },
+            // Unacknowledged: no counts in the reply.
+            None => Updated {
+                matched: 0,
+                upserted: false,
+                acknowledged: false,
+            },
+        })
+    }
+
+    /// An `$inc` of `amount` on `id`: sampled and geometric writes, all
+    /// writes after `shutdown` but buffered mode's (which keeps its flush
+    /// ids), and a buffered counter's write-through.
+    pub(super) async fn write(
+        &self,
+        id: &Bson,
+        amount: u64,
+        opts: &Options,
+        txn: bool,
+        mut session: Option<&mut ClientSession>,
+    ) -> Result<()> {
+        let field = self.spec.field;
+        let inc = doc! {"$inc": {field: amount_bson(amount)?}};
+        let mut retried = false;
+        loop {
+            let res = self
+                .update(
+                    doc! {"_id": id},
+                    inc.clone().into(),
+                    opts,
+                    txn,
+                    session.as_deref_mut(),
+                )
+                .await;
+            match res {
+                Ok(u) => {
+                    if u.acknowledged {
+                        self.writes.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Ok(());
+                }
+                Err(e) => match self.upsert_race(e, txn, &mut retried) {
+                    None => continue,
+                    Some(e) => return Err(self.refused(id, amount, e).await),
+                },
+            }
+        }
+    }
+
+    /// Writes and reads the new value back (geometric mode): one
+    /// `findAndModify`; with `w: 0` through `run_command` (then nothing
+    /// may come back).
+    async fn write_returning(
+        &self,
+        id: &Bson,
+        amount: u64,
+        opts: &Options,
+        txn: bool,
+        mut session: Option<&mut ClientSession>,
+    ) -> Result<Option<i64>> {
+        let field = self.spec.field;
+        let inc = doc! {"$inc": {field: amount_bson(amount)?}};
+        let mut retried = false;
+        loop {
+            let res = self
+                .find_and_inc(id, &inc, opts, txn, session.as_deref_mut())
+                .await;
+            match res {
+                Ok((after, acknowledged)) => {
+                    if acknowledged {
+                        self.writes.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return after
+                        .map(|d| number(&d, field, self.coll.name()))
+                        .transpose();
+                }
+                Err(e) => match self.upsert_race(e, txn, &mut retried) {
+                    None => continue,
+                    Some(e) => return Err(self.refused(id, amount, e).await),
+                },
+            }
+        }
+    }
+
+    async fn find_and_inc(
+        &self,
+        id: &Bson,
+        inc: &Document,
+        opts: &Options,
+        txn: bool,
+        session: Option<&mut ClientSession>,
+    ) -> Result<(Option<Document>, bool)> {
+        let field = self.spec.field;
+        if !self.unacknowledged(opts, txn) {
+            let action = self
+                .coll
+                .find_one_and_update(doc! {"_id": id}, inc.clone())
+                .with_options(opts.driver::<FindOneAndUpdateOptions>())
+                .upsert(self.spec.upsert)
+                .return_document(ReturnDocument::After)
+                .projection(doc! {field: 1});
+            return Ok((crate::action::run!(action, session)?, true));
+        }
+        let mut cmd = doc! {
+            "findAndModify": self.coll.name(),
+            "query": {"_id": id},
+            "update": inc.clone(),
+            "upsert": self.spec.upsert,
+            "new": true,
+            "fields": {field: 1},
+        };
+        opts.command_fields(&mut cmd, self.coll.write_concern(), true)?;
+        let reply = crate::action::run!(self.db.run_command(cmd), session)?;
+        crate::action::command_write_errors(&reply)?;
+        let acknowledged = reply.contains_key("lastErrorObject");
+        Ok((reply.get_document("value").ok().cloned(), acknowledged))
+    }
+
+    /// Two first increments of one missing document (`upsert` on) both try
+    /// to insert it, and one gets a duplicate key. `None`: try again, as an
+    /// update now (once). Inside a caller's transaction, which the server
+    /// has aborted, the error carries `TransientTransactionError` instead.
+    fn upsert_race(&self, e: Error, txn: bool, retried: &mut bool) -> Option<Error> {
+        if !self.spec.upsert || !e.is_duplicate_key() {
+            return Some(e);
+        }
+        match e {
+            Error::Database(m) | Error::Raced(m) if txn => {
+                Some(crate::action::raced_in_transaction(m))
+            }
+            Error::Database(m) | Error::Raced(m) if *retried => Some(Error::Raced(m)),
+            _ => {
+                *retried = true;
+                None
+            }
+        }
     }
 
     /// A failed `$inc` as the caller should see it: `UnsupportedValue`
     /// naming the document when the server refused its field (the write's
-    /// `amount` is then dropped), the driver's error otherwise.
-    async fn refused(&self, id: &Bson, amount: u64, e: mongodb::error::Error) -> Error {
-        if !crate::error::server_codes(&e).contains(&TYPE_MISMATCH) {
-            return e.into();
+    /// `amount` is then dropped), the error as it came otherwise.
+    async fn refused(&self, id: &Bson, amount: u64, e: Error) -> Error {
+        if e.code() != Some(TYPE_MISMATCH) {
+            return e;
         }
         let field = self.spec.field;
         let found = self
@@ -619,8 +742,25 @@ impl Inner {
                 dropped: Some(amount),
             },
             // Fixed (or deleted) since: the original error stands.
-            _ => e.into(),
+            _ => e,
         }
+    }
+}
+
+/// What an `update` did.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Updated {
+    pub(super) matched: u64,
+    pub(super) upserted: bool,
+    /// False for `w: 0`: the reply says nothing.
+    pub(super) acknowledged: bool,
+}
+
+fn bson_count(v: &Bson) -> Option<u64> {
+    match v {
+        Bson::Int32(i) => u64::try_from(*i).ok(),
+        Bson::Int64(i) => u64::try_from(*i).ok(),
+        _ => None,
     }
 }
 

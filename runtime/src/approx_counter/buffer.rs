@@ -35,8 +35,10 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use mongodb::bson::{doc, Bson, Document};
+use mongodb::options::FindOneOptions;
 
 use super::{lock, shard_of, Inner, FLUSH_CONCURRENCY, SHARDS};
+use crate::action::Options;
 use crate::error::code::DUPLICATE_KEY;
 use crate::error::{Error, Result};
 
@@ -167,7 +169,13 @@ impl Inner {
     /// is unknown (same id, same amount), then what was counted since.
     /// With `wait`, a key another task is writing is waited for (up to
     /// [`BUSY_WAIT`], then `Contended`); without, it is left to that task.
-    pub(super) async fn drain(&self, key: &[u8], want: Want, wait: bool) -> Result<()> {
+    pub(super) async fn drain(
+        &self,
+        key: &[u8],
+        want: Want,
+        wait: bool,
+        opts: &Options,
+    ) -> Result<()> {
         let mut rounds = 0;
         let mut waits = 0;
         let deadline = tokio::time::Instant::now() + BUSY_WAIT;
@@ -191,7 +199,7 @@ impl Inner {
                 Pick::Send(id, flight) => (id, flight),
             };
             let writing = Writing { inner: self, key };
-            match self.send(&id, flight).await {
+            match self.send(&id, flight, opts).await {
                 Ok(()) => self.landed(key, flight),
                 Err(Error::UnsupportedValue {
                     collection,
@@ -281,7 +289,7 @@ impl Inner {
 
     /// Writes the oldest eighth of the pending keys (at least one), so that
     /// the scan this takes is paid once per `max_keys / 8` new keys.
-    pub(super) async fn evict_oldest(&self) -> Result<()> {
+    pub(super) async fn evict_oldest(&self, opts: &Options) -> Result<()> {
         let mut ages: Vec<(Instant, Vec<u8>)> = Vec::new();
         for shard in &self.shards {
             let shard = lock(shard);
@@ -299,13 +307,17 @@ impl Inner {
         }
         ages.select_nth_unstable_by_key(n - 1, |(since, _)| *since);
         ages.truncate(n);
-        self.drain_all(ages.into_iter().map(|(_, k)| k).collect(), false)
+        self.drain_all(ages.into_iter().map(|(_, k)| k).collect(), false, opts)
             .await
     }
 
     /// Writes every pending key `which` selects, waiting for keys other
     /// tasks are writing. Every key is tried; the first error is returned.
-    pub(super) async fn flush_where(&self, which: impl Fn(&Slot) -> bool) -> Result<()> {
+    pub(super) async fn flush_where(
+        &self,
+        which: impl Fn(&Slot) -> bool,
+        opts: &Options,
+    ) -> Result<()> {
         let mut keys = Vec::new();
         for shard in &self.shards {
             let shard = lock(shard);
@@ -316,12 +328,12 @@ impl Inner {
                     .map(|(k, _)| k.clone()),
             );
         }
-        self.drain_all(keys, true).await
+        self.drain_all(keys, true, opts).await
     }
 
-    async fn drain_all(&self, keys: Vec<Vec<u8>>, wait: bool) -> Result<()> {
+    async fn drain_all(&self, keys: Vec<Vec<u8>>, wait: bool, opts: &Options) -> Result<()> {
         let results: Vec<Result<()>> = futures::stream::iter(keys)
-            .map(|key| async move { self.drain(&key, Want::All, wait).await })
+            .map(|key| async move { self.drain(&key, Want::All, wait, opts).await })
             .buffer_unordered(FLUSH_CONCURRENCY)
             .collect()
             .await;
@@ -330,8 +342,10 @@ impl Inner {
 
     /// One flush write: adds `flight.amount` unless this handle's entry in
     /// [`FLUSHES`] says it landed already. `Ok` when it is applied now or
-    /// was before, or the document is missing and `upsert` is off.
-    async fn send(&self, id: &Bson, flight: Flight) -> Result<()> {
+    /// was before, or the document is missing and `upsert` is off. With
+    /// `w: 0` a write sent is taken as landed (nothing comes back to say
+    /// otherwise); its flush id still keeps a re-send from counting twice.
+    async fn send(&self, id: &Bson, flight: Flight, opts: &Options) -> Result<()> {
         let field = self.spec.field;
         let (hid, seq) = (self.handle as i64, flight.seq as i64);
         let amount = super::amount_bson(flight.amount)?;
@@ -357,26 +371,31 @@ impl Inner {
                 [{"h": hid, "s": seq}],
             ]}, -HANDLES_KEPT]},
         }}];
+        // The check after a refused write reads the primary: only the
+        // comment and time bound apply to it.
+        let mut check = FindOneOptions::default();
+        check.comment = opts.comment.clone();
+        check.max_time = opts.max_time;
+        check.projection = Some(doc! {field: 1, FLUSHES: 1});
         for _ in 0..TRIES {
             let res = self
-                .coll
-                .update_one(filter.clone(), update.clone())
-                .upsert(self.spec.upsert)
+                .update(filter.clone(), update.clone().into(), opts, false, None)
                 .await;
             match res {
-                Ok(r) if r.matched_count > 0 || r.upserted_id.is_some() => {
+                Ok(u) if !u.acknowledged => return Ok(()),
+                Ok(u) if u.matched > 0 || u.upserted => {
                     self.writes.fetch_add(1, Ordering::Relaxed);
                     return Ok(());
                 }
                 Ok(_) => {}
-                Err(e) if crate::error::server_codes(&e).contains(&DUPLICATE_KEY) => {}
-                Err(e) => return Err(e.into()),
+                Err(e) if e.code() == Some(DUPLICATE_KEY) => {}
+                Err(e) => return Err(e),
             }
             // The filter refused: find out why.
             let found = self
                 .coll
                 .find_one(doc! {"_id": id})
-                .projection(doc! {field: 1, FLUSHES: 1})
+                .with_options(check.clone())
                 .await?;
             let Some(d) = found else {
                 if self.spec.upsert {

@@ -1,0 +1,424 @@
+//! The counter's operations as actions: `incr`, `incr_by`, `estimate`,
+//! `flush` and `shutdown` return values that setters configure and `.await`
+//! runs.
+//!
+//! `incr` is the hot path: a sampled increment that does not write is a
+//! random draw and nothing else, so its future is not boxed: [`IncrFuture`]
+//! is ready at once, and holds a boxed future only when the call writes.
+
+use std::borrow::Borrow;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use mongodb::bson::doc;
+use mongodb::ClientSession;
+use serde::Serialize;
+
+use super::buffer::Want;
+use super::{amount_bson, geometric_step, key_bytes, lock, number, shard_of};
+use super::{ApproxCounted, Counter, Mode, SHARDS};
+use crate::action::Options;
+use crate::error::{Error, Result};
+
+/// `incr` / `incr_by`: counts increments of one key's counter.
+///
+/// Setters: `session`, `write_concern`, `comment`, `max_time`. What a
+/// session or a write concern does depends on the mode: see
+/// [`Counter::incr_by`].
+#[must_use = "does nothing unless awaited"]
+pub struct Incr<'a, T: ApproxCounted, Q: ?Sized> {
+    counter: &'a Counter<T>,
+    id: &'a Q,
+    n: u64,
+    options: Options,
+    session: Option<&'a mut ClientSession>,
+}
+
+impl<'a, T: ApproxCounted, Q: ?Sized> Incr<'a, T, Q> {
+    crate::action::setters!('a; write);
+}
+
+/// The future of an [`Incr`]: ready at once when the call does not write,
+/// one boxed future when it does. Two words: returning it costs nothing.
+#[must_use = "futures do nothing unless polled"]
+pub struct IncrFuture<'a>(State<'a>);
+
+enum State<'a> {
+    Done,
+    /// Boxed: errors are rare, and the future stays small.
+    Failed(Option<Box<Error>>),
+    Writing(BoxFuture<'a, Result<()>>),
+}
+
+impl<'a> IncrFuture<'a> {
+    fn done() -> Self {
+        IncrFuture(State::Done)
+    }
+
+    #[cold]
+    fn failed(e: Error) -> Self {
+        IncrFuture(State::Failed(Some(Box::new(e))))
+    }
+
+    fn writing(f: impl Future<Output = Result<()>> + Send + 'a) -> Self {
+        IncrFuture(State::Writing(Box::pin(f)))
+    }
+}
+
+impl Future for IncrFuture<'_> {
+    type Output = Result<()>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        match &mut self.get_mut().0 {
+            State::Done => Poll::Ready(Ok(())),
+            State::Failed(e) => Poll::Ready(match e.take() {
+                Some(e) => Err(*e),
+                // Polled again after it finished: nothing more to do.
+                None => Ok(()),
+            }),
+            State::Writing(f) => f.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<T: ApproxCounted> Counter<T> {
+    /// Counts one increment of `id`'s counter: [`Counter::incr_by`] of 1.
+    pub fn incr<'a, Q>(&'a self, id: &'a Q) -> Incr<'a, T, Q>
+    where
+        T::Id: Borrow<Q>,
+        Q: Serialize + ?Sized,
+    {
+        self.incr_by(id, 1)
+    }
+
+    /// Counts `n` increments of `id`'s counter. Writes only when the mode
+    /// says so (one `update`; geometric, one `findAndModify`). An `n` past
+    /// `i64::MAX`, or one that would take what is pending for `id` past
+    /// it, is `InvalidArgument` and counts nothing.
+    ///
+    /// Buffered, the increments are counted when the call is awaited: a
+    /// write error is returned with them still pending, and a call cut
+    /// while it writes (a timeout, `select!`) leaves them pending too.
+    ///
+    /// In a session (`.session(&mut s)`), by mode:
+    /// - sampled: the draw as ever; a write, if it hits, runs in the
+    ///   session (in its transaction when one is open);
+    /// - buffered: the background flush cannot run in the caller's
+    ///   session, so the call writes `$inc: n` through at once in it,
+    ///   bypassing the buffer (exact; what the buffer holds for `id` stays
+    ///   there);
+    /// - geometric: as sampled; inside a transaction the value read back is
+    ///   not remembered (it may be rolled back), so the next write size
+    ///   comes from the last value read outside one.
+    ///
+    /// With `.write_concern(..)` on the call, a buffered counter also
+    /// writes through at once, with that write concern: the caller asked
+    /// for this increment's durability, which a later flush cannot give.
+    /// Its `comment` and `max_time` reach the write the call sends, if any
+    /// (buffered: the flush of a key the call filled).
+    ///
+    /// Race: two first increments of a missing document with `upsert` on
+    /// can both try to insert it; the loser is retried once as an update.
+    /// Inside a caller's transaction it is not retried: the error carries
+    /// `TransientTransactionError`, for the caller's `and_run2` to run the
+    /// transaction again.
+    pub fn incr_by<'a, Q>(&'a self, id: &'a Q, n: u64) -> Incr<'a, T, Q>
+    where
+        T::Id: Borrow<Q>,
+        Q: Serialize + ?Sized,
+    {
+        Incr {
+            counter: self,
+            id,
+            n,
+            options: Options::default(),
+            session: None,
+        }
+    }
+
+    /// The counter's value: the stored value plus what this handle holds
+    /// for `id` (buffered; a write whose outcome is unknown is counted as
+    /// pending, so the value can be over by it until it is re-sent). `0`
+    /// for a missing document. One `find`, in the session if one is given
+    /// (inside its transaction it sees the transaction's own writes).
+    ///
+    /// Setters: `session`, `read_concern`, `selection_criteria`,
+    /// `comment`, `max_time`.
+    pub fn estimate<'a, Q>(&'a self, id: &'a Q) -> Estimate<'a, T, Q>
+    where
+        T::Id: Borrow<Q>,
+        Q: Serialize + ?Sized,
+    {
+        Estimate {
+            counter: self,
+            id,
+            options: Options::default(),
+            session: None,
+        }
+    }
+
+    /// Writes every pending increment (buffered mode; a no-op otherwise),
+    /// waiting for writes other tasks have under way: one `update` per
+    /// key, 16 at a time. Every key is tried; on an error the failed keys
+    /// stay pending (except as `UnsupportedValue` says) and the first
+    /// error is returned.
+    ///
+    /// Setters: `write_concern`, `comment`, `max_time` (no session: the
+    /// writes carry increments of every caller).
+    pub fn flush(&self) -> Flush<'_, T> {
+        Flush {
+            counter: self,
+            shutdown: false,
+            options: Options::default(),
+        }
+    }
+
+    /// Flushes, then writes every later increment straight through (exact).
+    /// Call it before the process exits: what is pending at exit is lost.
+    /// Setters as [`Counter::flush`].
+    pub fn shutdown(&self) -> Flush<'_, T> {
+        Flush {
+            counter: self,
+            shutdown: true,
+            options: Options::default(),
+        }
+    }
+}
+
+impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> IntoFuture for Incr<'a, T, Q> {
+    type Output = Result<()>;
+    type IntoFuture = IncrFuture<'a>;
+
+    /// The hot path, inline: a sampled increment below N that does not
+    /// hit is an atomic add and a draw. Everything else is out of line.
+    #[inline]
+    fn into_future(self) -> IncrFuture<'a> {
+        let inner = &*self.counter.inner;
+        let every = u64::from(inner.spec.every);
+        if inner.spec.mode == Mode::Sampled
+            && self.n < every
+            && inner.invalid.is_none()
+            && !inner.closed.load(Ordering::Acquire)
+        {
+            // n < N ≤ MAX_EVERY: no amount to refuse.
+            inner.increments.fetch_add(self.n, Ordering::Relaxed);
+            let hits = (0..self.n).filter(|_| inner.one_in(every)).count() as u64;
+            if hits == 0 {
+                return IncrFuture::done();
+            }
+            return self.sampled_write(every * hits);
+        }
+        self.start().unwrap_or_else(IncrFuture::failed)
+    }
+}
+
+impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
+    /// A sampled write of `amount`, in the call's session.
+    #[inline(never)]
+    fn sampled_write(self, amount: u64) -> IncrFuture<'a> {
+        let inner = &*self.counter.inner;
+        let id = match crate::compat::to_bson(self.id) {
+            Ok(id) => id,
+            Err(e) => return IncrFuture::failed(e.into()),
+        };
+        let (options, mut session) = (self.options, self.session);
+        IncrFuture::writing(async move {
+            let (opts, txn) = inner.effective(&options, session.as_deref_mut()).await;
+            inner.write(&id, amount, &opts, txn, session).await
+        })
+    }
+
+    /// Everything else up to the write, synchronously: checks, the draw,
+    /// the buffer. Only a call that writes gets a boxed future.
+    #[inline(never)]
+    fn start(self) -> Result<IncrFuture<'a>> {
+        let Incr {
+            counter,
+            id,
+            n,
+            options,
+            session,
+        } = self;
+        let inner = &*counter.inner;
+        inner.check()?;
+        if n == 0 {
+            return Ok(IncrFuture::done());
+        }
+        amount_bson(n)?;
+        let closed = inner.closed.load(Ordering::Acquire);
+        match inner.spec.mode {
+            Mode::Buffered if session.is_some() || options.write_concern.is_some() => {
+                let id = crate::compat::to_bson(id)?;
+                inner.increments.fetch_add(n, Ordering::Relaxed);
+                Ok(IncrFuture::writing(async move {
+                    let mut session = session;
+                    let (opts, txn) = inner.effective(&options, session.as_deref_mut()).await;
+                    inner.write(&id, n, &opts, txn, session).await
+                }))
+            }
+            Mode::Buffered => {
+                let id = crate::compat::to_bson(id)?;
+                let key = key_bytes(&id);
+                let (due, crowded) = inner.buffer(&key, id, n)?;
+                if !due && !crowded {
+                    return Ok(IncrFuture::done());
+                }
+                Ok(IncrFuture::writing(async move {
+                    let opts = options.or(&inner.defaults);
+                    if due {
+                        // After `shutdown`, wait for a write of this key
+                        // under way in another call, then write through;
+                        // before, leave a busy key to its writer.
+                        let closed = inner.closed.load(Ordering::Acquire);
+                        inner.drain(&key, Want::Full, closed, &opts).await?;
+                    }
+                    if crowded {
+                        inner.evict_oldest(&opts).await?;
+                    }
+                    Ok(())
+                }))
+            }
+            Mode::Sampled => {
+                inner.increments.fetch_add(n, Ordering::Relaxed);
+                // The draw first: the id is serialized only for a write.
+                let every = u64::from(inner.spec.every);
+                let amount = if closed || n >= every {
+                    n
+                } else {
+                    every * (0..n).filter(|_| inner.one_in(every)).count() as u64
+                };
+                if amount == 0 {
+                    return Ok(IncrFuture::done());
+                }
+                let id = crate::compat::to_bson(id)?;
+                Ok(IncrFuture::writing(async move {
+                    let mut session = session;
+                    let (opts, txn) = inner.effective(&options, session.as_deref_mut()).await;
+                    inner.write(&id, amount, &opts, txn, session).await
+                }))
+            }
+            Mode::Geometric => {
+                inner.increments.fetch_add(n, Ordering::Relaxed);
+                let id = crate::compat::to_bson(id)?;
+                if closed {
+                    return Ok(IncrFuture::writing(async move {
+                        let mut session = session;
+                        let (opts, txn) = inner.effective(&options, session.as_deref_mut()).await;
+                        inner.write(&id, n, &opts, txn, session).await
+                    }));
+                }
+                let key = key_bytes(&id);
+                let shard = &inner.seen[shard_of(&key)];
+                let seen = lock(shard).get(&key).copied().unwrap_or(0);
+                let m = geometric_step(seen, inner.spec.every);
+                let amount = if n >= m {
+                    n
+                } else {
+                    m * (0..n).filter(|_| inner.one_in(m)).count() as u64
+                };
+                if amount == 0 {
+                    return Ok(IncrFuture::done());
+                }
+                Ok(IncrFuture::writing(async move {
+                    let mut session = session;
+                    let (opts, txn) = inner.effective(&options, session.as_deref_mut()).await;
+                    // A missing document (upsert off) reads back nothing,
+                    // and stays at the first step; a value read inside a
+                    // transaction may be rolled back, so it is not kept.
+                    let back = inner
+                        .write_returning(&id, amount, &opts, txn, session)
+                        .await?;
+                    if let (Some(v), false) = (back, txn) {
+                        let mut map = lock(shard);
+                        if map.len() >= inner.spec.max_keys.div_ceil(SHARDS) {
+                            map.clear();
+                        }
+                        map.insert(key, v);
+                    }
+                    Ok(())
+                }))
+            }
+        }
+    }
+}
+
+/// `estimate`: reads one key's counter.
+#[must_use = "does nothing unless awaited"]
+pub struct Estimate<'a, T: ApproxCounted, Q: ?Sized> {
+    counter: &'a Counter<T>,
+    id: &'a Q,
+    options: Options,
+    session: Option<&'a mut ClientSession>,
+}
+
+impl<'a, T: ApproxCounted, Q: ?Sized> Estimate<'a, T, Q> {
+    crate::action::setters!('a; read);
+}
+
+impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> IntoFuture for Estimate<'a, T, Q> {
+    type Output = Result<i64>;
+    type IntoFuture = BoxFuture<'a, Result<i64>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let Estimate {
+            counter,
+            id,
+            options,
+            mut session,
+        } = self;
+        let inner = &*counter.inner;
+        let id = inner
+            .check()
+            .and_then(|()| crate::compat::to_bson(id).map_err(Error::from));
+        Box::pin(async move {
+            let id = id?;
+            let (opts, _) = inner.effective(&options, session.as_deref_mut()).await;
+            let field = inner.spec.field;
+            let find = inner
+                .coll
+                .find_one(doc! {"_id": &id})
+                .with_options(opts.driver::<mongodb::options::FindOneOptions>())
+                .projection(doc! {field: 1});
+            let stored = crate::action::run!(find, session.as_deref_mut())?
+                .map(|d| number(&d, field, inner.coll.name()))
+                .transpose()?
+                .unwrap_or(0);
+            let pending = inner.held(&key_bytes(&id));
+            Ok(stored.saturating_add_unsigned(pending))
+        })
+    }
+}
+
+/// `flush` / `shutdown`: writes what a buffered counter holds.
+#[must_use = "does nothing unless awaited"]
+pub struct Flush<'a, T: ApproxCounted> {
+    counter: &'a Counter<T>,
+    shutdown: bool,
+    options: Options,
+}
+
+impl<T: ApproxCounted> Flush<'_, T> {
+    crate::action::setters!(@common);
+    crate::action::setters!(@write);
+}
+
+impl<'a, T: ApproxCounted> IntoFuture for Flush<'a, T> {
+    type Output = Result<()>;
+    type IntoFuture = BoxFuture<'a, Result<()>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let inner = &*self.counter.inner;
+        Box::pin(async move {
+            inner.check()?;
+            if self.shutdown {
+                inner.closed.store(true, Ordering::Release);
+            }
+            let opts = self.options.or(&inner.defaults);
+            inner.flush_where(|_| true, &opts).await
+        })
+    }
+}
