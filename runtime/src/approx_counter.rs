@@ -303,6 +303,13 @@ impl<T: ApproxCounted> Counter<T> {
         vec![crate::ensure::Declared::new(self.inner.coll.name())]
     }
 
+    /// Creates what [`declared`](Self::declared) lists and the deployment
+    /// lacks (the collection). The same as
+    /// [`Model::ensure`](crate::Model::ensure) for this counter.
+    pub fn ensure(&self) -> crate::ensure::EnsureAction<'_> {
+        crate::ensure::EnsureAction::new(&self.inner.db, self.declared())
+    }
+
     /// The same counter drawing from a deterministic random stream, for
     /// tests. Call it on a fresh handle (it replaces the handle's state).
     pub fn seeded(self, seed: u64) -> Self {
