@@ -27,9 +27,6 @@
 //! override them field by field, and what neither sets comes from the
 //! `Database` (or the `Client`), as in the driver.
 
-// Used by every repository's actions; some helpers are not used by all.
-#![allow(dead_code, unused_macros, unused_imports)]
-
 use std::time::Duration;
 
 use mongodb::bson::{Bson, Document};

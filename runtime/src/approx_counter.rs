@@ -305,7 +305,7 @@ impl<T: ApproxCounted> Counter<T> {
 
     /// Creates what [`declared`](Self::declared) lists and the deployment
     /// lacks (the collection). The same as
-    /// [`Model::ensure`](crate::Model::ensure) for this counter.
+    /// [`Model::ensure`] for this counter.
     pub fn ensure(&self) -> crate::ensure::EnsureAction<'_> {
         crate::ensure::EnsureAction::new(&self.inner.db, self.declared())
     }

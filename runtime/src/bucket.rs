@@ -342,7 +342,7 @@ impl<T: Bucketed> Buckets<T> {
 
     /// Creates what [`declared`](Self::declared) lists and the deployment
     /// lacks: the collection and the index pages are cut by, `{key: 1,
-    /// start: 1}`. The same as [`Model::ensure`](crate::Model::ensure) for
+    /// start: 1}`. The same as [`Model::ensure`] for
     /// this repository (under its run-time collection name). Pushes need no
     /// index beyond `_id`: they address buckets by `_id`, and no field they
     /// change is indexed.

@@ -475,7 +475,7 @@ impl<T: RankHistogram> Ranks<T> {
     /// Creates what [`declared`](Self::declared) lists and the deployment
     /// lacks: `{board: 1, score: ±1}` on the players' collection, which
     /// [`rebuild`](Self::rebuild) reads by, and both collections. The same
-    /// as [`Model::ensure`](crate::Model::ensure) for this repository
+    /// as [`Model::ensure`] for this repository
     /// (under its run-time collection names).
     pub fn ensure(&self) -> crate::ensure::EnsureAction<'_> {
         crate::ensure::EnsureAction::new(&self.db, self.declared())
