@@ -72,3 +72,16 @@ pub(crate) fn append(doc: &mut RawDocumentBuf, key: &str, value: RawBson) {
         }
     }
 }
+
+/// The model's deserialization error inside a driver error from a cursor
+/// (`deserialize_current`, a typed `find`): its own kind with bson 2, a
+/// bson error with bson 3. Any other error is given back.
+pub(crate) fn deserialization(e: mongodb::error::Error) -> Result<DeError, mongodb::error::Error> {
+    use mongodb::error::ErrorKind;
+    match &*e.kind {
+        ErrorKind::BsonDeserialization(source) => Ok(source.clone()),
+        #[cfg(feature = "bson-3")]
+        ErrorKind::Bson(source) => Ok(source.clone()),
+        _ => Err(e),
+    }
+}

@@ -633,13 +633,13 @@ where
     }
 
     fn unexpected(&self, raw: &RawDocument, e: mongodb::error::Error) -> Error {
-        match *e.kind {
-            mongodb::error::ErrorKind::BsonDeserialization(source) => Error::UnexpectedDocument {
+        match crate::compat::deserialization(e) {
+            Ok(source) => Error::UnexpectedDocument {
                 collection: self.coll.name().to_owned(),
                 id: Box::new(id_of(raw)),
                 source,
             },
-            _ => Error::from(e),
+            Err(e) => Error::from(e),
         }
     }
 }

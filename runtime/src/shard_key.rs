@@ -1004,21 +1004,13 @@ fn current<T>(
     raw: &mongodb::bson::RawDocument,
     collection: &str,
 ) -> Result<T> {
-    item.map_err(|e| match *e.kind {
-        mongodb::error::ErrorKind::BsonDeserialization(source) => Error::UnexpectedDocument {
+    item.map_err(|e| match crate::compat::deserialization(e) {
+        Ok(source) => Error::UnexpectedDocument {
             collection: collection.to_owned(),
             id: Box::new(crate::keyset::id_of(raw)),
             source,
         },
-        // With bson 3 the driver reports a document that does not
-        // deserialize as a bson error.
-        #[cfg(feature = "bson-3")]
-        mongodb::error::ErrorKind::Bson(source) => Error::UnexpectedDocument {
-            collection: collection.to_owned(),
-            id: Box::new(crate::keyset::id_of(raw)),
-            source,
-        },
-        _ => Error::from(e),
+        Err(e) => Error::from(e),
     })
 }
 
