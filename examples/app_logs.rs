@@ -1,4 +1,4 @@
-//! Seed 002: application logs `{id, type, level, ts, msg}` and the shard
+//! Shard key: application logs `{id, type, level, ts, msg}` and the shard
 //! key `{month: 1, type: 1}`, with `month` derived from `ts` (seconds).
 //!
 //! Inserts `--logs N` logs (default 50,000) over 24 months, types 80/15/5;

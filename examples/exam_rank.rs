@@ -1,4 +1,4 @@
-//! Seed 001: real-time exam ranks. Ten students score 50 50 50 60 60 60 60
+//! Rank histogram: real-time exam ranks. Ten students score 50 50 50 60 60 60 60
 //! 80 90 100; 85 ranks 3rd; a cheater's 100 is cleared to 0 without
 //! rewriting anyone else's rank; then `--students N` more students (default
 //! 10,000) with half-point scores show that the histogram holds at most 201

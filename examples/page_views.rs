@@ -1,4 +1,4 @@
-//! Seed 003: an insurance product's `web_page_views`, counted one write in
+//! Approximate counter: an insurance product's `web_page_views`, counted one write in
 //! 100. `--views N` page views (default 200,000) arrive from 16 tasks and
 //! are counted three ways: sampled (the seed's `random(0..99) == 0 → $inc:
 //! 100`), buffered (the seed's "count to 100, then write", with `$inc`

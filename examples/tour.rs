@@ -37,7 +37,7 @@ struct Visit {
 /// Keyset pagination: newest visits first, 4 a page, ties on the same
 /// second broken by `_id`; a tampered token is refused.
 async fn keyset(client: &Client, commands: &Commands) -> mongo_patterns::Result<()> {
-    println!("\n== keyset pagination (seed 004)");
+    println!("\n== keyset pagination");
     let db = client.database("mp_tour_keyset");
     db.drop().await?;
     let visits: Vec<Visit> = (0..10)
@@ -112,7 +112,7 @@ struct Trade {
 /// The bucket pattern: 10 trades to a document, pages of 4 cut across
 /// buckets, newest first; 8 tasks pushing to one customer at once.
 async fn bucket(client: &Client, commands: &Commands) -> mongo_patterns::Result<()> {
-    println!("\n== bucket (seed 000)");
+    println!("\n== bucket");
     let db = client.database("mp_tour_bucket");
     db.drop().await?;
     let trades = Trade::buckets(&db);
@@ -182,7 +182,7 @@ struct ExamScore {
 /// The rank histogram: the seed's ten scores, 85 ranks 3rd; the top
 /// student drops to 0 in one write; 16 tasks change scores at once.
 async fn rank_histogram(client: &Client, commands: &Commands) -> mongo_patterns::Result<()> {
-    println!("\n== rank histogram (seed 001)");
+    println!("\n== rank histogram");
     let db = client.database("mp_tour_rank");
     db.drop().await?;
     let ranks = ExamScore::ranks(&db);
@@ -267,7 +267,7 @@ struct Product {
 /// Approximate counters: 16 tasks view one product 50,000 times; sampled
 /// and buffered counting, each about one write in 100.
 async fn approx_counter(client: &Client, commands: &Commands) -> mongo_patterns::Result<()> {
-    println!("\n== approximate counter (seed 003)");
+    println!("\n== approximate counter");
     let db = client.database("mp_tour_counter");
     db.drop().await?;
     Product::collection(&db)
@@ -331,7 +331,7 @@ struct Log {
 /// `ensure_sharded` says on a deployment that does not shard.
 async fn shard_key(client: &Client, commands: &Commands) -> mongo_patterns::Result<()> {
     use mongo_patterns::shard_key::TimeRange;
-    println!("\n== shard key (seed 002)");
+    println!("\n== shard key");
     let db = client.database("mp_tour_shard");
     db.drop().await?;
     let logs = Log::sharded(&db);

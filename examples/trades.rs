@@ -1,4 +1,4 @@
-//! Seed 000: a customer's stock trades, 1,000 to a bucket, shown 20, 25, 50
+//! Bucket: a customer's stock trades, 1,000 to a bucket, shown 20, 25, 50
 //! or 100 to a page, newest first as a trading app shows them.
 //!
 //! `cargo run --example trades -- --trades 3500` (default 3500), against

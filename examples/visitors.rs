@@ -1,4 +1,4 @@
-//! Seed 004: find the returning visitors of a site with ten million visits,
+//! Keyset pagination: find the returning visitors of a site with ten million visits,
 //! on a machine that cannot hold them all.
 //!
 //! The seed's job pages through every visit before a date with `_id > last`

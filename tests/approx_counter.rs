@@ -10,7 +10,7 @@ use mongo_patterns::prelude::*;
 use mongo_patterns::Error;
 use mongo_patterns_testkit::{client, fresh_db, server_uri};
 
-/// Seed 003's insurance product, its page views sampled one in 100.
+/// An insurance product, its page views sampled one in 100.
 #[derive(Debug, Clone, Serialize, Deserialize, Model)]
 #[model(collection = "products")]
 #[approx_counter(field = "likes", every = 10, mode = "geometric")]

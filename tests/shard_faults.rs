@@ -11,7 +11,7 @@ use mongo_patterns::Error;
 use mongo_patterns_testkit::{bounded, fresh_db};
 use std::future::IntoFuture;
 
-/// Seed 002's application log, `ts` in epoch seconds; `month` is derived.
+/// An application log, `ts` in epoch seconds; `month` is derived.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[model(collection = "logs")]
 #[shard_key(coarse = "month", from = "ts", search = "type")]

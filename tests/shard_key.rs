@@ -9,7 +9,7 @@ use mongo_patterns::shard_key::TimeRange;
 use mongo_patterns::Error;
 use mongo_patterns_testkit::{client, fresh_db};
 
-/// Seed 002's application log, `ts` in epoch seconds; `month` is derived.
+/// An application log, `ts` in epoch seconds; `month` is derived.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[model(collection = "logs")]
 #[shard_key(coarse = "month", from = "ts", search = "type")]

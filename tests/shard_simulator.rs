@@ -1,4 +1,4 @@
-//! The shard key simulator (seed 002: application logs), no server needed.
+//! The shard key simulator on application logs, no server needed.
 //!
 //! The seed's comparison runs on a reduced workload: 200,000 logs over 24
 //! months with chunks of 8,192 documents. That size is chosen, not scaled

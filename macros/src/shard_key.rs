@@ -2,7 +2,7 @@
 //! search = "type")]`, or `#[shard_key(hashed = "id")]`: the collection's
 //! shard key. The runtime (`runtime/src/shard_key.rs`) holds the routing;
 //! this checks the key against the struct and refuses, with an explanation
-//! and an opt-out each, the keys seed 002 warns about:
+//! and an opt-out each, the keys that spoil a shard key:
 //!
 //! - `monotonic`: a lone key on a timestamp, an ObjectId or a counter;
 //! - `low_cardinality`: a lone key on a bool or a one-byte type (a

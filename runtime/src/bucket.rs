@@ -1,4 +1,4 @@
-//! The bucket pattern (seed 000): many items of one key per document, and
+//! The bucket pattern: many items of one key per document, and
 //! pages of any size cut from those buckets.
 //!
 //! A bucket is

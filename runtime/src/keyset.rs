@@ -1,4 +1,4 @@
-//! Keyset pagination (seed 004): page by the last key seen, never by `skip`.
+//! Keyset pagination: page by the last key seen, never by `skip`.
 //!
 //! A page is `find({$and: [filter, boundary]}).sort(keys, _id).limit(n + 1)`:
 //! the server seeks straight to the boundary through the index, so page
@@ -908,7 +908,7 @@ fn check_untrusted(filter: &Document) -> Result<()> {
 
 /// A filter on `_id` for documents whose ObjectId was made in `[from, to)`.
 ///
-/// ObjectIds hold their creation time in whole seconds (seed 004), so the
+/// ObjectIds hold their creation time in whole seconds, so the
 /// range is widened to whole seconds: `from` rounds down and `to` rounds up.
 /// Nothing in range is ever missed. Combine it with other conditions in
 /// `$and`.

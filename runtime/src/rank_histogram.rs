@@ -1,4 +1,4 @@
-//! The rank histogram (seed 001): real-time ranks from `{score, count}`
+//! The rank histogram: real-time ranks from `{score, count}`
 //! pairs, whatever the number of players.
 //!
 //! A board (an exam, a season) keeps how many players hold each score. The

@@ -1,4 +1,4 @@
-//! The shard key pattern (seed 002): `{coarse ascending field: 1, search
+//! The shard key pattern: `{coarse ascending field: 1, search
 //! field: 1}`, such as `{month: 1, type: 1}` for application logs, with
 //! `month` derived from `ts`.
 //!

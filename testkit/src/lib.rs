@@ -4,7 +4,7 @@
 //!
 //! `MONGODB_URI` wins when set, so the same suite runs against a real
 //! `mongod` or Atlas. Otherwise the pinned surrogate server (`secantusd-rs`,
-//! see DESIGN.md) is started once per process on a free port with a
+//! see the README, "The test server") is started once per process on a free port with a
 //! temporary storage directory; it stops, and its directory is removed, when
 //! the process exits, even if the process is killed.
 
@@ -24,7 +24,7 @@ use mongo_patterns::mongodb::event::EventHandler;
 use mongo_patterns::mongodb::options::ClientOptions;
 use mongo_patterns::mongodb::{Client, Database};
 
-/// The pinned server version (DESIGN.md); `scripts/test-server` installs it.
+/// The pinned server version; `scripts/test-server` installs it.
 pub const SERVER_CRATE: &str = "secantus-mdb";
 pub const SERVER_VERSION: &str = "0.5.3-beta.196";
 const START_TIMEOUT: Duration = Duration::from_secs(60);

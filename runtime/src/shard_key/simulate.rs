@@ -1,5 +1,5 @@
 //! A deterministic model of a sharded cluster, to compare shard keys with
-//! numbers rather than adjectives (seed 002: application logs
+//! numbers rather than adjectives (the workload: application logs
 //! `{id: uuid, type: "app"|"web"|"admin", level, ts: epoch seconds, msg}`).
 //!
 //! The seed's claims, and the metric of [`Row`] that shows each:
