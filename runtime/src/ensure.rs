@@ -38,6 +38,10 @@ use mongodb::bson::{doc, Bson, Document};
 use mongodb::{ClientSession, Database, IndexModel};
 
 use crate::action::Options;
+use crate::error::code::{
+    ALREADY_INITIALIZED, INDEX_KEY_SPECS_CONFLICT, INDEX_OPTIONS_CONFLICT, NAMESPACE_EXISTS,
+    NAMESPACE_NOT_FOUND,
+};
 use crate::error::{code, Result};
 use crate::keyset::{Keyset, KeysetSpec};
 
@@ -519,12 +523,6 @@ impl Cx<'_> {
         }
     }
 }
-
-const NAMESPACE_NOT_FOUND: i32 = 26;
-const NAMESPACE_EXISTS: i32 = 48;
-const ALREADY_INITIALIZED: i32 = 23;
-const INDEX_OPTIONS_CONFLICT: i32 = 85;
-const INDEX_KEY_SPECS_CONFLICT: i32 = 86;
 
 /// Reads the deployment and compares it with `wanted`.
 async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted]) -> Result<Plan> {

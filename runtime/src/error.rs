@@ -184,6 +184,16 @@ pub(crate) mod code {
     /// `ConversionFailure`: what a pipeline raises on purpose (a failed
     /// `$convert`) to refuse a write whose target is damaged.
     pub const REFUSED: i32 = 241;
+    /// `NamespaceNotFound`: no such collection.
+    pub const NAMESPACE_NOT_FOUND: i32 = 26;
+    /// `NamespaceExists`: the collection exists already.
+    pub const NAMESPACE_EXISTS: i32 = 48;
+    /// `AlreadyInitialized`: sharding is enabled already.
+    pub const ALREADY_INITIALIZED: i32 = 23;
+    /// `IndexOptionsConflict`: an index on these keys has other options.
+    pub const INDEX_OPTIONS_CONFLICT: i32 = 85;
+    /// `IndexKeySpecsConflict`: an index of this name has other keys.
+    pub const INDEX_KEY_SPECS_CONFLICT: i32 = 86;
     /// Codes for a document over 16 MiB (BSONObjectTooLarge, and the
     /// update-result variants).
     pub const TOO_LARGE: [i32; 3] = [10334, 17419, 17420];

@@ -371,7 +371,9 @@ impl<T: ShardKeyed> Sharded<T> {
                     return Err(Error::NotSharded { command: name })
                 }
                 // Sharding already enabled for the database.
-                Err(e) if name == "enableSharding" && server_codes(&e).contains(&23) => {}
+                Err(e)
+                    if name == "enableSharding"
+                        && server_codes(&e).contains(&crate::error::code::ALREADY_INITIALIZED) => {}
                 Err(e) => return Err(e.into()),
             }
         }
