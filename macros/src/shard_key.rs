@@ -469,12 +469,7 @@ pub fn stub(input: &DeriveInput, model: &Input) -> Option<TokenStream> {
         #[automatically_derived]
         impl #impl_g ::mongo_patterns::__private::ShardKeyed for #ident #ty_g #where_g {
             type Search = #search_ty;
-            const SHARD: ::mongo_patterns::__private::ShardSpec = ::mongo_patterns::__private::ShardSpec {
-                coarse: ::mongo_patterns::__private::core::option::Option::None,
-                derived: ::mongo_patterns::__private::core::option::Option::None,
-                search: ::mongo_patterns::__private::core::option::Option::None,
-                hashed: ::mongo_patterns::__private::core::option::Option::None,
-            };
+            const SHARD: ::mongo_patterns::__private::ShardSpec = ::mongo_patterns::__private::ShardSpec::FALLBACK;
         }
     })
 }
@@ -487,8 +482,6 @@ impl ShardKey {
             |v: TokenStream| quote!(::mongo_patterns::__private::core::option::Option::Some(#v));
         let none = quote!(::mongo_patterns::__private::core::option::Option::None);
         let opt_str = |s: &Option<String>| s.as_ref().map_or(none.clone(), |s| some(quote!(#s)));
-        let coarse = opt_str(&self.coarse);
-        let hashed = opt_str(&self.hashed);
         let search = opt_str(&self.search.as_ref().map(|(n, _)| n.clone()));
         let search_ty = self
             .search
@@ -506,6 +499,23 @@ impl ShardKey {
                 })
             }
             None => none.clone(),
+        };
+        let spec = match (&self.hashed, &self.coarse) {
+            (Some(h), _) => quote!(::mongo_patterns::__private::ShardSpec::Hashed(#h)),
+            (None, Some(c)) => quote! {
+                ::mongo_patterns::__private::ShardSpec::Ranged {
+                    coarse: ::mongo_patterns::__private::core::option::Option::Some(
+                        ::mongo_patterns::__private::Coarse { field: #c, derived: #derived },
+                    ),
+                    search: #search,
+                }
+            },
+            (None, None) => quote! {
+                ::mongo_patterns::__private::ShardSpec::Ranged {
+                    coarse: ::mongo_patterns::__private::core::option::Option::None,
+                    search: #search,
+                }
+            },
         };
         // `from`'s type is checked by `<#ty as Timestamp>::REPR` above, at
         // the field's type; a second check would repeat the error.
@@ -530,12 +540,7 @@ impl ShardKey {
             #[automatically_derived]
             impl #impl_g ::mongo_patterns::__private::ShardKeyed for #ident #ty_g #where_g {
                 type Search = #search_ty;
-                const SHARD: ::mongo_patterns::__private::ShardSpec = ::mongo_patterns::__private::ShardSpec {
-                    coarse: #coarse,
-                    derived: #derived,
-                    search: #search,
-                    hashed: #hashed,
-                };
+                const SHARD: ::mongo_patterns::__private::ShardSpec = #spec;
             }
             const _: () = {
                 #[allow(dead_code)]

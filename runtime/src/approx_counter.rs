@@ -125,6 +125,7 @@ use crate::model::Model;
 mod action;
 mod buffer;
 
+use crate::util::{key_bytes, splitmix64};
 pub use action::{Estimate, Flush, Incr, IncrFuture};
 use buffer::Slot;
 pub use buffer::{FLUSHES, HANDLES_KEPT};
@@ -132,6 +133,12 @@ pub use buffer::{FLUSHES, HANDLES_KEPT};
 /// Largest `every`: past it, a counter's error is over 0.1% only after 10⁹
 /// increments, and a buffered key holds that much in memory before writing.
 pub const MAX_EVERY: u32 = 1_000_000;
+/// `max_delay_ms` when the attribute leaves it out: a buffered increment
+/// reaches the server within a second.
+pub const DEFAULT_MAX_DELAY_MS: u64 = 1_000;
+/// `max_keys` when the attribute leaves it out: keys a buffer holds before
+/// it flushes early.
+pub const DEFAULT_MAX_KEYS: usize = 10_000;
 /// Buffer shards: tasks bumping different keys rarely meet on a lock.
 const SHARDS: usize = 16;
 /// Concurrent writes in a flush.
@@ -167,6 +174,17 @@ pub struct CounterSpec {
 }
 
 impl CounterSpec {
+    /// What generated code declares after a compile error.
+    #[doc(hidden)]
+    pub const FALLBACK: CounterSpec = CounterSpec {
+        field: "",
+        every: 2,
+        mode: Mode::Sampled,
+        max_delay_ms: 1,
+        max_keys: 1,
+        upsert: false,
+    };
+
     /// `InvalidArgument` for a declaration no counter can follow.
     fn check(&self) -> Result<()> {
         if self.every == 0 || self.every > MAX_EVERY {
@@ -204,9 +222,7 @@ pub trait ApproxCounted: Model + Send + Sync + 'static {
 )]
 pub trait CounterValue {}
 
-macro_rules! impls {
-    ($tr:ident: $($t:ty),*) => { $(impl $tr for $t {})* };
-}
+use crate::util::impls;
 impls!(CounterValue: i32, i64, u32, u64, f64);
 
 /// What a counter handle has seen and sent.
@@ -796,10 +812,13 @@ fn amount_bson(amount: u64) -> Result<Bson> {
 
 /// A counter field's value as an integer.
 fn number(d: &Document, field: &str, collection: &str) -> Result<i64> {
-    match d.get(field) {
+    let value = d.get(field);
+    if let Some(n) = value.and_then(crate::util::int) {
+        return Ok(n);
+    }
+    match value {
         None | Some(Bson::Null) => Ok(0),
-        Some(Bson::Int32(i)) => Ok(i64::from(*i)),
-        Some(Bson::Int64(i)) => Ok(*i),
+        // A double another client added to: counted to the nearest unit.
         Some(Bson::Double(f)) if f.is_finite() => Ok(f.round() as i64),
         Some(other) => Err(Error::UnsupportedValue {
             collection: collection.to_owned(),
@@ -818,25 +837,6 @@ fn geometric_step(seen: i64, every: u32) -> u64 {
     (u64::try_from(seen).unwrap_or(0) / every).max(every)
 }
 
-/// A key's bytes in the buffers: its BSON type and value, so that equal
-/// ids give equal bytes (common `_id` types without building a document).
-fn key_bytes(id: &Bson) -> Vec<u8> {
-    let tagged = |tag: u8, bytes: &[u8]| {
-        let mut v = Vec::with_capacity(bytes.len() + 1);
-        v.push(tag);
-        v.extend_from_slice(bytes);
-        v
-    };
-    match id {
-        Bson::String(s) => tagged(0x02, s.as_bytes()),
-        Bson::ObjectId(o) => tagged(0x07, &o.bytes()),
-        Bson::Int32(i) => tagged(0x10, &i.to_le_bytes()),
-        Bson::Int64(i) => tagged(0x12, &i.to_le_bytes()),
-        other => crate::compat::to_vec(&doc! {"": other})
-            .unwrap_or_else(|_| other.to_string().into_bytes()),
-    }
-}
-
 fn shard_of(key: &[u8]) -> usize {
     let mut h = std::hash::DefaultHasher::new();
     key.hash(&mut h);
@@ -847,13 +847,6 @@ fn shard_of(key: &[u8]) -> usize {
 /// sharing a seeded handle never draw the same number.
 fn seeded_draw(seed: u64, i: u64) -> u64 {
     splitmix64(seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
-}
-
-fn splitmix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 thread_local! {

@@ -144,6 +144,17 @@ pub struct BucketSpec {
     pub items: &'static str,
 }
 
+impl BucketSpec {
+    /// What generated code declares after a compile error.
+    #[doc(hidden)]
+    pub const FALLBACK: BucketSpec = BucketSpec {
+        size: 1,
+        key: "",
+        order: None,
+        items: "items",
+    };
+}
+
 /// A model stored in buckets. `#[bucket(...)]` implements it.
 pub trait Bucketed: Model + Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
     /// The key's type: the field that groups items.
@@ -175,9 +186,7 @@ pub trait BucketKey {}
 )]
 pub trait OrderKey {}
 
-macro_rules! impls {
-    ($tr:ident: $($t:ty),*) => { $(impl $tr for $t {})* };
-}
+use crate::util::{id_range, impls, key_bytes};
 impls!(BucketKey: i8, i16, i32, i64, u8, u16, u32, u64, bool, String, bson::oid::ObjectId, bson::Uuid, bson::DateTime);
 impls!(OrderKey: i8, i16, i32, i64, u8, u16, u32, u64, f32, f64, bson::DateTime, bson::Timestamp);
 
@@ -368,7 +377,7 @@ impl<T: Bucketed> Buckets<T> {
         let key = self.key_bson(item.bucket_key())?;
         let doc = self.item_doc(item)?;
         let len = item_len(&doc)?;
-        let slot = key_slot(&key)?;
+        let slot = key_bytes(&key);
         let v = self.order_of(&doc);
         // One id for every attempt: once one is applied, no other can be.
         let op = ObjectId::new();
@@ -672,7 +681,7 @@ impl<T: Bucketed> Buckets<T> {
             match crate::action::run!(insert, cx.session.as_deref_mut()) {
                 Ok(_) => {
                     rest = &[];
-                    self.remember(key_slot(&key_b)?, seq - 1);
+                    self.remember(key_bytes(&key_b), seq - 1);
                 }
                 Err(e) => {
                     let e = Error::from(e);
@@ -686,7 +695,7 @@ impl<T: Bucketed> Buckets<T> {
                     // driver retried an insert that had gone in: the
                     // buckets carrying this insert's id are what went in (a
                     // prefix, as the insert is ordered). Go again with the rest.
-                    let mut mine = id_range(&key_b);
+                    let mut mine = id_range("k", &key_b);
                     mine.insert(OPS, op);
                     let seqs: Vec<i64> = self
                         .scoped(&cx.opts)
@@ -823,7 +832,7 @@ impl<T: Bucketed> Buckets<T> {
             let key_b = key_b?;
             let cursor = this
                 .raw
-                .find(id_range(&key_b))
+                .find(id_range("k", &key_b))
                 .with_options(opts.driver::<mongodb::options::FindOptions>())
                 .sort(doc! {"_id": 1})
                 .await?;
@@ -1093,7 +1102,7 @@ impl<T: Bucketed> Buckets<T> {
     async fn head(&self, key: &Bson, op: Option<ObjectId>, cx: &mut Cx<'_>) -> Result<Head> {
         let find = self
             .raw
-            .find_one(id_range(key))
+            .find_one(id_range("k", key))
             .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
             .sort(doc! {"_id": -1})
             .projection(self.head_projection(op));
@@ -1316,7 +1325,7 @@ impl<T: Bucketed> Buckets<T> {
     async fn reindex_now(&self, key: &Bson, from: Option<&Bson>) -> Result<()> {
         self.refuse_damaged(key).await?;
         let mut pipeline = vec![
-            doc! {"$match": id_range(key)},
+            doc! {"$match": id_range("k", key)},
             doc! {"$setWindowFields": {
                 "sortBy": {"_id": 1},
                 "output": {"start": {"$sum": "$count", "window": {"documents": ["unbounded", -1]}}},
@@ -1352,21 +1361,6 @@ impl Head {
             0
         }
     }
-}
-
-/// A key's identity in the repository's memory: its BSON bytes.
-fn key_slot(key: &Bson) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    doc! {"k": key.clone()}.to_writer(&mut out)?;
-    Ok(out)
-}
-
-/// All buckets of `key`, by the `_id` index: `{k: key, s: MinKey..MaxKey}`.
-fn id_range(key: &Bson) -> Document {
-    doc! {"_id": {
-        "$gte": {"k": key.clone(), "s": Bson::MinKey},
-        "$lte": {"k": key.clone(), "s": Bson::MaxKey},
-    }}
 }
 
 /// An item's size inside the array: its document plus the element header

@@ -177,6 +177,8 @@ pub(crate) mod code {
     pub const DUPLICATE_KEY: i32 = 11000;
     /// `WriteConflict`: a concurrent transaction wrote the same document.
     pub const WRITE_CONFLICT: i32 = 112;
+    /// `IllegalOperation`: as a standalone server answers a transaction.
+    pub const ILLEGAL_OPERATION: i32 = 20;
     /// `CommandNotFound`.
     pub const COMMAND_NOT_FOUND: i32 = 59;
     /// `TypeMismatch`: an operator met a value of the wrong type.

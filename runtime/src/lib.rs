@@ -40,6 +40,7 @@ pub mod keyset;
 mod model;
 pub mod rank_histogram;
 pub mod shard_key;
+mod util;
 
 pub use mongodb;
 pub use mongodb::bson;
@@ -75,11 +76,20 @@ pub mod __private {
     pub use crate::model::Model;
     pub use crate::rank_histogram::{BoardKey, FloatScore, Layout, RankHistogram, RankSpec, Ranks};
     pub use crate::shard_key::{
-        CoarseSlot, Derived, Granularity, ShardKeyed, ShardSpec, Sharded, TimeRepr, Timestamp,
+        Coarse, CoarseSlot, Derived, Granularity, ShardKeyed, ShardSpec, Sharded, TimeRepr,
+        Timestamp,
     };
     pub use core;
     pub use mongodb::Database;
     pub use std::vec::Vec;
+
+    /// The limits and defaults the derive checks and fills in, which it
+    /// repeats; generated code asserts that both agree.
+    pub mod limits {
+        pub use crate::approx_counter::{DEFAULT_MAX_DELAY_MS, DEFAULT_MAX_KEYS, MAX_EVERY};
+        pub use crate::bucket::MAX_SIZE as BUCKET_MAX_SIZE;
+        pub use crate::keyset::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+    }
 
     /// Compiles only when `T` can be a keyset sort key; spanned at the field.
     pub const fn assert_sort_key<T: SortKey + ?Sized>() {}

@@ -146,6 +146,19 @@ pub struct RankSpec {
     pub histogram: &'static str,
 }
 
+impl RankSpec {
+    /// What generated code declares after a compile error.
+    #[doc(hidden)]
+    pub const FALLBACK: RankSpec = RankSpec {
+        board: "",
+        score: "",
+        descending: true,
+        precision: None,
+        layout: Layout::Array,
+        histogram: "",
+    };
+}
+
 /// A model whose documents are ranked on boards. `#[rank_histogram]`
 /// implements it.
 pub trait RankHistogram:
@@ -237,9 +250,7 @@ impl RankScore for f32 {
 impl FloatScore for f32 {}
 impl FloatScore for f64 {}
 
-macro_rules! impls {
-    ($tr:ident: $($t:ty),*) => { $(impl $tr for $t {})* };
-}
+use crate::util::impls;
 impls!(BoardKey: i8, i16, i32, i64, u8, u16, u32, u64, String, bson::oid::ObjectId, bson::Uuid);
 
 /// Where a score stands on its board.
@@ -669,7 +680,7 @@ impl<T: RankHistogram> Ranks<T> {
             Layout::Documents => {
                 let when = |cond: Document, then: Bson| doc! {"$sum": {"$cond": [cond, then, 0]}};
                 vec![
-                    doc! {"$match": board_range(board)},
+                    doc! {"$match": crate::util::id_range("b", board)},
                     doc! {"$group": {
                         "_id": Bson::Null,
                         "above": when(doc! {better: ["$_id.s", score]}, "$count".into()),
@@ -828,7 +839,7 @@ impl<T: RankHistogram> Ranks<T> {
             let s = g.get("_id").cloned().unwrap_or(Bson::Null);
             let n = g
                 .get("count")
-                .and_then(Bson::as_i64_lossy)
+                .and_then(crate::util::int)
                 .and_then(|n| u64::try_from(n).ok())
                 .unwrap_or_default();
             total += n;
@@ -855,7 +866,7 @@ impl<T: RankHistogram> Ranks<T> {
             Layout::Documents => {
                 let delete = self
                     .hist
-                    .delete_many(board_range(&b))
+                    .delete_many(crate::util::id_range("b", &b))
                     .with_options(writes.driver());
                 crate::action::run!(delete, session.as_deref_mut())?;
                 let mut docs: Vec<Document> = scores
@@ -1453,7 +1464,7 @@ impl<T: RankHistogram> Ranks<T> {
         }
         let exists = match self.spec.layout {
             Layout::Array => self.hist.find_one(doc! {"_id": board}).await,
-            Layout::Documents => self.hist.find_one(board_range(board)).await,
+            Layout::Documents => self.hist.find_one(crate::util::id_range("b", board)).await,
         };
         match exists {
             Err(e) => e.into(),
@@ -1487,7 +1498,7 @@ impl<T: RankHistogram> Ranks<T> {
                 Some(d) => array_problem(&d, self.spec.descending).map(|p| (board.clone(), p)),
             },
             Layout::Documents => {
-                let mut filter = board_range(board);
+                let mut filter = crate::util::id_range("b", board);
                 filter.insert(
                     "$or",
                     vec![
@@ -1565,7 +1576,7 @@ impl<T: RankHistogram> Ranks<T> {
                     .collect()
             }
             Layout::Documents => {
-                let mut filter = board_range(board);
+                let mut filter = crate::util::id_range("b", board);
                 // Count 0: the board's marker (and emptied scores a former
                 // version kept); anything else is checked below.
                 filter.insert("count", doc! {"$ne": 0});
@@ -1598,7 +1609,7 @@ impl<T: RankHistogram> Ranks<T> {
                 if rows.is_empty() {
                     let any = self
                         .hist
-                        .find_one(board_range(board))
+                        .find_one(crate::util::id_range("b", board))
                         .with_options(o.driver());
                     if crate::action::run!(any, session)?.is_none() {
                         return Err(self.unknown_board(board));
@@ -1632,7 +1643,7 @@ impl<T: RankHistogram> Ranks<T> {
     /// A count in a reply about document `id`.
     fn reply_count(&self, d: &Document, field: &str, id: &Bson) -> Result<u64> {
         d.get(field)
-            .and_then(Bson::as_i64_lossy)
+            .and_then(crate::util::int)
             .and_then(|n| u64::try_from(n).ok())
             .ok_or_else(|| {
                 let found = d.get(field).map_or("nothing".to_owned(), Bson::to_string);
@@ -1833,12 +1844,7 @@ fn to_driver(e: Error, stashed: &mut Option<Error>) -> mongodb::error::Error {
 /// The first failed operation of a `bulkWrite` reply: (index, the server's
 /// error).
 fn first_bulk_error(reply: &Document) -> Option<(usize, mongodb::error::Error)> {
-    if reply
-        .get("nErrors")
-        .and_then(Bson::as_i64_lossy)
-        .unwrap_or(0)
-        == 0
-    {
+    if reply.get("nErrors").and_then(crate::util::int).unwrap_or(0) == 0 {
         return None;
     }
     let batch = reply
@@ -1862,7 +1868,7 @@ fn first_bulk_error(reply: &Document) -> Option<(usize, mongodb::error::Error)> 
 fn index_of(entry: &Document, field: &str) -> usize {
     entry
         .get(field)
-        .and_then(Bson::as_i64_lossy)
+        .and_then(crate::util::int)
         .and_then(|i| usize::try_from(i).ok())
         .unwrap_or(0)
 }
@@ -1873,7 +1879,7 @@ fn write_error(entry: &Document) -> mongodb::error::Error {
     use mongodb::error::{ErrorKind, WriteError, WriteFailure};
     let code = entry
         .get("code")
-        .and_then(Bson::as_i64_lossy)
+        .and_then(crate::util::int)
         .and_then(|c| i32::try_from(c).ok())
         .unwrap_or_default();
     let mut w = doc! {"code": code, "errmsg": entry.get_str("errmsg").unwrap_or("write error")};
@@ -1907,7 +1913,7 @@ fn first_write_error(reply: &Document) -> Option<(usize, mongodb::error::Error)>
     let first = errors
         .iter()
         .filter_map(Bson::as_document)
-        .min_by_key(|e| e.get("index").and_then(Bson::as_i64_lossy).unwrap_or(0));
+        .min_by_key(|e| e.get("index").and_then(crate::util::int).unwrap_or(0));
     Some(match first {
         Some(e) => (index_of(e, "index"), write_error(e)),
         None => (
@@ -2036,11 +2042,7 @@ fn array_problem(d: &Document, descending: bool) -> Option<(String, String)> {
                 ));
             }
         }
-        if let Some(n) = e
-            .get("count")
-            .and_then(Bson::as_i64_lossy)
-            .filter(|n| *n < 1)
-        {
+        if let Some(n) = e.get("count").and_then(crate::util::int).filter(|n| *n < 1) {
             return Some((
                 format!("scores.{i}.count"),
                 format!("is {n} at score {score}: a count on the board is at least 1"),
@@ -2071,7 +2073,7 @@ fn document_problem(d: &Document) -> Option<(String, String)> {
     let count = d.get("count");
     let found = || count.map_or("nothing".to_owned(), Bson::to_string);
     if matches!(s, Some(Bson::MinKey)) {
-        return match count.and_then(Bson::as_i64_lossy) {
+        return match count.and_then(crate::util::int) {
             Some(0) if matches!(count, Some(Bson::Int32(_) | Bson::Int64(_))) => None,
             _ => Some((
                 "count".into(),
@@ -2143,14 +2145,6 @@ fn array_update(delta: Delta<'_>, descending: bool) -> Vec<Document> {
     ]
 }
 
-/// The `_id` range of one board's documents in the `"documents"` layout.
-fn board_range(board: &Bson) -> Document {
-    doc! {"_id": {
-        "$gte": {"b": board, "s": Bson::MinKey},
-        "$lte": {"b": board, "s": Bson::MaxKey},
-    }}
-}
-
 /// How `precision` rounds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Quantum {
@@ -2188,21 +2182,6 @@ pub(crate) fn round(x: f64, precision: Option<f64>) -> f64 {
     r + 0.0
 }
 
-trait AsI64Lossy {
-    fn as_i64_lossy(&self) -> Option<i64>;
-}
-
-impl AsI64Lossy for Bson {
-    fn as_i64_lossy(&self) -> Option<i64> {
-        match self {
-            Bson::Int32(i) => Some(i64::from(*i)),
-            Bson::Int64(i) => Some(*i),
-            Bson::Double(f) if f.fract() == 0.0 => Some(*f as i64),
-            _ => None,
-        }
-    }
-}
-
 fn is_duplicate_mongo(e: &mongodb::error::Error) -> bool {
     server_codes(e).contains(&DUPLICATE_KEY)
 }
@@ -2211,7 +2190,7 @@ fn is_duplicate_mongo(e: &mongodb::error::Error) -> bool {
 /// member or mongos".
 fn refused_transaction(e: &Error) -> bool {
     match e {
-        Error::Database(m) => server_codes(m).contains(&20),
+        Error::Database(m) => server_codes(m).contains(&crate::error::code::ILLEGAL_OPERATION),
         _ => false,
     }
 }

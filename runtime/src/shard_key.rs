@@ -103,17 +103,73 @@ pub struct Derived {
     pub granularity: Granularity,
 }
 
-/// What `#[shard_key(...)]` declares.
+/// What `#[shard_key(...)]` declares: a ranged key or a hashed one, never
+/// both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ShardSpec {
-    /// The coarse ascending field's BSON name (`{coarse: 1, ...}`).
-    pub coarse: Option<&'static str>,
-    /// Where the coarse field comes from; `None` when the model stores it.
+pub enum ShardSpec {
+    /// `{coarse: 1, search: 1}`, or either field alone.
+    Ranged {
+        /// The coarse ascending prefix.
+        coarse: Option<Coarse>,
+        /// The search field's BSON name.
+        search: Option<&'static str>,
+    },
+    /// `{field: "hashed"}`, by the field's BSON name.
+    Hashed(&'static str),
+}
+
+/// The coarse ascending field of a ranged shard key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Coarse {
+    /// Its BSON name.
+    pub field: &'static str,
+    /// Where it comes from; `None` when the model stores it.
     pub derived: Option<Derived>,
-    /// The search field's BSON name (`{..., search: 1}`).
-    pub search: Option<&'static str>,
-    /// A hashed key on this field instead (`{field: "hashed"}`).
-    pub hashed: Option<&'static str>,
+}
+
+impl ShardSpec {
+    /// What generated code declares after a compile error: nothing.
+    #[doc(hidden)]
+    pub const FALLBACK: ShardSpec = ShardSpec::Ranged {
+        coarse: None,
+        search: None,
+    };
+
+    /// The coarse field's BSON name.
+    pub const fn coarse(&self) -> Option<&'static str> {
+        match self {
+            ShardSpec::Ranged {
+                coarse: Some(c), ..
+            } => Some(c.field),
+            _ => None,
+        }
+    }
+
+    /// Where the coarse field comes from, when the repository derives it.
+    pub const fn derived(&self) -> Option<Derived> {
+        match self {
+            ShardSpec::Ranged {
+                coarse: Some(c), ..
+            } => c.derived,
+            _ => None,
+        }
+    }
+
+    /// The search field's BSON name.
+    pub const fn search(&self) -> Option<&'static str> {
+        match self {
+            ShardSpec::Ranged { search, .. } => *search,
+            ShardSpec::Hashed(_) => None,
+        }
+    }
+
+    /// The hashed field's BSON name.
+    pub const fn hashed(&self) -> Option<&'static str> {
+        match self {
+            ShardSpec::Hashed(f) => Some(f),
+            ShardSpec::Ranged { .. } => None,
+        }
+    }
 }
 
 /// A model in a sharded collection. `#[shard_key]` implements it.
@@ -628,7 +684,7 @@ impl<T: ShardKeyed> Sharded<T> {
         let mut projection = doc! {"_id": 1};
         for f in key_fields(&self.spec)
             .into_iter()
-            .chain(self.spec.derived.map(|d| d.from))
+            .chain(self.spec.derived().map(|d| d.from))
         {
             projection.insert(f, 1);
         }
@@ -750,14 +806,14 @@ impl<T: ShardKeyed> Sharded<T> {
             return Err(Error::invalid("range", "its end is not after its start"));
         }
         let mut f = doc! {};
-        let Some(coarse) = self.spec.coarse else {
+        let Some(coarse) = self.spec.coarse() else {
             return Err(Error::invalid(
                 "range",
                 "this model's shard key has no coarse field; use `find_by_hashed` or `scatter`",
             ));
         };
         let last = DateTime::from_millis(range.end.timestamp_millis() - 1);
-        match self.spec.derived {
+        match self.spec.derived() {
             Some(d) => {
                 f.insert(
                     coarse,
@@ -768,10 +824,10 @@ impl<T: ShardKeyed> Sharded<T> {
                 f.insert(coarse, doc! {"$gte": range.start, "$lt": range.end});
             }
         }
-        if let Some(s) = self.spec.search {
+        if let Some(s) = self.spec.search() {
             f.insert(s, crate::compat::to_bson(search)?);
         }
-        if let Some(d) = self.spec.derived {
+        if let Some(d) = self.spec.derived() {
             let (lo, hi) = match d.repr {
                 TimeRepr::DateTime => (Bson::DateTime(range.start), Bson::DateTime(range.end)),
                 // A log at second `s` happened at `s * 1000` ms: it is in
@@ -822,7 +878,7 @@ impl<T: ShardKeyed> Sharded<T> {
     /// A query by the hashed key's value: targeted to one shard. One
     /// `find`, streamed as [`Sharded::find`].
     pub fn find_by_hashed<'a, Q: Serialize + ?Sized>(&'a self, value: &Q) -> Find<'a, T> {
-        let filter = match self.spec.hashed {
+        let filter = match self.spec.hashed() {
             Some(h) => crate::compat::to_bson(value)
                 .map(|v| doc! {h: v})
                 .map_err(Error::from),
@@ -920,7 +976,7 @@ impl<T: ShardKeyed> Sharded<T> {
         let mut projection = doc! {"_id": 1};
         for f in key_fields(&self.spec)
             .into_iter()
-            .chain(self.spec.derived.map(|d| d.from))
+            .chain(self.spec.derived().map(|d| d.from))
         {
             projection.insert(f, 1);
         }
@@ -985,14 +1041,14 @@ impl<T: ShardKeyed> Sharded<T> {
         Q: Serialize + ?Sized,
     {
         let mut f = doc! {};
-        if let Some(c) = self.spec.coarse {
-            let v = match self.spec.derived {
+        if let Some(c) = self.spec.coarse() {
+            let v = match self.spec.derived() {
                 Some(d) => truncate(at, d.granularity),
                 None => at,
             };
             f.insert(c, v);
         }
-        if let Some(s) = self.spec.search {
+        if let Some(s) = self.spec.search() {
             f.insert(s, crate::compat::to_bson(search)?);
         }
         Ok(f)
@@ -1178,7 +1234,7 @@ fn check_stored(
         let want = match new {
             Some(n) => n.get(field),
             // An audit knows only that the coarse field is always stored.
-            None if Some(field) == spec.coarse => Some(&Bson::Null),
+            None if Some(field) == spec.coarse() => Some(&Bson::Null),
             None => None,
         };
         let Some(want) = want else { continue };
@@ -1203,7 +1259,7 @@ fn check_stored(
             Some(_) => {}
         }
     }
-    let (Some(coarse), Some(derived)) = (spec.coarse, spec.derived) else {
+    let (Some(coarse), Some(derived)) = (spec.coarse(), spec.derived()) else {
         return Ok(());
     };
     let Some(Bson::DateTime(month)) = stored.get(coarse) else {
@@ -1248,21 +1304,21 @@ fn check_stored(
 /// `{coarse: 1, search: 1}`, or `{field: "hashed"}`.
 pub fn shard_spec(spec: &ShardSpec) -> Document {
     let mut d = doc! {};
-    if let Some(h) = spec.hashed {
+    if let Some(h) = spec.hashed() {
         d.insert(h, "hashed");
         return d;
     }
-    for f in spec.coarse.iter().chain(spec.search.iter()) {
+    for f in spec.coarse().iter().chain(spec.search().iter()) {
         d.insert(*f, 1);
     }
     d
 }
 
 fn key_fields(spec: &ShardSpec) -> Vec<&'static str> {
-    spec.hashed
+    spec.hashed()
         .iter()
-        .chain(spec.coarse.iter())
-        .chain(spec.search.iter())
+        .chain(spec.coarse().iter())
+        .chain(spec.search().iter())
         .copied()
         .collect()
 }
@@ -1273,7 +1329,7 @@ fn index_name(spec: &ShardSpec) -> String {
 
 /// Fills the derived coarse field of a stored document.
 fn fill(spec: &ShardSpec, d: &mut Document, collection: &str) -> Result<()> {
-    let (Some(coarse), Some(derived)) = (spec.coarse, spec.derived) else {
+    let (Some(coarse), Some(derived)) = (spec.coarse(), spec.derived()) else {
         return Ok(());
     };
     let at = match (d.get(derived.from), derived.repr) {
@@ -1330,7 +1386,7 @@ const FIELD_OPERATORS: &[&str] = &[
 /// a key field derives from.
 fn check_update(spec: &ShardSpec, update: &Document) -> Result<()> {
     let mut protected = key_fields(spec);
-    protected.extend(spec.derived.map(|d| d.from));
+    protected.extend(spec.derived().map(|d| d.from));
     protected.push("_id");
     let touches = |path: &str| {
         protected
@@ -1440,15 +1496,16 @@ fn shell_doc(d: &Document) -> String {
 mod tests {
     use super::*;
 
-    const LOGS: ShardSpec = ShardSpec {
-        coarse: Some("month"),
-        derived: Some(Derived {
-            from: "ts",
-            repr: TimeRepr::EpochSeconds,
-            granularity: Granularity::Month,
+    const LOGS: ShardSpec = ShardSpec::Ranged {
+        coarse: Some(Coarse {
+            field: "month",
+            derived: Some(Derived {
+                from: "ts",
+                repr: TimeRepr::EpochSeconds,
+                granularity: Granularity::Month,
+            }),
         }),
         search: Some("type"),
-        hashed: None,
     };
 
     fn at(s: &str) -> DateTime {
@@ -1491,12 +1548,7 @@ mod tests {
     #[test]
     fn key_and_commands() {
         assert_eq!(shard_spec(&LOGS), doc! {"month": 1, "type": 1});
-        let hashed = ShardSpec {
-            coarse: None,
-            derived: None,
-            search: None,
-            hashed: Some("id"),
-        };
+        let hashed = ShardSpec::Hashed("id");
         assert_eq!(shard_spec(&hashed), doc! {"id": "hashed"});
         assert_eq!(shell_doc(&shard_spec(&LOGS)), "{ month: 1, type: 1 }");
         assert_eq!(shell_doc(&shard_spec(&hashed)), "{ id: \"hashed\" }");

@@ -63,7 +63,7 @@ impl<T: Bucketed> Buckets<T> {
         let mut marked = false;
         for _ in 0..MAX_ATTEMPTS {
             let pipeline = vec![
-                doc! {"$match": id_range(key)},
+                doc! {"$match": id_range("k", key)},
                 doc! {"$project": {
                     "start": 1,
                     "count": 1,
@@ -166,7 +166,7 @@ impl<T: Bucketed> Buckets<T> {
         let sound = self.sound();
         let safe = doc! {"$cond": [{"$isArray": [&items]}, &items, []]};
         let hit = doc! {"$in": [true, {"$map": {"input": &safe, "in": &cond}}]};
-        let mut filter = id_range(&key_b);
+        let mut filter = id_range("k", &key_b);
         filter.insert("$expr", doc! {"$and": [&sound, hit]});
         let at = doc! {"$indexOfArray": [{"$map": {"input": &items, "in": &cond}}, true]};
         let replaced = doc! {"$map": {
@@ -205,7 +205,7 @@ impl<T: Bucketed> Buckets<T> {
             return Ok(true);
         }
         // Not matched, or applied already and retried by the driver.
-        let mut mine = id_range(&key_b);
+        let mut mine = id_range("k", &key_b);
         mine.insert(OPS, op);
         let find = self
             .raw
@@ -215,7 +215,7 @@ impl<T: Bucketed> Buckets<T> {
         if crate::action::run!(find, cx.session.as_deref_mut())?.is_some() {
             return Ok(true);
         }
-        let mut filter = id_range(&key_b);
+        let mut filter = id_range("k", &key_b);
         filter.insert("$expr", doc! {"$not": [self.sound()]});
         let find = self
             .raw
@@ -241,7 +241,7 @@ impl<T: Bucketed> Buckets<T> {
 
     /// An error naming the first damaged bucket of `key`, if it has one.
     pub(super) async fn refuse_damaged(&self, key: &Bson) -> Result<()> {
-        let mut filter = id_range(key);
+        let mut filter = id_range("k", key);
         filter.insert("$expr", doc! {"$not": [self.sound()]});
         let found = self
             .raw

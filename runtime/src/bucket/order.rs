@@ -119,7 +119,7 @@ impl<T: Bucketed> Buckets<T> {
     /// `from` limits the mark to the buckets from that `_id` on, the ones
     /// whose positions the write changes.
     pub(super) async fn mark(&self, key: &Bson, from: Option<&Bson>) -> Result<()> {
-        let mut mark = id_range(key);
+        let mut mark = id_range("k", key);
         mark.insert(STALE, doc! {"$ne": true});
         if let Some(from) = from {
             mark.insert(
@@ -153,7 +153,7 @@ impl<T: Bucketed> Buckets<T> {
             let floor = match head.hi.clone() {
                 Some(hi) => Some(hi),
                 None if self.spec.order.is_some() => {
-                    let mut any = id_range(key);
+                    let mut any = id_range("k", key);
                     any.insert("count", doc! {"$gt": 0});
                     match self
                         .raw
@@ -293,7 +293,7 @@ impl<T: Bucketed> Buckets<T> {
     /// whether write `op` is among its last writes.
     async fn covering(&self, key: &Bson, v: &Bson, op: Option<ObjectId>) -> Result<Option<Head>> {
         if let Some(op) = op {
-            let mut mine = id_range(key);
+            let mut mine = id_range("k", key);
             mine.insert(OPS, op);
             if let Some(d) = self
                 .raw
@@ -305,7 +305,7 @@ impl<T: Bucketed> Buckets<T> {
             }
         }
         let lo = self.lo_expr();
-        let mut below = id_range(key);
+        let mut below = id_range("k", key);
         below.insert(
             "$expr",
             doc! {"$and": [
@@ -324,7 +324,7 @@ impl<T: Bucketed> Buckets<T> {
             None => {
                 // Below every item: the first bucket that holds any, else
                 // the last bucket.
-                let mut any = id_range(key);
+                let mut any = id_range("k", key);
                 any.insert("count", doc! {"$gt": 0});
                 match self
                     .raw
@@ -336,7 +336,7 @@ impl<T: Bucketed> Buckets<T> {
                     Some(d) => Some(d),
                     None => {
                         self.raw
-                            .find_one(id_range(key))
+                            .find_one(id_range("k", key))
                             .sort(doc! {"_id": -1})
                             .projection(self.head_projection(None))
                             .await?
@@ -421,7 +421,7 @@ impl<T: Bucketed> Buckets<T> {
     /// Delivers the items that splits set aside and have not delivered yet
     /// (a crash, or a lost reply, between the two writes).
     pub(super) async fn finish_moves(&self, key: &Bson) -> Result<()> {
-        let mut f = id_range(key);
+        let mut f = id_range("k", key);
         f.insert(MOVING, doc! {"$exists": true});
         let found: Vec<RawDocumentBuf> = self
             .raw
@@ -539,7 +539,7 @@ impl<T: Bucketed> Buckets<T> {
 
     /// The bucket just before (`dir` -1) or after (1) `id`.
     async fn neighbour(&self, key: &Bson, id: &Bson, dir: i32) -> Result<Option<Head>> {
-        let mut f = id_range(key);
+        let mut f = id_range("k", key);
         let op = if dir < 0 { "$lt" } else { "$gt" };
         f.insert("$and", vec![Bson::Document(doc! {"_id": {op: id.clone()}})]);
         let found = self

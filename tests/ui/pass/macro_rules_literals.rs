@@ -1,7 +1,7 @@
 use mongo_patterns::approx_counter::Mode;
 use mongo_patterns::prelude::*;
 use mongo_patterns::rank_histogram::Layout;
-use mongo_patterns::shard_key::{Derived, Granularity, ShardSpec, TimeRepr};
+use mongo_patterns::shard_key::{Coarse, Derived, Granularity, ShardSpec, TimeRepr};
 
 // Attribute values that a `macro_rules!` macro passes on as `$x:literal`
 // reach the derive wrapped in an invisible group; each pattern reads them
@@ -113,18 +113,19 @@ fn main() {
 
     assert_eq!(
         <Log as ShardKeyed>::SHARD,
-        ShardSpec {
-            coarse: Some("month"),
-            derived: Some(Derived {
-                from: "ts",
-                repr: TimeRepr::EpochSeconds,
-                granularity: Granularity::Month,
+        ShardSpec::Ranged {
+            coarse: Some(Coarse {
+                field: "month",
+                derived: Some(Derived {
+                    from: "ts",
+                    repr: TimeRepr::EpochSeconds,
+                    granularity: Granularity::Month,
+                }),
             }),
             search: Some("kind"),
-            hashed: None,
         }
     );
-    assert_eq!(<Session as ShardKeyed>::SHARD.hashed, Some("_id"));
+    assert_eq!(<Session as ShardKeyed>::SHARD.hashed(), Some("_id"));
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

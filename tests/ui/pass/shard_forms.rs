@@ -1,7 +1,7 @@
 use futures::stream::BoxStream;
 use futures::TryStreamExt;
 use mongo_patterns::prelude::*;
-use mongo_patterns::shard_key::{shard_spec, Derived, Granularity, ShardSpec, TimeRepr};
+use mongo_patterns::shard_key::{shard_spec, Coarse, Derived, Granularity, ShardSpec, TimeRepr};
 
 // Seed 002's key: `month` derived from `ts` (epoch seconds), its granularity
 // taken from its name; `search` by the name serde stores the field under.
@@ -189,56 +189,57 @@ fn futures_are_send(db: Database, client: Client, log: Log, event: Event) {
 fn main() {
     assert_eq!(
         Log::SHARD,
-        ShardSpec {
-            coarse: Some("month"),
-            derived: Some(Derived {
-                from: "ts",
-                repr: TimeRepr::EpochSeconds,
-                granularity: Granularity::Month,
+        ShardSpec::Ranged {
+            coarse: Some(Coarse {
+                field: "month",
+                derived: Some(Derived {
+                    from: "ts",
+                    repr: TimeRepr::EpochSeconds,
+                    granularity: Granularity::Month,
+                }),
             }),
             search: Some("type"),
-            hashed: None,
         }
     );
     assert_eq!(shard_spec(&Log::SHARD), doc! {"month": 1, "type": 1});
     assert_eq!(Log::COLLECTION, "logs");
 
     let spec = <Event as ShardKeyed>::SHARD;
-    assert_eq!(spec.coarse, Some("week"));
-    let derived = spec.derived.unwrap();
+    assert_eq!(spec.coarse(), Some("week"));
+    let derived = spec.derived().unwrap();
     assert_eq!(derived.from, "occurredAt");
     assert_eq!(derived.repr, TimeRepr::DateTime);
     assert_eq!(derived.granularity, Granularity::Week);
-    assert_eq!(spec.search, Some("tenantId"));
+    assert_eq!(spec.search(), Some("tenantId"));
     assert_eq!(shard_spec(&spec), doc! {"week": 1, "tenantId": 1});
 
     let spec = <Reading as ShardKeyed>::SHARD;
-    let derived = spec.derived.unwrap();
+    let derived = spec.derived().unwrap();
     assert_eq!(
-        (spec.coarse, spec.search),
+        (spec.coarse(), spec.search()),
         (Some("hour_start"), Some("sensor"))
     );
     assert_eq!((derived.from, derived.repr), ("at", TimeRepr::EpochSeconds));
     assert_eq!(derived.granularity, Granularity::Hour);
 
     let spec = <Session as ShardKeyed>::SHARD;
-    assert_eq!((spec.coarse, spec.derived, spec.search), (None, None, None));
-    assert_eq!(spec.hashed, Some("_id"));
+    assert_eq!((spec.coarse(), spec.derived(), spec.search()), (None, None, None));
+    assert_eq!(spec.hashed(), Some("_id"));
     assert_eq!(shard_spec(&spec), doc! {"_id": "hashed"});
 
     // The opt-outs: the key as written, nothing derived.
     let spec = <Tick as ShardKeyed>::SHARD;
     assert_eq!(
-        (spec.coarse, spec.derived, spec.search),
+        (spec.coarse(), spec.derived(), spec.search()),
         (Some("ts"), None, None)
     );
     assert_eq!(shard_spec(&spec), doc! {"ts": 1});
     assert_eq!(shard_spec(&Alert::SHARD), doc! {"level": 1});
     assert_eq!(shard_spec(&Flag::SHARD), doc! {"active": 1});
     let spec = <Invoice as ShardKeyed>::SHARD;
-    assert_eq!((spec.coarse, spec.derived), (Some("month"), None));
+    assert_eq!((spec.coarse(), spec.derived()), (Some("month"), None));
     assert_eq!(shard_spec(&spec), doc! {"month": 1, "type": 1});
-    let derived = Audit::SHARD.derived.unwrap();
+    let derived = Audit::SHARD.derived().unwrap();
     assert_eq!(
         (derived.from, derived.granularity),
         ("ts", Granularity::Day)

@@ -1,0 +1,58 @@
+//! Small helpers more than one pattern uses.
+
+use crate::bson::{doc, Bson, Document};
+
+/// `impl Trait for T {}` for each listed type: the marker traits that say
+/// which Rust types a pattern accepts in a role.
+macro_rules! impls {
+    ($tr:ident: $($t:ty),* $(,)?) => { $(impl $tr for $t {})* };
+}
+pub(crate) use impls;
+
+/// A stored number as an exact integer: an `int`, a `long`, or a `double`
+/// with no fraction (what a shell or another driver may have written).
+pub(crate) fn int(b: &Bson) -> Option<i64> {
+    match b {
+        Bson::Int32(i) => Some(i64::from(*i)),
+        Bson::Int64(i) => Some(*i),
+        Bson::Double(f) if f.fract() == 0.0 && f.abs() < 9.3e18 => Some(*f as i64),
+        _ => None,
+    }
+}
+
+/// Every document whose `_id` is `{<prefix>: key, s: …}`, by the `_id`
+/// index: the documents a pattern keeps per key, numbered by `s`.
+pub(crate) fn id_range(prefix: &str, key: &Bson) -> Document {
+    doc! {"_id": {
+        "$gte": {prefix: key.clone(), "s": Bson::MinKey},
+        "$lte": {prefix: key.clone(), "s": Bson::MaxKey},
+    }}
+}
+
+/// A key's identity in memory: its BSON type and value, so that equal keys
+/// give equal bytes (common `_id` types without building a document).
+pub(crate) fn key_bytes(key: &Bson) -> Vec<u8> {
+    let tagged = |tag: u8, bytes: &[u8]| {
+        let mut v = Vec::with_capacity(bytes.len() + 1);
+        v.push(tag);
+        v.extend_from_slice(bytes);
+        v
+    };
+    match key {
+        Bson::String(s) => tagged(0x02, s.as_bytes()),
+        Bson::ObjectId(o) => tagged(0x07, &o.bytes()),
+        Bson::Int32(i) => tagged(0x10, &i.to_le_bytes()),
+        Bson::Int64(i) => tagged(0x12, &i.to_le_bytes()),
+        other => crate::compat::to_vec(&doc! {"": other})
+            .unwrap_or_else(|_| other.to_string().into_bytes()),
+    }
+}
+
+/// SplitMix64's output function (Steele, Lea and Flood): a bijective,
+/// well-mixed 64-bit hash.
+pub(crate) fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
