@@ -434,6 +434,7 @@ impl Counters {
         });
         let checks = spec.counters.iter().map(|c| {
             let ty = &c.ty;
+            let p = p.at(ty.span());
             quote_spanned! {ty.span()=> #p::assert_counter_value::<#ty>(); }
         });
         Some(quote! {

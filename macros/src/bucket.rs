@@ -230,10 +230,12 @@ impl Bucket {
             None => quote!(#p::core::option::Option::None),
         };
         let items = &spec.items;
+        let key_p = p.at(key_ty.span());
         let key_check = quote_spanned! {key_ty.span()=>
-            #p::assert_bucket_key::<#key_ty>();
+            #key_p::assert_bucket_key::<#key_ty>();
         };
         let order_check = spec.order.as_ref().map(|(_, ty)| {
+            let p = p.at(ty.span());
             quote_spanned! {ty.span()=>
                 #p::assert_order_key::<#ty>();
             }

@@ -53,7 +53,9 @@ pub fn broken(input: &DeriveInput) -> Vec<&'static Exclusion> {
     };
     EXCLUSIONS
         .iter()
-        .filter(|e| on_struct(e.at) && (on_struct(e.with) || (e.with_on_fields && on_a_field(e.with))))
+        .filter(|e| {
+            on_struct(e.at) && (on_struct(e.with) || (e.with_on_fields && on_a_field(e.with)))
+        })
         .collect()
 }
 
@@ -84,14 +86,19 @@ mod tests {
 
     #[test]
     fn each_exclusion() {
-        let e = messages(parse_quote! { #[bucket(size = 10, key = "a")] #[keyset] struct T { a: i64 } });
+        let e = messages(
+            parse_quote! { #[bucket(size = 10, key = "a")] #[keyset] struct T { a: i64 } },
+        );
         assert_eq!(e.len(), 1, "{e:?}");
         assert!(e[0].contains("pages documents"), "{e:?}");
         let e = messages(parse_quote! {
             #[bucket(size = 10, key = "a")]
             struct T { a: i64, #[approx_counter(every = 10)] n: i64 }
         });
-        assert!(e[0].contains("cannot be used with `#[approx_counter]`"), "{e:?}");
+        assert!(
+            e[0].contains("cannot be used with `#[approx_counter]`"),
+            "{e:?}"
+        );
         let e = messages(parse_quote! {
             #[bucket] #[rank_histogram] #[shard_key(hashed = "a")] struct T { a: i64 }
         });

@@ -160,6 +160,7 @@ impl Keyset {
     pub fn expand_checks(&self, input: &DeriveInput, p: &Private) -> TokenStream {
         let (impl_g, _, where_g) = input.generics.split_for_impl();
         let checks = self.sort.iter().map(|(_, ty)| {
+            let p = p.at(ty.span());
             quote_spanned! {ty.span()=>
                 #p::assert_sort_key::<#ty>();
             }

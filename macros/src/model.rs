@@ -41,7 +41,7 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput) -> Model {
                     Ok(path) => krate.set(&lit, path),
                     Err(_) => cx.error_spanned_by(
                         &lit,
-                        format!("`model` option `crate` takes the path of the `mongo_patterns` crate, as in `crate = \"my_facade::mongo_patterns\"`; `{}` is not a path", lit.value()),
+                        format!("`model` option `crate` takes a path to the `mongo_patterns` crate or a re-export of it, as in `crate = \"my_facade::mongo_patterns\"`; `{}` is not a path", lit.value()),
                     ),
                 }
             } else {
@@ -146,7 +146,8 @@ mod tests {
 
     #[test]
     fn crate_attribute() {
-        let input: DeriveInput = parse_quote! { #[model(crate = "crate::facade")] struct T { a: i32 } };
+        let input: DeriveInput =
+            parse_quote! { #[model(crate = "crate::facade")] struct T { a: i32 } };
         let (m, err) = collect(|cx| parse(cx, &input));
         assert!(err.is_empty(), "{err:?}");
         let p = &m.private;
@@ -154,9 +155,12 @@ mod tests {
 
         let input: DeriveInput = parse_quote! { #[model(crate = "a b")] struct T { a: i32 } };
         let (_, err) = collect(|cx| parse(cx, &input));
-        assert!(err[0].contains("takes the path"), "{err:?}");
+        assert!(err[0].contains("takes a path"), "{err:?}");
         let input: DeriveInput = parse_quote! { #[model(crat = "x")] struct T { a: i32 } };
         let (_, err) = collect(|cx| parse(cx, &input));
-        assert!(err[0].contains("expected one of `collection`, `crate`"), "{err:?}");
+        assert!(
+            err[0].contains("expected one of `collection`, `crate`"),
+            "{err:?}"
+        );
     }
 }

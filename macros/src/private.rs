@@ -2,7 +2,7 @@
 //! `mongo_patterns` crate, or of the crate `#[model(crate = "...")]` names,
 //! so that a renamed dependency or a facade crate still works.
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{quote, ToTokens};
 use syn::Path;
 
@@ -10,21 +10,52 @@ use syn::Path;
 #[derive(Clone, Default)]
 pub struct Private {
     krate: Option<Path>,
+    /// Where the path points, for code spanned at a user's field: an error
+    /// there (a failed const assertion) then points at the field too.
+    span: Option<Span>,
 }
 
 impl Private {
     pub fn new(krate: Option<Path>) -> Self {
-        Private { krate }
+        Private { krate, span: None }
+    }
+
+    /// The same path, spanned at `span`.
+    pub fn at(&self, span: Span) -> Self {
+        Private {
+            krate: self.krate.clone(),
+            span: Some(span),
+        }
     }
 }
 
 impl ToTokens for Private {
     fn to_tokens(&self, tokens: &mut TokenStream) {
-        match &self.krate {
-            Some(krate) => tokens.extend(quote!(#krate::__private)),
-            None => tokens.extend(quote!(::mongo_patterns::__private)),
+        let path = match &self.krate {
+            Some(krate) => quote!(#krate::__private),
+            None => quote!(::mongo_patterns::__private),
+        };
+        match self.span {
+            Some(span) => tokens.extend(respan(path, span)),
+            None => tokens.extend(path),
         }
     }
+}
+
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tt| {
+            if let TokenTree::Group(g) = &tt {
+                let mut inner = Group::new(g.delimiter(), respan(g.stream(), span));
+                inner.set_span(span);
+                tt = TokenTree::Group(inner);
+            } else {
+                tt.set_span(span);
+            }
+            tt
+        })
+        .collect()
 }
 
 #[cfg(test)]

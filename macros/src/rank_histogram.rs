@@ -415,10 +415,12 @@ impl RankHistogram {
         };
         let layout = spec.layout;
         let histogram = &spec.histogram;
+        let board_p = p.at(board_ty.span());
         let board_check = quote_spanned! {board_ty.span()=>
-            #p::assert_board_key::<#board_ty>();
+            #board_p::assert_board_key::<#board_ty>();
         };
         let float_check = spec.precision.map(|_| {
+            let p = p.at(score_ty.span());
             quote_spanned! {score_ty.span()=>
                 #p::assert_float_score::<#score_ty>();
             }

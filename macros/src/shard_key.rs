@@ -295,7 +295,9 @@ fn parse_spec(
         let f = model.resolve(cx, &l, SHARD, SEARCH)?;
         Some((l, f))
     });
-    let from_field = from.as_ref().and_then(|l| model.resolve(cx, l, SHARD, FROM));
+    let from_field = from
+        .as_ref()
+        .and_then(|l| model.resolve(cx, l, SHARD, FROM));
     let mut coarse_slot = None;
     let mut derived = None;
     let mut coarse_name = None;
@@ -481,8 +483,7 @@ impl ShardKey {
         let spec = self.spec.as_ref()?;
         let ident = &input.ident;
         let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
-        let some =
-            |v: TokenStream| quote!(#p::core::option::Option::Some(#v));
+        let some = |v: TokenStream| quote!(#p::core::option::Option::Some(#v));
         let none = quote!(#p::core::option::Option::None);
         let opt_str = |s: &Option<String>| s.as_ref().map_or(none.clone(), |s| some(quote!(#s)));
         let search = opt_str(&spec.search.as_ref().map(|(n, _)| n.clone()));
@@ -491,15 +492,13 @@ impl ShardKey {
             .as_ref()
             .map_or(quote!(()), |(_, ty)| quote!(#ty));
         let derived = match &spec.derived {
-            Some((from, ty, g)) => {
-                some(quote! {
-                    #p::Derived {
-                        from: #from,
-                        repr: <#ty as #p::Timestamp>::REPR,
-                        granularity: #p::#g,
-                    }
-                })
-            }
+            Some((from, ty, g)) => some(quote! {
+                #p::Derived {
+                    from: #from,
+                    repr: <#ty as #p::Timestamp>::REPR,
+                    granularity: #p::#g,
+                }
+            }),
             None => none.clone(),
         };
         let shard = match (&spec.hashed, &spec.coarse) {
@@ -522,6 +521,7 @@ impl ShardKey {
         // `from`'s type is checked by `<#ty as Timestamp>::REPR` above, at
         // the field's type; a second check would repeat the error.
         let slot_check = spec.coarse_slot.as_ref().map(|ty| {
+            let p = p.at(ty.span());
             quote_spanned! {ty.span()=> #p::assert_coarse_slot::<#ty>(); }
         });
         // One byte holds at most 256 values: a bool, a `u8`, a fieldless
@@ -532,6 +532,7 @@ impl ShardKey {
             .filter(|_| input.generics.params.is_empty())
             .map(|(name, ty)| {
                 let msg = low_cardinality_message(name);
+                let p = p.at(ty.span());
                 quote_spanned! {ty.span()=>
                     const _: () = if #p::core::mem::size_of::<#ty>() <= 1 {
                         #p::core::panic!(#msg)
@@ -555,7 +556,10 @@ impl ShardKey {
     /// After an error, an impl that claims nothing, so that uses elsewhere
     /// add no errors of their own. It keeps the search field's type.
     pub fn fallback(&self, input: &DeriveInput, p: &Private) -> TokenStream {
-        let search_ty = self.named_search.as_ref().map_or(quote!(()), |ty| quote!(#ty));
+        let search_ty = self
+            .named_search
+            .as_ref()
+            .map_or(quote!(()), |ty| quote!(#ty));
         let ident = &input.ident;
         let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
         quote! {

@@ -1,6 +1,6 @@
 use mongo_patterns::prelude::*;
 
-// Seed 000's model: a customer's trades, 1,000 to a bucket, kept in date
+// A customer's trades, 1,000 to a bucket, kept in date
 // order. `BUCKET` holds the stored (BSON) names.
 #[derive(Serialize, Deserialize, Model)]
 #[serde(rename_all = "camelCase")]

@@ -1,7 +1,7 @@
 use mongo_patterns::prelude::*;
 use mongo_patterns::rank_histogram::Layout;
 
-// Seed 001's model, bare: the board is the one String (or integer, ObjectId,
+// Exam results, bare: the board is the one String (or integer, ObjectId,
 // Uuid) field besides `_id` and the score, the score the one number; skipped
 // fields are not candidates. `RANK` holds the stored (BSON) names.
 #[derive(Serialize, Deserialize, Model)]

@@ -3,7 +3,7 @@ use futures::TryStreamExt;
 use mongo_patterns::prelude::*;
 use mongo_patterns::shard_key::{shard_spec, Coarse, Derived, Granularity, ShardSpec, TimeRepr};
 
-// Seed 002's key: `month` derived from `ts` (epoch seconds), its granularity
+// A log's key: `month` derived from `ts` (epoch seconds), its granularity
 // taken from its name; `search` by the name serde stores the field under.
 #[derive(Serialize, Deserialize, Model)]
 #[model(collection = "logs")]
