@@ -14,6 +14,10 @@ use crate::attr::{self, Opt};
 use crate::ctxt::Ctxt;
 use crate::private::Private;
 
+mod infer;
+
+use infer::{infer, is_one_of, Other, BOARD_KIND, FLOATS, INTEGERS, SCORE_KIND};
+
 const RANK: &str = "rank_histogram";
 const BOARD: &str = "board";
 const SCORE: &str = "score";
@@ -22,10 +26,6 @@ const PRECISION: &str = "precision";
 const LAYOUT: &str = "layout";
 const HISTOGRAM: &str = "histogram";
 const OPTIONS: &[&str] = &[BOARD, SCORE, ORDER, PRECISION, LAYOUT, HISTOGRAM];
-
-const INTEGERS: &[&str] = &["i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"];
-const FLOATS: &[&str] = &["f32", "f64"];
-const KEYS: &[&str] = &["String", "ObjectId", "Uuid"];
 
 /// How a histogram is stored, as `layout = "..."` spells it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -267,110 +267,6 @@ fn parse_spec(
         layout: layout.get().map_or(Layout::Array, |(_, l)| l),
         histogram,
     })
-}
-
-/// What fields an option left out may be inferred from.
-struct Kind {
-    option: &'static str,
-    what: &'static str,
-    example: &'static str,
-    fits: fn(&Type) -> bool,
-}
-
-const SCORE_KIND: Kind = Kind {
-    option: SCORE,
-    what: "numeric",
-    example: "score = \"score\"",
-    fits: |ty| is_one_of(ty, INTEGERS) || is_one_of(ty, FLOATS),
-};
-
-const BOARD_KIND: Kind = Kind {
-    option: BOARD,
-    what: "String, integer, ObjectId or Uuid",
-    example: "board = \"examId\"",
-    fits: |ty| is_one_of(ty, INTEGERS) || is_one_of(ty, KEYS),
-};
-
-/// The other option's field, as far as it is known when one is inferred.
-#[derive(Clone, Copy)]
-enum Other<'f, 'a> {
-    /// Not chosen yet (the score is inferred before the board).
-    Open,
-    /// This field, which is then no candidate.
-    Is(&'f Field<'a>),
-    /// Not resolved, and already reported: it may have meant any field of
-    /// its kind.
-    Failed,
-}
-
-/// The one stored field of `kind`, or an error at the attribute that lists
-/// the candidates. While `other` is unresolved, only what stands whatever it
-/// meant is reported, so that one mistake gives one error.
-fn infer<'f, 'a>(
-    cx: &Ctxt,
-    attr: &Attribute,
-    model: &'f Input<'a>,
-    kind: &Kind,
-    other_kind: &Kind,
-    other: Other<'f, 'a>,
-) -> Option<&'f Field<'a>> {
-    let candidates: Vec<&Field> = model
-        .fields
-        .iter()
-        .filter(|f| f.not_stored.is_none() && f.bson_name != "_id" && (kind.fits)(f.ty))
-        .filter(|f| !matches!(other, Other::Is(o) if o.bson_name == f.bson_name))
-        .collect();
-    let (option, example) = (kind.option, kind.example);
-    if candidates.is_empty() {
-        let besides = match other {
-            Other::Is(o) if (kind.fits)(o.ty) => {
-                format!(" besides the {} `{}`", other_kind.option, o.bson_name)
-            }
-            _ => String::new(),
-        };
-        cx.error_spanned_by(
-            attr,
-            format!("`#[rank_histogram]` cannot infer the {option}: `{}` has no {} field{besides} that could be it; name one, as in `#[rank_histogram({example})]`", model.ident, kind.what),
-        );
-        return None;
-    }
-    let failed = matches!(other, Other::Failed);
-    let listed: Vec<&Field> = if failed {
-        candidates
-            .into_iter()
-            .filter(|f| !(other_kind.fits)(f.ty))
-            .collect()
-    } else {
-        candidates
-    };
-    match listed.as_slice() {
-        [one] if !failed => Some(*one),
-        [first, _, ..] => {
-            let names: Vec<String> = listed
-                .iter()
-                .map(|f| format!("`{}`", f.bson_name))
-                .collect();
-            cx.error_spanned_by(
-                attr,
-                format!("`#[rank_histogram]` cannot infer the {option}: {} could each be it; name one, as in `#[rank_histogram({option} = \"{}\")]`", names.join(", "), first.bson_name),
-            );
-            None
-        }
-        _ => None,
-    }
-}
-
-/// Whether `ty` is a path ending in one of `names` (a syntactic guess for
-/// inference only; the explicit form is checked by trait bounds).
-fn is_one_of(ty: &Type, names: &[&str]) -> bool {
-    match ty {
-        Type::Path(p) if p.qself.is_none() => p
-            .path
-            .segments
-            .last()
-            .is_some_and(|s| s.arguments.is_none() && names.iter().any(|n| s.ident == n)),
-        _ => false,
-    }
 }
 
 /// `precision = 0.5`: a positive, finite number literal.

@@ -21,6 +21,13 @@ use crate::attr::{self, Opt};
 use crate::ctxt::Ctxt;
 use crate::private::Private;
 
+mod lints;
+
+use lints::{
+    is_bool, is_timestamp, looks_monotonic, low_cardinality, low_cardinality_message,
+    COARSE_NOT_DERIVED, LINTS, LOW_CARDINALITY, MISSING_SEARCH, MONOTONIC,
+};
+
 const SHARD: &str = "shard_key";
 const COARSE: &str = "coarse";
 const FROM: &str = "from";
@@ -81,31 +88,6 @@ impl ToTokens for Granularity {
         });
     }
 }
-
-const MONOTONIC: &str = "monotonic";
-const LOW_CARDINALITY: &str = "low_cardinality";
-const COARSE_NOT_DERIVED: &str = "coarse_not_derived";
-const MISSING_SEARCH: &str = "missing_search";
-const LINTS: &[&str] = &[
-    MONOTONIC,
-    LOW_CARDINALITY,
-    COARSE_NOT_DERIVED,
-    MISSING_SEARCH,
-];
-
-/// Types whose values only grow as documents are written.
-const MONOTONIC_TYPES: &[&str] = &["DateTime", "ObjectId", "Timestamp", "SystemTime", "Instant"];
-/// Integer field names that suggest a timestamp or a counter.
-const MONOTONIC_NAMES: &[&str] = &[
-    "ts",
-    "time",
-    "timestamp",
-    "created",
-    "seq",
-    "sequence",
-    "counter",
-    "version",
-];
 
 /// What `#[shard_key]` says, as far as it could be read.
 pub struct ShardKey {
@@ -435,49 +417,6 @@ fn require_id(cx: &Ctxt, model: &Input, attr: &Attribute) -> Option<()> {
     None
 }
 
-fn low_cardinality(cx: &Ctxt, at: &LitStr, field: &str) {
-    cx.error_spanned_by(at, low_cardinality_message(field));
-}
-
-fn low_cardinality_message(field: &str) -> String {
-    format!("`{field}` alone is a low-cardinality shard key (lint `low_cardinality`): it has a handful of values, so there can be no more chunks than values, each value's chunk can never split (jumbo), and its shard stays hot; put it after a coarse time field, as in `coarse = \"month\", from = \"ts\", search = \"{field}\"`, or `allow(low_cardinality)`")
-}
-
-fn is_bool(ty: &Type) -> bool {
-    last_ident(ty).is_some_and(|i| i == "bool")
-}
-
-/// What `from` accepts (the runtime's `Timestamp` impls).
-fn is_timestamp(ty: &Type) -> bool {
-    last_ident(ty).is_some_and(|i| ["DateTime", "i32", "i64", "u32", "u64"].contains(&i.as_str()))
-}
-
-fn last_ident(ty: &Type) -> Option<String> {
-    match ty {
-        Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
-        _ => None,
-    }
-}
-
-/// A timestamp or ObjectId by type, or an integer whose name says time or
-/// sequence.
-fn looks_monotonic(f: &Field) -> bool {
-    let Some(ty) = last_ident(f.ty) else {
-        return false;
-    };
-    if MONOTONIC_TYPES.contains(&ty.as_str()) {
-        return true;
-    }
-    let integer = ["i32", "i64", "u32", "u64", "isize", "usize"].contains(&ty.as_str());
-    let name = f.rust_name.to_lowercase();
-    integer
-        && (MONOTONIC_NAMES.contains(&name.as_str())
-            || name.ends_with("_at")
-            || name.ends_with("_time")
-            || name.ends_with("_ts")
-            || name.starts_with("created"))
-}
-
 impl ShardKey {
     pub fn expand(&self, input: &DeriveInput, p: &Private) -> Option<TokenStream> {
         let spec = self.spec.as_ref()?;
@@ -573,134 +512,4 @@ impl ShardKey {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use syn::parse_quote;
-
-    fn parsed(input: DeriveInput) -> Result<Option<Spec>, Vec<String>> {
-        let (r, e) = crate::ctxt::collect(|cx| {
-            Input::from_syn(cx, &input).and_then(|m| parse(cx, &input, &m, false)?.spec)
-        });
-        if e.is_empty() {
-            Ok(r)
-        } else {
-            Err(e)
-        }
-    }
-
-    #[test]
-    fn a_derived_coarse_key() {
-        let k = parsed(parse_quote! {
-            #[shard_key(coarse = "month", from = "ts", search = "type")]
-            struct Log { #[serde(rename = "_id")] id: String, #[serde(rename = "type")] kind: String, ts: i64, msg: String }
-        })
-        .unwrap()
-        .unwrap();
-        assert_eq!(k.coarse.as_deref(), Some("month"));
-        assert_eq!(
-            k.derived.as_ref().map(|d| (d.0.as_str(), d.2)),
-            Some(("ts", Granularity::Month))
-        );
-        assert_eq!(k.search.as_ref().map(|s| s.0.as_str()), Some("type"));
-        assert!(k.coarse_slot.is_none() && k.small_check.is_none());
-    }
-
-    #[test]
-    fn lints_and_opt_outs() {
-        let e = parsed(parse_quote! {
-            #[shard_key(coarse = "ts")]
-            struct Log { ts: DateTime }
-        })
-        .err()
-        .unwrap();
-        let lints: Vec<bool> = [COARSE_NOT_DERIVED, MISSING_SEARCH, MONOTONIC]
-            .iter()
-            .map(|l| e.iter().any(|m| m.contains(&format!("lint `{l}`"))))
-            .collect();
-        assert_eq!(lints, [true, true, true], "{e:#?}");
-        assert!(parsed(parse_quote! {
-            #[shard_key(coarse = "ts", allow(coarse_not_derived, missing_search, monotonic))]
-            struct Log { _id: ObjectId, ts: DateTime }
-        })
-        .is_ok());
-
-        let e = parsed(parse_quote! {
-            #[shard_key(search = "active")]
-            struct U { active: bool }
-        })
-        .err()
-        .unwrap();
-        assert!(e[0].contains("lint `low_cardinality`"), "{e:?}");
-        // An enum's size is only known to the compiler: a const check.
-        let k = parsed(parse_quote! {
-            #[shard_key(search = "kind")]
-            struct Log { _id: ObjectId, kind: LogType }
-        })
-        .unwrap()
-        .unwrap();
-        assert!(k.small_check.is_some());
-    }
-
-    #[test]
-    fn needs_a_stored_id() {
-        let e = parsed(parse_quote! {
-            #[shard_key(coarse = "month", from = "ts", search = "type")]
-            struct Log { id: String, #[serde(rename = "type")] kind: String, ts: i64 }
-        })
-        .err()
-        .unwrap();
-        assert_eq!(e.len(), 1, "{e:#?}");
-        assert!(
-            e[0].contains("has no field stored as `_id`; mark `id`"),
-            "{e:?}"
-        );
-        let e = parsed(parse_quote! {
-            #[shard_key(hashed = "user")]
-            struct Session { user: String, #[serde(skip)] _id: String }
-        })
-        .err()
-        .unwrap();
-        assert!(
-            e[0].contains("has no field stored as `_id`; add one"),
-            "{e:?}"
-        );
-        // Another mistake is reported alone.
-        let e = parsed(parse_quote! {
-            #[shard_key(coarse = "month", from = "ts", search = "tpye")]
-            struct Log { r#type: String, ts: i64 }
-        })
-        .err()
-        .unwrap();
-        assert_eq!(e.len(), 1, "{e:#?}");
-        assert!(!e[0].contains("`_id`"), "{e:?}");
-    }
-
-    #[test]
-    fn literals_from_macro_rules() {
-        use proc_macro2::{Delimiter, Group};
-        let g = |t: TokenStream| Group::new(Delimiter::None, t);
-        let (c, f, s) = (g(quote!("month")), g(quote!("ts")), g(quote!("type")));
-        let input: DeriveInput = syn::parse2(quote! {
-            #[shard_key(coarse = #c, from = #f, search = #s)]
-            struct Log { #[serde(rename = "_id")] id: i64, #[serde(rename = #s)] kind: String, ts: i64 }
-        })
-        .unwrap();
-        let k = parsed(input).unwrap().unwrap();
-        assert_eq!(k.coarse.as_deref(), Some("month"));
-        assert_eq!(k.search.as_ref().map(|s| s.0.as_str()), Some("type"));
-    }
-
-    #[test]
-    fn mistakes() {
-        let e = parsed(parse_quote! {
-            #[shard_key(hashed = "id", search = "type", granularity = "mnth", alow(x))]
-            struct Log { id: String, #[serde(rename = "type")] kind: String }
-        })
-        .err()
-        .unwrap();
-        assert_eq!(e.len(), 3, "{e:#?}");
-        assert!(e[0].contains("did you mean `month`"));
-        assert!(e[1].contains("did you mean `allow`"));
-        assert!(e[2].contains("cannot be used with `hashed`"));
-    }
-}
+mod tests;
