@@ -46,14 +46,13 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Keyset> {
             // order = "asc" | "desc"
             } else if meta.path.is_ident(ORDER) {
                 let lit = attr::parse_lit_str(&meta, KEYSET)?;
-                match Order::from_spelling(&lit.value()) {
+                let other = lit.value();
+                match Order::from_spelling(&other) {
                     Some(o) => order.set(&lit, o),
                     None => {
-                        let other = lit.value();
-                        let other = other.as_str();
                         let msg = format!(
                             "unknown `keyset` order `{other}`; expected `asc` or `desc`{}",
-                            attr::hint(other, ["asc", "desc", "ascending", "descending"])
+                            attr::hint(&other, ["asc", "desc", "ascending", "descending"])
                         );
                         cx.error_spanned_by(&lit, msg);
                     }
