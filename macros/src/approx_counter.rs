@@ -1,17 +1,18 @@
 //! `#[approx_counter(every = N, mode, max_delay_ms, max_keys, upsert)]` on a
 //! numeric field, or on the struct with `field = "..."`: a counter written
-//! about one time in N. The runtime (`runtime/src/approx_counter.rs`) holds
-//! the pattern; this checks the options and generates one accessor per
-//! counter, `<field>_counter(&db)`.
+//! about one time in N. The runtime's `approx_counter` module holds the
+//! pattern; this checks the options and generates one accessor per counter,
+//! `<field>_counter(&db)`.
 
-use proc_macro2::{Span, TokenStream};
-use quote::{format_ident, quote, quote_spanned};
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
-use syn::{Attribute, DeriveInput, Expr, ExprLit, Ident, Lit, LitStr, Meta, Type};
+use syn::{Attribute, DeriveInput, Expr, ExprLit, Ident, Lit, Meta, Type};
 
+use crate::ast::Input;
 use crate::attr::{self, Opt};
 use crate::ctxt::Ctxt;
-use crate::model::Input;
+use crate::private::Private;
 
 const COUNTER: &str = "approx_counter";
 const FIELD: &str = "field";
@@ -22,14 +23,56 @@ const MAX_KEYS: &str = "max_keys";
 const UPSERT: &str = "upsert";
 const OPTIONS: &[&str] = &[FIELD, EVERY, MODE, MAX_DELAY_MS, MAX_KEYS, UPSERT];
 const FIELD_OPTIONS: &[&str] = &[EVERY, MODE, MAX_DELAY_MS, MAX_KEYS, UPSERT];
-const MODES: &[&str] = &["sampled", "buffered", "geometric"];
 
-/// Must equal `mongo_patterns::approx_counter::MAX_EVERY`.
+/// The runtime's limit and defaults, repeated for the messages and the
+/// options left out; the expansion asserts that they agree.
 const MAX_EVERY: u64 = 1_000_000;
 const DEFAULT_MAX_DELAY_MS: u64 = 1_000;
 const DEFAULT_MAX_KEYS: u64 = 10_000;
 
+/// How a counter writes, as `mode = "..."` spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Sampled,
+    Buffered,
+    Geometric,
+}
+
+impl Mode {
+    const ALL: [Mode; 3] = [Mode::Sampled, Mode::Buffered, Mode::Geometric];
+
+    fn spelling(self) -> &'static str {
+        match self {
+            Mode::Sampled => "sampled",
+            Mode::Buffered => "buffered",
+            Mode::Geometric => "geometric",
+        }
+    }
+}
+
+/// The variant's path under `__private`.
+impl ToTokens for Mode {
+    fn to_tokens(&self, tokens: &mut TokenStream) {
+        tokens.extend(match self {
+            Mode::Sampled => quote!(Mode::Sampled),
+            Mode::Buffered => quote!(Mode::Buffered),
+            Mode::Geometric => quote!(Mode::Geometric),
+        });
+    }
+}
+
+/// What the `#[approx_counter]` attributes say, as far as they could be read.
 pub struct Counters {
+    /// The fields the attributes name, found even when they cannot be
+    /// counters: after an error, the fallback still has their accessors.
+    named: Vec<Ident>,
+    /// The type of the field stored as `_id`, for the fallback.
+    named_id: Option<Type>,
+    /// Every declaration; `None` after an error.
+    spec: Option<Spec>,
+}
+
+struct Spec {
     id_ty: Type,
     counters: Vec<Counter>,
 }
@@ -39,7 +82,7 @@ struct Counter {
     ident: Ident,
     ty: Type,
     every: u64,
-    mode: usize,
+    mode: Mode,
     max_delay_ms: u64,
     max_keys: u64,
     upsert: bool,
@@ -65,28 +108,27 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Counters> 
         .collect();
     if let syn::Data::Struct(s) = &input.data {
         for (i, f) in s.fields.iter().enumerate() {
-            let mut on_this = f.attrs.iter().filter(|a| a.path().is_ident(COUNTER));
-            if let Some(attr) = on_this.next() {
+            if let Some(on_this) = attr::single_on_field(cx, &f.attrs, COUNTER) {
                 declared.push(Declared {
-                    attr,
+                    attr: on_this[0],
                     on_field: Some(i),
                 });
-            }
-            for dup in on_this {
-                cx.error_spanned_by(
-                    dup,
-                    "duplicate `#[approx_counter]` on one field; put all options in one",
-                );
             }
         }
     }
     if declared.is_empty() {
         return None;
     }
-    let id = model
-        .fields
-        .iter()
-        .find(|f| f.bson_name == "_id" && f.not_stored.is_none());
+    let mut out = Counters {
+        named: Vec::new(),
+        named_id: model
+            .fields
+            .iter()
+            .find(|f| f.bson_name == "_id")
+            .map(|f| f.ty.clone()),
+        spec: None,
+    };
+    let id = model.stored_id();
     if id.is_none() {
         let fix = match model.fields.iter().find(|f| f.rust_name == "id") {
             Some(_) => "mark `id` with `#[serde(rename = \"_id\")]`".to_owned(),
@@ -97,16 +139,14 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Counters> 
             format!("`#[approx_counter]` writes to a document by its `_id`, and `{}` has no field stored as `_id`; {fix}", model.ident),
         );
     }
-    if let Some(b) = input.attrs.iter().find(|a| a.path().is_ident("bucket")) {
-        cx.error_spanned_by(
-            b,
-            "`#[bucket]` cannot be used with `#[approx_counter]`: a counter is a field of one document, and a `#[bucket]` model's documents are buckets of many items",
-        );
-    }
     let mut counters: Vec<Counter> = Vec::new();
     let mut ok = true;
     for d in &declared {
-        match parse_one(cx, model, d) {
+        let mut named = None;
+        let parsed = parse_one(cx, model, d, &mut named);
+        // A field declared twice (an error already) still gets one accessor.
+        out.named.extend(named.filter(|n| !out.named.contains(n)));
+        match parsed {
             Some(c) => {
                 if counters.iter().any(|o| o.bson_name == c.bson_name) {
                     cx.error_spanned_by(
@@ -124,11 +164,19 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Counters> 
             None => ok = false,
         }
     }
-    let id_ty = id?.ty.clone();
-    ok.then_some(Counters { id_ty, counters })
+    out.spec = id.filter(|_| ok).map(|id| Spec {
+        id_ty: id.ty.clone(),
+        counters,
+    });
+    Some(out)
 }
 
-fn parse_one(cx: &Ctxt, model: &Input, d: &Declared) -> Option<Counter> {
+/// One declaration; `named` is set to the field it names as soon as that is
+/// known.
+fn parse_one(cx: &Ctxt, model: &Input, d: &Declared, named: &mut Option<Ident>) -> Option<Counter> {
+    if let Some(i) = d.on_field {
+        *named = Some(model.fields[i].ident.clone());
+    }
     let mut field = Opt::new(cx, COUNTER, FIELD);
     let mut every = Opt::new(cx, COUNTER, EVERY);
     let mut mode = Opt::new(cx, COUNTER, MODE);
@@ -199,10 +247,10 @@ fn parse_one(cx: &Ctxt, model: &Input, d: &Declared) -> Option<Counter> {
             }
             MODE => {
                 let lit = attr::parse_lit_str(&meta, COUNTER)?;
-                match MODES.iter().position(|m| *m == lit.value()) {
-                    Some(i) => mode.set(&lit, (i, lit.span())),
+                match Mode::ALL.into_iter().find(|m| m.spelling() == lit.value()) {
+                    Some(m) => mode.set(&lit, m),
                     None => {
-                        let hint = attr::hint(&lit.value(), MODES.iter().copied());
+                        let hint = attr::hint(&lit.value(), Mode::ALL.map(Mode::spelling));
                         cx.error_spanned_by(
                             &lit,
                             format!("unknown `approx_counter` mode `{}`; expected `sampled` (the default: write `$inc: N` with probability 1/N), `buffered` (count in memory, write every N) or `geometric` (write less often as the count grows){hint}", lit.value()),
@@ -245,14 +293,17 @@ fn parse_one(cx: &Ctxt, model: &Input, d: &Declared) -> Option<Counter> {
         }
         Ok(())
     });
-    if let Err(e) = parsed {
-        cx.syn_error(e);
-        return None;
+    if d.on_field.is_none() {
+        *named = field
+            .value()
+            .and_then(|l| model.find(&l.value()))
+            .map(|f| f.ident.clone());
     }
+    cx.ok(parsed)?;
 
     let mode = mode.get().map(|(_, m)| m);
-    let is_buffered = mode.is_some_and(|(m, _)| MODES[m] == "buffered");
-    let is_sampled = mode.is_none_or(|(m, _)| MODES[m] == "sampled");
+    let is_buffered = mode == Some(Mode::Buffered);
+    let is_sampled = mode.is_none_or(|m| m == Mode::Sampled);
     let max_delay = max_delay.get();
     if let (Some((_, (_, span))), false, false) = (&max_delay, is_buffered, bad_mode) {
         cx.error_spanned_by(
@@ -282,7 +333,7 @@ fn parse_one(cx: &Ctxt, model: &Input, d: &Declared) -> Option<Counter> {
     let target = match d.on_field {
         Some(i) => Some(&model.fields[i]),
         None => match field.get() {
-            Some((_, lit)) => resolve(cx, model, &lit),
+            Some((_, lit)) => model.resolve(cx, &lit, COUNTER, FIELD),
             None if field_typo => None,
             None => {
                 cx.error_spanned_by(
@@ -312,91 +363,10 @@ fn parse_one(cx: &Ctxt, model: &Input, d: &Declared) -> Option<Counter> {
         ident: target.ident.clone(),
         ty: target.ty.clone(),
         every: every?,
-        mode: mode.map_or(0, |(m, _)| m),
+        mode: mode.unwrap_or(Mode::Sampled),
         max_delay_ms: max_delay.map_or(DEFAULT_MAX_DELAY_MS, |(_, (n, _))| n),
         max_keys: max_keys.map_or(DEFAULT_MAX_KEYS, |(_, (n, _))| n),
         upsert: upsert.get().is_some_and(|(_, b)| b),
-    })
-}
-
-fn resolve<'m, 'a>(
-    cx: &Ctxt,
-    model: &'m Input<'a>,
-    lit: &LitStr,
-) -> Option<&'m crate::model::Field<'a>> {
-    model.resolve(cx, lit, COUNTER, FIELD)
-}
-
-/// After an error, an `ApproxCounted` impl and the accessors the
-/// attributes name, so that calls elsewhere add no errors of their own.
-pub fn stub(input: &DeriveInput, model: &Input) -> Option<TokenStream> {
-    let mut names: Vec<Ident> = Vec::new();
-    for a in input.attrs.iter().filter(|a| a.path().is_ident(COUNTER)) {
-        let _ = a.parse_nested_meta(|meta| {
-            if meta.path.is_ident(FIELD) {
-                if let Ok(l) = meta.value()?.parse::<LitStr>() {
-                    let v = l.value();
-                    if let Some(f) = model
-                        .fields
-                        .iter()
-                        .find(|f| f.bson_name == v || f.rust_name == v)
-                    {
-                        names.push(f.ident.clone());
-                    }
-                }
-            } else {
-                attr::skip_value(&meta)?;
-            }
-            Ok(())
-        });
-    }
-    if let syn::Data::Struct(s) = &input.data {
-        for f in &s.fields {
-            if f.attrs.iter().any(|a| a.path().is_ident(COUNTER)) {
-                names.extend(f.ident.clone());
-            }
-        }
-    }
-    // A field declared twice (an error already) still gets one accessor.
-    let mut seen = std::collections::HashSet::new();
-    names.retain(|n| seen.insert(n.to_string()));
-    if names.is_empty() {
-        return None;
-    }
-    let id_ty = match model.fields.iter().find(|f| f.bson_name == "_id") {
-        Some(f) => {
-            let ty = f.ty;
-            quote!(#ty)
-        }
-        None => quote!(()),
-    };
-    let ident = &input.ident;
-    let vis = &input.vis;
-    let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
-    let fns = names.iter().map(|n| {
-        let f = accessor(n);
-        quote! {
-            #vis fn #f(db: &::mongo_patterns::__private::Database) -> ::mongo_patterns::__private::Counter<Self> {
-                ::mongo_patterns::__private::Counter::new(db, ::mongo_patterns::__private::CounterSpec {
-                    field: "",
-                    every: 2,
-                    mode: ::mongo_patterns::__private::Mode::Sampled,
-                    max_delay_ms: 1,
-                    max_keys: 1,
-                    upsert: false,
-                })
-            }
-        }
-    });
-    Some(quote! {
-        #[automatically_derived]
-        impl #impl_g ::mongo_patterns::__private::ApproxCounted for #ident #ty_g #where_g {
-            type Id = #id_ty;
-        }
-        #[automatically_derived]
-        impl #impl_g #ident #ty_g #where_g {
-            #(#fns)*
-        }
     })
 }
 
@@ -425,31 +395,36 @@ fn accessor(field: &Ident) -> Ident {
 impl Counters {
     /// The generated accessors (`hits_counter`...), for `Model::declared`.
     pub fn accessors(&self) -> Vec<Ident> {
-        self.counters.iter().map(|c| accessor(&c.ident)).collect()
+        self.spec
+            .iter()
+            .flat_map(|s| &s.counters)
+            .map(|c| accessor(&c.ident))
+            .collect()
     }
 
-    pub fn expand(&self, input: &DeriveInput) -> TokenStream {
+    pub fn expand(&self, input: &DeriveInput, p: &Private) -> Option<TokenStream> {
+        let spec = self.spec.as_ref()?;
         let ident = &input.ident;
         let vis = &input.vis;
         let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
-        let id_ty = &self.id_ty;
-        let fns = self.counters.iter().map(|c| {
+        let id_ty = &spec.id_ty;
+        let fns = spec.counters.iter().map(|c| {
             let f = accessor(&c.ident);
             let field = &c.bson_name;
             let every = c.every as u32;
-            let mode = format_ident!("{}", ["Sampled", "Buffered", "Geometric"][c.mode], span = Span::call_site());
+            let mode = c.mode;
             let (delay, keys, upsert) = (c.max_delay_ms, c.max_keys as usize, c.upsert);
             let doc = format!(
                 "The approximate counter over `{field}`: {} mode, about one write in {every}. See `mongo_patterns::approx_counter`.",
-                MODES[c.mode]
+                mode.spelling()
             );
             quote! {
                 #[doc = #doc]
-                #vis fn #f(db: &::mongo_patterns::__private::Database) -> ::mongo_patterns::__private::Counter<Self> {
-                    ::mongo_patterns::__private::Counter::new(db, ::mongo_patterns::__private::CounterSpec {
+                #vis fn #f(db: &#p::Database) -> #p::Counter<Self> {
+                    #p::Counter::new(db, #p::CounterSpec {
                         field: #field,
                         every: #every,
-                        mode: ::mongo_patterns::__private::Mode::#mode,
+                        mode: #p::#mode,
                         max_delay_ms: #delay,
                         max_keys: #keys,
                         upsert: #upsert,
@@ -457,13 +432,14 @@ impl Counters {
                 }
             }
         });
-        let checks = self.counters.iter().map(|c| {
+        let checks = spec.counters.iter().map(|c| {
             let ty = &c.ty;
-            quote_spanned! {ty.span()=> ::mongo_patterns::__private::assert_counter_value::<#ty>(); }
+            let p = p.at(ty.span());
+            quote_spanned! {ty.span()=> #p::assert_counter_value::<#ty>(); }
         });
-        quote! {
+        Some(quote! {
             #[automatically_derived]
-            impl #impl_g ::mongo_patterns::__private::ApproxCounted for #ident #ty_g #where_g {
+            impl #impl_g #p::ApproxCounted for #ident #ty_g #where_g {
                 type Id = #id_ty;
             }
             #[automatically_derived]
@@ -474,7 +450,52 @@ impl Counters {
                 #[allow(dead_code)]
                 fn __counter_fields #impl_g () #where_g { #(#checks)* }
             };
+            const _: () = #p::core::assert!(
+                #MAX_EVERY == #p::limits::MAX_EVERY as u64,
+                "`#[approx_counter]` checks `every` against another maximum than the runtime's",
+            );
+            const _: () = #p::core::assert!(
+                #DEFAULT_MAX_DELAY_MS == #p::limits::DEFAULT_MAX_DELAY_MS as u64,
+                "`#[approx_counter]` fills in another default `max_delay_ms` than the runtime's",
+            );
+            const _: () = #p::core::assert!(
+                #DEFAULT_MAX_KEYS == #p::limits::DEFAULT_MAX_KEYS as u64,
+                "`#[approx_counter]` fills in another default `max_keys` than the runtime's",
+            );
+        })
+    }
+
+    /// After an error, an `ApproxCounted` impl and the accessors the
+    /// attributes name, so that calls elsewhere add no errors of their own.
+    pub fn fallback(&self, input: &DeriveInput, p: &Private) -> Option<TokenStream> {
+        if self.named.is_empty() {
+            return None;
         }
+        let id_ty = match &self.named_id {
+            Some(ty) => quote!(#ty),
+            None => quote!(()),
+        };
+        let ident = &input.ident;
+        let vis = &input.vis;
+        let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
+        let fns = self.named.iter().map(|n| {
+            let f = accessor(n);
+            quote! {
+                #vis fn #f(db: &#p::Database) -> #p::Counter<Self> {
+                    #p::Counter::new(db, #p::CounterSpec::FALLBACK)
+                }
+            }
+        });
+        Some(quote! {
+            #[automatically_derived]
+            impl #impl_g #p::ApproxCounted for #ident #ty_g #where_g {
+                type Id = #id_ty;
+            }
+            #[automatically_derived]
+            impl #impl_g #ident #ty_g #where_g {
+                #(#fns)*
+            }
+        })
     }
 }
 
@@ -483,12 +504,14 @@ mod tests {
     use super::*;
     use syn::parse_quote;
 
-    fn parsed(input: DeriveInput) -> Result<Option<Counters>, Vec<String>> {
-        let cx = Ctxt::new();
-        let r = Input::from_syn(&cx, &input).and_then(|m| parse(&cx, &input, &m));
-        match cx.check() {
-            Ok(()) => Ok(r),
-            Err(e) => Err(e.into_iter().map(|e| e.to_string()).collect()),
+    fn parsed(input: DeriveInput) -> Result<Option<Spec>, Vec<String>> {
+        let (r, e) = crate::ctxt::collect(|cx| {
+            Input::from_syn(cx, &input).and_then(|m| parse(cx, &input, &m)?.spec)
+        });
+        if e.is_empty() {
+            Ok(r)
+        } else {
+            Err(e)
         }
     }
 
@@ -505,7 +528,7 @@ mod tests {
         })
         .unwrap()
         .unwrap();
-        let got: Vec<(&str, u64, usize, u64, u64, bool)> = c
+        let got: Vec<(&str, u64, Mode, u64, u64, bool)> = c
             .counters
             .iter()
             .map(|c| {
@@ -522,8 +545,8 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("likes", 10, 1, 250, 5, true),
-                ("webPageViews", 100, 0, 1000, 10_000, false)
+                ("likes", 10, Mode::Buffered, 250, 5, true),
+                ("webPageViews", 100, Mode::Sampled, 1000, 10_000, false)
             ]
         );
     }

@@ -5,7 +5,7 @@ use proc_macro2::Span;
 use quote::ToTokens;
 use syn::meta::ParseNestedMeta;
 use syn::spanned::Spanned;
-use syn::{Expr, ExprLit, Lit, LitInt, LitStr};
+use syn::{Attribute, Expr, ExprLit, Lit, LitInt, LitStr, Token};
 
 use crate::ctxt::Ctxt;
 
@@ -40,8 +40,77 @@ impl<'c, T> Opt<'c, T> {
         }
     }
 
+    /// The value so far, while options are still being read.
+    pub fn value(&self) -> Option<&T> {
+        self.value.as_ref().map(|(_, v)| v)
+    }
+
     pub fn get(self) -> Option<(Span, T)> {
         self.value
+    }
+}
+
+/// The `#[name]` attributes among a struct's `attrs`, of which it may have
+/// one: each after the first is reported as a duplicate. `None` when there
+/// is none; otherwise all of them, the first first.
+pub fn single<'a>(cx: &Ctxt, attrs: &'a [Attribute], name: &str) -> Option<Vec<&'a Attribute>> {
+    found(cx, attrs, name, "attribute")
+}
+
+/// [`single`] for the attributes on one field.
+pub fn single_on_field<'a>(
+    cx: &Ctxt,
+    attrs: &'a [Attribute],
+    name: &str,
+) -> Option<Vec<&'a Attribute>> {
+    found(cx, attrs, name, "on one field")
+}
+
+fn found<'a>(
+    cx: &Ctxt,
+    attrs: &'a [Attribute],
+    name: &str,
+    place: &str,
+) -> Option<Vec<&'a Attribute>> {
+    let all: Vec<&Attribute> = attrs.iter().filter(|a| a.path().is_ident(name)).collect();
+    for dup in all.iter().skip(1) {
+        cx.error_spanned_by(
+            dup,
+            format!("duplicate `#[{name}]` {place}; put all options in one"),
+        );
+    }
+    (!all.is_empty()).then_some(all)
+}
+
+/// An option's value of the wrong kind is reported, and parsing goes on
+/// with the next option (`Ok(None)`); only broken syntax stops it.
+pub fn recover<T>(
+    cx: &Ctxt,
+    meta: &ParseNestedMeta,
+    value: syn::Result<T>,
+) -> syn::Result<Option<T>> {
+    match value {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if meta.input.is_empty() || meta.input.peek(Token![,]) => {
+            cx.syn_error(e);
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Why the server would refuse `name` as a collection name, if it would.
+pub fn bad_collection_name(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("it is empty")
+    } else if name.contains('$') {
+        Some("MongoDB reserves `$` in collection names")
+    } else if name.contains('\0') {
+        Some("it contains a NUL character")
+    } else if name.starts_with("system.") {
+        Some("`system.` collections belong to the server")
+    } else {
+        None
     }
 }
 

@@ -1,17 +1,16 @@
 //! `#[bucket(size = N, key = "field", order = "field", items = "name")]`:
-//! items stored many to a document per key. The runtime
-//! (`runtime/src/bucket.rs`) holds the pattern; this checks the options and
-//! wires the key field.
+//! items stored many to a document per key. The runtime's `bucket` module
+//! holds the pattern; this checks the options and wires the key field.
 
 use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
-use syn::meta::ParseNestedMeta;
 use syn::spanned::Spanned;
-use syn::{Attribute, DeriveInput, Ident, Meta, Token, Type};
+use syn::{Attribute, DeriveInput, Ident, LitStr, Meta, Type};
 
+use crate::ast::Input;
 use crate::attr::{self, Opt};
 use crate::ctxt::Ctxt;
-use crate::model::Input;
+use crate::private::Private;
 
 const BUCKET: &str = "bucket";
 const SIZE: &str = "size";
@@ -20,12 +19,22 @@ const ORDER: &str = "order";
 const ITEMS: &str = "items";
 const OPTIONS: &[&str] = &[SIZE, KEY, ORDER, ITEMS];
 
-/// Must equal `mongo_patterns::bucket::MAX_SIZE` (a UI test pins both).
+/// The runtime's limit, repeated for the message; the expansion asserts
+/// that they agree.
 const MAX_SIZE: u64 = 10_000;
 /// Field names the bucket document uses for its own bookkeeping.
 const RESERVED: &[&str] = &["_id", "start", "count", "bytes", "sealed"];
 
+/// What `#[bucket]` says, as far as it could be read.
 pub struct Bucket {
+    /// The field `key` names, found even when it cannot be the key: after an
+    /// error, the fallback keeps its type, so that typed calls still check.
+    named_key: Option<(Ident, Type)>,
+    /// The whole declaration; `None` after an error.
+    spec: Option<Spec>,
+}
+
+struct Spec {
     size: u64,
     key: (String, Ident, Type),
     order: Option<(String, Type)>,
@@ -34,24 +43,25 @@ pub struct Bucket {
 
 /// Parses `#[bucket]` if present. Errors go to `cx`.
 pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Bucket> {
-    let attrs: Vec<&Attribute> = input
-        .attrs
-        .iter()
-        .filter(|a| a.path().is_ident(BUCKET))
-        .collect();
-    let first = *attrs.first()?;
+    let attrs = attr::single(cx, &input.attrs, BUCKET)?;
+    let mut named_key = None;
+    let spec = parse_spec(cx, &attrs, model, &mut named_key);
+    Some(Bucket { named_key, spec })
+}
+
+fn parse_spec(
+    cx: &Ctxt,
+    attrs: &[&Attribute],
+    model: &Input,
+    named_key: &mut Option<(Ident, Type)>,
+) -> Option<Spec> {
+    let first = attrs[0];
     if let Meta::Path(_) = first.meta {
         cx.error_spanned_by(
             first,
             "`#[bucket]` needs options, as in `#[bucket(size = 1000, key = \"customerId\")]`",
         );
         return None;
-    }
-    for dup in &attrs[1..] {
-        cx.error_spanned_by(
-            dup,
-            "duplicate `#[bucket]` attribute; put all options in one",
-        );
     }
     // A value that is given but wrong is `None`: it counts as given, so no
     // "missing" error lands on top of the error about the value.
@@ -63,11 +73,12 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Bucket> {
     let mut meant: Vec<&str> = Vec::new();
     // The options of every `#[bucket]`, so that a split attribute is reported
     // once, as a duplicate, and not also as missing options.
+    let mut read = true;
     for a in attrs.iter().filter(|a| !matches!(a.meta, Meta::Path(_))) {
         let parsed = a.parse_nested_meta(|meta| {
             // size = 1000
             if meta.path.is_ident(SIZE) {
-                let Some(lit) = recover(cx, &meta, attr::parse_lit_int(&meta, BUCKET))? else {
+                let Some(lit) = attr::recover(cx, &meta, attr::parse_lit_int(&meta, BUCKET))? else {
                     size.set(&meta.path, None);
                     return Ok(());
                 };
@@ -90,7 +101,7 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Bucket> {
                 .into_iter()
                 .find_map(|(name, slot)| meta.path.is_ident(name).then_some(slot))
             {
-                match recover(cx, &meta, attr::parse_lit_str(&meta, BUCKET))? {
+                match attr::recover(cx, &meta, attr::parse_lit_str(&meta, BUCKET))? {
                     Some(lit) => slot.set(&lit, Some(lit.clone())),
                     None => slot.set(&meta.path, None),
                 }
@@ -101,15 +112,23 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Bucket> {
             }
             Ok(())
         });
-        if let Err(e) = parsed {
-            cx.syn_error(e);
-            // The rest of the attribute went unread: "missing" would guess.
-            return None;
+        if cx.ok(parsed).is_none() {
+            read = false;
+            break;
         }
     }
 
+    let key: Option<Option<LitStr>> = key.get().map(|(_, k)| k);
+    *named_key = key
+        .iter()
+        .flatten()
+        .find_map(|lit| model.find(&lit.value()))
+        .map(|f| (f.ident.clone(), f.ty.clone()));
+    if !read {
+        // The rest of the attribute went unread: "missing" would guess.
+        return None;
+    }
     let size = size.get().map(|(_, n)| n);
-    let key = key.get().map(|(_, k)| k);
     let order = order.get().and_then(|(_, o)| o);
     let items = items.get().map(|(_, i)| i);
     for (missing, name, what) in [
@@ -191,13 +210,7 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Bucket> {
         }
         None => "items".to_owned(),
     };
-    if let Some(k) = input.attrs.iter().find(|a| a.path().is_ident("keyset")) {
-        cx.error_spanned_by(
-            k,
-            "`#[keyset]` cannot be used with `#[bucket]`: it pages documents, and a `#[bucket]` model's documents are buckets; page items with `Buckets::page`",
-        );
-    }
-    Some(Bucket {
+    Some(Spec {
         size: size??,
         key: key?,
         order,
@@ -205,92 +218,33 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Bucket> {
     })
 }
 
-/// An option's value of the wrong kind is reported, and parsing goes on
-/// with the next option (`Ok(None)`); only broken syntax stops it.
-fn recover<T>(cx: &Ctxt, meta: &ParseNestedMeta, value: syn::Result<T>) -> syn::Result<Option<T>> {
-    match value {
-        Ok(v) => Ok(Some(v)),
-        Err(e) if meta.input.is_empty() || meta.input.peek(Token![,]) => {
-            cx.syn_error(e);
-            Ok(None)
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// After an error in a `#[bucket]` model, an impl that claims nothing, so
-/// that `Trade::buckets(&db)` elsewhere adds no error of its own. It keeps
-/// the key's type when the key resolved, so typed calls still check.
-pub fn stub(input: &DeriveInput, model: &Input) -> Option<TokenStream> {
-    let attr = input.attrs.iter().find(|a| a.path().is_ident(BUCKET))?;
-    let mut key = None;
-    let _ = attr.parse_nested_meta(|meta| {
-        if meta.path.is_ident(KEY) {
-            key = meta.value()?.parse::<syn::LitStr>().ok().map(|l| l.value());
-        } else {
-            attr::skip_value(&meta)?;
-        }
-        Ok(())
-    });
-    let field = key.and_then(|k| {
-        model
-            .fields
-            .iter()
-            .find(|f| f.bson_name == k)
-            .or_else(|| model.fields.iter().find(|f| f.rust_name == k))
-    });
-    let (key_ty, key_ref) = match field {
-        Some(f) => {
-            let (ty, ident) = (f.ty, f.ident);
-            (quote!(#ty), quote!(&self.#ident))
-        }
-        None => (quote!(()), quote!(&())),
-    };
-    let ident = &input.ident;
-    let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
-    Some(quote! {
-        #[automatically_derived]
-        impl #impl_g ::mongo_patterns::__private::Bucketed for #ident #ty_g #where_g {
-            type Key = #key_ty;
-            const BUCKET: ::mongo_patterns::__private::BucketSpec = ::mongo_patterns::__private::BucketSpec {
-                size: 1,
-                key: "",
-                order: ::mongo_patterns::__private::core::option::Option::None,
-                items: "items",
-            };
-            fn bucket_key(&self) -> &Self::Key {
-                #key_ref
-            }
-        }
-    })
-}
-
 impl Bucket {
-    pub fn expand(&self, input: &DeriveInput) -> TokenStream {
+    pub fn expand(&self, input: &DeriveInput, p: &Private) -> Option<TokenStream> {
+        let spec = self.spec.as_ref()?;
         let ident = &input.ident;
         let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
-        let size = self.size as u32;
-        let (key_name, key_ident, key_ty) = &self.key;
-        let order = match &self.order {
-            Some((name, _)) => {
-                quote!(::mongo_patterns::__private::core::option::Option::Some(#name))
-            }
-            None => quote!(::mongo_patterns::__private::core::option::Option::None),
+        let size = spec.size as u32;
+        let (key_name, key_ident, key_ty) = &spec.key;
+        let order = match &spec.order {
+            Some((name, _)) => quote!(#p::core::option::Option::Some(#name)),
+            None => quote!(#p::core::option::Option::None),
         };
-        let items = &self.items;
+        let items = &spec.items;
+        let key_p = p.at(key_ty.span());
         let key_check = quote_spanned! {key_ty.span()=>
-            ::mongo_patterns::__private::assert_bucket_key::<#key_ty>();
+            #key_p::assert_bucket_key::<#key_ty>();
         };
-        let order_check = self.order.as_ref().map(|(_, ty)| {
+        let order_check = spec.order.as_ref().map(|(_, ty)| {
+            let p = p.at(ty.span());
             quote_spanned! {ty.span()=>
-                ::mongo_patterns::__private::assert_order_key::<#ty>();
+                #p::assert_order_key::<#ty>();
             }
         });
-        quote! {
+        Some(quote! {
             #[automatically_derived]
-            impl #impl_g ::mongo_patterns::__private::Bucketed for #ident #ty_g #where_g {
+            impl #impl_g #p::Bucketed for #ident #ty_g #where_g {
                 type Key = #key_ty;
-                const BUCKET: ::mongo_patterns::__private::BucketSpec = ::mongo_patterns::__private::BucketSpec {
+                const BUCKET: #p::BucketSpec = #p::BucketSpec {
                     size: #size,
                     key: #key_name,
                     order: #order,
@@ -304,6 +258,32 @@ impl Bucket {
                 #[allow(dead_code)]
                 fn __bucket_fields #impl_g () #where_g { #key_check #order_check }
             };
+            const _: () = #p::core::assert!(
+                #MAX_SIZE == #p::limits::BUCKET_MAX_SIZE as u64,
+                "`#[bucket]` checks `size` against another maximum than the runtime's",
+            );
+        })
+    }
+
+    /// After an error in a `#[bucket]` model, an impl that claims nothing, so
+    /// that `Trade::buckets(&db)` elsewhere adds no error of its own. It keeps
+    /// the key's type when the key names a field, so typed calls still check.
+    pub fn fallback(&self, input: &DeriveInput, p: &Private) -> TokenStream {
+        let (key_ty, key_ref) = match &self.named_key {
+            Some((ident, ty)) => (quote!(#ty), quote!(&self.#ident)),
+            None => (quote!(()), quote!(&())),
+        };
+        let ident = &input.ident;
+        let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
+        quote! {
+            #[automatically_derived]
+            impl #impl_g #p::Bucketed for #ident #ty_g #where_g {
+                type Key = #key_ty;
+                const BUCKET: #p::BucketSpec = #p::BucketSpec::FALLBACK;
+                fn bucket_key(&self) -> &Self::Key {
+                    #key_ref
+                }
+            }
         }
     }
 }
@@ -314,13 +294,12 @@ mod tests {
     use syn::parse_quote;
 
     fn errors(input: DeriveInput) -> Vec<String> {
-        let cx = Ctxt::new();
-        if let Some(m) = Input::from_syn(&cx, &input) {
-            parse(&cx, &input, &m);
-        }
-        cx.check()
-            .err()
-            .map_or(vec![], |e| e.into_iter().map(|e| e.to_string()).collect())
+        crate::ctxt::collect(|cx| {
+            if let Some(m) = Input::from_syn(cx, &input) {
+                parse(cx, &input, &m);
+            }
+        })
+        .1
     }
 
     #[test]
@@ -330,10 +309,11 @@ mod tests {
             #[bucket(size = 1000, key = "customerId", order = "date", items = "trades")]
             struct Trade { customer_id: i64, date: i64 }
         };
-        let cx = Ctxt::new();
-        let m = Input::from_syn(&cx, &input).unwrap();
-        let b = parse(&cx, &input, &m).unwrap();
-        cx.check().unwrap();
+        let (b, e) = crate::ctxt::collect(|cx| {
+            let m = Input::from_syn(cx, &input).unwrap();
+            parse(cx, &input, &m).unwrap().spec.unwrap()
+        });
+        assert!(e.is_empty(), "{e:?}");
         assert_eq!(b.size, 1000);
         assert_eq!(b.key.0, "customerId");
         assert_eq!(b.key.1.to_string(), "customer_id");
@@ -364,9 +344,6 @@ mod tests {
             parse_quote! { #[bucket(size = 10, key = "a", order = "a")] struct T { a: i64 } },
         );
         assert!(e[0].contains("names the key field"), "{e:#?}");
-        let e =
-            errors(parse_quote! { #[bucket(size = 10, key = "a")] #[keyset] struct T { a: i64 } });
-        assert!(e[0].contains("pages documents"), "{e:#?}");
     }
 
     #[test]

@@ -32,6 +32,18 @@ impl Ctxt {
             .push(err);
     }
 
+    /// `Some(value)`, or `None` with the error reported: how a parser
+    /// carries on past a `syn::Result`.
+    pub fn ok<T>(&self, result: syn::Result<T>) -> Option<T> {
+        match result {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.syn_error(e);
+                None
+            }
+        }
+    }
+
     /// How many errors were reported so far: a check that only makes sense
     /// when nothing else failed compares counts.
     pub fn error_count(&self) -> usize {
@@ -57,6 +69,19 @@ impl Ctxt {
     pub fn into_compile_errors(self) -> Option<TokenStream> {
         self.check().err().map(|e| e.to_compile_error())
     }
+}
+
+/// Runs `f` with a fresh context and returns its result with the messages
+/// it reported, in order: how the unit tests look at errors.
+#[cfg(test)]
+pub fn collect<T>(f: impl FnOnce(&Ctxt) -> T) -> (T, Vec<String>) {
+    let cx = Ctxt::new();
+    let out = f(&cx);
+    let errors = cx
+        .check()
+        .err()
+        .map_or(vec![], |e| e.into_iter().map(|e| e.to_string()).collect());
+    (out, errors)
 }
 
 impl Drop for Ctxt {

@@ -1,15 +1,16 @@
 //! `#[keyset(sort = "...", order = "asc" | "desc", page_size = N)]`: the
-//! model's default paging order. The runtime (`runtime/src/keyset.rs`) holds
-//! the paging itself; this checks the options and wires the field names.
+//! model's default paging order. The runtime's `keyset` module holds the
+//! paging itself; this checks the options and wires the field names.
 
 use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{DeriveInput, Expr, ExprArray, ExprLit, Lit, LitStr, Meta, Type};
 
+use crate::ast::{Input, Order};
 use crate::attr::{self, Opt};
 use crate::ctxt::Ctxt;
-use crate::model::Input;
+use crate::private::Private;
 
 const KEYSET: &str = "keyset";
 const SORT: &str = "sort";
@@ -17,27 +18,21 @@ const ORDER: &str = "order";
 const PAGE_SIZE: &str = "page_size";
 const OPTIONS: &[&str] = &[SORT, ORDER, PAGE_SIZE];
 
-/// Must equal `mongo_patterns::keyset::MAX_PAGE_SIZE` (a UI test pins both).
+/// The runtime's limits, repeated for the messages; the expansion asserts
+/// that they agree.
 const MAX_PAGE_SIZE: u64 = 100_000;
 const DEFAULT_PAGE_SIZE: u64 = 100;
 
 pub struct Keyset {
     /// BSON names and field types, most significant first.
     sort: Vec<(String, Type)>,
-    descending: bool,
+    order: Order,
     page_size: u64,
 }
 
 /// Parses `#[keyset]` if present. Errors go to `cx`.
 pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Keyset> {
-    let mut attrs = input.attrs.iter().filter(|a| a.path().is_ident(KEYSET));
-    let first = attrs.next()?;
-    for dup in attrs {
-        cx.error_spanned_by(
-            dup,
-            "duplicate `#[keyset]` attribute; put all options in one",
-        );
-    }
+    let first = attr::single(cx, &input.attrs, KEYSET)?[0];
     let mut sort = Opt::new(cx, KEYSET, SORT);
     let mut order = Opt::new(cx, KEYSET, ORDER);
     let mut page_size = Opt::new(cx, KEYSET, PAGE_SIZE);
@@ -51,13 +46,13 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Keyset> {
             // order = "asc" | "desc"
             } else if meta.path.is_ident(ORDER) {
                 let lit = attr::parse_lit_str(&meta, KEYSET)?;
-                match lit.value().as_str() {
-                    "asc" | "ascending" => order.set(&lit, false),
-                    "desc" | "descending" => order.set(&lit, true),
-                    other => {
+                let other = lit.value();
+                match Order::from_spelling(&other) {
+                    Some(o) => order.set(&lit, o),
+                    None => {
                         let msg = format!(
                             "unknown `keyset` order `{other}`; expected `asc` or `desc`{}",
-                            attr::hint(other, ["asc", "desc", "ascending", "descending"])
+                            attr::hint(&other, ["asc", "desc", "ascending", "descending"])
                         );
                         cx.error_spanned_by(&lit, msg);
                     }
@@ -82,9 +77,7 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Keyset> {
             }
             Ok(())
         });
-        if let Err(e) = parsed {
-            cx.syn_error(e);
-        }
+        cx.ok(parsed);
     }
 
     let mut fields: Vec<(String, Type)> = Vec::new();
@@ -118,15 +111,15 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Keyset> {
     }
     Some(Keyset {
         sort: fields,
-        descending: order.get().is_some_and(|(_, d)| d),
+        order: order.get().map_or(Order::Asc, |(_, o)| o),
         page_size: page_size.get().map_or(DEFAULT_PAGE_SIZE, |(_, n)| n),
     })
 }
 
 fn parse_sort(meta: &syn::meta::ParseNestedMeta) -> syn::Result<Vec<LitStr>> {
-    let expr = crate::attr::parse_value(meta)?;
+    let expr = attr::parse_value(meta)?;
     let hint = "`keyset` option `sort` takes a field name or a list of them, as in `sort = \"date\"` or `sort = [\"day\", \"score\"]`";
-    let lit = |e: &Expr| match crate::attr::ungroup(e.clone()) {
+    let lit = |e: &Expr| match attr::ungroup(e.clone()) {
         Expr::Lit(ExprLit {
             lit: Lit::Str(s), ..
         }) => Ok(s),
@@ -147,12 +140,13 @@ fn parse_sort(meta: &syn::meta::ParseNestedMeta) -> syn::Result<Vec<LitStr>> {
 }
 
 impl Keyset {
-    pub fn expand_const(&self) -> TokenStream {
+    /// `Model::KEYSET`.
+    pub fn expand_const(&self, p: &Private) -> TokenStream {
         let names = self.sort.iter().map(|(n, _)| n);
-        let descending = self.descending;
+        let descending = self.order.is_descending();
         let page_size = self.page_size as u32;
         quote! {
-            const KEYSET: ::mongo_patterns::__private::KeysetSpec = ::mongo_patterns::__private::KeysetSpec {
+            const KEYSET: #p::KeysetSpec = #p::KeysetSpec {
                 sort: &[#(#names),*],
                 descending: #descending,
                 page_size: #page_size,
@@ -161,12 +155,13 @@ impl Keyset {
     }
 
     /// Each sort key's type must have one BSON order; the error lands on the
-    /// field's type.
-    pub fn expand_checks(&self, input: &DeriveInput) -> TokenStream {
+    /// field's type. And the limits checked here are the runtime's.
+    pub fn expand_checks(&self, input: &DeriveInput, p: &Private) -> TokenStream {
         let (impl_g, _, where_g) = input.generics.split_for_impl();
         let checks = self.sort.iter().map(|(_, ty)| {
+            let p = p.at(ty.span());
             quote_spanned! {ty.span()=>
-                ::mongo_patterns::__private::assert_sort_key::<#ty>();
+                #p::assert_sort_key::<#ty>();
             }
         });
         quote! {
@@ -174,6 +169,14 @@ impl Keyset {
                 #[allow(dead_code)]
                 fn __keyset_sort_keys #impl_g () #where_g { #(#checks)* }
             };
+            const _: () = #p::core::assert!(
+                #MAX_PAGE_SIZE == #p::limits::MAX_PAGE_SIZE as u64,
+                "`#[keyset]` checks `page_size` against another maximum than the runtime's",
+            );
+            const _: () = #p::core::assert!(
+                #DEFAULT_PAGE_SIZE == #p::limits::DEFAULT_PAGE_SIZE as u64,
+                "`#[keyset]` fills in another default `page_size` than the runtime's",
+            );
         }
     }
 }
@@ -184,20 +187,20 @@ mod tests {
     use syn::parse_quote;
 
     fn errors(input: DeriveInput) -> Vec<String> {
-        let cx = Ctxt::new();
-        if let Some(m) = Input::from_syn(&cx, &input) {
-            parse(&cx, &input, &m);
-        }
-        cx.check()
-            .err()
-            .map_or(vec![], |e| e.into_iter().map(|e| e.to_string()).collect())
+        crate::ctxt::collect(|cx| {
+            if let Some(m) = Input::from_syn(cx, &input) {
+                parse(cx, &input, &m);
+            }
+        })
+        .1
     }
 
     fn parsed(input: DeriveInput) -> Keyset {
-        let cx = Ctxt::new();
-        let m = Input::from_syn(&cx, &input).unwrap();
-        let k = parse(&cx, &input, &m).unwrap();
-        cx.check().unwrap();
+        let (k, e) = crate::ctxt::collect(|cx| {
+            let m = Input::from_syn(cx, &input).unwrap();
+            parse(cx, &input, &m).unwrap()
+        });
+        assert!(e.is_empty(), "{e:?}");
         k
     }
 
@@ -212,14 +215,14 @@ mod tests {
             k.sort.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
             ["initTime", "visitorId"]
         );
-        assert!(k.descending);
+        assert_eq!(k.order, Order::Desc);
         assert_eq!(k.page_size, 500);
     }
 
     #[test]
     fn defaults() {
         let k = parsed(parse_quote! { #[keyset] struct V { a: i64 } });
-        assert!(k.sort.is_empty() && !k.descending && k.page_size == 100);
+        assert!(k.sort.is_empty() && k.order == Order::Asc && k.page_size == 100);
     }
 
     #[test]

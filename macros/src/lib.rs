@@ -1,20 +1,31 @@
 //! Derive macros for `mongo-patterns`. Depend on `mongo-patterns`, which
-//! re-exports them; this crate's output names only
-//! `::mongo_patterns::__private`.
+//! re-exports them; this crate's output names only its `__private` module.
 //!
-//! The pipeline for every derive: parse the struct and its attributes into a
-//! typed model (`model::Input`), check the rules that span attributes, then
-//! expand. Errors are collected (`ctxt::Ctxt`) so that a user sees all of
-//! their mistakes at once, and after an error a stub impl is still emitted so
-//! that calls elsewhere in their crate do not pile follow-on errors on top.
+//! The pipeline, with each layer using only those below it:
+//!
+//! - `derive`: parse everything, check, then expand or fall back;
+//! - one module per pattern (`model`, `keyset`, `bucket`, `rank_histogram`,
+//!   `approx_counter`, `shard_key`), and `check`, the rules between them;
+//! - `ast` (the struct as serde stores it, through `serde_rules`), `attr`
+//!   (option parsing), `ctxt` (error collection) and `private` (the path to
+//!   the runtime).
+//!
+//! Errors are collected so that a user sees all of their mistakes at once,
+//! and after an error each pattern still emits a fallback impl, so that
+//! calls elsewhere in their crate do not pile follow-on errors on top.
 
 mod approx_counter;
+mod ast;
 mod attr;
 mod bucket;
+mod check;
 mod ctxt;
+mod derive;
 mod keyset;
 mod model;
+mod private;
 mod rank_histogram;
+mod serde_rules;
 mod shard_key;
 
 use proc_macro::TokenStream;
@@ -29,5 +40,5 @@ use syn::{parse_macro_input, DeriveInput};
 )]
 pub fn derive_model(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
-    model::derive(&input).into()
+    derive::derive(&input).into()
 }

@@ -1,17 +1,22 @@
 //! `#[rank_histogram(board = "...", score = "...", order, precision, layout,
-//! histogram)]`: ranks of the model's scores on boards. The runtime
-//! (`runtime/src/rank_histogram.rs`) holds the pattern; this checks the
-//! options, infers the board and the score when the struct leaves one
-//! choice, and wires the two fields.
+//! histogram)]`: ranks of the model's scores on boards. The runtime's
+//! `rank_histogram` module holds the pattern; this checks the options,
+//! infers the board and the score when the struct leaves one choice, and
+//! wires the two fields.
 
 use proc_macro2::TokenStream;
-use quote::{quote, quote_spanned};
+use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::{Attribute, DeriveInput, Expr, ExprLit, ExprUnary, Ident, Lit, LitStr, Meta, Type, UnOp};
 
+use crate::ast::{Field, Input, Order};
 use crate::attr::{self, Opt};
 use crate::ctxt::Ctxt;
-use crate::model::{self, Field, Input};
+use crate::private::Private;
+
+mod infer;
+
+use infer::{infer, is_one_of, Other, BOARD_KIND, FLOATS, INTEGERS, SCORE_KIND};
 
 const RANK: &str = "rank_histogram";
 const BOARD: &str = "board";
@@ -22,33 +27,78 @@ const LAYOUT: &str = "layout";
 const HISTOGRAM: &str = "histogram";
 const OPTIONS: &[&str] = &[BOARD, SCORE, ORDER, PRECISION, LAYOUT, HISTOGRAM];
 
-const INTEGERS: &[&str] = &["i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"];
-const FLOATS: &[&str] = &["f32", "f64"];
-const KEYS: &[&str] = &["String", "ObjectId", "Uuid"];
+/// How a histogram is stored, as `layout = "..."` spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    Array,
+    Documents,
+}
 
+impl Layout {
+    const ALL: [Layout; 2] = [Layout::Array, Layout::Documents];
+
+    fn spelling(self) -> &'static str {
+        match self {
+            Layout::Array => "array",
+            Layout::Documents => "documents",
+        }
+    }
+}
+
+/// The variant's path under `__private`.
+impl ToTokens for Layout {
+    fn to_tokens(&self, tokens: &mut TokenStream) {
+        tokens.extend(match self {
+            Layout::Array => quote!(Layout::Array),
+            Layout::Documents => quote!(Layout::Documents),
+        });
+    }
+}
+
+/// What `#[rank_histogram]` says, as far as it could be read.
 pub struct RankHistogram {
+    /// The fields `board` and `score` name, found even when they cannot be
+    /// used: after an error, the fallback keeps their types.
+    named_board: Option<(Ident, Type)>,
+    named_score: Option<Type>,
+    /// The whole declaration; `None` after an error.
+    spec: Option<Spec>,
+}
+
+struct Spec {
     board: (String, Ident, Type),
     score: (String, Ident, Type),
-    descending: bool,
+    order: Order,
     precision: Option<f64>,
-    documents: bool,
+    layout: Layout,
     histogram: String,
 }
 
-/// Parses `#[rank_histogram]` if present. Errors go to `cx`.
-pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<RankHistogram> {
-    let attrs: Vec<&Attribute> = input
-        .attrs
-        .iter()
-        .filter(|a| a.path().is_ident(RANK))
-        .collect();
-    let first = *attrs.first()?;
-    for dup in &attrs[1..] {
-        cx.error_spanned_by(
-            dup,
-            "duplicate `#[rank_histogram]` attribute; put all options in one",
-        );
-    }
+/// Parses `#[rank_histogram]` if present; `collection` is the players'.
+/// Errors go to `cx`.
+pub fn parse(
+    cx: &Ctxt,
+    input: &DeriveInput,
+    model: &Input,
+    collection: &str,
+) -> Option<RankHistogram> {
+    let attrs = attr::single(cx, &input.attrs, RANK)?;
+    let mut out = RankHistogram {
+        named_board: None,
+        named_score: None,
+        spec: None,
+    };
+    out.spec = parse_spec(cx, attrs[0], model, collection, &mut out);
+    Some(out)
+}
+
+fn parse_spec(
+    cx: &Ctxt,
+    first: &Attribute,
+    model: &Input,
+    collection: &str,
+    out: &mut RankHistogram,
+) -> Option<Spec> {
     let mut board = Opt::new(cx, RANK, BOARD);
     let mut score = Opt::new(cx, RANK, SCORE);
     let mut order = Opt::new(cx, RANK, ORDER);
@@ -82,14 +132,14 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<RankHistog
                     // order = "desc" | "asc"
                     ORDER => {
                         let lit = attr::parse_lit_str(&meta, RANK)?;
-                        match lit.value().as_str() {
-                            "desc" | "descending" => order.set(&lit, true),
-                            "asc" | "ascending" => order.set(&lit, false),
-                            other => cx.error_spanned_by(
+                        let other = lit.value();
+                        match Order::from_spelling(&other) {
+                            Some(o) => order.set(&lit, o),
+                            None => cx.error_spanned_by(
                                 &lit,
                                 format!(
                                     "unknown `rank_histogram` order `{other}`; expected `desc` (a higher score ranks first, the default) or `asc` (a lower score ranks first, as for a race time){}",
-                                    attr::hint(other, ["desc", "asc", "descending", "ascending"])
+                                    attr::hint(&other, ["desc", "asc", "descending", "ascending"])
                                 ),
                             ),
                         }
@@ -97,14 +147,14 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<RankHistog
                     // layout = "array" | "documents"
                     LAYOUT => {
                         let lit = attr::parse_lit_str(&meta, RANK)?;
-                        match lit.value().as_str() {
-                            "array" => layout.set(&lit, false),
-                            "documents" => layout.set(&lit, true),
-                            other => cx.error_spanned_by(
+                        let other = lit.value();
+                        match Layout::ALL.into_iter().find(|l| l.spelling() == other) {
+                            Some(l) => layout.set(&lit, l),
+                            None => cx.error_spanned_by(
                                 &lit,
                                 format!(
                                     "unknown `rank_histogram` layout `{other}`; expected `array` (one document per board, up to about 10,000 distinct scores) or `documents` (one document per board and score, for any number){}",
-                                    attr::hint(other, ["array", "documents"])
+                                    attr::hint(&other, Layout::ALL.map(Layout::spelling))
                                 ),
                             ),
                         }
@@ -124,18 +174,20 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<RankHistog
                 }
                 Ok(())
             });
-            if let Err(e) = parsed {
-                cx.syn_error(e);
+            let read = cx.ok(parsed).is_some();
+            out.named_board = board
+                .value()
+                .and_then(|l| model.find(&l.value()))
+                .map(|f| (f.ident.clone(), f.ty.clone()));
+            out.named_score = score
+                .value()
+                .and_then(|l| model.find(&l.value()))
+                .filter(|f| is_one_of(f.ty, INTEGERS) || is_one_of(f.ty, FLOATS))
+                .map(|f| f.ty.clone());
+            if !read {
                 return None;
             }
         }
-    }
-
-    if let Some(b) = input.attrs.iter().find(|a| a.path().is_ident("bucket")) {
-        cx.error_spanned_by(
-            b,
-            "`#[bucket]` cannot be used with `#[rank_histogram]`: a histogram counts one score per document, and a `#[bucket]` model's documents are buckets of many items",
-        );
     }
 
     let board = board.get().map(|(_, l)| l);
@@ -194,9 +246,9 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<RankHistog
     let histogram = match histogram.get() {
         Some((_, lit)) => {
             let name = lit.value();
-            if let Some(why) = model::bad_collection_name(&name) {
+            if let Some(why) = attr::bad_collection_name(&name) {
                 cx.error_spanned_by(&lit, format!("invalid collection name: {why}"));
-            } else if name == model.collection {
+            } else if name == collection {
                 cx.error_spanned_by(
                     &lit,
                     format!("`rank_histogram` option `histogram` names `{name}`, the collection of the players' documents; the histograms need a collection of their own"),
@@ -204,121 +256,17 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<RankHistog
             }
             name
         }
-        None => format!("{}_ranks", model.collection),
+        None => format!("{collection}_ranks"),
     };
     let field = |f: &Field| (f.bson_name.clone(), f.ident.clone(), f.ty.clone());
-    Some(RankHistogram {
+    Some(Spec {
         board: field(board?),
         score: field(score?),
-        descending: order.get().is_none_or(|(_, d)| d),
+        order: order.get().map_or(Order::Desc, |(_, o)| o),
         precision: precision.get().map(|(_, p)| p),
-        documents: layout.get().is_some_and(|(_, d)| d),
+        layout: layout.get().map_or(Layout::Array, |(_, l)| l),
         histogram,
     })
-}
-
-/// What fields an option left out may be inferred from.
-struct Kind {
-    option: &'static str,
-    what: &'static str,
-    example: &'static str,
-    fits: fn(&Type) -> bool,
-}
-
-const SCORE_KIND: Kind = Kind {
-    option: SCORE,
-    what: "numeric",
-    example: "score = \"score\"",
-    fits: |ty| is_one_of(ty, INTEGERS) || is_one_of(ty, FLOATS),
-};
-
-const BOARD_KIND: Kind = Kind {
-    option: BOARD,
-    what: "String, integer, ObjectId or Uuid",
-    example: "board = \"examId\"",
-    fits: |ty| is_one_of(ty, INTEGERS) || is_one_of(ty, KEYS),
-};
-
-/// The other option's field, as far as it is known when one is inferred.
-#[derive(Clone, Copy)]
-enum Other<'f, 'a> {
-    /// Not chosen yet (the score is inferred before the board).
-    Open,
-    /// This field, which is then no candidate.
-    Is(&'f Field<'a>),
-    /// Not resolved, and already reported: it may have meant any field of
-    /// its kind.
-    Failed,
-}
-
-/// The one stored field of `kind`, or an error at the attribute that lists
-/// the candidates. While `other` is unresolved, only what stands whatever it
-/// meant is reported, so that one mistake gives one error.
-fn infer<'f, 'a>(
-    cx: &Ctxt,
-    attr: &Attribute,
-    model: &'f Input<'a>,
-    kind: &Kind,
-    other_kind: &Kind,
-    other: Other<'f, 'a>,
-) -> Option<&'f Field<'a>> {
-    let candidates: Vec<&Field> = model
-        .fields
-        .iter()
-        .filter(|f| f.not_stored.is_none() && f.bson_name != "_id" && (kind.fits)(f.ty))
-        .filter(|f| !matches!(other, Other::Is(o) if o.bson_name == f.bson_name))
-        .collect();
-    let (option, example) = (kind.option, kind.example);
-    if candidates.is_empty() {
-        let besides = match other {
-            Other::Is(o) if (kind.fits)(o.ty) => {
-                format!(" besides the {} `{}`", other_kind.option, o.bson_name)
-            }
-            _ => String::new(),
-        };
-        cx.error_spanned_by(
-            attr,
-            format!("`#[rank_histogram]` cannot infer the {option}: `{}` has no {} field{besides} that could be it; name one, as in `#[rank_histogram({example})]`", model.ident, kind.what),
-        );
-        return None;
-    }
-    let failed = matches!(other, Other::Failed);
-    let listed: Vec<&Field> = if failed {
-        candidates
-            .into_iter()
-            .filter(|f| !(other_kind.fits)(f.ty))
-            .collect()
-    } else {
-        candidates
-    };
-    match listed.as_slice() {
-        [one] if !failed => Some(*one),
-        [first, _, ..] => {
-            let names: Vec<String> = listed
-                .iter()
-                .map(|f| format!("`{}`", f.bson_name))
-                .collect();
-            cx.error_spanned_by(
-                attr,
-                format!("`#[rank_histogram]` cannot infer the {option}: {} could each be it; name one, as in `#[rank_histogram({option} = \"{}\")]`", names.join(", "), first.bson_name),
-            );
-            None
-        }
-        _ => None,
-    }
-}
-
-/// Whether `ty` is a path ending in one of `names` (a syntactic guess for
-/// inference only; the explicit form is checked by trait bounds).
-fn is_one_of(ty: &Type, names: &[&str]) -> bool {
-    match ty {
-        Type::Path(p) if p.qself.is_none() => p
-            .path
-            .segments
-            .last()
-            .is_some_and(|s| s.arguments.is_none() && names.iter().any(|n| s.ident == n)),
-        _ => false,
-    }
 }
 
 /// `precision = 0.5`: a positive, finite number literal.
@@ -349,92 +297,28 @@ fn precision_value(value: &Expr) -> Result<f64, String> {
     }
 }
 
-/// After an error in a `#[rank_histogram]` model, an impl that claims
-/// nothing, so that `Exam::ranks(&db)` elsewhere adds no error of its own.
-/// It keeps the board's and the score's types when they resolve.
-pub fn stub(input: &DeriveInput, model: &Input) -> Option<TokenStream> {
-    let attr = input.attrs.iter().find(|a| a.path().is_ident(RANK))?;
-    let (mut board, mut score) = (None, None);
-    let _ = attr.parse_nested_meta(|meta| {
-        if meta.path.is_ident(BOARD) {
-            board = meta.value()?.parse::<LitStr>().ok().map(|l| l.value());
-        } else if meta.path.is_ident(SCORE) {
-            score = meta.value()?.parse::<LitStr>().ok().map(|l| l.value());
-        } else {
-            attr::skip_value(&meta)?;
-        }
-        Ok(())
-    });
-    let find = |name: Option<String>| {
-        let name = name?;
-        model
-            .fields
-            .iter()
-            .find(|f| f.bson_name == name)
-            .or_else(|| model.fields.iter().find(|f| f.rust_name == name))
-    };
-    let (board_ty, board_ref) = match find(board) {
-        Some(f) => {
-            let (ty, ident) = (f.ty, f.ident);
-            (quote!(#ty), quote!(&self.#ident))
-        }
-        None => (quote!(()), quote!(&())),
-    };
-    let score_ty = match find(score) {
-        Some(f) if is_one_of(f.ty, INTEGERS) || is_one_of(f.ty, FLOATS) => {
-            let ty = f.ty;
-            quote!(#ty)
-        }
-        _ => quote!(f64),
-    };
-    let ident = &input.ident;
-    let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
-    Some(quote! {
-        #[automatically_derived]
-        impl #impl_g ::mongo_patterns::__private::RankHistogram for #ident #ty_g #where_g {
-            type Board = #board_ty;
-            type Score = #score_ty;
-            const RANK: ::mongo_patterns::__private::RankSpec = ::mongo_patterns::__private::RankSpec {
-                board: "",
-                score: "",
-                descending: true,
-                precision: ::mongo_patterns::__private::core::option::Option::None,
-                layout: ::mongo_patterns::__private::Layout::Array,
-                histogram: "",
-            };
-            fn board(&self) -> &Self::Board {
-                #board_ref
-            }
-            fn score(&self) -> Self::Score {
-                ::mongo_patterns::__private::core::default::Default::default()
-            }
-        }
-    })
-}
-
 impl RankHistogram {
-    pub fn expand(&self, input: &DeriveInput) -> TokenStream {
+    pub fn expand(&self, input: &DeriveInput, p: &Private) -> Option<TokenStream> {
+        let spec = self.spec.as_ref()?;
         let ident = &input.ident;
         let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
-        let (board_name, board_ident, board_ty) = &self.board;
-        let (score_name, score_ident, score_ty) = &self.score;
-        let descending = self.descending;
-        let precision = match self.precision {
-            Some(p) => quote!(::mongo_patterns::__private::core::option::Option::Some(#p)),
-            None => quote!(::mongo_patterns::__private::core::option::Option::None),
+        let (board_name, board_ident, board_ty) = &spec.board;
+        let (score_name, score_ident, score_ty) = &spec.score;
+        let descending = spec.order.is_descending();
+        let precision = match spec.precision {
+            Some(v) => quote!(#p::core::option::Option::Some(#v)),
+            None => quote!(#p::core::option::Option::None),
         };
-        let layout = if self.documents {
-            quote!(::mongo_patterns::__private::Layout::Documents)
-        } else {
-            quote!(::mongo_patterns::__private::Layout::Array)
-        };
-        let histogram = &self.histogram;
+        let layout = spec.layout;
+        let histogram = &spec.histogram;
+        let board_p = p.at(board_ty.span());
         let board_check = quote_spanned! {board_ty.span()=>
-            ::mongo_patterns::__private::assert_board_key::<#board_ty>();
+            #board_p::assert_board_key::<#board_ty>();
         };
-        let float_check = self.precision.map(|_| {
+        let float_check = spec.precision.map(|_| {
+            let p = p.at(score_ty.span());
             quote_spanned! {score_ty.span()=>
-                ::mongo_patterns::__private::assert_float_score::<#score_ty>();
+                #p::assert_float_score::<#score_ty>();
             }
         });
         // The associated types take the fields' spans, so that a bound they
@@ -443,30 +327,60 @@ impl RankHistogram {
         // `assert_rank_score` as well would report the same error twice.
         let board_assoc = quote_spanned! {board_ty.span()=> type Board = #board_ty; };
         let score_assoc = quote_spanned! {score_ty.span()=> type Score = #score_ty; };
-        quote! {
+        Some(quote! {
             #[automatically_derived]
-            impl #impl_g ::mongo_patterns::__private::RankHistogram for #ident #ty_g #where_g {
+            impl #impl_g #p::RankHistogram for #ident #ty_g #where_g {
                 #board_assoc
                 #score_assoc
-                const RANK: ::mongo_patterns::__private::RankSpec = ::mongo_patterns::__private::RankSpec {
+                const RANK: #p::RankSpec = #p::RankSpec {
                     board: #board_name,
                     score: #score_name,
                     descending: #descending,
                     precision: #precision,
-                    layout: #layout,
+                    layout: #p::#layout,
                     histogram: #histogram,
                 };
                 fn board(&self) -> &Self::Board {
                     &self.#board_ident
                 }
                 fn score(&self) -> Self::Score {
-                    ::mongo_patterns::__private::core::clone::Clone::clone(&self.#score_ident)
+                    #p::core::clone::Clone::clone(&self.#score_ident)
                 }
             }
             const _: () = {
                 #[allow(dead_code)]
                 fn __rank_fields #impl_g () #where_g { #board_check #float_check }
             };
+        })
+    }
+
+    /// After an error in a `#[rank_histogram]` model, an impl that claims
+    /// nothing, so that `Exam::ranks(&db)` elsewhere adds no error of its
+    /// own. It keeps the types of the fields `board` and `score` name.
+    pub fn fallback(&self, input: &DeriveInput, p: &Private) -> TokenStream {
+        let (board_ty, board_ref) = match &self.named_board {
+            Some((ident, ty)) => (quote!(#ty), quote!(&self.#ident)),
+            None => (quote!(()), quote!(&())),
+        };
+        let score_ty = match &self.named_score {
+            Some(ty) => quote!(#ty),
+            None => quote!(f64),
+        };
+        let ident = &input.ident;
+        let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
+        quote! {
+            #[automatically_derived]
+            impl #impl_g #p::RankHistogram for #ident #ty_g #where_g {
+                type Board = #board_ty;
+                type Score = #score_ty;
+                const RANK: #p::RankSpec = #p::RankSpec::FALLBACK;
+                fn board(&self) -> &Self::Board {
+                    #board_ref
+                }
+                fn score(&self) -> Self::Score {
+                    #p::core::default::Default::default()
+                }
+            }
         }
     }
 }
@@ -476,12 +390,15 @@ mod tests {
     use super::*;
     use syn::parse_quote;
 
-    fn parsed(input: DeriveInput) -> Result<Option<RankHistogram>, Vec<String>> {
-        let cx = Ctxt::new();
-        let r = Input::from_syn(&cx, &input).and_then(|m| parse(&cx, &input, &m));
-        match cx.check() {
-            Ok(()) => Ok(r),
-            Err(e) => Err(e.into_iter().map(|e| e.to_string()).collect()),
+    fn parsed(input: DeriveInput) -> Result<Option<Spec>, Vec<String>> {
+        let (r, e) = crate::ctxt::collect(|cx| {
+            let collection = input.ident.to_string().to_lowercase();
+            Input::from_syn(cx, &input).and_then(|m| parse(cx, &input, &m, &collection)?.spec)
+        });
+        if e.is_empty() {
+            Ok(r)
+        } else {
+            Err(e)
         }
     }
 
@@ -497,7 +414,7 @@ mod tests {
         .unwrap();
         assert_eq!(r.board.0, "examId");
         assert_eq!(r.score.0, "score");
-        assert!(!r.descending && r.documents);
+        assert!(r.order == Order::Asc && r.layout == Layout::Documents);
         assert_eq!(r.precision, Some(0.5));
         assert_eq!(r.histogram, "exam_ranks");
     }
@@ -516,7 +433,7 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!((r.board.0.as_str(), r.score.0.as_str()), ("exam", "points"));
-        assert!(r.descending && !r.documents && r.precision.is_none());
+        assert!(r.order == Order::Desc && r.layout == Layout::Array && r.precision.is_none());
         assert_eq!(r.histogram, "result_ranks");
     }
 

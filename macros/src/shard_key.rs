@@ -1,8 +1,8 @@
 //! `#[shard_key(coarse = "month", from = "ts", granularity = "month",
 //! search = "type")]`, or `#[shard_key(hashed = "id")]`: the collection's
-//! shard key. The runtime (`runtime/src/shard_key.rs`) holds the routing;
-//! this checks the key against the struct and refuses, with an explanation
-//! and an opt-out each, the keys that spoil a shard key:
+//! shard key. The runtime's `shard_key` module holds the routing; this
+//! checks the key against the struct and refuses, with an explanation and an
+//! opt-out each, the keys that spoil a shard key:
 //!
 //! - `monotonic`: a lone key on a timestamp, an ObjectId or a counter;
 //! - `low_cardinality`: a lone key on a bool or a one-byte type (a
@@ -12,13 +12,21 @@
 //! - `missing_search`: no search field after the coarse one.
 
 use proc_macro2::TokenStream;
-use quote::{quote, quote_spanned};
+use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::{Attribute, DeriveInput, LitStr, Meta, Type};
 
+use crate::ast::{Field, Input};
 use crate::attr::{self, Opt};
 use crate::ctxt::Ctxt;
-use crate::model::{Field, Input};
+use crate::private::Private;
+
+mod lints;
+
+use lints::{
+    is_bool, is_timestamp, looks_monotonic, low_cardinality, low_cardinality_message,
+    COARSE_NOT_DERIVED, LINTS, LOW_CARDINALITY, MISSING_SEARCH, MONOTONIC,
+};
 
 const SHARD: &str = "shard_key";
 const COARSE: &str = "coarse";
@@ -29,43 +37,70 @@ const HASHED: &str = "hashed";
 const ALLOW: &str = "allow";
 const OPTIONS: &[&str] = &[COARSE, FROM, GRANULARITY, SEARCH, HASHED, ALLOW];
 
-const GRANULARITIES: &[(&str, &str)] = &[
-    ("hour", "Hour"),
-    ("day", "Day"),
-    ("week", "Week"),
-    ("month", "Month"),
-    ("quarter", "Quarter"),
-    ("year", "Year"),
-];
+/// How far a derived coarse field rounds its timestamp down, as
+/// `granularity = "..."` spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Granularity {
+    Hour,
+    Day,
+    Week,
+    Month,
+    Quarter,
+    Year,
+}
 
-const MONOTONIC: &str = "monotonic";
-const LOW_CARDINALITY: &str = "low_cardinality";
-const COARSE_NOT_DERIVED: &str = "coarse_not_derived";
-const MISSING_SEARCH: &str = "missing_search";
-const LINTS: &[&str] = &[
-    MONOTONIC,
-    LOW_CARDINALITY,
-    COARSE_NOT_DERIVED,
-    MISSING_SEARCH,
-];
+impl Granularity {
+    const ALL: [Granularity; 6] = [
+        Granularity::Hour,
+        Granularity::Day,
+        Granularity::Week,
+        Granularity::Month,
+        Granularity::Quarter,
+        Granularity::Year,
+    ];
 
-/// Types whose values only grow as documents are written.
-const MONOTONIC_TYPES: &[&str] = &["DateTime", "ObjectId", "Timestamp", "SystemTime", "Instant"];
-/// Integer field names that suggest a timestamp or a counter.
-const MONOTONIC_NAMES: &[&str] = &[
-    "ts",
-    "time",
-    "timestamp",
-    "created",
-    "seq",
-    "sequence",
-    "counter",
-    "version",
-];
+    fn spelling(self) -> &'static str {
+        match self {
+            Granularity::Hour => "hour",
+            Granularity::Day => "day",
+            Granularity::Week => "week",
+            Granularity::Month => "month",
+            Granularity::Quarter => "quarter",
+            Granularity::Year => "year",
+        }
+    }
 
+    fn from_spelling(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|g| g.spelling() == s)
+    }
+}
+
+/// The variant's path under `__private`.
+impl ToTokens for Granularity {
+    fn to_tokens(&self, tokens: &mut TokenStream) {
+        tokens.extend(match self {
+            Granularity::Hour => quote!(Granularity::Hour),
+            Granularity::Day => quote!(Granularity::Day),
+            Granularity::Week => quote!(Granularity::Week),
+            Granularity::Month => quote!(Granularity::Month),
+            Granularity::Quarter => quote!(Granularity::Quarter),
+            Granularity::Year => quote!(Granularity::Year),
+        });
+    }
+}
+
+/// What `#[shard_key]` says, as far as it could be read.
 pub struct ShardKey {
+    /// The type of the field `search` names, found even when it cannot be
+    /// used: after an error, the fallback keeps it.
+    named_search: Option<Type>,
+    /// The whole key; `None` after an error.
+    spec: Option<Spec>,
+}
+
+struct Spec {
     coarse: Option<String>,
-    derived: Option<(String, Type, &'static str)>,
+    derived: Option<(String, Type, Granularity)>,
     coarse_slot: Option<Type>,
     search: Option<(String, Type)>,
     hashed: Option<String>,
@@ -73,25 +108,34 @@ pub struct ShardKey {
     small_check: Option<(String, Type)>,
 }
 
-/// Parses `#[shard_key]` if present. Errors go to `cx`.
-pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<ShardKey> {
-    let attrs: Vec<&Attribute> = input
-        .attrs
-        .iter()
-        .filter(|a| a.path().is_ident(SHARD))
-        .collect();
-    let first = *attrs.first()?;
+/// Parses `#[shard_key]` if present. `refused`: another attribute rules it
+/// out (an error already), so the key is not otherwise right. Errors go to
+/// `cx`.
+pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input, refused: bool) -> Option<ShardKey> {
     let errors_before = cx.error_count();
+    let attrs = attr::single(cx, &input.attrs, SHARD)?;
+    let mut out = ShardKey {
+        named_search: None,
+        spec: None,
+    };
+    // Whether nothing is wrong but what the last checks find.
+    let clean = |cx: &Ctxt| !refused && cx.error_count() == errors_before;
+    out.spec = parse_spec(cx, &attrs, model, &clean, &mut out.named_search);
+    Some(out)
+}
+
+fn parse_spec(
+    cx: &Ctxt,
+    attrs: &[&Attribute],
+    model: &Input,
+    clean: &dyn Fn(&Ctxt) -> bool,
+    named_search: &mut Option<Type>,
+) -> Option<Spec> {
+    let first = attrs[0];
     // After a mistake that may hide what the user meant (a second attribute,
     // a misspelt option or lint), the lints stay quiet: they would judge a
     // key the user did not write.
     let mut muted = attrs.len() > 1;
-    for dup in &attrs[1..] {
-        cx.error_spanned_by(
-            dup,
-            "duplicate `#[shard_key]` attribute; put all options in one",
-        );
-    }
     if !matches!(first.meta, Meta::List(_)) {
         cx.error_spanned_by(
             first,
@@ -122,10 +166,10 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<ShardKey> 
             GRANULARITY => {
                 granularity_written = true;
                 let lit = attr::parse_lit_str(&meta, SHARD)?;
-                match GRANULARITIES.iter().find(|(g, _)| *g == lit.value()) {
-                    Some((_, variant)) => granularity.set(&lit, *variant),
+                match Granularity::from_spelling(&lit.value()) {
+                    Some(g) => granularity.set(&lit, g),
                     None => {
-                        let hint = attr::hint(&lit.value(), GRANULARITIES.iter().map(|(g, _)| *g));
+                        let hint = attr::hint(&lit.value(), Granularity::ALL.map(Granularity::spelling));
                         cx.error_spanned_by(
                             &lit,
                             format!("unknown `shard_key` granularity `{}`; expected `hour`, `day`, `week`, `month`, `quarter` or `year`{hint}", lit.value()),
@@ -154,16 +198,11 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<ShardKey> 
         }
         Ok(())
     });
-    if let Err(e) = parsed {
-        cx.syn_error(e);
-        return None;
-    }
-    if let Some(b) = input.attrs.iter().find(|a| a.path().is_ident("bucket")) {
-        cx.error_spanned_by(
-            b,
-            "`#[bucket]` cannot be used with `#[shard_key]` yet: a bucket's `_id` and key fields would have to carry the shard key",
-        );
-    }
+    *named_search = search
+        .value()
+        .and_then(|l| model.find(&l.value()))
+        .map(|f| f.ty.clone());
+    cx.ok(parsed)?;
     let allows = |lint: &str| muted || allowed.iter().any(|a| a == lint);
 
     let coarse = coarse.get().map(|(_, l)| l);
@@ -188,17 +227,17 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<ShardKey> 
                 with_hashed(GRANULARITY),
             );
         }
-        let f = resolve(cx, model, h, HASHED)?;
+        let f = model.resolve(cx, h, SHARD, HASHED)?;
         let small_check = (!allows(LOW_CARDINALITY)).then(|| (f.bson_name.clone(), f.ty.clone()));
         if is_bool(f.ty) && !allows(LOW_CARDINALITY) {
             low_cardinality(cx, h, &f.bson_name);
             return None;
         }
-        if cx.error_count() > errors_before {
+        if !clean(cx) {
             return None;
         }
         require_id(cx, model, first)?;
-        return Some(ShardKey {
+        return Some(Spec {
             coarse: None,
             derived: None,
             coarse_slot: None,
@@ -235,21 +274,19 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<ShardKey> 
     // the key is not judged as written.
     let meant_derived = from.is_some() || granularity_written;
     let search = search.and_then(|l| {
-        let f = resolve(cx, model, &l, SEARCH)?;
+        let f = model.resolve(cx, &l, SHARD, SEARCH)?;
         Some((l, f))
     });
-    let from_field = from.as_ref().and_then(|l| resolve(cx, model, l, FROM));
+    let from_field = from
+        .as_ref()
+        .and_then(|l| model.resolve(cx, l, SHARD, FROM));
     let mut coarse_slot = None;
     let mut derived = None;
     let mut coarse_name = None;
     let mut coarse_field: Option<&Field> = None;
     if let Some(c) = &coarse {
         let name = c.value();
-        let field = model
-            .fields
-            .iter()
-            .find(|f| f.bson_name == name)
-            .or_else(|| model.fields.iter().find(|f| f.rust_name == name));
+        let field = model.find(&name);
         match (&from, field) {
             // Derived: the field may exist (it reads the date back) or not.
             (Some(_), f) => {
@@ -257,12 +294,9 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<ShardKey> 
                 if let Some(f) = f {
                     coarse_slot = Some(f.ty.clone());
                 }
-                let g = granularity.map(|(_, g)| g).or_else(|| {
-                    GRANULARITIES
-                        .iter()
-                        .find(|(g, _)| *g == stored)
-                        .map(|(_, v)| *v)
-                });
+                let g = granularity
+                    .map(|(_, g)| g)
+                    .or_else(|| Granularity::from_spelling(&stored));
                 match (g, from_field) {
                     (Some(g), Some(ff)) => {
                         if ff.bson_name == stored {
@@ -286,7 +320,7 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<ShardKey> 
             }
             (None, Some(f)) => {
                 if f.not_stored.is_some() {
-                    resolve(cx, model, c, COARSE)?;
+                    model.resolve(cx, c, SHARD, COARSE)?;
                 }
                 if !meant_derived && !allows(COARSE_NOT_DERIVED) {
                     cx.error_spanned_by(
@@ -301,7 +335,7 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<ShardKey> 
             // to derive it and forgot `from` (reported above).
             (None, None) => {
                 if !meant_derived {
-                    resolve(cx, model, c, COARSE);
+                    model.resolve(cx, c, SHARD, COARSE);
                 }
                 return None;
             }
@@ -351,10 +385,10 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<ShardKey> 
         }
     }
     let search = search.map(|(_, f)| (f.bson_name.clone(), f.ty.clone()));
-    if cx.error_count() == errors_before {
+    if clean(cx) {
         require_id(cx, model, first)?;
     }
-    Some(ShardKey {
+    Some(Spec {
         coarse: coarse_name,
         derived,
         coarse_slot,
@@ -369,11 +403,7 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<ShardKey> 
 /// Reported only for a key that is otherwise right, so that it never adds
 /// to another mistake's errors.
 fn require_id(cx: &Ctxt, model: &Input, attr: &Attribute) -> Option<()> {
-    if model
-        .fields
-        .iter()
-        .any(|f| f.bson_name == "_id" && f.not_stored.is_none())
-    {
+    if model.stored_id().is_some() {
         return Some(());
     }
     let fix = match model.fields.iter().find(|f| f.rust_name == "id") {
@@ -387,297 +417,99 @@ fn require_id(cx: &Ctxt, model: &Input, attr: &Attribute) -> Option<()> {
     None
 }
 
-fn resolve<'m, 'a>(
-    cx: &Ctxt,
-    model: &'m Input<'a>,
-    lit: &LitStr,
-    option: &str,
-) -> Option<&'m Field<'a>> {
-    model.resolve(cx, lit, SHARD, option)
-}
-
-fn low_cardinality(cx: &Ctxt, at: &LitStr, field: &str) {
-    cx.error_spanned_by(at, low_cardinality_message(field));
-}
-
-fn low_cardinality_message(field: &str) -> String {
-    format!("`{field}` alone is a low-cardinality shard key (lint `low_cardinality`): it has a handful of values, so there can be no more chunks than values, each value's chunk can never split (jumbo), and its shard stays hot; put it after a coarse time field, as in `coarse = \"month\", from = \"ts\", search = \"{field}\"`, or `allow(low_cardinality)`")
-}
-
-fn is_bool(ty: &Type) -> bool {
-    last_ident(ty).is_some_and(|i| i == "bool")
-}
-
-/// What `from` accepts (the runtime's `Timestamp` impls).
-fn is_timestamp(ty: &Type) -> bool {
-    last_ident(ty).is_some_and(|i| ["DateTime", "i32", "i64", "u32", "u64"].contains(&i.as_str()))
-}
-
-fn last_ident(ty: &Type) -> Option<String> {
-    match ty {
-        Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
-        _ => None,
-    }
-}
-
-/// A timestamp or ObjectId by type, or an integer whose name says time or
-/// sequence.
-fn looks_monotonic(f: &Field) -> bool {
-    let Some(ty) = last_ident(f.ty) else {
-        return false;
-    };
-    if MONOTONIC_TYPES.contains(&ty.as_str()) {
-        return true;
-    }
-    let integer = ["i32", "i64", "u32", "u64", "isize", "usize"].contains(&ty.as_str());
-    let name = f.rust_name.to_lowercase();
-    integer
-        && (MONOTONIC_NAMES.contains(&name.as_str())
-            || name.ends_with("_at")
-            || name.ends_with("_time")
-            || name.ends_with("_ts")
-            || name.starts_with("created"))
-}
-
-/// After an error, an impl that claims nothing, so that uses elsewhere add
-/// no errors of their own.
-pub fn stub(input: &DeriveInput, model: &Input) -> Option<TokenStream> {
-    let attr = input.attrs.iter().find(|a| a.path().is_ident(SHARD))?;
-    let mut search = None;
-    let _ = attr.parse_nested_meta(|meta| {
-        if meta.path.is_ident(SEARCH) {
-            search = meta.value()?.parse::<LitStr>().ok().map(|l| l.value());
-        } else {
-            attr::skip_value(&meta)?;
-        }
-        Ok(())
-    });
-    let search_ty = search
-        .and_then(|s| {
-            model
-                .fields
-                .iter()
-                .find(|f| f.bson_name == s || f.rust_name == s)
-        })
-        .map_or(quote!(()), |f| {
-            let ty = f.ty;
-            quote!(#ty)
-        });
-    let ident = &input.ident;
-    let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
-    Some(quote! {
-        #[automatically_derived]
-        impl #impl_g ::mongo_patterns::__private::ShardKeyed for #ident #ty_g #where_g {
-            type Search = #search_ty;
-            const SHARD: ::mongo_patterns::__private::ShardSpec = ::mongo_patterns::__private::ShardSpec::FALLBACK;
-        }
-    })
-}
-
 impl ShardKey {
-    pub fn expand(&self, input: &DeriveInput) -> TokenStream {
+    pub fn expand(&self, input: &DeriveInput, p: &Private) -> Option<TokenStream> {
+        let spec = self.spec.as_ref()?;
         let ident = &input.ident;
         let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
-        let some =
-            |v: TokenStream| quote!(::mongo_patterns::__private::core::option::Option::Some(#v));
-        let none = quote!(::mongo_patterns::__private::core::option::Option::None);
+        let some = |v: TokenStream| quote!(#p::core::option::Option::Some(#v));
+        let none = quote!(#p::core::option::Option::None);
         let opt_str = |s: &Option<String>| s.as_ref().map_or(none.clone(), |s| some(quote!(#s)));
-        let search = opt_str(&self.search.as_ref().map(|(n, _)| n.clone()));
-        let search_ty = self
+        let search = opt_str(&spec.search.as_ref().map(|(n, _)| n.clone()));
+        let search_ty = spec
             .search
             .as_ref()
             .map_or(quote!(()), |(_, ty)| quote!(#ty));
-        let derived = match &self.derived {
-            Some((from, ty, g)) => {
-                let g = syn::Ident::new(g, proc_macro2::Span::call_site());
-                some(quote! {
-                    ::mongo_patterns::__private::Derived {
-                        from: #from,
-                        repr: <#ty as ::mongo_patterns::__private::Timestamp>::REPR,
-                        granularity: ::mongo_patterns::__private::Granularity::#g,
-                    }
-                })
-            }
+        let derived = match &spec.derived {
+            Some((from, ty, g)) => some(quote! {
+                #p::Derived {
+                    from: #from,
+                    repr: <#ty as #p::Timestamp>::REPR,
+                    granularity: #p::#g,
+                }
+            }),
             None => none.clone(),
         };
-        let spec = match (&self.hashed, &self.coarse) {
-            (Some(h), _) => quote!(::mongo_patterns::__private::ShardSpec::Hashed(#h)),
+        let shard = match (&spec.hashed, &spec.coarse) {
+            (Some(h), _) => quote!(#p::ShardSpec::Hashed(#h)),
             (None, Some(c)) => quote! {
-                ::mongo_patterns::__private::ShardSpec::Ranged {
-                    coarse: ::mongo_patterns::__private::core::option::Option::Some(
-                        ::mongo_patterns::__private::Coarse { field: #c, derived: #derived },
+                #p::ShardSpec::Ranged {
+                    coarse: #p::core::option::Option::Some(
+                        #p::Coarse { field: #c, derived: #derived },
                     ),
                     search: #search,
                 }
             },
             (None, None) => quote! {
-                ::mongo_patterns::__private::ShardSpec::Ranged {
-                    coarse: ::mongo_patterns::__private::core::option::Option::None,
+                #p::ShardSpec::Ranged {
+                    coarse: #p::core::option::Option::None,
                     search: #search,
                 }
             },
         };
         // `from`'s type is checked by `<#ty as Timestamp>::REPR` above, at
         // the field's type; a second check would repeat the error.
-        let slot_check = self.coarse_slot.as_ref().map(|ty| {
-            quote_spanned! {ty.span()=> ::mongo_patterns::__private::assert_coarse_slot::<#ty>(); }
+        let slot_check = spec.coarse_slot.as_ref().map(|ty| {
+            let p = p.at(ty.span());
+            quote_spanned! {ty.span()=> #p::assert_coarse_slot::<#ty>(); }
         });
         // One byte holds at most 256 values: a bool, a `u8`, a fieldless
         // enum. Generic structs skip it (a const cannot name their params).
-        let small = self
+        let small = spec
             .small_check
             .as_ref()
             .filter(|_| input.generics.params.is_empty())
             .map(|(name, ty)| {
                 let msg = low_cardinality_message(name);
+                let p = p.at(ty.span());
                 quote_spanned! {ty.span()=>
-                    const _: () = if ::mongo_patterns::__private::core::mem::size_of::<#ty>() <= 1 {
-                        ::mongo_patterns::__private::core::panic!(#msg)
+                    const _: () = if #p::core::mem::size_of::<#ty>() <= 1 {
+                        #p::core::panic!(#msg)
                     };
                 }
             });
-        quote! {
+        Some(quote! {
             #[automatically_derived]
-            impl #impl_g ::mongo_patterns::__private::ShardKeyed for #ident #ty_g #where_g {
+            impl #impl_g #p::ShardKeyed for #ident #ty_g #where_g {
                 type Search = #search_ty;
-                const SHARD: ::mongo_patterns::__private::ShardSpec = #spec;
+                const SHARD: #p::ShardSpec = #shard;
             }
             const _: () = {
                 #[allow(dead_code)]
                 fn __shard_fields #impl_g () #where_g { #slot_check }
             };
             #small
+        })
+    }
+
+    /// After an error, an impl that claims nothing, so that uses elsewhere
+    /// add no errors of their own. It keeps the search field's type.
+    pub fn fallback(&self, input: &DeriveInput, p: &Private) -> TokenStream {
+        let search_ty = self
+            .named_search
+            .as_ref()
+            .map_or(quote!(()), |ty| quote!(#ty));
+        let ident = &input.ident;
+        let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
+        quote! {
+            #[automatically_derived]
+            impl #impl_g #p::ShardKeyed for #ident #ty_g #where_g {
+                type Search = #search_ty;
+                const SHARD: #p::ShardSpec = #p::ShardSpec::FALLBACK;
+            }
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use syn::parse_quote;
-
-    fn parsed(input: DeriveInput) -> Result<Option<ShardKey>, Vec<String>> {
-        let cx = Ctxt::new();
-        let r = Input::from_syn(&cx, &input).and_then(|m| parse(&cx, &input, &m));
-        match cx.check() {
-            Ok(()) => Ok(r),
-            Err(e) => Err(e.into_iter().map(|e| e.to_string()).collect()),
-        }
-    }
-
-    #[test]
-    fn the_seeds_key() {
-        let k = parsed(parse_quote! {
-            #[shard_key(coarse = "month", from = "ts", search = "type")]
-            struct Log { #[serde(rename = "_id")] id: String, #[serde(rename = "type")] kind: String, ts: i64, msg: String }
-        })
-        .unwrap()
-        .unwrap();
-        assert_eq!(k.coarse.as_deref(), Some("month"));
-        assert_eq!(
-            k.derived.as_ref().map(|d| (d.0.as_str(), d.2)),
-            Some(("ts", "Month"))
-        );
-        assert_eq!(k.search.as_ref().map(|s| s.0.as_str()), Some("type"));
-        assert!(k.coarse_slot.is_none() && k.small_check.is_none());
-    }
-
-    #[test]
-    fn lints_and_opt_outs() {
-        let e = parsed(parse_quote! {
-            #[shard_key(coarse = "ts")]
-            struct Log { ts: DateTime }
-        })
-        .err()
-        .unwrap();
-        let lints: Vec<bool> = [COARSE_NOT_DERIVED, MISSING_SEARCH, MONOTONIC]
-            .iter()
-            .map(|l| e.iter().any(|m| m.contains(&format!("lint `{l}`"))))
-            .collect();
-        assert_eq!(lints, [true, true, true], "{e:#?}");
-        assert!(parsed(parse_quote! {
-            #[shard_key(coarse = "ts", allow(coarse_not_derived, missing_search, monotonic))]
-            struct Log { _id: ObjectId, ts: DateTime }
-        })
-        .is_ok());
-
-        let e = parsed(parse_quote! {
-            #[shard_key(search = "active")]
-            struct U { active: bool }
-        })
-        .err()
-        .unwrap();
-        assert!(e[0].contains("lint `low_cardinality`"), "{e:?}");
-        // An enum's size is only known to the compiler: a const check.
-        let k = parsed(parse_quote! {
-            #[shard_key(search = "kind")]
-            struct Log { _id: ObjectId, kind: LogType }
-        })
-        .unwrap()
-        .unwrap();
-        assert!(k.small_check.is_some());
-    }
-
-    #[test]
-    fn needs_a_stored_id() {
-        let e = parsed(parse_quote! {
-            #[shard_key(coarse = "month", from = "ts", search = "type")]
-            struct Log { id: String, #[serde(rename = "type")] kind: String, ts: i64 }
-        })
-        .err()
-        .unwrap();
-        assert_eq!(e.len(), 1, "{e:#?}");
-        assert!(
-            e[0].contains("has no field stored as `_id`; mark `id`"),
-            "{e:?}"
-        );
-        let e = parsed(parse_quote! {
-            #[shard_key(hashed = "user")]
-            struct Session { user: String, #[serde(skip)] _id: String }
-        })
-        .err()
-        .unwrap();
-        assert!(
-            e[0].contains("has no field stored as `_id`; add one"),
-            "{e:?}"
-        );
-        // Another mistake is reported alone.
-        let e = parsed(parse_quote! {
-            #[shard_key(coarse = "month", from = "ts", search = "tpye")]
-            struct Log { r#type: String, ts: i64 }
-        })
-        .err()
-        .unwrap();
-        assert_eq!(e.len(), 1, "{e:#?}");
-        assert!(!e[0].contains("`_id`"), "{e:?}");
-    }
-
-    #[test]
-    fn literals_from_macro_rules() {
-        use proc_macro2::{Delimiter, Group};
-        let g = |t: TokenStream| Group::new(Delimiter::None, t);
-        let (c, f, s) = (g(quote!("month")), g(quote!("ts")), g(quote!("type")));
-        let input: DeriveInput = syn::parse2(quote! {
-            #[shard_key(coarse = #c, from = #f, search = #s)]
-            struct Log { #[serde(rename = "_id")] id: i64, #[serde(rename = #s)] kind: String, ts: i64 }
-        })
-        .unwrap();
-        let k = parsed(input).unwrap().unwrap();
-        assert_eq!(k.coarse.as_deref(), Some("month"));
-        assert_eq!(k.search.as_ref().map(|s| s.0.as_str()), Some("type"));
-    }
-
-    #[test]
-    fn mistakes() {
-        let e = parsed(parse_quote! {
-            #[shard_key(hashed = "id", search = "type", granularity = "mnth", alow(x))]
-            struct Log { id: String, #[serde(rename = "type")] kind: String }
-        })
-        .err()
-        .unwrap();
-        assert_eq!(e.len(), 3, "{e:#?}");
-        assert!(e[0].contains("did you mean `month`"));
-        assert!(e[1].contains("did you mean `allow`"));
-        assert!(e[2].contains("cannot be used with `hashed`"));
-    }
-}
+mod tests;

@@ -1,0 +1,178 @@
+//! The names serde stores a struct's fields under: `rename_all` on the
+//! struct, `rename` on a field (the serialize side: that is what is stored),
+//! and the fields it does not store under their own name (`skip`,
+//! `skip_serializing`, `flatten`). Serde reports its own syntax errors; only
+//! the names matter here, so everything else is skipped.
+
+use syn::{DeriveInput, LitStr};
+
+use crate::attr;
+use crate::ctxt::Ctxt;
+
+const SERDE: &str = "serde";
+
+/// How serde stores one field.
+pub struct Stored {
+    pub bson_name: String,
+    /// Why serde does not store it under its own name.
+    pub not_stored: Option<&'static str>,
+}
+
+/// serde's `rename_all` rules, as serde applies them to field names.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RenameRule {
+    None,
+    Lower,
+    Upper,
+    Pascal,
+    Camel,
+    Snake,
+    ScreamingSnake,
+    Kebab,
+    ScreamingKebab,
+}
+
+impl RenameRule {
+    const NAMES: [(&'static str, RenameRule); 8] = [
+        ("lowercase", RenameRule::Lower),
+        ("UPPERCASE", RenameRule::Upper),
+        ("PascalCase", RenameRule::Pascal),
+        ("camelCase", RenameRule::Camel),
+        ("snake_case", RenameRule::Snake),
+        ("SCREAMING_SNAKE_CASE", RenameRule::ScreamingSnake),
+        ("kebab-case", RenameRule::Kebab),
+        ("SCREAMING-KEBAB-CASE", RenameRule::ScreamingKebab),
+    ];
+
+    fn from_str(s: &str) -> Option<Self> {
+        Self::NAMES.iter().find(|(n, _)| *n == s).map(|(_, r)| *r)
+    }
+
+    pub fn apply(self, field: &str) -> String {
+        match self {
+            RenameRule::None | RenameRule::Lower | RenameRule::Snake => field.to_owned(),
+            RenameRule::Upper | RenameRule::ScreamingSnake => field.to_ascii_uppercase(),
+            RenameRule::Pascal => {
+                let mut out = String::new();
+                let mut cap = true;
+                for c in field.chars() {
+                    if c == '_' {
+                        cap = true;
+                    } else if cap {
+                        out.push(c.to_ascii_uppercase());
+                        cap = false;
+                    } else {
+                        out.push(c);
+                    }
+                }
+                out
+            }
+            RenameRule::Camel => {
+                let pascal = RenameRule::Pascal.apply(field);
+                let mut chars = pascal.chars();
+                match chars.next() {
+                    Some(first) => first.to_ascii_lowercase().to_string() + chars.as_str(),
+                    None => pascal,
+                }
+            }
+            RenameRule::Kebab => field.replace('_', "-"),
+            RenameRule::ScreamingKebab => field.to_ascii_uppercase().replace('_', "-"),
+        }
+    }
+}
+
+/// The struct's `#[serde(rename_all = "...")]`.
+pub fn container_rule(cx: &Ctxt, input: &DeriveInput) -> RenameRule {
+    let mut rule = RenameRule::None;
+    let mut set = |lit: LitStr| match RenameRule::from_str(&lit.value()) {
+        Some(r) => rule = r,
+        None => cx.error_spanned_by(&lit, format!("unknown serde rename rule `{}`", lit.value())),
+    };
+    for a in input.attrs.iter().filter(|a| a.path().is_ident(SERDE)) {
+        let _ = a.parse_nested_meta(|meta| {
+            if meta.path.is_ident("rename_all") {
+                if meta.input.peek(syn::Token![=]) {
+                    set(meta.value()?.parse()?);
+                } else {
+                    meta.parse_nested_meta(|inner| {
+                        if inner.path.is_ident("serialize") {
+                            set(inner.value()?.parse()?);
+                        } else {
+                            attr::skip_value(&inner)?;
+                        }
+                        Ok(())
+                    })?;
+                }
+                Ok(())
+            } else {
+                attr::skip_value(&meta)
+            }
+        });
+    }
+    rule
+}
+
+/// How serde stores the field named `rust_name` under the struct's `rule`.
+pub fn stored(field: &syn::Field, rust_name: &str, rule: RenameRule) -> Stored {
+    let mut bson_name = rule.apply(rust_name);
+    let mut not_stored = None;
+    for a in field.attrs.iter().filter(|a| a.path().is_ident(SERDE)) {
+        let _ = a.parse_nested_meta(|meta| {
+            let key = attr::option_name(&meta);
+            match key.as_str() {
+                // rename = "x" | rename(serialize = "x", ...)
+                "rename" => {
+                    if meta.input.peek(syn::Token![=]) {
+                        bson_name = meta.value()?.parse::<LitStr>()?.value();
+                    } else {
+                        meta.parse_nested_meta(|inner| {
+                            if inner.path.is_ident("serialize") {
+                                bson_name = inner.value()?.parse::<LitStr>()?.value();
+                            } else {
+                                attr::skip_value(&inner)?;
+                            }
+                            Ok(())
+                        })?;
+                    }
+                }
+                "skip" => not_stored = Some("`#[serde(skip)]`, so serde never stores it"),
+                "skip_serializing" => {
+                    not_stored = Some("`#[serde(skip_serializing)]`, so serde never stores it")
+                }
+                "flatten" => not_stored = Some(
+                    "`#[serde(flatten)]`, so its fields are stored at the top level, not under its name",
+                ),
+                _ => attr::skip_value(&meta)?,
+            }
+            Ok(())
+        });
+    }
+    Stored {
+        bson_name,
+        not_stored,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rename_rules_match_serde() {
+        let f = "customer_id_2";
+        let got: Vec<String> = RenameRule::NAMES.iter().map(|(_, r)| r.apply(f)).collect();
+        assert_eq!(
+            got,
+            [
+                "customer_id_2",
+                "CUSTOMER_ID_2",
+                "CustomerId2",
+                "customerId2",
+                "customer_id_2",
+                "CUSTOMER_ID_2",
+                "customer-id-2",
+                "CUSTOMER-ID-2"
+            ]
+        );
+    }
+}
