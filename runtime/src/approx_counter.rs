@@ -137,6 +137,10 @@ const FLUSH_CONCURRENCY: usize = 16;
 
 /// The handle a counter field gets: clone it freely, clones share the
 /// buffer, the statistics and the random stream.
+///
+/// `T` is bound only where methods need it, as in the driver's
+/// `Collection<T>`: a struct or a generic function that holds a
+/// `Counter<T>` need not repeat [`ApproxCounted`].
 #[derive(Debug)]
 pub struct Counter<T> {
     inner: Arc<Inner>,
@@ -212,7 +216,7 @@ impl<T: ApproxCounted> Counter<T> {
 
     /// Creates what [`declared`](Self::declared) lists and the deployment
     /// lacks (the collection). The same as
-    /// [`Model::ensure`] for this counter.
+    /// [`Model::ensure`](crate::Model::ensure) for this counter.
     pub fn ensure(&self) -> crate::ensure::EnsureAction<'_> {
         crate::ensure::EnsureAction::new(&self.inner.db, self.declared())
     }

@@ -115,7 +115,8 @@ mod tests {
     /// Each predicate answers for its own code and no other.
     #[test]
     fn predicates_name_their_codes() {
-        let predicates: [(fn(&Error) -> bool, &[i32]); 6] = [
+        type Predicate = fn(&Error) -> bool;
+        let predicates: [(Predicate, &[i32]); 6] = [
             (Error::is_type_mismatch, &[TYPE_MISMATCH]),
             (Error::is_namespace_not_found, &[NAMESPACE_NOT_FOUND]),
             (Error::is_namespace_exists, &[NAMESPACE_EXISTS]),
