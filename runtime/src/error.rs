@@ -171,36 +171,8 @@ pub enum Error {
     },
 }
 
-/// Server error codes the crate reacts to, by their server names.
-pub(crate) mod code {
-    /// `DuplicateKey`: a unique index refused a write.
-    pub const DUPLICATE_KEY: i32 = 11000;
-    /// `WriteConflict`: a concurrent transaction wrote the same document.
-    pub const WRITE_CONFLICT: i32 = 112;
-    /// `IllegalOperation`: as a standalone server answers a transaction.
-    pub const ILLEGAL_OPERATION: i32 = 20;
-    /// `CommandNotFound`.
-    pub const COMMAND_NOT_FOUND: i32 = 59;
-    /// `TypeMismatch`: an operator met a value of the wrong type.
-    pub const TYPE_MISMATCH: i32 = 14;
-    /// `ConversionFailure`: what a pipeline raises on purpose (a failed
-    /// `$convert`) to refuse a write whose target is damaged.
-    pub const REFUSED: i32 = 241;
-    /// `NamespaceNotFound`: no such collection.
-    pub const NAMESPACE_NOT_FOUND: i32 = 26;
-    /// `NamespaceExists`: the collection exists already.
-    pub const NAMESPACE_EXISTS: i32 = 48;
-    /// `AlreadyInitialized`: sharding is enabled already.
-    pub const ALREADY_INITIALIZED: i32 = 23;
-    /// `IndexOptionsConflict`: an index on these keys has other options.
-    pub const INDEX_OPTIONS_CONFLICT: i32 = 85;
-    /// `IndexKeySpecsConflict`: an index of this name has other keys.
-    pub const INDEX_KEY_SPECS_CONFLICT: i32 = 86;
-    /// Codes for a document over 16 MiB (BSONObjectTooLarge, and the
-    /// update-result variants).
-    pub const TOO_LARGE: [i32; 3] = [10334, 17419, 17420];
-}
-use code::TOO_LARGE;
+pub(crate) mod code;
+pub(crate) use code::server_codes;
 
 impl From<mongodb::error::Error> for Error {
     fn from(e: mongodb::error::Error) -> Self {
@@ -209,22 +181,11 @@ impl From<mongodb::error::Error> for Error {
             ErrorKind::Io(_)
             | ErrorKind::ServerSelection { .. }
             | ErrorKind::ConnectionPoolCleared { .. } => Error::Unavailable(e),
-            _ if server_codes(&e).iter().any(|c| TOO_LARGE.contains(c)) => {
+            _ if server_codes(&e).iter().any(|c| code::TOO_LARGE.contains(c)) => {
                 Error::DocumentTooLarge { bytes: None }
             }
             _ => Error::Database(e),
         }
-    }
-}
-
-/// The server's error codes in `e`: a command's, or each write's.
-pub(crate) fn server_codes(e: &mongodb::error::Error) -> Vec<i32> {
-    use mongodb::error::{ErrorKind, WriteFailure};
-    match &*e.kind {
-        ErrorKind::Command(c) => vec![c.code],
-        ErrorKind::Write(WriteFailure::WriteError(w)) => vec![w.code],
-        ErrorKind::InsertMany(m) => m.write_errors.iter().flatten().map(|w| w.code).collect(),
-        _ => Vec::new(),
     }
 }
 
@@ -307,30 +268,10 @@ impl Error {
         }
     }
 
-    /// The server's error code: a command's, the first failed write's, or
-    /// a write concern error's.
-    pub fn code(&self) -> Option<i32> {
-        use mongodb::error::{ErrorKind, WriteFailure};
-        let e = self.mongo()?;
-        match &*e.kind {
-            ErrorKind::Write(WriteFailure::WriteConcernError(w)) => Some(w.code),
-            ErrorKind::InsertMany(m) if m.write_errors.is_none() => {
-                m.write_concern_error.as_ref().map(|w| w.code)
-            }
-            _ => server_codes(e).first().copied(),
-        }
-    }
-
     /// True when the driver's error underneath carries `label`, such as
     /// `TransientTransactionError` or `UnknownTransactionCommitResult`.
     pub fn contains_label(&self, label: impl AsRef<str>) -> bool {
         self.mongo().is_some_and(|e| e.contains_label(label))
-    }
-
-    /// True when a unique index refused a write (code 11000).
-    pub fn is_duplicate_key(&self) -> bool {
-        self.mongo()
-            .is_some_and(|e| server_codes(e).contains(&code::DUPLICATE_KEY))
     }
 
     /// True when running the whole transaction again may succeed: the

@@ -56,3 +56,15 @@ pub(crate) fn splitmix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_canonical() {
+        assert_eq!(key_bytes(&Bson::from("a")), key_bytes(&Bson::from("a")));
+        assert_ne!(key_bytes(&Bson::from("a")), key_bytes(&Bson::from("b")));
+        assert_ne!(key_bytes(&Bson::Int32(1)), key_bytes(&Bson::Int64(1)));
+    }
+}

@@ -18,10 +18,11 @@ use mongodb::ClientSession;
 use serde::Serialize;
 
 use super::buffer::Want;
-use super::{amount_bson, geometric_step, key_bytes, lock, number, shard_of};
-use super::{ApproxCounted, Counter, Mode, SHARDS};
+use super::write::{amount_bson, number};
+use super::{ApproxCounted, Counter, Mode};
 use crate::action::Options;
 use crate::error::{Error, Result};
+use crate::util::key_bytes;
 
 /// `incr` / `incr_by`: counts increments of one key's counter.
 ///
@@ -29,7 +30,7 @@ use crate::error::{Error, Result};
 /// session or a write concern does depends on the mode: see
 /// [`Counter::incr_by`].
 #[must_use = "does nothing unless awaited"]
-pub struct Incr<'a, T: ApproxCounted, Q: ?Sized> {
+pub struct Incr<'a, T, Q: ?Sized> {
     counter: &'a Counter<T>,
     id: &'a Q,
     n: u64,
@@ -206,11 +207,11 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> IntoFuture for Incr<'a, T, Q> 
         {
             // n < N ≤ MAX_EVERY: no amount to refuse.
             inner.increments.fetch_add(self.n, Ordering::Relaxed);
-            let hits = (0..self.n).filter(|_| inner.one_in(every)).count() as u64;
-            if hits == 0 {
+            let amount = inner.draw(self.n, every);
+            if amount == 0 {
                 return IncrFuture::done();
             }
-            return self.sampled_write(every * hits);
+            return self.sampled_write(amount);
         }
         self.start().unwrap_or_else(IncrFuture::failed)
     }
@@ -289,7 +290,7 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
                 let amount = if closed || n >= every {
                     n
                 } else {
-                    every * (0..n).filter(|_| inner.one_in(every)).count() as u64
+                    inner.draw(n, every)
                 };
                 if amount == 0 {
                     return Ok(IncrFuture::done());
@@ -312,14 +313,8 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
                     }));
                 }
                 let key = key_bytes(&id);
-                let shard = &inner.seen[shard_of(&key)];
-                let seen = lock(shard).get(&key).copied().unwrap_or(0);
-                let m = geometric_step(seen, inner.spec.every);
-                let amount = if n >= m {
-                    n
-                } else {
-                    m * (0..n).filter(|_| inner.one_in(m)).count() as u64
-                };
+                let m = inner.geometric_step(&key);
+                let amount = if n >= m { n } else { inner.draw(n, m) };
                 if amount == 0 {
                     return Ok(IncrFuture::done());
                 }
@@ -333,11 +328,7 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
                         .write_returning(&id, amount, &opts, txn, session)
                         .await?;
                     if let (Some(v), false) = (back, txn) {
-                        let mut map = lock(shard);
-                        if map.len() >= inner.spec.max_keys.div_ceil(SHARDS) {
-                            map.clear();
-                        }
-                        map.insert(key, v);
+                        inner.remember(key, v);
                     }
                     Ok(())
                 }))
@@ -348,7 +339,7 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
 
 /// `estimate`: reads one key's counter.
 #[must_use = "does nothing unless awaited"]
-pub struct Estimate<'a, T: ApproxCounted, Q: ?Sized> {
+pub struct Estimate<'a, T, Q: ?Sized> {
     counter: &'a Counter<T>,
     id: &'a Q,
     options: Options,
@@ -395,7 +386,7 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> IntoFuture for Estimate<'a, T,
 
 /// `flush` / `shutdown`: writes what a buffered counter holds.
 #[must_use = "does nothing unless awaited"]
-pub struct Flush<'a, T: ApproxCounted> {
+pub struct Flush<'a, T> {
     counter: &'a Counter<T>,
     shutdown: bool,
     options: Options,

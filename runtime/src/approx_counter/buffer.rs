@@ -37,9 +37,9 @@ use futures::StreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::FindOneOptions;
 
+use super::write::{amount_bson, number};
 use super::{lock, shard_of, Inner, FLUSH_CONCURRENCY, SHARDS};
 use crate::action::Options;
-use crate::error::code::DUPLICATE_KEY;
 use crate::error::{Error, Result};
 
 /// The field a buffered counter adds to the documents it writes: the last
@@ -348,7 +348,7 @@ impl Inner {
     async fn send(&self, id: &Bson, flight: Flight, opts: &Options) -> Result<()> {
         let field = self.spec.field;
         let (hid, seq) = (self.handle as i64, flight.seq as i64);
-        let amount = super::amount_bson(flight.amount)?;
+        let amount = amount_bson(flight.amount)?;
         let counted = format!("${field}");
         let flushes = format!("${FLUSHES}");
         let filter = doc! {
@@ -388,7 +388,7 @@ impl Inner {
                     return Ok(());
                 }
                 Ok(_) => {}
-                Err(e) if e.code() == Some(DUPLICATE_KEY) => {}
+                Err(e) if e.is_duplicate_key() => {}
                 Err(e) => return Err(e),
             }
             // The filter refused: find out why.
@@ -407,7 +407,7 @@ impl Inner {
             if applied(&d, hid, seq) {
                 return Ok(());
             }
-            super::number(&d, field, self.coll.name())?;
+            number(&d, field, self.coll.name())?;
             // Changed in between (another client fixed the field): again.
         }
         Err(Error::Contended {

@@ -1,0 +1,253 @@
+//! What `plan` and `ensure` report: what to create, what was created, what
+//! stands in the way, and the text a log or a terminal shows of it.
+
+use std::fmt;
+
+use mongodb::bson::Document;
+
+/// An index, by collection, name and keys.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Index {
+    /// The collection it is on.
+    pub collection: String,
+    /// Its name.
+    pub name: String,
+    /// Its keys, as `createIndexes` takes them.
+    pub keys: Document,
+}
+
+/// A collection to shard.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Shard {
+    /// The collection.
+    pub collection: String,
+    /// `shardCollection`'s `key`.
+    pub key: Document,
+    /// Whether the key is unique.
+    pub unique: bool,
+}
+
+/// Something in the deployment that stands where a declaration wants
+/// something else. Left alone: neither `plan` nor `ensure` changes it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Conflict {
+    /// An index has the declared name, but other keys, or options that
+    /// keep it from serving every query on its keys (`partialFilterExpression`,
+    /// `sparse`, `hidden`, a collation). Drop it to let `ensure` create the
+    /// declared one.
+    Index {
+        /// What was declared.
+        declared: Index,
+        /// The index as `listIndexes` shows it.
+        found: Document,
+    },
+    /// The name belongs to something that is not a collection (a view):
+    /// nothing is created in it.
+    NotACollection {
+        /// The name.
+        collection: String,
+        /// What `listCollections` says it is.
+        kind: String,
+    },
+    /// The collection is sharded on another key.
+    ShardKey {
+        /// What was declared.
+        declared: Shard,
+        /// The key it is sharded on.
+        found: Document,
+    },
+}
+
+/// Something worth knowing that needs no action.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Note {
+    /// An index on the declared keys exists under another name: it serves,
+    /// so none is created.
+    IndexUnderOtherName {
+        /// What was declared.
+        declared: Index,
+        /// The name of the index that serves instead.
+        found: String,
+    },
+    /// The collection is declared sharded, but the deployment does not shard
+    /// (a replica set or a standalone): sharding does not apply.
+    ShardingNotApplicable {
+        /// The collection.
+        collection: String,
+    },
+}
+
+/// What [`Model::plan`](crate::Model::plan) found: what `ensure` would
+/// create, and what differs from the declarations.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Plan {
+    /// Collections that do not exist.
+    pub create_collections: Vec<String>,
+    /// Indexes that do not exist, under their name or any other.
+    pub create_indexes: Vec<Index>,
+    /// Collections a sharded cluster has not sharded yet.
+    pub shard: Vec<Shard>,
+    /// What stands in the way; `ensure` leaves it alone.
+    pub conflicts: Vec<Conflict>,
+    /// What needs no action.
+    pub notes: Vec<Note>,
+}
+
+impl Plan {
+    /// Nothing to create, nothing to shard, no conflict: the deployment
+    /// holds what the declarations need.
+    pub fn is_up_to_date(&self) -> bool {
+        self.create_collections.is_empty()
+            && self.create_indexes.is_empty()
+            && self.shard.is_empty()
+            && self.conflicts.is_empty()
+    }
+}
+
+/// What [`Model::ensure`](crate::Model::ensure) did. Lists only what this
+/// call created: what existed, or what a concurrent call created first, is
+/// not in it, as far as the server's replies tell: for two calls racing on
+/// the same deployment, the server may let both claim an index built at
+/// the same moment, or a collection that needs no index (`create` succeeds
+/// on an existing collection). The deployment ends up right either way.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Ensured {
+    /// Collections it created.
+    pub collections_created: Vec<String>,
+    /// Indexes it created.
+    pub indexes_created: Vec<Index>,
+    /// Collections it sharded.
+    pub sharded: Vec<String>,
+    /// What it left alone because it stands where a declaration wants
+    /// something else.
+    pub conflicts: Vec<Conflict>,
+    /// What needed no action.
+    pub notes: Vec<Note>,
+}
+
+impl Ensured {
+    /// It created and sharded nothing (the deployment was prepared already,
+    /// or conflicts stood in the way: see [`Ensured::conflicts`]).
+    pub fn created_nothing(&self) -> bool {
+        self.collections_created.is_empty()
+            && self.indexes_created.is_empty()
+            && self.sharded.is_empty()
+    }
+}
+
+impl fmt::Display for Index {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "index `{}` {} on `{}`",
+            self.name, self.keys, self.collection
+        )
+    }
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Conflict::Index { declared, found } => {
+                write!(
+                    f,
+                    "{declared} is declared, but the index of that name is {found}"
+                )
+            }
+            Conflict::NotACollection { collection, kind } => {
+                write!(f, "`{collection}` is a {kind}, not a collection")
+            }
+            Conflict::ShardKey { declared, found } => write!(
+                f,
+                "`{}` should be sharded on {}, and is sharded on {found}",
+                declared.collection, declared.key
+            ),
+        }
+    }
+}
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Note::IndexUnderOtherName { declared, found } => {
+                write!(
+                    f,
+                    "{declared} is served by index `{found}` on the same keys"
+                )
+            }
+            Note::ShardingNotApplicable { collection } => write!(
+                f,
+                "`{collection}` would be sharded, but the deployment does not shard"
+            ),
+        }
+    }
+}
+
+/// One line per item, each under a heading: `create`, `shard`,
+/// `conflict`, `note`.
+fn lines(f: &mut fmt::Formatter<'_>, head: &str, items: &[impl fmt::Display]) -> fmt::Result {
+    for i in items {
+        writeln!(f, "{head}: {i}")?;
+    }
+    Ok(())
+}
+
+struct Named<'a>(&'a str, &'a str);
+
+impl fmt::Display for Named<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} `{}`", self.0, self.1)
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_up_to_date() && self.notes.is_empty() {
+            return writeln!(f, "up to date");
+        }
+        let colls: Vec<Named> = self
+            .create_collections
+            .iter()
+            .map(|c| Named("collection", c))
+            .collect();
+        lines(f, "create", &colls)?;
+        lines(f, "create", &self.create_indexes)?;
+        let shards: Vec<Named> = self
+            .shard
+            .iter()
+            .map(|s| Named("collection", &s.collection))
+            .collect();
+        lines(f, "shard", &shards)?;
+        lines(f, "conflict", &self.conflicts)?;
+        lines(f, "note", &self.notes)
+    }
+}
+
+impl fmt::Display for Ensured {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.created_nothing() && self.conflicts.is_empty() && self.notes.is_empty() {
+            return writeln!(f, "nothing to do");
+        }
+        let colls: Vec<Named> = self
+            .collections_created
+            .iter()
+            .map(|c| Named("collection", c))
+            .collect();
+        lines(f, "created", &colls)?;
+        lines(f, "created", &self.indexes_created)?;
+        let shards: Vec<Named> = self
+            .sharded
+            .iter()
+            .map(|c| Named("collection", c))
+            .collect();
+        lines(f, "sharded", &shards)?;
+        lines(f, "left alone", &self.conflicts)?;
+        lines(f, "note", &self.notes)
+    }
+}
