@@ -181,7 +181,10 @@ pub(crate) async fn generated_vs_hand(
     out += "| call | round trips generated / hand | µs CPU per call generated (median rep) | µs CPU per call hand (median rep) | CPU generated ÷ hand (ratio of medians) | per-rep ratio median (min – max) | utime+stime ticks generated / hand |\n| --- | :---: | ---: | ---: | ---: | :---: | :---: |\n";
     for (op, name) in HAND_OPS.iter().enumerate() {
         let per_rep = Spread::of(&ratios(&cpu[op][0], &cpu[op][1]));
-        let (gm, hm) = (Spread::of(&cpu[op][0]).median, Spread::of(&cpu[op][1]).median);
+        let (gm, hm) = (
+            Spread::of(&cpu[op][0]).median,
+            Spread::of(&cpu[op][1]).median,
+        );
         out += &format!(
             "| {name} | {} / {} | {:.1} | {:.1} | {:.3} | {:.3} ({:.3} – {:.3}) | {} / {} |\n",
             rts[op],

@@ -117,7 +117,11 @@ impl Flags {
         if self.given.is_empty() {
             format!("cargo bench --bench {}", self.name)
         } else {
-            format!("cargo bench --bench {} -- {}", self.name, self.given.join(" "))
+            format!(
+                "cargo bench --bench {} -- {}",
+                self.name,
+                self.given.join(" ")
+            )
         }
     }
 }
@@ -139,7 +143,10 @@ mod tests {
         assert_eq!(f.next_flag().as_deref(), Some("--l"));
         assert_eq!(f.list::<u32>("--l"), vec![1, 2]);
         assert_eq!(f.next_flag(), None);
-        assert_eq!(f.command(), "cargo bench --bench t -- --n 100_000 --on --l 1,,2");
+        assert_eq!(
+            f.command(),
+            "cargo bench --bench t -- --n 100_000 --on --l 1,,2"
+        );
         assert_eq!(flags(&["--bench"]).command(), "cargo bench --bench t");
     }
 }

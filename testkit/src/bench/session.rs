@@ -15,7 +15,9 @@ use crate::Commands;
 pub enum Runtime {
     CurrentThread,
     /// `workers` threads, or Tokio's default (one per core).
-    MultiThread { workers: Option<usize> },
+    MultiThread {
+        workers: Option<usize>,
+    },
 }
 
 /// Runs `program` on `runtime` to its end; an error is printed and ends the
