@@ -14,12 +14,63 @@ use mongo_patterns_testkit::bench::BoxResult;
 
 use crate::{lossy_u64, EXAM};
 
+/// Whether the exam's array board is well-formed, best score first:
+/// `scores` an array (or absent) of `{score: number, count: integer ≥ 1}`,
+/// each score above the next. A damaged board is reported, not summed,
+/// and never written to.
+fn valid_board() -> Bson {
+    let a = bson::bson!({"$ifNull": ["$scores", []]});
+    let s = bson::bson!({"$map": {"input": a.clone(), "as": "e", "in": "$$e.score"}});
+    bson::bson!({"$cond": [
+        {"$isArray": a.clone()},
+        {"$and": [
+            {"$allElementsTrue": [{"$map": {"input": a, "as": "e", "in": {"$and": [
+                {"$isNumber": "$$e.score"},
+                {"$in": [{"$type": "$$e.count"}, ["int", "long"]]},
+                {"$gte": ["$$e.count", 1]},
+            ]}}}]},
+            {"$allElementsTrue": [{"$map": {
+                "input": {"$zip": {"inputs": [
+                    s.clone(),
+                    {"$slice": [s.clone(), 1, {"$max": [{"$size": s}, 1]}]},
+                ]}},
+                "as": "z",
+                "in": {"$gt": [{"$arrayElemAt": ["$$z", 0]}, {"$arrayElemAt": ["$$z", 1]}]},
+            }}]},
+        ]},
+        false,
+    ]})
+}
+
+/// Whether a document of the documents layout is well-formed: a numeric
+/// score with an integer count ≥ 0, or the exam's marker with count 0.
+fn valid_document() -> Bson {
+    bson::bson!({"$cond": [
+        {"$eq": [{"$type": "$_id.s"}, "minKey"]},
+        {"$and": [{"$in": [{"$type": "$count"}, ["int", "long"]]}, {"$eq": ["$count", 0]}]},
+        {"$and": [
+            {"$isNumber": "$_id.s"},
+            {"$in": [{"$type": "$count"}, ["int", "long"]]},
+            {"$gte": ["$count", 0]},
+        ]},
+    ]})
+}
+
+/// An expression that fails the command: what a write sends instead of a
+/// value it must not write.
+fn refuse() -> Bson {
+    bson::bson!({"$toLong": {"$concat": ["refused by the rank histogram: ", {"$toString": {"$type": "$_id"}}]}})
+}
+
 /// The rank aggregation written by hand, array layout.
 pub(crate) fn array_rank_by_hand(score: f64) -> Vec<Document> {
     vec![
         doc! {"$match": {"_id": EXAM}},
+        doc! {"$set": {"valid": valid_board()}},
+        doc! {"$set": {"scores": {"$cond": ["$valid", {"$ifNull": ["$scores", []]}, []]}}},
         doc! {"$project": {
             "_id": 0,
+            "valid": 1,
             "above": {"$sum": {"$map": {
                 "input": {"$filter": {"input": "$scores", "as": "e", "cond": {"$gt": ["$$e.score", score]}}},
                 "as": "e", "in": "$$e.count",
@@ -52,6 +103,7 @@ pub(crate) fn docs_rank_by_hand(score: f64) -> Vec<Document> {
             ]}},
             "ties": {"$sum": {"$cond": [{"$eq": ["$_id.s", score]}, "$count", 0]}},
             "total": {"$sum": "$count"},
+            "bad": {"$max": {"$cond": [valid_document(), Bson::Null, "$$ROOT"]}},
         }},
     ]
 }
@@ -71,6 +123,9 @@ pub(crate) async fn rank_by_hand(
 ) -> BoxResult<HandRank> {
     let mut cursor = coll.aggregate(pipeline).await?;
     let d = cursor.try_next().await?.ok_or("unknown exam")?;
+    if d.get_bool("valid") == Ok(false) || d.get_document("bad").is_ok() {
+        return Err(format!("a damaged board: {d}").into());
+    }
     let get = |k: &str| lossy_u64(d.get(k)).ok_or_else(|| format!("no `{k}` in {d}"));
     Ok(HandRank {
         rank: get("above")? + 1,
@@ -81,8 +136,8 @@ pub(crate) async fn rank_by_hand(
 }
 
 /// The histogram change written by hand, array layout: one pipeline update
-/// of the exam's document, `-1` at `old` and `+1` at `new` (inserted in
-/// order when new), emptied scores dropped.
+/// of the exam's document that refuses a damaged board, then `-1` at `old`
+/// and `+1` at `new` (inserted in order when new), emptied scores dropped.
 pub(crate) async fn array_change_by_hand(
     coll: &Collection<Document>,
     old: f64,
@@ -108,9 +163,12 @@ pub(crate) async fn array_change_by_hand(
     };
     let arr = Bson::from(doc! {"$ifNull": ["$scores", []]});
     let arr = step(step(arr, old, -1), new, 1);
-    let pipeline = vec![doc! {"$set": {"scores": {"$filter": {
-        "input": arr, "as": "e", "cond": {"$gt": ["$$e.count", 0]},
-    }}}}];
+    let pipeline = vec![
+        doc! {"$set": {"scores": {"$cond": [valid_board(), {"$ifNull": ["$scores", []]}, refuse()]}}},
+        doc! {"$set": {"scores": {"$filter": {
+            "input": arr, "as": "e", "cond": {"$gt": ["$$e.count", 0]},
+        }}}},
+    ];
     let filter = doc! {
         "_id": EXAM,
         "scores": {"$elemMatch": {"score": old, "count": {"$gt": 0}}},
@@ -123,24 +181,55 @@ pub(crate) async fn array_change_by_hand(
     Ok(())
 }
 
-/// The histogram change written by hand, documents layout: one `update`
-/// command of two statements.
+/// The histogram change written by hand, documents layout: one ordered
+/// `bulkWrite` of five statements. The new score's count is checked (and
+/// left as it is), the old one's decremented (refused when nobody holds
+/// it), the exam's marker kept, the old score's document deleted if it
+/// reached 0, and the new one's incremented or created.
 pub(crate) async fn docs_change_by_hand(db: &Database, old: f64, new: f64) -> BoxResult<()> {
+    let valid = doc! {"$and": [
+        {"$in": [{"$type": "$count"}, ["int", "long"]]},
+        {"$gte": ["$count", 0]},
+    ]};
+    let id = |s: Bson| doc! {"b": EXAM, "s": s};
+    let set = |s: f64, count: Bson, upsert: bool| {
+        doc! {
+            "update": 0, "filter": {"_id": id(s.into())}, "multi": false, "upsert": upsert,
+            "updateMods": [{"$set": {"count": count}}],
+        }
+    };
+    let same = bson::bson!({"$cond": [&valid, "$count", refuse()]});
+    let minus = bson::bson!({"$cond": [
+        {"$and": [&valid, {"$gt": ["$count", 0]}]},
+        {"$add": ["$count", -1_i64]},
+        refuse(),
+    ]});
+    let plus = bson::bson!({"$cond": [
+        {"$eq": [{"$type": "$count"}, "missing"]},
+        1_i64,
+        {"$cond": [&valid, {"$add": ["$count", 1_i64]}, refuse()]},
+    ]});
+    let ops = vec![
+        set(new, same, false),
+        set(old, minus, true),
+        doc! {
+            "update": 0, "filter": {"_id": id(Bson::MinKey)}, "multi": false, "upsert": true,
+            "updateMods": {"$setOnInsert": {"count": 0_i64}},
+        },
+        doc! {"delete": 0, "filter": {"_id": id(old.into()), "count": 0}, "multi": false},
+        set(new, plus, true),
+    ];
+    let ns = format!("{}.students_docs_ranks", db.name());
     let reply = db
+        .client()
+        .database("admin")
         .run_command(doc! {
-            "update": "students_docs_ranks",
-            "updates": [
-                {"q": {"_id": {"b": EXAM, "s": old}, "count": {"$gt": 0}}, "u": {"$inc": {"count": -1_i64}}},
-                {"q": {"_id": {"b": EXAM, "s": new}}, "u": {"$inc": {"count": 1_i64}}, "upsert": true},
-            ],
-            "ordered": true,
+            "bulkWrite": 1, "ops": ops, "nsInfo": [{"ns": ns}],
+            "ordered": true, "errorsOnly": true,
         })
         .await?;
-    if reply.get_array("writeErrors").is_ok_and(|e| !e.is_empty()) {
-        return Err(format!("write error: {reply}").into());
-    }
-    if lossy_u64(reply.get("n")) != Some(2) {
-        return Err("nobody holds the old score".into());
+    if lossy_u64(reply.get("nErrors")) != Some(0) {
+        return Err(format!("the change was refused: {reply}").into());
     }
     Ok(())
 }

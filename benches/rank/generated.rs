@@ -71,7 +71,7 @@ const HAND_OPS: [&str; 4] = [
     "`rank`, array (aggregate `$match` + `$project`)",
     "`rank`, documents (aggregate `$match` + `$group`)",
     "`change` 70 ⇄ 70.5, array (pipeline `updateOne`)",
-    "`change` 70 ⇄ 70.5, documents (`update` of 2 statements)",
+    "`change` 70 ⇄ 70.5, documents (`bulkWrite` of 5 statements)",
 ];
 
 pub(crate) async fn generated_vs_hand(
