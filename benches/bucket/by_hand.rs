@@ -21,22 +21,36 @@ use crate::{Item, Sliced, Trade, SIZE};
 pub(crate) type Decoder = fn(&[RawDocumentBuf], i64) -> BoxResult<Vec<Trade>>;
 
 /// The aggregation the repository sends for items `[from, from + n)`
-/// (written out as by hand; checked against `page_pipeline`).
+/// (written out as by hand; checked against `page_pipeline`). A bucket
+/// with an order field holds at most twice `size` items between splits,
+/// so only buckets starting in `(from - 2·size, from + n)` can overlap;
+/// the bookkeeping fields (`mp_len`, `mp_type`, `mp_stale`) let the
+/// runtime report a damaged bucket.
 pub(crate) fn range_pipeline(key: i64, from: i64, n: i64) -> Vec<Document> {
+    let cap = 2 * SIZE;
     vec![
         doc! {"$match": {
             "customerId": key,
-            "start": {"$gt": from - SIZE, "$lt": from + n},
-            "count": {"$gt": 0},
+            "$or": [
+                {"start": {"$gt": from - cap, "$lt": from + n}},
+                {"start": {"$not": {"$type": "number"}}},
+            ],
         }},
         doc! {"$sort": {"start": 1, "_id": 1}},
         doc! {"$project": {
-            "_id": 0,
             "start": 1,
-            "items": {"$slice": [
-                "$items",
-                {"$max": [0, {"$subtract": [from, "$start"]}]},
-                {"$subtract": [from + n, {"$max": [from, "$start"]}]},
+            "count": 1,
+            "mp_stale": 1,
+            "mp_len": {"$cond": [{"$isArray": ["$items"]}, {"$size": "$items"}, Bson::Null]},
+            "mp_type": {"$type": "$items"},
+            "items": {"$cond": [
+                {"$and": [{"$isArray": ["$items"]}, {"$isNumber": "$start"}]},
+                {"$slice": [
+                    "$items",
+                    {"$max": [0, {"$subtract": [from, "$start"]}]},
+                    {"$subtract": [from + n, {"$max": [from, "$start"]}]},
+                ]},
+                Bson::Null,
             ]},
         }},
     ]
