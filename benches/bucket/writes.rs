@@ -16,7 +16,7 @@ use crate::{trade, Args, Item, Trade, BUCKETS, CUSTOMER, SIZE};
 
 pub(crate) async fn writes(
     args: &Args,
-    _db: &Database,
+    db: &Database,
     repo: &Buckets<Trade>,
     naive: &Collection<Trade>,
     commands: &Commands,
@@ -47,7 +47,7 @@ pub(crate) async fn writes(
     // Where a push's time goes: the same `update_one` by `_id` by hand, then
     // without `$sort`, then changing no array at all, each on a key of its
     // own (one bucket, filled from 1 to at most 1000 items).
-    let raw: Collection<Document> = _db.collection(BUCKETS);
+    let raw: Collection<Document> = db.collection(BUCKETS);
     let ops = args.writes.min(SIZE as usize - 1) as u64;
     let mut parts = Vec::new();
     for (v, label) in [
@@ -104,8 +104,9 @@ pub(crate) async fn writes(
     Ok(out)
 }
 
-/// Variants of the push command: 0 = as the repository sends it, 1 = without
-/// `$sort`, 2 = `$inc` only.
+/// Variants of the push command: 0 = the hand-written push, 1 = without
+/// `$sort`, 2 = `$inc` only. Written out by hand, like the baselines in
+/// [`crate::by_hand`], and for the same reason.
 async fn write_variant(coll: &Collection<Document>, t: &Trade, v: usize) -> BoxResult<()> {
     if v == 0 {
         return push_by_hand(coll, t, 0).await;
