@@ -56,8 +56,11 @@ pub(crate) fn range_pipeline(key: i64, from: i64, n: i64) -> Vec<Document> {
     ]
 }
 
-/// The hand-written push: the filter and update `Buckets::push` builds for
-/// a known open bucket.
+/// The hand-written push: an `update_one` by `_id` of a known open bucket,
+/// `$push` with `$sort` by date. `Buckets::push` on a bucket with an order
+/// field now sends a pipeline update that inserts the item in place and
+/// records the write's id; the generated-vs-hand section prints whether
+/// the two commands' shapes agree.
 pub(crate) async fn push_by_hand(
     coll: &Collection<Document>,
     t: &Trade,
