@@ -123,7 +123,7 @@ pub(crate) async fn rank_by_hand(
 ) -> BoxResult<HandRank> {
     let mut cursor = coll.aggregate(pipeline).await?;
     let d = cursor.try_next().await?.ok_or("unknown exam")?;
-    if d.get_bool("valid") == Ok(false) || d.get_document("bad").is_ok() {
+    if d.get_bool("valid").ok() == Some(false) || d.get_document("bad").is_ok() {
         return Err(format!("a damaged board: {d}").into());
     }
     let get = |k: &str| lossy_u64(d.get(k)).ok_or_else(|| format!("no `{k}` in {d}"));
