@@ -260,7 +260,7 @@ pub(crate) fn report(out: &mut String, args: &Args, depth_rows: &[DepthRow]) -> 
         )?;
     }
     writeln!(out)?;
-    writeln!(out, "Winning plans and the keyset boundary: the runtime sends `{{$or: [{{_id: {{$gt: last}}}}]}}` (one `$or` branch per sort key; by `_id` there is one); the plain form is what one writes by hand.\n")?;
+    writeln!(out, "Winning plans and the keyset boundary: the runtime sends a boundary that keeps every `_id` after `last` in BSON's sort order, whatever its type (`{{_id: {{$not: {{$lte: last}}}}}}`, less the types that sort before ObjectIds); the plain `{{_id: {{$gt: last}}}}` is what one writes by hand.\n")?;
     writeln!(out, "| depth d | skip plan | keyset plan | keyset keys / docs | plain `{{_id: {{$gt: last}}}}` plan | plain keys / docs |")?;
     writeln!(out, "| ---: | --- | --- | :---: | --- | :---: |")?;
     for r in depth_rows {

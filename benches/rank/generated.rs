@@ -68,7 +68,7 @@ impl Ctx {
 }
 
 const HAND_OPS: [&str; 4] = [
-    "`rank`, array (aggregate `$match` + `$project`)",
+    "`rank`, array (aggregate `$match` + board check + `$project`)",
     "`rank`, documents (aggregate `$match` + `$group`)",
     "`change` 70 ⇄ 70.5, array (pipeline `updateOne`)",
     "`change` 70 ⇄ 70.5, documents (`bulkWrite` of 5 statements)",
