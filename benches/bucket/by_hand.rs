@@ -56,11 +56,13 @@ pub(crate) fn range_pipeline(key: i64, from: i64, n: i64) -> Vec<Document> {
     ]
 }
 
-/// The hand-written push: an `update_one` by `_id` of a known open bucket,
-/// `$push` with `$sort` by date. `Buckets::push` on a bucket with an order
-/// field now sends a pipeline update that inserts the item in place and
-/// records the write's id; the generated-vs-hand section prints whether
-/// the two commands' shapes agree.
+/// The hand-written push: the filter and pipeline update `Buckets::push`
+/// sends to a known open bucket of a bucket with an order field. The filter
+/// refuses a damaged bucket (the array's length is `count`, within twice
+/// `size`, `start` a number) and a bucket whose lowest date is above the
+/// trade's; the update inserts the trade in date order and records the
+/// write's id (`mp_ops`, the last 64 kept), so that a retried write is not
+/// applied twice.
 pub(crate) async fn push_by_hand(
     coll: &Collection<Document>,
     t: &Trade,
@@ -73,18 +75,43 @@ pub(crate) async fn push_by_hand(
         date: t.date,
     })?;
     let len = bsonc::to_vec(&item)?.len() as i64 + 8;
+    let op = ObjectId::new();
+    let items = || doc! {"$cond": [{"$isArray": ["$items"]}, "$items", []]};
+    let sound = doc! {"$and": [
+        {"$isArray": ["$items"]},
+        {"$eq": [{"$size": items()}, "$count"]},
+        {"$lte": ["$count", 2 * SIZE]},
+        {"$isNumber": "$start"},
+    ]};
+    let lowest = doc! {"$let": {
+        "vars": {"mp_e": {"$arrayElemAt": [items(), 0]}},
+        "in": {"$ifNull": ["$$mp_e.date", "$mp_floor"]},
+    }};
     let filter = doc! {
         "_id": {"k": t.customer_id, "s": seq},
+        "mp_ops": {"$ne": op},
         "customerId": t.customer_id,
         "sealed": Bson::Null,
         "count": {"$lte": SIZE - 1},
         "bytes": {"$lte": MAX_BUCKET_BYTES - len},
+        "$expr": {"$and": [sound, {"$lte": [lowest, {"$literal": t.date}]}]},
     };
-    let update = doc! {
-        "$push": {"items": {"$each": [item], "$sort": {"date": 1}}},
-        "$inc": {"count": 1_i64, "bytes": len},
-    };
-    let r = coll.update_one(filter, update).upsert(false).await?;
+    let update = vec![
+        doc! {"$set": {
+            "items": {"$concatArrays": [
+                {"$filter": {"input": "$items", "cond": {"$lte": ["$$this.date", {"$literal": t.date}]}}},
+                [{"$literal": &item}],
+                {"$filter": {"input": "$items", "cond": {"$gt": ["$$this.date", {"$literal": t.date}]}}},
+            ]},
+            "count": {"$add": ["$count", 1]},
+            "bytes": {"$add": [{"$ifNull": ["$bytes", 0]}, len]},
+        }},
+        doc! {"$set": {"mp_ops": {"$slice": [
+            {"$concatArrays": [{"$cond": [{"$isArray": ["$mp_ops"]}, "$mp_ops", []]}, [op]]},
+            -64,
+        ]}}},
+    ];
+    let r = coll.update_one(filter, update).await?;
     if r.matched_count != 1 {
         return Err("hand-written push matched no open bucket".into());
     }

@@ -52,8 +52,8 @@ pub(crate) async fn writes(
     let mut parts = Vec::new();
     for (v, label) in [
         "hand-written push (same `update_one`)",
-        "same, `$push` without `$sort`",
-        "same filter, `$inc` only (array untouched)",
+        "simpler: `_id` and room checks only, `$push` of the item",
+        "same simple filter, `$inc` only (array untouched)",
     ]
     .iter()
     .enumerate()
@@ -104,9 +104,10 @@ pub(crate) async fn writes(
     Ok(out)
 }
 
-/// Variants of the push command: 0 = the hand-written push, 1 = without
-/// `$sort`, 2 = `$inc` only. Written out by hand, like the baselines in
-/// [`crate::by_hand`], and for the same reason.
+/// Variants of the push command: 0 = the hand-written push (the runtime's
+/// command), 1 = a plain `$push` behind a filter without the damage and
+/// order checks, 2 = the same filter with `$inc` only. Written out by hand,
+/// like the baselines in [`crate::by_hand`], and for the same reason.
 async fn write_variant(coll: &Collection<Document>, t: &Trade, v: usize) -> BoxResult<()> {
     if v == 0 {
         return push_by_hand(coll, t, 0).await;
