@@ -25,8 +25,7 @@
 //!   else goes through the separately named [`Sharded::scatter`].
 //!
 //! [`Sharded::analyze`] reports what MongoDB 7.0's `analyzeShardKey` reports
-//! under `keyCharacteristics`, on any deployment, by `$sample`; and
-//! [`simulate`] replays a workload on a model of a cluster to compare keys.
+//! under `keyCharacteristics`, on any deployment, by `$sample`.
 //!
 //! Every method that sends a command returns an action ([`Insert`],
 //! [`InsertMany`], [`Replace`], [`Upsert`], [`Update`], [`Find`],
@@ -42,7 +41,6 @@
 //! they stay plain methods.
 
 pub mod analyze;
-pub mod simulate;
 
 use std::borrow::Borrow;
 use std::future::IntoFuture;

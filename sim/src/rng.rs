@@ -1,0 +1,49 @@
+//! SplitMix64, and the fixed hash a hashed key uses.
+
+/// SplitMix64 (Steele, Lea and Flood): a tiny seeded generator, so the
+/// simulator needs no dependency and replays exactly.
+#[derive(Debug, Clone)]
+pub struct SplitMix64 {
+    state: u64,
+}
+
+impl SplitMix64 {
+    /// A generator starting from `seed`.
+    pub fn new(seed: u64) -> Self {
+        SplitMix64 { state: seed }
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        mix64(self.state)
+    }
+
+    /// A number in `0..n` (Lemire's multiply-shift; `n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+
+    /// A random version 4 UUID as a `u128` (122 random bits). The version
+    /// and variant bits also keep it away from 0 and `u128::MAX`, which the
+    /// model uses as MinKey and MaxKey.
+    pub fn uuid_v4(&mut self) -> u128 {
+        let v = (u128::from(self.next_u64()) << 64) | u128::from(self.next_u64());
+        let v = (v & !(0xF << 76)) | (0x4 << 76);
+        (v & !(0x3 << 62)) | (0x2 << 62)
+    }
+}
+
+/// SplitMix64's finalizer: a bijective 64-bit mix.
+pub(crate) fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The fixed 64-bit hash of a hashed key (of a field's encoded value).
+/// MongoDB hashes with MD5; what matters here is that equal values hash
+/// alike and neighbours scatter.
+pub fn hash64(value: u128) -> u64 {
+    mix64((value as u64) ^ mix64((value >> 64) as u64 ^ 0x5EED_0002))
+}
