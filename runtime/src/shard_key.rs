@@ -173,7 +173,7 @@ impl ShardSpec {
 pub trait ShardKeyed: Model + Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
     /// The search field's type (`()` without one).
     type Search: Serialize + Send + Sync;
-    /// The declaration.
+    /// What `#[shard_key(...)]` declares.
     const SHARD: ShardSpec;
 
     /// The repository over `db`.

@@ -179,27 +179,29 @@ impl Cluster {
         id
     }
 
-    /// The shard key.
+    /// The key the collection is sharded on.
     pub fn key(&self) -> &ShardKey {
         &self.key
     }
 
-    /// The parameters.
+    /// The knobs it was created with.
     pub fn params(&self) -> &Params {
         &self.params
     }
 
-    /// The counters.
+    /// What it has done so far: inserts, splits and migrations.
     pub fn stats(&self) -> ClusterStats {
         self.stats
     }
 
-    /// Chunks per shard.
+    /// Chunks per shard, by shard index: what the classic balancer evens
+    /// out.
     pub fn shard_chunk_counts(&self) -> &[usize] {
         &self.shard_chunks
     }
 
-    /// Documents per shard.
+    /// Documents per shard, by shard index: the data balance, which
+    /// counting chunks does not even out.
     pub fn shard_doc_counts(&self) -> &[u64] {
         &self.shard_docs
     }

@@ -182,3 +182,50 @@ pub struct Targeting {
     /// Distinct shards the query is sent to.
     pub shards: usize,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::logs::Level;
+
+    #[test]
+    fn keys_print_as_shard_collection_takes_them() {
+        let shown: Vec<String> = ShardKey::candidates()
+            .iter()
+            .map(|k| k.to_string())
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "{type: 1}",
+                "{ts: 1}",
+                "{id: 1}",
+                "{id: \"hashed\"}",
+                "{month: 1, type: 1}"
+            ]
+        );
+    }
+
+    #[test]
+    fn key_values_order_as_bson_does() {
+        let log = |ts: i64, log_type| LogDoc {
+            id: 1,
+            log_type,
+            level: Level::Info,
+            ts,
+            month: crate::month_start(ts),
+        };
+        let key = ShardKey::range(&[Field::Month, Field::Type]);
+        let (a, b) = (
+            log(1_700_000_000, LogType::Web),
+            log(1_700_000_000, LogType::Admin),
+        );
+        assert!(key.value_of(&b) < key.value_of(&a), "admin < web");
+        let later = log(1_710_000_000, LogType::Admin);
+        assert!(key.value_of(&a) < key.value_of(&later), "the month first");
+        for d in [a, b, later] {
+            let v = key.value_of(&d);
+            assert!(KeyValue::MIN < v && v < KeyValue::MAX);
+        }
+    }
+}

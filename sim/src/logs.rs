@@ -21,7 +21,7 @@ impl LogType {
     /// [`Row::query_shards`].
     pub const ALL: [LogType; 3] = [LogType::App, LogType::Web, LogType::Admin];
 
-    /// The stored string.
+    /// The value stored in `type`.
     pub fn name(self) -> &'static str {
         match self {
             LogType::App => "app",

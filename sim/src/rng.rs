@@ -47,3 +47,30 @@ pub(crate) fn mix64(mut z: u64) -> u64 {
 pub fn hash64(value: u128) -> u64 {
     mix64((value as u64) ^ mix64((value >> 64) as u64 ^ 0x5EED_0002))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replays_from_its_seed() {
+        let (mut a, mut b) = (SplitMix64::new(2), SplitMix64::new(2));
+        let xs: Vec<u64> = (0..100).map(|_| a.next_u64()).collect();
+        let ys: Vec<u64> = (0..100).map(|_| b.next_u64()).collect();
+        assert_eq!(xs, ys);
+        assert_ne!(SplitMix64::new(3).next_u64(), xs[0]);
+        let mut r = SplitMix64::new(7);
+        assert!((0..10_000).all(|_| r.below(3) < 3));
+    }
+
+    #[test]
+    fn uuids_are_version_4() {
+        let mut r = SplitMix64::new(2);
+        for _ in 0..1_000 {
+            let id = r.uuid_v4();
+            assert_eq!((id >> 76) & 0xF, 4);
+            assert_eq!((id >> 62) & 0x3, 2);
+            assert!(id != 0 && id != u128::MAX);
+        }
+    }
+}
