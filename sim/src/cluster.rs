@@ -35,10 +35,10 @@ pub struct Params {
     /// MongoDB's top-chunk optimization (see the module docs); off by
     /// default.
     pub top_chunk_optimization: bool,
-    /// Insert windows for [`Row::hot_window_share`] (100: 1 % of the
+    /// Insert windows for [`Row::hot_window_share`](crate::Row::hot_window_share) (100: 1 % of the
     /// inserts each).
     pub windows: usize,
-    /// Documents per storage page for [`Row::page_reads_per_moved_doc`]:
+    /// Documents per storage page for [`Row::page_reads_per_moved_doc`](crate::Row::page_reads_per_moved_doc):
     /// a document's page is its insertion index divided by this.
     pub page_docs: usize,
 }
@@ -77,7 +77,7 @@ pub struct ClusterStats {
     pub migrations: u64,
     /// Documents the migrations copied.
     pub docs_moved: u64,
-    /// Storage pages the migrations read (see [`Row::page_reads`]).
+    /// Storage pages the migrations read (see [`Row::page_reads`](crate::Row::page_reads)).
     pub page_reads: u64,
 }
 

@@ -18,7 +18,7 @@ pub enum LogType {
 
 impl LogType {
     /// The three types, in the order of [`Workload::mix`] and
-    /// [`Row::query_shards`].
+    /// [`Row::query_shards`](crate::Row::query_shards).
     pub const ALL: [LogType; 3] = [LogType::App, LogType::Web, LogType::Admin];
 
     /// The value stored in `type`.

@@ -73,7 +73,7 @@ impl<T: ShardKeyed> Sharded<T> {
     /// Creates what [`declared`](Self::declared) lists and the deployment
     /// lacks: the shard key's index, and on a sharded cluster the
     /// collection sharded on it. The same as
-    /// [`Model::ensure`] for this repository; unlike
+    /// [`Model::ensure`](crate::Model::ensure) for this repository; unlike
     /// [`ensure_sharded`](Self::ensure_sharded) it succeeds on a replica
     /// set (sharding noted as not applicable).
     pub fn ensure(&self) -> crate::ensure::EnsureAction<'_> {
