@@ -1,7 +1,7 @@
-//! The seed's five shard keys for application logs, compared on the
-//! simulator in `mongo_patterns::shard_key::simulate` (seed 002). No server:
-//! a deterministic model of chunks, splits, jumbo chunks, the classic
-//! balancer and mongos's targeting (its rules are in that module's docs).
+//! Five shard keys for application logs, compared on the simulator of the
+//! `mongo-patterns-sim` crate. No server: a deterministic model of chunks,
+//! splits, jumbo chunks, the classic balancer and mongos's targeting (its
+//! rules are in that crate's docs).
 //!
 //! A program, not a test: the parameters and a markdown table go to stdout,
 //! timings to stderr.
@@ -24,7 +24,8 @@
 
 use std::time::Instant;
 
-use mongo_patterns::shard_key::simulate::{add_months, compare, markdown_table, Params, Workload};
+use mongo_patterns_sim::{add_months, compare, markdown_table, Params, Workload};
+use mongo_patterns_testkit::bench;
 
 struct Args {
     workload: Workload,
@@ -78,20 +79,15 @@ impl Args {
 }
 
 fn num<T: std::str::FromStr>(s: &str) -> T {
-    s.replace('_', "")
-        .parse()
-        .unwrap_or_else(|_| usage(&format!("`{s}` is not a number")))
+    bench::num(s, usage)
 }
 
 fn usage(err: &str) -> ! {
-    if !err.is_empty() {
-        eprintln!("error: {err}");
-    }
-    eprintln!(
-        "usage: cargo bench --bench shard_sim -- [--logs N] [--shards N] [--chunk-docs N] \
-         [--seed N] [--balance-every N] [--top-chunk]"
-    );
-    std::process::exit(if err.is_empty() { 0 } else { 2 })
+    bench::usage(
+        "cargo bench --bench shard_sim -- [--logs N] [--shards N] [--chunk-docs N] \
+         [--seed N] [--balance-every N] [--top-chunk]",
+        err,
+    )
 }
 
 /// `2023-01` for the month starting at `secs`.
@@ -110,7 +106,7 @@ fn main() {
     eprintln!("simulated 5 keys in {:.2?}", started.elapsed());
 
     let last = add_months(w.start, w.months - 1);
-    println!("## Shard keys for application logs, simulated (seed 002)\n");
+    println!("## Shard keys for application logs, simulated\n");
     println!(
         "- workload: {} logs in `ts` order over {} months ({} to {}), types app/web/admin \
          {}/{}/{} %, random UUID ids, seed {}",

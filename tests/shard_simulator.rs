@@ -1,6 +1,7 @@
-//! The shard key simulator on application logs, no server needed.
+//! The shard key simulator (`mongo-patterns-sim`) on application logs, no
+//! server needed.
 //!
-//! The seed's comparison runs on a reduced workload: 200,000 logs over 24
+//! The comparison runs on a reduced workload: 200,000 logs over 24
 //! months with chunks of 8,192 documents. That size is chosen, not scaled
 //! blindly: a 31-day month holds about 6,800 `app` logs, which fits in one
 //! chunk, so `{month: 1, type: 1}` has no jumbo chunk. With chunks of
@@ -10,7 +11,7 @@
 
 use std::sync::OnceLock;
 
-use mongo_patterns::shard_key::simulate::{
+use mongo_patterns_sim::{
     add_months, compare, encode_time, generate, hash64, migration_threshold, month_start, simulate,
     Cluster, Field, KeyValue, Level, LogDoc, LogType, Params, Predicate, Query, Row, ShardKey,
     Workload,
@@ -29,7 +30,7 @@ fn workload() -> Workload {
     }
 }
 
-/// The seed's five keys on the reduced workload, replayed once for all the
+/// The five candidate keys on the reduced workload, replayed once for all the
 /// tests of this file.
 fn rows() -> &'static [Row] {
     static ROWS: OnceLock<Vec<Row>> = OnceLock::new();
@@ -50,10 +51,10 @@ const HASHED: &str = "{id: \"hashed\"}";
 const MONTH_TYPE: &str = "{month: 1, type: 1}";
 
 #[test]
-fn the_table_has_the_five_keys_in_the_seeds_order() {
+fn the_table_has_the_five_candidate_keys_in_order() {
     let keys: Vec<&str> = rows().iter().map(|r| r.key.as_str()).collect();
     assert_eq!(keys, [TYPE, TS, ID, HASHED, MONTH_TYPE]);
-    let table = mongo_patterns::shard_key::simulate::markdown_table(rows());
+    let table = mongo_patterns_sim::markdown_table(rows());
     assert_eq!(table.lines().count(), 2 + 5, "{table}");
     assert!(table.contains("| `{month: 1, type: 1}` |"), "{table}");
 }
@@ -213,7 +214,7 @@ fn replays_are_deterministic() {
 }
 
 #[test]
-fn the_workload_is_the_seeds() {
+fn the_default_workload_is_two_years_of_skewed_logs() {
     let w = Workload {
         logs: 48_000,
         ..Workload::default()
@@ -241,7 +242,7 @@ fn the_workload_is_the_seeds() {
 
 #[test]
 fn months_are_calendar_months_in_utc() {
-    assert_eq!(month_start(1_635_132_899), 1_633_046_400); // the seed's ts → 2021-10-01
+    assert_eq!(month_start(1_635_132_899), 1_633_046_400); // 2021-10-25T03:34:59 → 2021-10-01
     assert_eq!(month_start(1_709_251_199), 1_706_745_600); // 2024-02-29T23:59:59 → 2024-02-01
     assert_eq!(month_start(1_709_251_200), 1_709_251_200); // 2024-03-01 is its own month
     assert_eq!(add_months(1_706_702_400, 1), 1_706_745_600); // 2024-01-31 → 2024-02-01

@@ -1,0 +1,95 @@
+//! The repository's actions: each holds its arguments, options and session,
+//! with the setters that apply, and runs by `.await`.
+
+use std::future::IntoFuture;
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use mongodb::bson::Document;
+use mongodb::ClientSession;
+
+use super::{Audit, KeyAnalysis, ShardKeyed, Sharded};
+use crate::action::Options;
+use crate::error::Result;
+
+/// An action of the repository: a struct holding the arguments, its
+/// options and session, with the setters that apply, run by `.await`.
+macro_rules! action {
+    (
+        $(#[$doc:meta])*
+        $name:ident { $($field:ident: $ty:ty),* $(,)? } -> $out:ty, $kind:ident, $run:ident
+    ) => {
+        $(#[$doc])*
+        #[must_use = "does nothing unless awaited"]
+        pub struct $name<'a, T: Send + Sync> {
+            pub(super) repo: &'a Sharded<T>,
+            $(pub(super) $field: $ty,)*
+            pub(super) options: Options,
+            pub(super) session: Option<&'a mut ClientSession>,
+        }
+
+        impl<'a, T: ShardKeyed> $name<'a, T> {
+            crate::action::setters!('a; $kind);
+        }
+
+        impl<'a, T: ShardKeyed> IntoFuture for $name<'a, T> {
+            type Output = Result<$out>;
+            type IntoFuture = BoxFuture<'a, Result<$out>>;
+
+            fn into_future(self) -> Self::IntoFuture {
+                Box::pin(async move {
+                    let $name { repo, $($field,)* options, session } = self;
+                    let cx = repo.cx(options, session).await;
+                    repo.$run($($field,)* cx).await
+                })
+            }
+        }
+    };
+}
+
+action! {
+    /// [`Sharded::insert`]: write options (`write_concern`, `comment`,
+    /// `max_time`) and `session`.
+    Insert { item: &'a T } -> (), write, insert_in
+}
+
+action! {
+    /// [`Sharded::insert_many`]: write options and `session`.
+    InsertMany { items: &'a [T] } -> (), write, insert_many_in
+}
+
+action! {
+    /// [`Sharded::replace`]: write options and `session`. The lookup by
+    /// `_id` after a miss always reads the primary: it decides the write.
+    Replace { item: &'a T } -> bool, write, replace_in
+}
+
+action! {
+    /// [`Sharded::upsert`]: as [`Replace`].
+    Upsert { item: &'a T } -> bool, write, upsert_in
+}
+
+action! {
+    /// [`Sharded::update`]: as [`Replace`].
+    Update { point: Result<Document>, filter: Document, update: Document } -> u64, write, update_in
+}
+
+action! {
+    /// [`Sharded::find`], [`Sharded::find_by_hashed`] and
+    /// [`Sharded::scatter`]: read options (`read_concern`,
+    /// `selection_criteria`, `comment`, `max_time`) and `session`. `.await`
+    /// sends the `find` and gives the documents as a stream, as the
+    /// driver's `find` gives a cursor; with a session, the stream borrows
+    /// it until dropped.
+    Find { filter: Result<Document>, scatter: bool } -> BoxStream<'a, Result<T>>, read, find_in
+}
+
+action! {
+    /// [`Sharded::audit`]: read options and `session`.
+    AuditKeys { max: usize } -> Audit, read, audit_in
+}
+
+action! {
+    /// [`Sharded::analyze`]: read options and `session`.
+    Analyze { key: &'a [&'a str], sample: u32 } -> KeyAnalysis, read, analyze_in
+}
