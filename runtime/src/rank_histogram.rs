@@ -111,7 +111,7 @@ mod write;
 pub use actions::{
     Change, Delete, Histogram, Insert, RankOf, Rebuild, Record, Remove, Top, UpdateScore,
 };
-pub use score::{BoardKey, FloatScore, Number, RankScore};
+pub use score::{BoardKey, Number, RankScore};
 
 use txn::SourceOp;
 use write::{Delta, Txn};
@@ -183,6 +183,17 @@ pub trait RankHistogram:
         Ranks::new(db)
     }
 }
+
+/// Scores `precision` can round: floating-point ones.
+#[diagnostic::on_unimplemented(
+    message = "`precision` rounds floating-point scores, and `{Self}` is not one",
+    label = "integer scores are exact",
+    note = "remove `precision`, or store the score as an f64"
+)]
+pub trait FloatScore {}
+
+impl FloatScore for f32 {}
+impl FloatScore for f64 {}
 
 /// Where a score stands on its board.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

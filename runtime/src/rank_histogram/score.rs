@@ -33,14 +33,6 @@ pub trait RankScore: Copy + Serialize + DeserializeOwned + Send + Sync + 'static
     fn to_number(self) -> Number;
 }
 
-/// Scores `precision` can round: floating-point ones.
-#[diagnostic::on_unimplemented(
-    message = "`precision` rounds floating-point scores, and `{Self}` is not one",
-    label = "integer scores are exact",
-    note = "remove `precision`, or store the score as an f64"
-)]
-pub trait FloatScore {}
-
 /// A score as a number: integers stay integers, so that they compare and
 /// store exactly.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -76,9 +68,6 @@ impl RankScore for f32 {
         Number::Float(f64::from(self))
     }
 }
-
-impl FloatScore for f32 {}
-impl FloatScore for f64 {}
 
 impls!(BoardKey: i8, i16, i32, i64, u8, u16, u32, u64, String, bson::oid::ObjectId, bson::Uuid);
 
