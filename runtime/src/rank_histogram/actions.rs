@@ -7,6 +7,7 @@ use futures::future::BoxFuture;
 use mongodb::bson::{Bson, Document};
 use mongodb::ClientSession;
 
+use super::score::AnyScore;
 use super::{Rank, RankHistogram, Ranks, ScoreCount, SourceOp};
 use crate::action::Options;
 use crate::error::Result;
@@ -19,7 +20,7 @@ macro_rules! actions {
     )*) => {$(
         $(#[$doc])*
         #[must_use = "does nothing unless awaited"]
-        pub struct $name<'a, T: RankHistogram> {
+        pub struct $name<'a, T: Send + Sync> {
             repo: &'a Ranks<T>,
             $($field: $ty,)*
             options: Options,
@@ -88,7 +89,7 @@ actions! {
     |repo, o, s| repo.run_atomically(SourceOp::Insert(doc), o, s).await.map(drop);
 
     /// [`Ranks::update_score`]: writes in a transaction.
-    UpdateScore[write] -> bool { args: (Document, T::Score) }
+    UpdateScore[write] -> bool { args: (Document, Box<dyn AnyScore>) }
     |repo, o, s| repo.run_atomically(SourceOp::Update(args.0, args.1), o, s).await;
 
     /// [`Ranks::delete`]: writes in a transaction.

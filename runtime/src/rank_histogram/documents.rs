@@ -1,0 +1,576 @@
+//! The `"documents"` layout: one document per (board, score),
+//! `{_id: {b: board, s: score}, count}`, and a marker
+//! `{_id: {b: board, s: MinKey}, count: 0}` that keeps an emptied board
+//! known. A write is one ordered `bulkWrite` (MongoDB 8.0+), or an `update`
+//! and a `delete` command on a server that refuses it.
+
+use mongodb::bson;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use futures::future::BoxFuture;
+use futures::TryStreamExt;
+use mongodb::bson::{doc, Bson, Document};
+use mongodb::ClientSession;
+
+use super::read::read_options;
+use super::score::as_number;
+use super::write::{backoff, refuse, Delta, Txn, RETRY_BOUND};
+use super::{RankHistogram, RankSpec, Ranks, Store, ARRAY_LIMIT};
+use crate::action::Options;
+use crate::error::code::{COMMAND_NOT_FOUND, DUPLICATE_KEY, REFUSED, WRITE_CONFLICT};
+use crate::error::{server_codes, Error, Result};
+
+pub(super) struct DocumentStore;
+
+impl<T: RankHistogram> Store<T> for DocumentStore {
+    fn rank_pipeline(&self, spec: &RankSpec, board: &Bson, score: &Bson) -> Vec<Document> {
+        let better = if spec.descending { "$gt" } else { "$lt" };
+        let when = |cond: Document, then: Bson| doc! {"$sum": {"$cond": [cond, then, 0]}};
+        vec![
+            doc! {"$match": crate::util::id_range("b", board)},
+            doc! {"$group": {
+                "_id": Bson::Null,
+                "above": when(doc! {better: ["$_id.s", score]}, "$count".into()),
+                "distinctAbove": when(
+                    doc! {"$and": [{better: ["$_id.s", score]}, {"$gt": ["$count", 0]}]},
+                    1.into(),
+                ),
+                "ties": when(doc! {"$eq": ["$_id.s", score]}, "$count".into()),
+                "total": {"$sum": "$count"},
+                // One damaged document, if any (`$max` skips nulls).
+                "bad": {"$max": {"$cond": [valid_document(), Bson::Null, "$$ROOT"]}},
+            }},
+        ]
+    }
+
+    fn rank_damage<'a>(
+        &'a self,
+        r: &'a Ranks<T>,
+        _board: &'a Bson,
+        reply: &'a Document,
+    ) -> BoxFuture<'a, Option<Error>> {
+        let damage = reply.get_document("bad").ok().map(|bad| {
+            let id = bad.get("_id").cloned().unwrap_or(Bson::Null);
+            let (field, problem) = document_problem(bad)
+                .unwrap_or_else(|| ("count".into(), "fails the count check".into()));
+            Error::damaged(r.hist.name(), id, field, problem)
+        });
+        Box::pin(std::future::ready(damage))
+    }
+
+    fn write<'a>(
+        &'a self,
+        r: &'a Ranks<T>,
+        board: &'a Bson,
+        delta: Delta<'a>,
+        o: &'a Options,
+        session: Option<&'a mut ClientSession>,
+        txn: Txn,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(write(r, board, delta, o, session, txn))
+    }
+
+    fn rows<'a>(
+        &'a self,
+        r: &'a Ranks<T>,
+        board: &'a Bson,
+        limit: Option<u32>,
+        o: Options,
+        session: Option<&'a mut ClientSession>,
+    ) -> BoxFuture<'a, Result<Vec<(Bson, Document)>>> {
+        Box::pin(rows(r, board, limit, o, session))
+    }
+
+    fn replace<'a>(
+        &'a self,
+        r: &'a Ranks<T>,
+        board: &'a Bson,
+        scores: Vec<(Bson, u64)>,
+        o: Options,
+        mut session: Option<&'a mut ClientSession>,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let delete = r
+                .hist
+                .delete_many(crate::util::id_range("b", board))
+                .with_options(o.driver());
+            crate::action::run!(delete, session.as_deref_mut())?;
+            let mut docs: Vec<Document> = scores
+                .iter()
+                .map(|(s, n)| doc! {"_id": {"b": board, "s": s}, "count": *n as i64})
+                .collect();
+            // The marker that keeps an emptied board known.
+            docs.push(doc! {"_id": {"b": board, "s": Bson::MinKey}, "count": 0_i64});
+            let insert = r.hist.insert_many(docs).with_options(o.driver());
+            crate::action::run!(insert, session)?;
+            Ok(())
+        })
+    }
+}
+
+/// The documents layout's write, in order: check the target of `+1`
+/// when a `-1` comes first, `-1` (refused, writing nothing, when nobody
+/// holds the score), the board's marker, the removal of a score that
+/// reached 0, then `+1`. One `bulkWrite` command (one round trip) on
+/// MongoDB 8.0+; on an older server, which refuses `bulkWrite`, an
+/// `update` command with the update statements, then a `delete` command
+/// for the emptied score (two round trips when a `-1` is sent, one
+/// otherwise).
+async fn write<T: RankHistogram>(
+    r: &Ranks<T>,
+    board: &Bson,
+    delta: Delta<'_>,
+    o: &Options,
+    session: Option<&mut ClientSession>,
+    txn: Txn,
+) -> Result<()> {
+    let in_transaction = txn != Txn::No;
+    let id = |s: &Bson| doc! {"b": board, "s": s};
+    let valid = doc! {"$and": [
+        {"$in": [{"$type": "$count"}, ["int", "long"]]},
+        {"$gte": ["$count", 0]},
+    ]};
+    let set = |s: &Bson, set: Bson, upsert: bool| Statement::Update {
+        filter: doc! {"_id": id(s)},
+        update: bson::bson!([{"$set": {"count": set}}]),
+        upsert,
+    };
+    let mut ops = Vec::new();
+    if let Some(d) = delta.dec {
+        if let Some(i) = delta.inc {
+            // Nothing is written when the `+1` would land on a damaged
+            // count.
+            let same = bson::bson!({"$cond": [&valid, "$count", refuse()]});
+            ops.push(set(i, same, false));
+        }
+        let minus = bson::bson!({"$cond": [
+            {"$and": [&valid, {"$gt": ["$count", 0]}]},
+            {"$add": ["$count", -1_i64]},
+            refuse(),
+        ]});
+        // An upsert, so that a missing score is refused rather than
+        // matching nothing while the `+1` goes ahead.
+        ops.push(set(d, minus, true));
+        ops.push(Statement::Update {
+            filter: doc! {"_id": id(&Bson::MinKey)},
+            update: bson::bson!({"$setOnInsert": {"count": 0_i64}}),
+            upsert: true,
+        });
+        ops.push(Statement::Delete {
+            filter: doc! {"_id": id(d), "count": 0},
+        });
+    }
+    if let Some(i) = delta.inc {
+        let plus = bson::bson!({"$cond": [
+            {"$eq": [{"$type": "$count"}, "missing"]},
+            1_i64,
+            {"$cond": [&valid, {"$add": ["$count", 1_i64]}, refuse()]},
+        ]});
+        ops.push(set(i, plus, true));
+    }
+    // The fallback's order: the updates, then the delete. A `+1` that
+    // lands before the delete leaves its count above 0, so the delete
+    // (of a count of 0 only) removes the same scores.
+    // Chosen once per call, so that a clone learning of a refusal
+    // meanwhile does not change the order under a resumed call.
+    // Not as a caller's transaction's possibly first command: the driver
+    // adds `readConcern` to that one, which `bulkWrite` refuses.
+    let mut bulk = uses_bulk_write(r) && txn != Txn::Callers;
+    if !bulk {
+        ops.sort_by_key(|op| matches!(op, Statement::Delete { .. }));
+    }
+    let mut session = session;
+    let (mut from, mut resumed, started) = (0, 0, Instant::now());
+    loop {
+        let failed = if bulk {
+            match bulk_write_once(r, &ops[from..], o, session.as_deref_mut(), in_transaction).await
+            {
+                Err(e) if refused_bulk_write(&e) => {
+                    // Nothing was written: the server does not know the
+                    // command. Inside a transaction the whole
+                    // transaction is rerun, as the server may have
+                    // aborted it.
+                    r.no_bulk_write.store(true, Ordering::Relaxed);
+                    if in_transaction {
+                        return Err(Error::Raced(e));
+                    }
+                    bulk = false;
+                    ops[from..].sort_by_key(|op| matches!(op, Statement::Delete { .. }));
+                    continue;
+                }
+                other => other?,
+            }
+        } else {
+            commands_once(r, &ops[from..], o, session.as_deref_mut(), in_transaction).await?
+        };
+        let Some((idx, e)) = failed else {
+            return Ok(());
+        };
+        match server_codes(&e).first().copied().unwrap_or_default() {
+            // Inside a transaction the server aborted it: it is rerun.
+            DUPLICATE_KEY | WRITE_CONFLICT if in_transaction => return Err(Error::Raced(e)),
+            // A concurrent writer created the document first (that
+            // upsert is now an update), or wrote it at the same time:
+            // what came before is written, so go on from there.
+            DUPLICATE_KEY | WRITE_CONFLICT if started.elapsed() < RETRY_BOUND => {
+                from += idx;
+                tokio::time::sleep(backoff(resumed)).await;
+                resumed += 1;
+            }
+            DUPLICATE_KEY | WRITE_CONFLICT => {
+                return Err(Error::Contended {
+                    operation: "rank write",
+                    attempts: resumed as usize + 1,
+                })
+            }
+            REFUSED => return Err(why_not_written(r, board, delta).await),
+            _ => return Err(Error::Database(e)),
+        }
+    }
+}
+
+/// Whether the documents layout sends `bulkWrite`: allowed, and not
+/// refused by this deployment yet.
+fn uses_bulk_write<T: RankHistogram>(r: &Ranks<T>) -> bool {
+    r.bulk_write && !r.no_bulk_write.load(Ordering::Relaxed)
+}
+
+/// `ops` as one ordered `bulkWrite` command; the first failed one, as
+/// (index in `ops`, the server's error). A `writeConcernError` is the
+/// error of the whole command.
+async fn bulk_write_once<T: RankHistogram>(
+    r: &Ranks<T>,
+    ops: &[Statement],
+    o: &Options,
+    session: Option<&mut ClientSession>,
+    in_transaction: bool,
+) -> std::result::Result<Option<(usize, mongodb::error::Error)>, mongodb::error::Error> {
+    let ops: Vec<Document> = ops
+        .iter()
+        .map(|op| match op {
+            Statement::Update {
+                filter,
+                update,
+                upsert,
+            } => doc! {
+                "update": 0, "filter": filter, "multi": false, "upsert": upsert,
+                "updateMods": update,
+            },
+            Statement::Delete { filter } => {
+                doc! {"delete": 0, "filter": filter, "multi": false}
+            }
+        })
+        .collect();
+    let ns = format!("{}.{}", r.db.name(), r.hist.name());
+    let mut command = doc! {
+        r.bulk_command: 1, "ops": ops, "nsInfo": [{"ns": &ns}],
+        "ordered": true, "errorsOnly": true,
+    };
+    command_options(r, &mut command, o, in_transaction)?;
+    let admin = r.db.client().database("admin");
+    let reply = crate::action::run!(admin.run_command(command), session)?;
+    if let Some(failed) = first_bulk_error(&reply) {
+        return Ok(Some(failed));
+    }
+    crate::action::command_write_errors(&reply)?;
+    Ok(None)
+}
+
+/// `o` on a `run_command` write, which inherits nothing: the effective
+/// write concern (the operation's, else the histogram collection's,
+/// which has the database's and the client's), except inside a
+/// transaction, whose own applies.
+fn command_options<T: RankHistogram>(
+    r: &Ranks<T>,
+    command: &mut Document,
+    o: &Options,
+    in_txn: bool,
+) -> Result<()> {
+    let inherited = if in_txn { None } else { r.hist.write_concern() };
+    o.command_fields(command, inherited, true)
+}
+
+/// `ops` as the commands every server takes: one ordered `update`
+/// command with the update statements, then one `delete` command (the
+/// fallback sorts the delete last). The first failed statement, as
+/// (index in `ops`, code, message).
+async fn commands_once<T: RankHistogram>(
+    r: &Ranks<T>,
+    ops: &[Statement],
+    o: &Options,
+    mut session: Option<&mut ClientSession>,
+    in_transaction: bool,
+) -> Result<Option<(usize, mongodb::error::Error)>> {
+    let split = ops
+        .iter()
+        .position(|op| matches!(op, Statement::Delete { .. }))
+        .unwrap_or(ops.len());
+    let (updates, deletes) = ops.split_at(split);
+    let mut commands = Vec::new();
+    if !updates.is_empty() {
+        let stmts: Vec<Document> = updates
+            .iter()
+            .filter_map(|op| match op {
+                Statement::Update {
+                    filter,
+                    update,
+                    upsert,
+                } => Some(doc! {"q": filter, "u": update, "upsert": upsert, "multi": false}),
+                Statement::Delete { .. } => None,
+            })
+            .collect();
+        commands.push((
+            0,
+            doc! {"update": r.hist.name(), "updates": stmts, "ordered": true},
+        ));
+    }
+    if !deletes.is_empty() {
+        let stmts: Vec<Document> = deletes
+            .iter()
+            .filter_map(|op| match op {
+                Statement::Delete { filter } => Some(doc! {"q": filter, "limit": 1}),
+                Statement::Update { .. } => None,
+            })
+            .collect();
+        commands.push((
+            split,
+            doc! {"delete": r.hist.name(), "deletes": stmts, "ordered": true},
+        ));
+    }
+    for (offset, mut command) in commands {
+        command_options(r, &mut command, o, in_transaction)?;
+        let run = r.db.run_command(command);
+        let reply = crate::action::run!(run, session.as_deref_mut())?;
+        if let Some((idx, e)) = first_write_error(&reply) {
+            return Ok(Some((offset + idx, e)));
+        }
+        crate::action::command_write_errors(&reply)?;
+    }
+    Ok(None)
+}
+
+async fn rows<T: RankHistogram>(
+    r: &Ranks<T>,
+    board: &Bson,
+    limit: Option<u32>,
+    o: Options,
+    mut session: Option<&mut ClientSession>,
+) -> Result<Vec<(Bson, Document)>> {
+    let dir = if r.spec.descending { -1 } else { 1 };
+    let mut filter = crate::util::id_range("b", board);
+    // Count 0: the board's marker (and emptied scores a former
+    // version kept); anything else is checked below.
+    filter.insert("count", doc! {"$ne": 0});
+    let o = read_options(o, session.as_deref_mut()).await;
+    let find = r
+        .hist
+        .find(filter)
+        .with_options(o.driver())
+        .sort(doc! {"_id": dir})
+        .batch_size(limit.unwrap_or(ARRAY_LIMIT as u32));
+    let find = match limit {
+        Some(n) => find.limit(i64::from(n)),
+        None => find,
+    };
+    let docs: Vec<Document> = all_of!(find, session.as_deref_mut());
+    let mut rows = Vec::with_capacity(docs.len());
+    for d in docs {
+        let id = d.get("_id").cloned().unwrap_or(Bson::Null);
+        if let Some((field, problem)) = document_problem(&d) {
+            return Err(Error::damaged(r.hist.name(), id, field, problem));
+        }
+        let s = d
+            .get_document("_id")
+            .ok()
+            .and_then(|i| i.get("s").cloned())
+            .unwrap_or(Bson::Null);
+        let count = d.get("count").cloned().unwrap_or(Bson::Null);
+        rows.push((id, doc! {"score": s, "count": count}));
+    }
+    if rows.is_empty() {
+        let any = r
+            .hist
+            .find_one(crate::util::id_range("b", board))
+            .with_options(o.driver());
+        if crate::action::run!(any, session)?.is_none() {
+            return Err(r.unknown_board(board));
+        }
+    }
+    Ok(rows)
+}
+
+/// After a write that was refused: a damaged board, an unknown board, or a
+/// score nobody holds.
+async fn why_not_written<T: RankHistogram>(r: &Ranks<T>, board: &Bson, delta: Delta<'_>) -> Error {
+    match board_damage(r, board).await {
+        Err(e) => return e,
+        Ok(Some(e)) => return e,
+        Ok(None) => {}
+    }
+    let found = r.hist.find_one(crate::util::id_range("b", board)).await;
+    r.not_written(board, delta, found)
+}
+
+/// [`Error::Damaged`] for the first broken document of `board`, if any.
+async fn board_damage<T: RankHistogram>(r: &Ranks<T>, board: &Bson) -> Result<Option<Error>> {
+    let mut filter = crate::util::id_range("b", board);
+    filter.insert(
+        "$or",
+        vec![
+            doc! {"count": {"$not": {"$type": ["int", "long"]}}},
+            doc! {"count": {"$lt": 0}},
+            doc! {"_id.s": {"$not": {"$type": "number"}}},
+        ],
+    );
+    let suspects: Vec<Document> = r.hist.find(filter).limit(16).await?.try_collect().await?;
+    Ok(suspects.iter().find_map(|d| {
+        let (field, problem) = document_problem(d)?;
+        let id = d.get("_id").cloned().unwrap_or(Bson::Null);
+        Some(Error::damaged(r.hist.name(), id, field, problem))
+    }))
+}
+
+/// The first failed operation of a `bulkWrite` reply: (index, the server's
+/// error).
+fn first_bulk_error(reply: &Document) -> Option<(usize, mongodb::error::Error)> {
+    if reply.get("nErrors").and_then(crate::util::int).unwrap_or(0) == 0 {
+        return None;
+    }
+    let batch = reply
+        .get_document("cursor")
+        .ok()
+        .and_then(|c| c.get_array("firstBatch").ok());
+    let failed = batch
+        .into_iter()
+        .flatten()
+        .filter_map(Bson::as_document)
+        .find(|r| r.get("ok").and_then(Bson::as_f64) == Some(0.0) || r.contains_key("code"));
+    Some(match failed {
+        Some(r) => (index_of(r, "idx"), write_error(r)),
+        None => (
+            0,
+            mongodb::error::Error::custom("bulkWrite reported an error it did not list"),
+        ),
+    })
+}
+
+fn index_of(entry: &Document, field: &str) -> usize {
+    entry
+        .get(field)
+        .and_then(crate::util::int)
+        .and_then(|i| usize::try_from(i).ok())
+        .unwrap_or(0)
+}
+
+/// A failed statement of a reply as the driver's write error: its code,
+/// code name, message and details kept.
+fn write_error(entry: &Document) -> mongodb::error::Error {
+    use mongodb::error::{ErrorKind, WriteError, WriteFailure};
+    let code = entry
+        .get("code")
+        .and_then(crate::util::int)
+        .and_then(|c| i32::try_from(c).ok())
+        .unwrap_or_default();
+    let mut w = doc! {"code": code, "errmsg": entry.get_str("errmsg").unwrap_or("write error")};
+    for field in ["codeName", "errInfo"] {
+        if let Some(v) = entry.get(field) {
+            w.insert(field, v.clone());
+        }
+    }
+    match crate::compat::from_document::<WriteError>(w) {
+        Ok(w) => ErrorKind::Write(WriteFailure::WriteError(w)).into(),
+        Err(e) => mongodb::error::Error::custom(format!("unreadable write error {entry}: {e}")),
+    }
+}
+
+/// One statement of a documents-layout write.
+enum Statement {
+    Update {
+        filter: Document,
+        update: Bson,
+        upsert: bool,
+    },
+    Delete {
+        filter: Document,
+    },
+}
+
+/// The first failed statement of an `update` or `delete` command's reply:
+/// (index, the server's error).
+pub(super) fn first_write_error(reply: &Document) -> Option<(usize, mongodb::error::Error)> {
+    let errors = reply.get_array("writeErrors").ok()?;
+    let first = errors
+        .iter()
+        .filter_map(Bson::as_document)
+        .min_by_key(|e| e.get("index").and_then(crate::util::int).unwrap_or(0));
+    Some(match first {
+        Some(e) => (index_of(e, "index"), write_error(e)),
+        None => (
+            0,
+            mongodb::error::Error::custom("the reply listed a write error it did not describe"),
+        ),
+    })
+}
+
+/// Whether the server refused `bulkWrite` as a command it does not know
+/// (CommandNotFound, code 59: "no such command: 'bulkWrite'" on mongod
+/// before 8.0).
+pub(super) fn refused_bulk_write(e: &mongodb::error::Error) -> bool {
+    match &*e.kind {
+        mongodb::error::ErrorKind::Command(c) => {
+            let m = c.message.to_ascii_lowercase();
+            c.code == COMMAND_NOT_FOUND
+                || m.contains("no such command")
+                || m.contains("no such cmd")
+                || m.contains("unrecognized command")
+        }
+        _ => false,
+    }
+}
+
+/// Whether a document of the documents layout is well-formed: a numeric
+/// score with an integer count ≥ 0, or the board's marker with count 0.
+fn valid_document() -> Bson {
+    bson::bson!({"$cond": [
+        {"$eq": [{"$type": "$_id.s"}, "minKey"]},
+        {"$and": [{"$in": [{"$type": "$count"}, ["int", "long"]]}, {"$eq": ["$count", 0]}]},
+        {"$and": [
+            {"$isNumber": "$_id.s"},
+            {"$in": [{"$type": "$count"}, ["int", "long"]]},
+            {"$gte": ["$count", 0]},
+        ]},
+    ]})
+}
+
+/// What is wrong with a document of the documents layout, if anything.
+pub(super) fn document_problem(d: &Document) -> Option<(String, String)> {
+    let s = d.get_document("_id").ok().and_then(|id| id.get("s"));
+    let count = d.get("count");
+    let found = || count.map_or("nothing".to_owned(), Bson::to_string);
+    if matches!(s, Some(Bson::MinKey)) {
+        return match count.and_then(crate::util::int) {
+            Some(0) if matches!(count, Some(Bson::Int32(_) | Bson::Int64(_))) => None,
+            _ => Some((
+                "count".into(),
+                format!("holds {} on the board's marker, which holds 0", found()),
+            )),
+        };
+    }
+    if s.and_then(as_number).is_none() {
+        let s = s.map_or("nothing".to_owned(), Bson::to_string);
+        return Some(("_id.s".into(), format!("holds {s}, not a number")));
+    }
+    match count {
+        Some(Bson::Int32(n)) if *n >= 0 => None,
+        Some(Bson::Int64(n)) if *n >= 0 => None,
+        Some(Bson::Int32(_) | Bson::Int64(_)) => Some((
+            "count".into(),
+            format!("is {}: a count cannot be negative", found()),
+        )),
+        _ => Some((
+            "count".into(),
+            format!("holds {}, not an integer count", found()),
+        )),
+    }
+}

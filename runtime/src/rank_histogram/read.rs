@@ -1,0 +1,148 @@
+//! The reads every layout shares: `rank`, `top` and `histogram` around
+//! each layout's own query.
+
+use futures::TryStreamExt;
+use mongodb::bson::{Bson, Document};
+use mongodb::{ClientSession, Collection};
+
+use super::{Rank, RankHistogram, Ranks, ScoreCount};
+use crate::action::Options;
+use crate::error::{Error, Result};
+
+impl<T: RankHistogram> Ranks<T> {
+    pub(super) async fn run_rank(
+        &self,
+        args: Result<(Bson, Bson)>,
+        o: Options,
+        session: Option<&mut ClientSession>,
+    ) -> Result<Rank> {
+        let (b, s) = args?;
+        let pipeline = self.rank_pipeline(&b, &s);
+        let Some(d) = first_of(&self.hist, pipeline, o, session).await? else {
+            return Err(self.unknown_board(&b));
+        };
+        if let Some(e) = self.store().rank_damage(self, &b, &d).await {
+            return Err(e);
+        }
+        let get = |f: &str| self.reply_count(&d, f, &b);
+        let (above, distinct_above, ties, total) = (
+            get("above")?,
+            get("distinctAbove")?,
+            get("ties")?,
+            get("total")?,
+        );
+        Ok(Rank {
+            rank: above + 1,
+            dense: distinct_above + 1,
+            above,
+            ties,
+            total,
+        })
+    }
+
+    pub(super) async fn run_top(
+        &self,
+        args: Result<(Bson, u32)>,
+        o: Options,
+        session: Option<&mut ClientSession>,
+    ) -> Result<Vec<ScoreCount<T::Score>>> {
+        let (b, places) = args?;
+        if places == 0 {
+            return Ok(Vec::new());
+        }
+        let mut all = self.read(&b, Some(places), o, session).await?;
+        all.retain(|s| s.rank <= u64::from(places));
+        Ok(all)
+    }
+
+    pub(super) async fn run_histogram(
+        &self,
+        board: Result<Bson>,
+        o: Options,
+        session: Option<&mut ClientSession>,
+    ) -> Result<Vec<ScoreCount<T::Score>>> {
+        self.read(&board?, None, o, session).await
+    }
+
+    /// A board's scores best first, with ranks; at most `limit` scores.
+    async fn read(
+        &self,
+        board: &Bson,
+        limit: Option<u32>,
+        o: Options,
+        session: Option<&mut ClientSession>,
+    ) -> Result<Vec<ScoreCount<T::Score>>> {
+        let rows = self.store().rows(self, board, limit, o, session).await?;
+        let mut out = Vec::with_capacity(rows.len());
+        let mut above = 0;
+        for (id, row) in rows {
+            let n = self.reply_count(&row, "count", &id)?;
+            let s = row.get("score").cloned().unwrap_or(Bson::Null);
+            let score = crate::compat::from_bson::<T::Score>(s.clone()).map_err(|e| {
+                Error::UnexpectedDocument {
+                    collection: self.hist.name().to_owned(),
+                    id: Box::new(id.clone()),
+                    source: e,
+                }
+            })?;
+            out.push(ScoreCount {
+                score,
+                count: n,
+                rank: above + 1,
+            });
+            above += n;
+        }
+        Ok(out)
+    }
+
+    /// A count in a reply about document `id`.
+    fn reply_count(&self, d: &Document, field: &str, id: &Bson) -> Result<u64> {
+        d.get(field)
+            .and_then(crate::util::int)
+            .and_then(|n| u64::try_from(n).ok())
+            .ok_or_else(|| {
+                let found = d.get(field).map_or("nothing".to_owned(), Bson::to_string);
+                Error::damaged(
+                    self.hist.name(),
+                    id.clone(),
+                    "count",
+                    format!("sums to {found}, not a count"),
+                )
+            })
+    }
+}
+
+/// `o` for a read in `session`: inside its transaction without the read
+/// concern, which belongs to the transaction. Asks only when there is one
+/// to drop.
+pub(super) async fn read_options(o: Options, session: Option<&mut ClientSession>) -> Options {
+    match session {
+        Some(s) if o.read_concern.is_some() => {
+            if crate::action::in_transaction(s).await {
+                o.in_transaction()
+            } else {
+                o
+            }
+        }
+        _ => o,
+    }
+}
+
+/// The first document `pipeline` gives on `coll`, read with `o`, in
+/// `session` when there is one.
+pub(super) async fn first_of(
+    coll: &Collection<Document>,
+    pipeline: Vec<Document>,
+    o: Options,
+    mut session: Option<&mut ClientSession>,
+) -> Result<Option<Document>> {
+    let o = read_options(o, session.as_deref_mut()).await;
+    let aggregate = coll.aggregate(pipeline).with_options(o.driver());
+    Ok(match session {
+        None => aggregate.await?.try_next().await?,
+        Some(s) => {
+            let mut cursor = aggregate.session(&mut *s).await?;
+            cursor.next(s).await.transpose()?
+        }
+    })
+}

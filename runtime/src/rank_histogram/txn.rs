@@ -1,0 +1,385 @@
+//! The transaction runner: a player's write and the histogram's follow
+//! it in one transaction (the caller's, or one of the call's own retried
+//! as the driver's convenient API does), or, where the caller allows it,
+//! one after the other without one.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use mongodb::bson::{doc, Bson, Document};
+use mongodb::ClientSession;
+
+use super::score::AnyScore;
+use super::write::{backoff, Delta, Txn};
+use super::{RankHistogram, Ranks};
+use crate::action::Options;
+use crate::error::{server_codes, Error, Result};
+
+/// How long a non-atomic write waits for a concurrent writer's `+1` to
+/// land.
+const NON_ATOMIC_WAIT: Duration = Duration::from_secs(30);
+
+/// A write to the players' collection that the histogram follows.
+pub(super) enum SourceOp<'a, T> {
+    Insert(&'a T),
+    Update(Document, Box<dyn AnyScore>),
+    Delete(Document),
+}
+
+impl<T> SourceOp<'_, T> {
+    fn name(&self) -> &'static str {
+        match self {
+            SourceOp::Insert(_) => "insert",
+            SourceOp::Update(..) => "update_score",
+            SourceOp::Delete(_) => "delete",
+        }
+    }
+}
+
+/// What the histogram must do after a player's write.
+struct Move {
+    board: Bson,
+    dec: Option<Bson>,
+    inc: Option<Bson>,
+}
+
+impl Move {
+    fn delta(&self) -> Delta<'_> {
+        Delta {
+            dec: self.dec.as_ref(),
+            inc: self.inc.as_ref(),
+        }
+    }
+}
+
+impl<T: RankHistogram> Ranks<T> {
+    /// `op` in a transaction: the caller's, when `session` has one open;
+    /// otherwise one of its own (in `session`, or in a session of its own),
+    /// through the driver's convenient API: a transient failure (a write
+    /// conflict with another writer of the same board, a lost upsert race,
+    /// a dropped connection) reruns it after a jittered backoff, and an
+    /// unknown commit result retries the commit, for up to 120 s in all. A
+    /// call dropped while its own transaction is open has the server abort
+    /// it at once (`killSessions`), so the players and board it touched are
+    /// free for the next writer.
+    pub(super) async fn run_atomically(
+        &self,
+        op: SourceOp<'_, T>,
+        o: Options,
+        mut session: Option<&mut ClientSession>,
+    ) -> Result<bool> {
+        let no_txn = !self.transactions || self.no_transactions.load(Ordering::Relaxed);
+        let joined = match session.as_deref_mut() {
+            Some(s) => crate::action::in_transaction(s).await,
+            None => false,
+        };
+        let mut txn = match session {
+            Some(s) if joined => return self.source_op(&op, &o.in_transaction(), s).await,
+            Some(s) if no_txn => return self.non_atomic(&op, &o, Some(s)).await,
+            None if no_txn => return self.non_atomic(&op, &o, None).await,
+            Some(s) => OpenTransaction::new(Held::Borrowed(s)),
+            None => OpenTransaction::new(Held::Owned(Some(Box::new(
+                self.db.client().start_session().await?,
+            )))),
+        };
+        match self.own_transaction(&op, &o, &mut txn).await {
+            // A standalone refuses on the first write, before writing.
+            Err(Error::NoTransactions { .. }) => {
+                self.no_transactions.store(true, Ordering::Relaxed);
+                self.non_atomic(&op, &o, txn.session()).await
+            }
+            other => other,
+        }
+    }
+
+    /// `op` in a transaction of its own in `txn`'s session, through
+    /// `and_run2`. `NoTransactions` when the deployment refused one.
+    async fn own_transaction(
+        &self,
+        op: &SourceOp<'_, T>,
+        o: &Options,
+        txn: &mut OpenTransaction<'_>,
+    ) -> Result<bool> {
+        let Some(session) = txn.session() else {
+            // Only `Drop` takes the session out.
+            return Err(Error::invalid("session", "no session"));
+        };
+        let inside = o.clone().in_transaction();
+        let mut stashed: Option<Error> = None;
+        let mut attempts = 0;
+        let result = session
+            .start_transaction()
+            .with_options(transaction_options(o))
+            // `and_run` rather than `and_run2`: the latter's async closure
+            // trips rust-lang/rust#96865 here ("implementation of `Send` is
+            // not general enough" for `&Ranks<T>`, `&Options`, … when the
+            // action boxes this future as `Send`), even with owned captures.
+            // Same retries, backoff and 120 s bound.
+            .and_run(
+                (self, op, &inside, &mut stashed, &mut attempts),
+                |s, (this, op, inside, stashed, attempts)| {
+                    Box::pin(async move {
+                        **attempts += 1;
+                        match this.source_op(op, inside, s).await {
+                            Ok(r) => Ok(r),
+                            Err(e) => Err(to_driver(e, stashed)),
+                        }
+                    })
+                },
+            )
+            .await;
+        if matches!(txn.session, Held::Borrowed(_)) {
+            // `and_run` has committed or aborted: the caller's session is
+            // only killed when this call is dropped mid-transaction.
+            txn.armed = false;
+        }
+        let e = match result {
+            Ok(r) => {
+                txn.armed = false;
+                return Ok(r);
+            }
+            Err(e) => e,
+        };
+        if e.get_custom::<Stashed>().is_some() {
+            // The callback's own error; `and_run2` aborted the transaction.
+            txn.armed = false;
+            return Err(stashed.unwrap_or_else(|| Error::Database(e)));
+        }
+        if matches!(*e.kind, mongodb::error::ErrorKind::Transaction { .. })
+            && e.to_string().contains("maximum time")
+        {
+            return Err(Error::Contended {
+                operation: op.name(),
+                attempts,
+            });
+        }
+        let e = Error::from(e);
+        if refused_transaction(&e) {
+            txn.armed = false;
+            return Err(Error::NoTransactions {
+                operation: op.name(),
+            });
+        }
+        Err(e)
+    }
+
+    /// `op` without a transaction, where the caller allowed it.
+    async fn non_atomic(
+        &self,
+        op: &SourceOp<'_, T>,
+        o: &Options,
+        mut session: Option<&mut ClientSession>,
+    ) -> Result<bool> {
+        if !self.allow_non_atomic {
+            return Err(Error::NoTransactions {
+                operation: op.name(),
+            });
+        }
+        let Some(m) = self.player_write(op, o, session.as_deref_mut()).await? else {
+            return Ok(false);
+        };
+        // `+1` first: it cannot fail for want of a count, so no two writers
+        // can each wait for the other's.
+        if let Some(i) = &m.inc {
+            let inc = Delta {
+                dec: None,
+                inc: Some(i),
+            };
+            self.write(&m.board, inc, o, session.as_deref_mut(), Txn::No)
+                .await?;
+        }
+        let Some(d) = &m.dec else { return Ok(true) };
+        let dec = Delta {
+            dec: Some(d),
+            inc: None,
+        };
+        // A concurrent writer may have moved this player onto the old score
+        // with its `+1` still to land.
+        let start = Instant::now();
+        let mut attempt = 0;
+        loop {
+            match self
+                .write(&m.board, dec, o, session.as_deref_mut(), Txn::No)
+                .await
+            {
+                Err(Error::ScoreNotFound { .. }) if start.elapsed() < NON_ATOMIC_WAIT => {
+                    tokio::time::sleep(backoff(attempt)).await;
+                    attempt += 1;
+                }
+                other => return other.map(|()| true),
+            }
+        }
+    }
+
+    /// One write to the players' collection and the matching histogram
+    /// write, in `session`'s transaction; `false` when the filter matched
+    /// nothing.
+    async fn source_op(
+        &self,
+        op: &SourceOp<'_, T>,
+        o: &Options,
+        session: &mut ClientSession,
+    ) -> Result<bool> {
+        let Some(m) = self.player_write(op, o, Some(&mut *session)).await? else {
+            return Ok(false);
+        };
+        self.write(&m.board, m.delta(), o, Some(session), Txn::AfterPlayer)
+            .await?;
+        Ok(true)
+    }
+
+    /// The player's half of `op`; what the histogram must then do, or
+    /// `None` when the filter matched nothing. Scores are checked before
+    /// anything is sent.
+    async fn player_write(
+        &self,
+        op: &SourceOp<'_, T>,
+        o: &Options,
+        session: Option<&mut ClientSession>,
+    ) -> Result<Option<Move>> {
+        let (old, new) = match op {
+            SourceOp::Insert(doc) => {
+                let board = self.board_bson(doc.board())?;
+                let s = self.score_bson(doc.score())?;
+                let insert = self.source.insert_one(*doc).with_options(o.driver());
+                crate::action::run!(insert, session)?;
+                return Ok(Some(Move {
+                    board,
+                    dec: None,
+                    inc: Some(s),
+                }));
+            }
+            SourceOp::Update(filter, new) => {
+                let n = self.number_bson(new.number())?;
+                let set = doc! {"$set": {self.spec.score: new.stored()?}};
+                let update = self
+                    .source
+                    .find_one_and_update(filter.clone(), set)
+                    .with_options(o.driver());
+                (crate::action::run!(update, session)?, Some(n))
+            }
+            SourceOp::Delete(filter) => {
+                let delete = self
+                    .source
+                    .find_one_and_delete(filter.clone())
+                    .with_options(o.driver());
+                (crate::action::run!(delete, session)?, None)
+            }
+        };
+        let Some(old) = old else { return Ok(None) };
+        Ok(Some(Move {
+            board: self.board_bson(old.board())?,
+            dec: Some(self.score_bson(old.score())?),
+            inc: new,
+        }))
+    }
+}
+
+/// The options of a transaction of the call's own: its write concern
+/// (sent with the commit), read concern, read preference and the commit's
+/// time bound; `None` when none is set.
+fn transaction_options(o: &Options) -> Option<mongodb::options::TransactionOptions> {
+    if o.write_concern.is_none()
+        && o.read_concern.is_none()
+        && o.selection_criteria.is_none()
+        && o.max_time.is_none()
+    {
+        return None;
+    }
+    let mut t = mongodb::options::TransactionOptions::default();
+    t.write_concern = o.write_concern.clone();
+    t.read_concern = o.read_concern.clone();
+    t.selection_criteria = o.selection_criteria.clone();
+    t.max_commit_time = o.max_time;
+    Some(t)
+}
+
+/// A transaction a call has open. Dropped while armed (the call's future
+/// was dropped: a timeout, a `select!`), it has the server kill the session,
+/// which aborts the transaction and frees what it locked, before the
+/// session goes back to the pool. The driver alone would not: a session
+/// whose first command of the transaction was still in flight is pooled as
+/// it is, and its transaction holds its locks until the server's
+/// transaction lifetime (60 s by default) runs out. A caller's session is
+/// killed on the server too; the caller still holds it, with the
+/// transaction open locally, to abort or drop.
+struct OpenTransaction<'s> {
+    session: Held<'s>,
+    armed: bool,
+}
+
+/// The session a call's own transaction runs in.
+enum Held<'s> {
+    /// A session of the call's own (`None` once `Drop` took it), boxed:
+    /// a session is large, a borrowed one a pointer.
+    Owned(Option<Box<ClientSession>>),
+    /// The caller's.
+    Borrowed(&'s mut ClientSession),
+}
+
+impl<'s> OpenTransaction<'s> {
+    fn new(session: Held<'s>) -> Self {
+        OpenTransaction {
+            session,
+            armed: true,
+        }
+    }
+
+    fn session(&mut self) -> Option<&mut ClientSession> {
+        match &mut self.session {
+            Held::Owned(s) => s.as_deref_mut(),
+            Held::Borrowed(s) => Some(&mut **s),
+        }
+    }
+}
+
+impl Drop for OpenTransaction<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // The driver runs on tokio; outside a runtime there is nothing to
+        // spawn on, and the server's transaction lifetime still applies.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (client, id, owned) = match &mut self.session {
+            Held::Owned(s) => match s.take() {
+                Some(s) => (s.client(), s.id().clone(), Some(s)),
+                None => return,
+            },
+            Held::Borrowed(s) => (s.client(), s.id().clone(), None),
+        };
+        runtime.spawn(async move {
+            let kill = doc! {"killSessions": [id]};
+            let _ = client.database("admin").run_command(kill).await;
+            drop(owned);
+        });
+    }
+}
+
+/// The marker of an error of ours carried through `and_run2`.
+struct Stashed;
+
+/// An error of the transaction's callback as `and_run2` needs it: the
+/// driver's own (with its labels), a lost race labelled transient so that
+/// it is rerun, or a marker for an error of ours, kept in `stashed`.
+fn to_driver(e: Error, stashed: &mut Option<Error>) -> mongodb::error::Error {
+    match e {
+        Error::Database(m) | Error::Unavailable(m) => m,
+        Error::Raced(m) => crate::error::with_transient_label(m),
+        other => {
+            *stashed = Some(other);
+            mongodb::error::Error::custom(Stashed)
+        }
+    }
+}
+
+/// IllegalOperation: "Transaction numbers are only allowed on a replica set
+/// member or mongos".
+fn refused_transaction(e: &Error) -> bool {
+    match e {
+        Error::Database(m) => server_codes(m).contains(&crate::error::code::ILLEGAL_OPERATION),
+        _ => false,
+    }
+}

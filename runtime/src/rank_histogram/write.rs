@@ -1,0 +1,201 @@
+//! The histogram's writes: the retries around each layout's write, and
+//! `rebuild`.
+
+use mongodb::bson;
+use std::time::{Duration, Instant};
+
+use mongodb::bson::{doc, Bson, Document};
+use mongodb::ClientSession;
+
+use super::rounding::rounded;
+use super::{RankHistogram, Ranks};
+use crate::action::Options;
+use crate::error::{Error, Result};
+
+/// How long a write retries lost races (a concurrent upsert, a
+/// transaction's write conflict) before it returns [`Error::Contended`]:
+/// the bound of the driver's convenient transaction API.
+pub(super) const RETRY_BOUND: Duration = Duration::from_secs(120);
+
+/// Whether a histogram write runs in a transaction, and whose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Txn {
+    /// None: races are retried here.
+    No,
+    /// After the player's write in the same transaction.
+    AfterPlayer,
+    /// The caller's, perhaps as its first command.
+    Callers,
+}
+
+/// A write to a histogram: `-1` at `dec`, then `+1` at `inc`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Delta<'a> {
+    pub(super) dec: Option<&'a Bson>,
+    pub(super) inc: Option<&'a Bson>,
+}
+
+impl<T: RankHistogram> Ranks<T> {
+    pub(super) async fn run_write(
+        &self,
+        args: Result<(Bson, Option<Bson>, Option<Bson>)>,
+        o: Options,
+        session: Option<&mut ClientSession>,
+    ) -> Result<()> {
+        let (b, dec, inc) = args?;
+        let delta = Delta {
+            dec: dec.as_ref(),
+            inc: inc.as_ref(),
+        };
+        match session {
+            None => self.write(&b, delta, &o, None, Txn::No).await,
+            Some(s) => {
+                let joined = crate::action::in_transaction(s).await;
+                let (o, txn) = if joined {
+                    (o.in_transaction(), Txn::Callers)
+                } else {
+                    (o, Txn::No)
+                };
+                self.write(&b, delta, &o, Some(s), txn).await
+            }
+        }
+    }
+
+    /// Applies `delta` to `board`'s histogram. Outside a transaction a lost
+    /// upsert race is retried here, after a jittered backoff, for up to
+    /// 120 s; inside one (`txn`) the whole transaction is, by whoever
+    /// owns it: the error carries `TransientTransactionError`.
+    pub(super) async fn write(
+        &self,
+        board: &Bson,
+        delta: Delta<'_>,
+        o: &Options,
+        mut session: Option<&mut ClientSession>,
+        txn: Txn,
+    ) -> Result<()> {
+        if txn != Txn::No {
+            return match self
+                .store()
+                .write(self, board, delta, o, session, txn)
+                .await
+            {
+                Err(Error::Raced(e)) => Err(crate::action::raced_in_transaction(e)),
+                other => other,
+            };
+        }
+        let start = Instant::now();
+        let mut attempt = 0;
+        loop {
+            match self
+                .store()
+                .write(self, board, delta, o, session.as_deref_mut(), Txn::No)
+                .await
+            {
+                Err(Error::Raced(_)) if start.elapsed() < RETRY_BOUND => {
+                    tokio::time::sleep(backoff(attempt)).await;
+                    attempt += 1;
+                }
+                Err(Error::Raced(_)) => {
+                    return Err(Error::Contended {
+                        operation: "rank write",
+                        attempts: attempt as usize + 1,
+                    })
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Why a write matched nothing on a board that shows no damage: `found`
+    /// is the look for any document of the board.
+    pub(super) fn not_written(
+        &self,
+        board: &Bson,
+        delta: Delta<'_>,
+        found: mongodb::error::Result<Option<Document>>,
+    ) -> Error {
+        match found {
+            Err(e) => e.into(),
+            Ok(None) => self.unknown_board(board),
+            Ok(Some(_)) => Error::ScoreNotFound {
+                board: board.to_string(),
+                score: delta.dec.map(Bson::to_string).unwrap_or_default(),
+            },
+        }
+    }
+
+    pub(super) async fn run_rebuild(
+        &self,
+        board: Result<Bson>,
+        o: Options,
+        mut session: Option<&mut ClientSession>,
+    ) -> Result<u64> {
+        let b = board?;
+        let joined = match session.as_deref_mut() {
+            Some(s) => crate::action::in_transaction(s).await,
+            None => false,
+        };
+        let o = if joined { o.in_transaction() } else { o };
+        let score = format!("${}", self.spec.score);
+        let key = rounded(score, self.spec.precision);
+        let dir = if self.spec.descending { -1 } else { 1 };
+        let pipeline = vec![
+            doc! {"$match": {
+                self.spec.board: &b,
+                self.spec.score: {"$type": "number", "$gt": f64::NEG_INFINITY, "$lt": f64::INFINITY},
+            }},
+            doc! {"$group": {"_id": key, "count": {"$sum": 1}}},
+            // A score that rounding would take past the largest double.
+            doc! {"$match": {"_id": {"$gt": f64::NEG_INFINITY, "$lt": f64::INFINITY}}},
+            doc! {"$sort": {"_id": dir}},
+        ];
+        let reads = Options {
+            write_concern: None,
+            ..o.clone()
+        };
+        let players = self.source.clone_with_type::<Document>();
+        let aggregate = players.aggregate(pipeline).with_options(reads.driver());
+        let groups: Vec<Document> = all_of!(aggregate, session.as_deref_mut());
+        let mut total = 0;
+        let mut scores = Vec::with_capacity(groups.len());
+        for g in &groups {
+            let s = g.get("_id").cloned().unwrap_or(Bson::Null);
+            let n = g
+                .get("count")
+                .and_then(crate::util::int)
+                .and_then(|n| u64::try_from(n).ok())
+                .unwrap_or_default();
+            total += n;
+            scores.push((self.normalize(s), n));
+        }
+        let writes = Options {
+            read_concern: None,
+            selection_criteria: None,
+            ..o
+        };
+        self.store()
+            .replace(self, &b, scores, writes, session)
+            .await?;
+        Ok(total)
+    }
+}
+
+/// A jittered exponential backoff, as the driver's convenient transaction
+/// API sleeps: 5 ms × 1.5^attempt, at most 500 ms, times a random factor
+/// in [0, 1).
+pub(super) fn backoff(attempt: u32) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    // `RandomState` is seeded afresh per instance: enough jitter to
+    // spread writers apart, without a dependency.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(attempt);
+    let jitter = (h.finish() >> 11) as f64 / (1_u64 << 53) as f64;
+    let ms = (5.0 * 1.5_f64.powi(attempt.min(30) as i32)).min(500.0) * jitter;
+    Duration::from_micros((ms * 1000.0) as u64)
+}
+
+/// An expression that fails (ConversionFailure), so that a pipeline update
+/// writes nothing: not a constant, so the server cannot fold it away.
+pub(super) fn refuse() -> Bson {
+    bson::bson!({"$toLong": {"$concat": ["refused by the rank histogram: ", {"$toString": {"$type": "$_id"}}]}})
+}
