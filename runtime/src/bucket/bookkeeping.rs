@@ -125,6 +125,16 @@ pub(super) fn raw_int(d: &RawDocument, field: &str) -> std::result::Result<i64, 
     }
 }
 
+/// An `int`, `long` or `double` as a double (a `seq`, an order value).
+pub(super) fn as_f64(v: &Bson) -> Option<f64> {
+    match v {
+        Bson::Int32(n) => Some(f64::from(*n)),
+        Bson::Int64(n) => Some(*n as f64),
+        Bson::Double(n) => Some(*n),
+        _ => None,
+    }
+}
+
 pub(super) fn is_stale(d: &RawDocument) -> bool {
     matches!(d.get(STALE), Ok(Some(RawBsonRef::Boolean(true))))
 }
@@ -143,14 +153,6 @@ pub(super) fn order_cmp(a: Option<&Bson>, b: Option<&Bson>) -> std::cmp::Orderin
             Some(_) => 4,
         }
     }
-    fn num(v: &Bson) -> Option<f64> {
-        match v {
-            Bson::Int32(n) => Some(f64::from(*n)),
-            Bson::Int64(n) => Some(*n as f64),
-            Bson::Double(n) => Some(*n),
-            _ => None,
-        }
-    }
     match (a, b) {
         (Some(Bson::Int32(x)), Some(Bson::Int32(y))) => x.cmp(y),
         (Some(Bson::Int64(x)), Some(Bson::Int64(y))) => x.cmp(y),
@@ -158,7 +160,7 @@ pub(super) fn order_cmp(a: Option<&Bson>, b: Option<&Bson>) -> std::cmp::Orderin
         (Some(Bson::Timestamp(x)), Some(Bson::Timestamp(y))) => {
             (x.time, x.increment).cmp(&(y.time, y.increment))
         }
-        (Some(x), Some(y)) if rank(a) == 1 && rank(b) == 1 => match (num(x), num(y)) {
+        (Some(x), Some(y)) if rank(a) == 1 && rank(b) == 1 => match (as_f64(x), as_f64(y)) {
             (Some(x), Some(y)) if x.is_nan() || y.is_nan() => y.is_nan().cmp(&x.is_nan()),
             (Some(x), Some(y)) => x.partial_cmp(&y).unwrap_or(Ordering::Equal),
             _ => Ordering::Equal,

@@ -17,6 +17,7 @@ use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, DateTime, Document, RawBsonRef, RawDocumentBuf};
 
 use super::act::Cx;
+use super::bookkeeping::as_f64;
 use super::edit::with_op;
 use super::{Bucketed, Buckets, Head, MAX_ATTEMPTS, MAX_BUCKET_BYTES, OPS, STALE};
 use crate::error::{Error, Result};
@@ -558,13 +559,7 @@ fn seq_id(key: &Bson, s: Bson) -> Bson {
 /// A `seq` strictly between `a` and `b`: an integer when one fits, else the
 /// midpoint as a double; `None` when doubles have no room left.
 fn between(a: &Bson, b: &Bson) -> Option<Bson> {
-    let num = |v: &Bson| match v {
-        Bson::Int32(n) => Some(f64::from(*n)),
-        Bson::Int64(n) => Some(*n as f64),
-        Bson::Double(n) => Some(*n),
-        _ => None,
-    };
-    let (x, y) = (num(a)?, num(b)?);
+    let (x, y) = (as_f64(a)?, as_f64(b)?);
     if let (Bson::Int64(i), Bson::Int64(j)) = (a, b) {
         if j - i >= 2 {
             return Some(Bson::Int64(i + (j - i) / 2));
