@@ -15,11 +15,12 @@ use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::options::ReturnDocument;
 
 use super::act::Cx;
-use super::{
-    id_range, item_len, raw_int, Bucketed, Buckets, LEN, MAX_ATTEMPTS, OPS, OPS_KEPT, TYPE,
-};
+use super::bookkeeping::raw_int;
+use super::write::item_len;
+use super::{Bucketed, Buckets, LEN, MAX_ATTEMPTS, OPS, OPS_KEPT, TYPE};
 use crate::error::{Error, Result};
 use crate::keyset::id_of;
+use crate::util::id_range;
 
 impl<T: Bucketed> Buckets<T> {
     /// [`Buckets::remove`]: as a task of its own, so that a caller that

@@ -17,12 +17,12 @@ use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, DateTime, Document, RawBsonRef, RawDocumentBuf};
 
 use super::act::Cx;
+use super::bookkeeping::as_f64;
 use super::edit::with_op;
-use super::{
-    id_of, id_range, is_duplicate_key, Bucketed, Buckets, Head, MAX_ATTEMPTS, MAX_BUCKET_BYTES,
-    OPS, STALE,
-};
+use super::{Bucketed, Buckets, Head, MAX_ATTEMPTS, MAX_BUCKET_BYTES, OPS, STALE};
 use crate::error::{Error, Result};
+use crate::keyset::id_of;
+use crate::util::id_range;
 
 /// How long a lease holds without its holder giving it back (a holder that
 /// crashed or lost the server): past it, the next writer or reader takes
@@ -63,7 +63,7 @@ impl<T: Bucketed> Buckets<T> {
                 .map_err(Error::from);
             match r {
                 Ok(r) => return Ok(r.matched_count == 1),
-                Err(e) if is_duplicate_key(&e) => {}
+                Err(e) if e.is_duplicate_key() => {}
                 Err(e) => return Err(e),
             }
             if Instant::now() > deadline {
@@ -173,7 +173,7 @@ impl<T: Bucketed> Buckets<T> {
             }
             match self.coll.insert_one(fence).await.map_err(Error::from) {
                 Ok(_) => return Ok(()),
-                Err(e) if is_duplicate_key(&e) => {}
+                Err(e) if e.is_duplicate_key() => {}
                 Err(e) => return Err(e),
             }
         }
@@ -500,7 +500,7 @@ impl<T: Bucketed> Buckets<T> {
         let bytes: i64 = items
             .iter()
             .map(|i| match i {
-                Bson::Document(d) => super::item_len(d).unwrap_or(0),
+                Bson::Document(d) => super::write::item_len(d).unwrap_or(0),
                 _ => 0,
             })
             .sum();
@@ -516,7 +516,7 @@ impl<T: Bucketed> Buckets<T> {
         }
         match self.coll.insert_one(bucket).await.map_err(Error::from) {
             Ok(_) => Ok(()),
-            Err(e) if is_duplicate_key(&e) => {
+            Err(e) if e.is_duplicate_key() => {
                 let has = self
                     .raw
                     .find_one(doc! {"_id": to.clone(), OPS: op})
@@ -550,42 +550,6 @@ impl<T: Bucketed> Buckets<T> {
             .await?;
         found.map(|d| self.head_of(&d)).transpose()
     }
-
-    /// A bucket's most items: `size` for pushes in order, twice that for
-    /// late items, which make room by splitting past it.
-    pub(super) fn cap(&self) -> i64 {
-        let size = i64::from(self.spec.size);
-        if self.spec.order.is_some() {
-            2 * size
-        } else {
-            size
-        }
-    }
-
-    /// The array, or an empty one when `items` is not an array.
-    pub(super) fn safe_items(&self) -> Document {
-        let items = format!("${}", self.spec.items);
-        doc! {"$cond": [{"$isArray": [&items]}, &items, []]}
-    }
-
-    /// The order value of a bucket's first item (its lowest), or its floor
-    /// when it is empty.
-    pub(super) fn lo_expr(&self) -> Document {
-        self.end_expr(0)
-    }
-
-    /// The order value of a bucket's last item (its highest).
-    pub(super) fn hi_expr(&self) -> Document {
-        self.end_expr(-1)
-    }
-
-    fn end_expr(&self, at: i32) -> Document {
-        let order = self.spec.order.unwrap_or("_");
-        doc! {"$let": {
-            "vars": {"mp_e": {"$arrayElemAt": [self.safe_items(), at]}},
-            "in": {"$ifNull": [format!("$$mp_e.{order}"), format!("${FLOOR}")]},
-        }}
-    }
 }
 
 fn seq_id(key: &Bson, s: Bson) -> Bson {
@@ -595,13 +559,7 @@ fn seq_id(key: &Bson, s: Bson) -> Bson {
 /// A `seq` strictly between `a` and `b`: an integer when one fits, else the
 /// midpoint as a double; `None` when doubles have no room left.
 fn between(a: &Bson, b: &Bson) -> Option<Bson> {
-    let num = |v: &Bson| match v {
-        Bson::Int32(n) => Some(f64::from(*n)),
-        Bson::Int64(n) => Some(*n as f64),
-        Bson::Double(n) => Some(*n),
-        _ => None,
-    };
-    let (x, y) = (num(a)?, num(b)?);
+    let (x, y) = (as_f64(a)?, as_f64(b)?);
     if let (Bson::Int64(i), Bson::Int64(j)) = (a, b) {
         if j - i >= 2 {
             return Some(Bson::Int64(i + (j - i) / 2));
@@ -609,33 +567,4 @@ fn between(a: &Bson, b: &Bson) -> Option<Bson> {
     }
     let m = x + (y - x) / 2.0;
     (m > x && m < y).then_some(Bson::Double(m))
-}
-
-impl<T: Bucketed> Buckets<T> {
-    /// The write that inserts `item` (order value `v`) into a sorted
-    /// bucket: after every item not above it (so equal values keep their
-    /// arrival order), before the rest.
-    pub(super) fn insert_sorted(
-        &self,
-        item: &Document,
-        v: &Bson,
-        len: i64,
-        op: ObjectId,
-    ) -> Vec<Document> {
-        let order = self.spec.order.unwrap_or("_");
-        let items = format!("${}", self.spec.items);
-        let at = format!("$$this.{order}");
-        vec![
-            doc! {"$set": {
-                self.spec.items: {"$concatArrays": [
-                    {"$filter": {"input": &items, "cond": {"$lte": [&at, {"$literal": v}]}}},
-                    [{"$literal": item}],
-                    {"$filter": {"input": &items, "cond": {"$gt": [&at, {"$literal": v}]}}},
-                ]},
-                "count": {"$add": ["$count", 1]},
-                "bytes": {"$add": [{"$ifNull": ["$bytes", 0]}, len]},
-            }},
-            with_op(op),
-        ]
-    }
 }

@@ -1,0 +1,601 @@
+//! Pushes: appending to a key's newest bucket, or opening the next.
+//!
+//! A push in order changes only the key's last bucket, with one update
+//! whose filter says the bucket is still open, sound and has room; when it
+//! matches nothing, a point read says why (full, closed, gone, or this very
+//! write applied already) and the push goes on from there. Only an insert
+//! opens the next bucket, so two writers racing to open it meet on its
+//! unique `_id`. A late item (below what the last bucket holds) goes to
+//! [`order`](super::order) instead.
+
+use futures::TryStreamExt;
+use mongodb::bson::oid::ObjectId;
+use mongodb::bson::{doc, Bson, Document, RawBsonRef};
+
+use super::act::Cx;
+use super::bookkeeping::{order_cmp, raw_int};
+use super::edit::with_op;
+use super::{Bucketed, Buckets, Head, MAX_ATTEMPTS, MAX_BUCKET_BYTES, OPS, OPS_KEPT, STALE};
+use crate::error::{Error, Result};
+use crate::util::{id_range, key_bytes};
+
+/// Keys whose open bucket a repository remembers; past it, it forgets all.
+const MAX_REMEMBERED: usize = 100_000;
+
+impl<T: Bucketed> Buckets<T> {
+    /// [`Buckets::push`], in `cx`.
+    pub(super) async fn push_in(&self, item: &T, cx: &mut Cx<'_>) -> Result<()> {
+        let key = self.key_bson(item.bucket_key())?;
+        let doc = self.item_doc(item)?;
+        let len = item_len(&doc)?;
+        let slot = key_bytes(&key);
+        let v = self.order_of(&doc);
+        // One id for every attempt: once one is applied, no other can be.
+        let op = ObjectId::new();
+        let mut hops = 0;
+        for _ in 0..MAX_ATTEMPTS {
+            // A key not seen yet starts by creating its first bucket: for a
+            // new key that is the whole push. Writes to a bucket that exists
+            // are updates whose filter refuses a damaged bucket; an upsert
+            // cannot carry that filter, so none is sent.
+            let mut known = self.remembered(&slot);
+            if known.is_none() && cx.txn {
+                // In a caller's transaction a failed insert aborts it: an
+                // unseen key is read first rather than guessed new.
+                let head = self.head(&key, None, cx).await?;
+                if head.exists {
+                    self.remember(slot.clone(), head.seq);
+                    known = Some(head.seq);
+                }
+            }
+            let seq = known.unwrap_or(0);
+            let result = match known {
+                None => self
+                    .open_next(&key, &Head::default(), vec![doc.clone()], len, op, cx)
+                    .await
+                    .map(|s| s.is_some()),
+                Some(seq) => {
+                    let mut filter = doc! {"_id": {"k": key.clone(), "s": seq}};
+                    filter.extend(self.open_filter(&key, 1, len, op, v.as_ref()));
+                    let update = match &v {
+                        Some(v) => mongodb::options::UpdateModifications::from(
+                            self.insert_sorted(&doc, v, len, op),
+                        ),
+                        None => self.append(vec![doc.clone()], len, op).into(),
+                    };
+                    let update = self
+                        .coll
+                        .update_one(filter, update)
+                        .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>());
+                    crate::action::run!(update, cx.session.as_deref_mut())
+                        .map(|r| r.matched_count == 1)
+                        .map_err(Error::from)
+                }
+            };
+            match result {
+                Ok(true) => {
+                    self.remember(slot, seq);
+                    return Ok(());
+                }
+                Ok(false) => {}
+                Err(e) if e.is_duplicate_key() && cx.txn => return Err(raced(e)),
+                Err(e) if e.is_duplicate_key() => {}
+                Err(e) => return Err(e),
+            }
+            if cx.txn && hops >= 3 {
+                // The bucket keeps changing under the transaction's
+                // snapshot: another writer's; the caller runs it again.
+                return Err(raced(contended("push")));
+            }
+            // Full, closed, or not there, late, or this very write applied
+            // already (a retry by the driver found its id). A point read
+            // says which; after a few hops forward, ask for the newest
+            // bucket instead.
+            hops += 1;
+            let head = if known.is_none() {
+                // The key has buckets this handle had not seen: go to its
+                // newest, by the index.
+                let head = self.head(&key, Some(op), cx).await?;
+                if head.mine {
+                    self.remember(slot, head.seq);
+                    return Ok(());
+                }
+                head
+            } else {
+                let at = self.bucket(&key, seq, Some(op), cx).await?;
+                if at.as_ref().is_some_and(|h| h.mine) {
+                    self.remember(slot, seq);
+                    return Ok(());
+                }
+                match at {
+                    Some(h) if hops <= 2 => h,
+                    _ => self.head(&key, None, cx).await?,
+                }
+            };
+            let late = |bound: &Option<Bson>| {
+                v.as_ref()
+                    .is_some_and(|v| order_cmp(Some(v), bound.as_ref()) == std::cmp::Ordering::Less)
+            };
+            // An empty last bucket without a floor (a removal emptied it)
+            // says nothing of the values before it: the late path finds the
+            // bucket that covers the item among those with items.
+            let unbounded = v.is_some() && head.exists && head.count == 0 && head.hi.is_none();
+            if head.exists
+                && !head.sealed
+                && !unbounded
+                && !late(&head.lo)
+                && self.fits(&head, &[(Document::new(), len)]) == 1
+            {
+                // The bucket has room (another writer opened it, or this
+                // repository had not seen the key): append to it.
+                self.remember(slot.clone(), head.seq);
+                continue;
+            }
+            if head.exists && (late(&head.hi) || unbounded) {
+                // Below what the last bucket holds: it goes into the bucket
+                // that covers it (an item in order never lands behind it).
+                // Another writer's copy of this push may have landed first.
+                cx.outside_transaction("a late push")?;
+                return self
+                    .scoped(&cx.opts)
+                    .push_late(&key, doc.clone(), len, op)
+                    .await;
+            }
+            match self
+                .open_next(&key, &head, vec![doc.clone()], len, op, cx)
+                .await
+            {
+                Ok(Some(seq)) => {
+                    self.remember(slot, seq);
+                    return Ok(());
+                }
+                Ok(None) => {}
+                Err(e) if e.is_duplicate_key() && cx.txn => return Err(raced(e)),
+                Err(e) if e.is_duplicate_key() => {
+                    // Another writer opened it first: append to theirs.
+                    self.remember(slot.clone(), head.seq + 1);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(contended("push"))
+    }
+
+    /// An item's `order` value (null when it has none), if the model has
+    /// `order`.
+    fn order_of(&self, doc: &Document) -> Option<Bson> {
+        self.spec
+            .order
+            .map(|o| doc.get(o).cloned().unwrap_or(Bson::Null))
+    }
+
+    fn remembered(&self, slot: &[u8]) -> Option<i64> {
+        self.heads.lock().ok()?.get(slot).copied()
+    }
+
+    fn remember(&self, slot: Vec<u8>, seq: i64) {
+        if let Ok(mut heads) = self.heads.lock() {
+            if heads.len() >= MAX_REMEMBERED {
+                heads.clear();
+            }
+            heads.insert(slot, seq);
+        }
+    }
+
+    /// [`Buckets::push_many`], in `cx`.
+    pub(super) async fn push_many_in(
+        &self,
+        key_b: &Bson,
+        items: &[T],
+        cx: &mut Cx<'_>,
+    ) -> Result<()> {
+        let key_b = key_b.clone();
+        let mut docs = Vec::with_capacity(items.len());
+        for item in items {
+            if self.key_bson(item.bucket_key())? != key_b {
+                return Err(Error::invalid(
+                    "items",
+                    "every item must have the key given",
+                ));
+            }
+            let d = self.item_doc(item)?;
+            let len = item_len(&d)?;
+            docs.push((d, len));
+        }
+        if let Some(order) = self.spec.order {
+            // Stable: items with equal order values keep the order given.
+            docs.sort_by(|(a, _), (b, _)| order_cmp(a.get(order), b.get(order)));
+        }
+        let mut rest: &[(Document, i64)] = &docs;
+        let mut attempts = 0;
+        let mut known: Option<Head> = None;
+        while !rest.is_empty() {
+            attempts += 1;
+            if attempts > MAX_ATTEMPTS {
+                return Err(contended("push_many"));
+            }
+            if cx.txn && attempts > 4 {
+                return Err(raced(contended("push_many")));
+            }
+            let head = match known.take() {
+                Some(h) => h,
+                None => self.fresh_head(&key_b, cx).await?,
+            };
+            // Items below what the last bucket holds are late: each goes
+            // into the bucket that covers it (they come first, the batch
+            // being sorted).
+            let late = rest
+                .iter()
+                .take_while(|(d, _)| {
+                    head.exists
+                        && self.order_of(d).is_some_and(|v| {
+                            (head.count == 0 && head.hi.is_none())
+                                || order_cmp(Some(&v), head.hi.as_ref()) == std::cmp::Ordering::Less
+                        })
+                })
+                .count();
+            if late > 0 {
+                cx.outside_transaction("a late push")?;
+                let scoped = self.scoped(&cx.opts);
+                for (d, len) in &rest[..late] {
+                    scoped
+                        .push_late(&key_b, d.clone(), *len, ObjectId::new())
+                        .await?;
+                }
+                rest = &rest[late..];
+                continue;
+            }
+            // Fill what room the open bucket has, if it is open.
+            if head.exists && !head.sealed {
+                let n = self.fits(&head, rest);
+                if n > 0 {
+                    let len: i64 = rest[..n].iter().map(|(_, l)| l).sum();
+                    let filter = doc! {
+                        "_id": {"k": key_b.clone(), "s": head.seq},
+                        "count": head.count,
+                        "sealed": Bson::Null,
+                        "$expr": self.sound(),
+                    };
+                    let mut filter = filter;
+                    let op = ObjectId::new();
+                    filter.insert(OPS, doc! {"$ne": op});
+                    let items = rest[..n].iter().map(|(d, _)| d.clone()).collect();
+                    let update = self
+                        .coll
+                        .update_one(filter, self.append(items, len, op))
+                        .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>());
+                    let r = crate::action::run!(update, cx.session.as_deref_mut())?;
+                    // Not matched: changed by a concurrent push, or applied
+                    // already and retried by the driver (its id is there).
+                    let applied = r.matched_count == 1
+                        || self
+                            .bucket(&key_b, head.seq, Some(op), cx)
+                            .await?
+                            .is_some_and(|h| h.mine);
+                    if applied {
+                        let hi = rest[n - 1].0.clone();
+                        rest = &rest[n..];
+                        known = Some(Head {
+                            count: head.count + n as i64,
+                            bytes: head.bytes + len,
+                            hi: self.order_of(&hi).or(head.hi.clone()),
+                            ..head
+                        });
+                    }
+                    // Otherwise a concurrent push changed the bucket: look again.
+                    continue;
+                }
+            }
+            // The open bucket has no room for the next item: close it if
+            // only bytes filled it, so that nothing lands behind the new ones.
+            if head.exists && !head.sealed && !self.seal_if_unchanged(&head, cx).await? {
+                continue;
+            }
+            // New buckets for the rest, in one ordered insert.
+            let (mut seq, mut start) = if head.exists {
+                (head.seq + 1, head.total())
+            } else {
+                (0, 0)
+            };
+            let mut buckets = Vec::new();
+            let mut taken = 0;
+            let op = ObjectId::new();
+            while taken < rest.len() {
+                // Never 0: `item_len` refused items that fit no bucket.
+                let n = self.fits(&Head::default(), &rest[taken..]).max(1);
+                let chunk = &rest[taken..taken + n];
+                let mut b = self.new_bucket(&key_b, seq, start);
+                b.insert("count", n as i64);
+                b.insert("bytes", chunk.iter().map(|(_, l)| l).sum::<i64>());
+                b.insert(OPS, vec![op]);
+                if head.stale {
+                    // Opened from a marked bucket: marked too.
+                    b.insert(STALE, true);
+                }
+                b.insert(
+                    self.spec.items,
+                    chunk
+                        .iter()
+                        .map(|(d, _)| Bson::Document(d.clone()))
+                        .collect::<Vec<_>>(),
+                );
+                taken += n;
+                if taken < rest.len() && (n as u32) < self.spec.size {
+                    // Closed by bytes before it was full.
+                    b.insert("sealed", true);
+                }
+                buckets.push((b, n));
+                seq += 1;
+                start += n as i64;
+            }
+            let docs = buckets.iter().map(|(b, _)| b);
+            let insert = self
+                .coll
+                .insert_many(docs)
+                .with_options(cx.opts.driver::<mongodb::options::InsertManyOptions>())
+                .ordered(true);
+            match crate::action::run!(insert, cx.session.as_deref_mut()) {
+                Ok(_) => {
+                    rest = &[];
+                    self.remember(key_bytes(&key_b), seq - 1);
+                }
+                Err(e) => {
+                    let e = Error::from(e);
+                    if !e.is_duplicate_key() {
+                        return Err(e);
+                    }
+                    if cx.txn {
+                        return Err(raced(e));
+                    }
+                    // Another writer opened the next bucket first, or the
+                    // driver retried an insert that had gone in: the
+                    // buckets carrying this insert's id are what went in (a
+                    // prefix, as the insert is ordered). Go again with the rest.
+                    let mut mine = id_range("k", &key_b);
+                    mine.insert(OPS, op);
+                    let seqs: Vec<i64> = self
+                        .scoped(&cx.opts)
+                        .raw
+                        .find(mine)
+                        .projection(doc! {"_id": 1})
+                        .await?
+                        .try_collect::<Vec<_>>()
+                        .await?
+                        .iter()
+                        .filter_map(|d| match d.get("_id") {
+                            Ok(Some(RawBsonRef::Document(id))) => raw_int(id, "s").ok(),
+                            _ => None,
+                        })
+                        .collect();
+                    let stored: usize = buckets
+                        .iter()
+                        .filter(|(b, _)| {
+                            b.get_document("_id")
+                                .ok()
+                                .and_then(|id| id.get_i64("s").ok())
+                                .is_some_and(|s| seqs.contains(&s))
+                        })
+                        .map(|(_, n)| n)
+                        .sum();
+                    rest = &rest[stored..];
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The open bucket of `key` with room for `n` more items of `len` bytes.
+    /// With `v`, only if its lowest item is not above `v`: a lower value
+    /// is late, and belongs in an earlier bucket.
+    fn open_filter(
+        &self,
+        key: &Bson,
+        n: i64,
+        len: i64,
+        op: ObjectId,
+        v: Option<&Bson>,
+    ) -> Document {
+        let expr = match v {
+            Some(v) => doc! {"$and": [self.sound(), {"$lte": [self.lo_expr(), {"$literal": v}]}]},
+            None => self.sound(),
+        };
+        doc! {
+            OPS: {"$ne": op},
+            self.spec.key: key.clone(),
+            "sealed": Bson::Null,
+            "count": {"$lte": i64::from(self.spec.size) - n},
+            "bytes": {"$lte": MAX_BUCKET_BYTES - len},
+            "$expr": expr,
+        }
+    }
+
+    fn append(&self, items: Vec<Document>, len: i64, op: ObjectId) -> Document {
+        let n = items.len() as i64;
+        // With `order`, callers append only items not below the bucket's
+        // last (and sorted): the array stays sorted, and equal values keep
+        // their arrival order.
+        let each = doc! {"$each": items};
+        doc! {
+            "$push": {
+                self.spec.items: each,
+                OPS: {"$each": [op], "$slice": -OPS_KEPT},
+            },
+            "$inc": {"count": n, "bytes": len},
+        }
+    }
+
+    pub(super) fn new_bucket(&self, key: &Bson, seq: i64, start: i64) -> Document {
+        doc! {
+            "_id": {"k": key.clone(), "s": seq},
+            self.spec.key: key.clone(),
+            "start": start,
+        }
+    }
+
+    /// Opens the bucket after `head` with `items` (one item, or items in
+    /// order) in it: an insert, which fails with a duplicate key when
+    /// another writer opened it first (then the caller retries, and appends
+    /// to that one).
+    async fn open_next(
+        &self,
+        key: &Bson,
+        head: &Head,
+        items: Vec<Document>,
+        len: i64,
+        op: ObjectId,
+        cx: &mut Cx<'_>,
+    ) -> Result<Option<i64>> {
+        if head.exists && !head.sealed && !self.seal_if_unchanged(head, cx).await? {
+            // It changed since it was read: the caller reads it again.
+            return Ok(None);
+        }
+        // The new bucket's `start` comes from the head's: never from one a
+        // write that moves positions left stale.
+        let fresh;
+        let head = if head.stale {
+            cx.outside_transaction("repairing positions a removal left")?;
+            let scoped = self.scoped(&cx.opts);
+            let (scoped, cx) = (&scoped, &mut *cx);
+            fresh = scoped
+                .leased(key, |_| async move {
+                    scoped.finish_moves(key).await?;
+                    scoped.reindex_now(key, None).await?;
+                    self.bucket(key, head.seq, None, cx).await
+                })
+                .await?
+                .unwrap_or_else(|| head.clone());
+            &fresh
+        } else {
+            head
+        };
+        if let (Some(first), true) = (items.first(), head.exists) {
+            let v = self.order_of(first);
+            if v.is_some() && order_cmp(v.as_ref(), head.hi.as_ref()) == std::cmp::Ordering::Less {
+                // A split or a late item changed it: decide again.
+                return Ok(None);
+            }
+        }
+        let (seq, start) = if head.exists {
+            (head.seq + 1, head.total())
+        } else {
+            (0, 0)
+        };
+        let mut bucket = self.new_bucket(key, seq, start);
+        bucket.insert("count", items.len() as i64);
+        bucket.insert("bytes", len);
+        bucket.insert(self.spec.items, items);
+        bucket.insert(OPS, vec![op]);
+        if head.stale {
+            // Opened from a marked bucket: marked too, until the write that
+            // marked them has recomputed `start`.
+            bucket.insert(STALE, true);
+        }
+        let insert = self
+            .coll
+            .insert_one(bucket)
+            .with_options(cx.opts.driver::<mongodb::options::InsertOneOptions>());
+        crate::action::run!(insert, cx.session.as_deref_mut())?;
+        Ok(Some(seq))
+    }
+
+    /// Seals `head` if it is still as read (count and mark), and says
+    /// whether it is closed now; a full bucket needs no seal.
+    async fn seal_if_unchanged(&self, head: &Head, cx: &mut Cx<'_>) -> Result<bool> {
+        if head.count < i64::from(self.spec.size) {
+            let stale = if head.stale {
+                Bson::Boolean(true)
+            } else {
+                Bson::Document(doc! {"$ne": true})
+            };
+            let update = self
+                .coll
+                .update_one(
+                    doc! {
+                        "_id": head.id.clone(),
+                        "count": head.count,
+                        "sealed": Bson::Null,
+                        STALE: stale,
+                        "$expr": self.sound(),
+                    },
+                    doc! {"$set": {"sealed": true}},
+                )
+                .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>());
+            let r = crate::action::run!(update, cx.session.as_deref_mut())?;
+            return Ok(r.matched_count == 1);
+        }
+        Ok(true)
+    }
+
+    /// How many of `items` fit in `head`.
+    pub(super) fn fits(&self, head: &Head, items: &[(Document, i64)]) -> usize {
+        let room = (i64::from(self.spec.size) - head.count).max(0) as usize;
+        let mut bytes = head.bytes;
+        let mut n = 0;
+        for (_, len) in items.iter().take(room) {
+            if bytes + len > MAX_BUCKET_BYTES {
+                break;
+            }
+            bytes += len;
+            n += 1;
+        }
+        n
+    }
+
+    /// The write that inserts `item` (order value `v`) into a sorted
+    /// bucket: after every item not above it (so equal values keep their
+    /// arrival order), before the rest.
+    pub(super) fn insert_sorted(
+        &self,
+        item: &Document,
+        v: &Bson,
+        len: i64,
+        op: ObjectId,
+    ) -> Vec<Document> {
+        let order = self.spec.order.unwrap_or("_");
+        let items = format!("${}", self.spec.items);
+        let at = format!("$$this.{order}");
+        vec![
+            doc! {"$set": {
+                self.spec.items: {"$concatArrays": [
+                    {"$filter": {"input": &items, "cond": {"$lte": [&at, {"$literal": v}]}}},
+                    [{"$literal": item}],
+                    {"$filter": {"input": &items, "cond": {"$gt": [&at, {"$literal": v}]}}},
+                ]},
+                "count": {"$add": ["$count", 1]},
+                "bytes": {"$add": [{"$ifNull": ["$bytes", 0]}, len]},
+            }},
+            with_op(op),
+        ]
+    }
+}
+
+/// An item's size inside the array: its document plus the element header
+/// (type byte, index digits, NUL).
+pub(super) fn item_len(doc: &Document) -> Result<i64> {
+    let mut buf = Vec::new();
+    doc.to_writer(&mut buf)?;
+    let len = buf.len() as i64 + 8;
+    if len > MAX_BUCKET_BYTES {
+        return Err(Error::DocumentTooLarge {
+            bytes: Some(len as usize),
+        });
+    }
+    Ok(len)
+}
+
+/// A race lost inside a caller's transaction, labelled for its `and_run2`.
+fn raced(e: Error) -> Error {
+    match e {
+        Error::Database(e) => crate::action::raced_in_transaction(e),
+        other => {
+            crate::action::raced_in_transaction(mongodb::error::Error::custom(other.to_string()))
+        }
+    }
+}
+
+fn contended(operation: &'static str) -> Error {
+    Error::Contended {
+        operation,
+        attempts: MAX_ATTEMPTS,
+    }
+}
