@@ -7,9 +7,10 @@ use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use mongo_patterns::approx_counter::{Counter, CounterSpec, Mode};
+use mongo_patterns::bson::spec::ElementType;
 use mongo_patterns::bson::Bson;
 use mongo_patterns::prelude::*;
-use mongo_patterns::Error;
+use mongo_patterns::{Error, Found};
 use mongo_patterns_testkit::{client, fresh_db, OwnServer, ServerOptions};
 
 /// Buffered, no timed flush within a test.
@@ -366,7 +367,7 @@ async fn damaged_field_is_unsupported_value_for_that_key_only() {
         } => {
             assert_eq!(**id, Bson::Int64(1));
             assert_eq!(field, "views");
-            assert_eq!(found, "String");
+            assert_eq!(*found, Found::Type(ElementType::String));
             assert_eq!(*dropped, Some(7));
         }
         other => panic!("{other:?}"),

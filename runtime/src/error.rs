@@ -56,8 +56,8 @@ pub enum Error {
         id: Box<Bson>,
         /// The BSON field name.
         field: String,
-        /// The BSON type that was found.
-        found: String,
+        /// What the field holds.
+        found: Found,
         /// What the value was needed for.
         why: &'static str,
         /// Counters only: the pending increments of this document that were
@@ -106,18 +106,18 @@ pub enum Error {
     UnknownBoard {
         /// The histogram collection.
         collection: String,
-        /// The board, rendered as extended JSON.
-        board: String,
+        /// The board, as stored.
+        board: Box<Bson>,
     },
 
     /// A score to take off a rank board that nobody on it holds; nothing
     /// was written.
     #[error("nobody on rank board {board} holds score {score}")]
     ScoreNotFound {
-        /// The board, rendered as extended JSON.
-        board: String,
-        /// The score, as it would be stored.
-        score: String,
+        /// The board, as stored.
+        board: Box<Bson>,
+        /// The score, as the histogram would store it.
+        score: Box<Bson>,
     },
 
     /// The deployment does not shard: `command` answered CommandNotFound
@@ -173,6 +173,25 @@ pub enum Error {
 
 pub(crate) mod code;
 pub(crate) use code::server_codes;
+
+impl Error {
+    /// A document read from `collection` that does not deserialize into the
+    /// model, named by its `_id`; any other read error as it is.
+    pub(crate) fn unexpected_document(
+        collection: &str,
+        raw: &bson::RawDocument,
+        e: mongodb::error::Error,
+    ) -> Error {
+        match crate::compat::deserialization(e) {
+            Ok(source) => Error::UnexpectedDocument {
+                collection: collection.to_owned(),
+                id: Box::new(crate::util::id_of(raw)),
+                source,
+            },
+            Err(e) => Error::from(e),
+        }
+    }
+}
 
 impl From<mongodb::error::Error> for Error {
     fn from(e: mongodb::error::Error) -> Self {
@@ -300,6 +319,53 @@ impl Error {
         Error::InvalidArgument {
             name,
             reason: reason.into(),
+        }
+    }
+}
+
+/// What a stored field held that its pattern could not use
+/// ([`Error::UnsupportedValue`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Found {
+    /// Nothing: the field is missing.
+    Missing,
+    /// A value of this BSON type.
+    Type(bson::spec::ElementType),
+    /// Bytes that do not parse as BSON.
+    Unreadable,
+    /// A document or array nested deeper than `limit` levels.
+    TooDeep {
+        /// The deepest nesting accepted.
+        limit: usize,
+    },
+    /// Values of `bytes` bytes or more, where at most `limit` fit.
+    TooLarge {
+        /// How large they are, at least.
+        bytes: usize,
+        /// The most that fits.
+        limit: usize,
+    },
+}
+
+impl Found {
+    /// What `value` is: its type, or missing.
+    pub fn of(value: Option<&Bson>) -> Found {
+        value.map_or(Found::Missing, |b| Found::Type(b.element_type()))
+    }
+}
+
+impl fmt::Display for Found {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Found::Missing => f.write_str("nothing"),
+            Found::Type(t) => write!(f, "{t:?}"),
+            Found::Unreadable => f.write_str("an unreadable value"),
+            Found::TooDeep { limit } => write!(f, "a document nested deeper than {limit}"),
+            Found::TooLarge { bytes, limit } => write!(
+                f,
+                "sort values of {bytes} bytes or more (at most {limit} fit in a page token)"
+            ),
         }
     }
 }

@@ -32,7 +32,7 @@ use mongodb::bson;
 use std::sync::Arc;
 
 use mongodb::bson::oid::ObjectId;
-use mongodb::bson::{Bson, DateTime, Document, RawDocument};
+use mongodb::bson::{DateTime, Document};
 use mongodb::options::{Collation, Hint};
 use mongodb::{Collection, Database};
 use serde::de::DeserializeOwned;
@@ -368,13 +368,4 @@ where
     {
         PageStream::new(self)
     }
-}
-
-/// The `_id` of a stored document, to name it in an error.
-pub(crate) fn id_of(raw: &RawDocument) -> Bson {
-    raw.get("_id")
-        .ok()
-        .flatten()
-        .and_then(|v| Bson::try_from(crate::compat::to_raw_bson(v)).ok())
-        .unwrap_or(Bson::Null)
 }

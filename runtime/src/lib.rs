@@ -45,7 +45,7 @@ mod util;
 pub use mongodb;
 pub use mongodb::bson;
 
-pub use crate::error::{CursorError, Error, Result};
+pub use crate::error::{CursorError, Error, Found, Result};
 pub use crate::model::Model;
 /// Derives [`Model`](trait@Model) and the patterns its attributes name.
 pub use mongo_patterns_macros::Model;

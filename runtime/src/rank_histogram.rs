@@ -567,7 +567,7 @@ impl<T: RankHistogram> Ranks<T> {
     fn unknown_board(&self, board: &Bson) -> Error {
         Error::UnknownBoard {
             collection: self.hist.name().to_owned(),
-            board: board.to_string(),
+            board: Box::new(board.clone()),
         }
     }
 }

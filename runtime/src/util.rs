@@ -1,6 +1,6 @@
 //! Small helpers more than one pattern uses.
 
-use crate::bson::{doc, Bson, Document};
+use crate::bson::{doc, Bson, Document, RawDocument};
 
 /// `impl Trait for T {}` for each listed type: the marker traits that say
 /// which Rust types a pattern accepts in a role.
@@ -55,6 +55,16 @@ pub(crate) fn splitmix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// A raw document's `_id`, to name it in an error (`null` when it has
+/// none, or one that does not parse).
+pub(crate) fn id_of(raw: &RawDocument) -> Bson {
+    raw.get("_id")
+        .ok()
+        .flatten()
+        .and_then(|v| Bson::try_from(crate::compat::to_raw_bson(v)).ok())
+        .unwrap_or(Bson::Null)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use mongodb::ClientSession;
 
 use super::Inner;
 use crate::action::Options;
-use crate::error::{Error, Result};
+use crate::error::{Error, Found, Result};
 
 impl Inner {
     /// The options a call runs with (its own over the handle's defaults),
@@ -298,7 +298,7 @@ pub(super) fn number(d: &Document, field: &str, collection: &str) -> Result<i64>
             collection: collection.to_owned(),
             id: Box::new(d.get("_id").cloned().unwrap_or(Bson::Null)),
             field: field.to_owned(),
-            found: format!("{:?}", other.element_type()),
+            found: Found::Type(other.element_type()),
             why: "counted",
             dropped: None,
         }),

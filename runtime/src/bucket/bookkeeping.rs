@@ -8,7 +8,7 @@ use mongodb::bson::{doc, Bson, Document, RawBsonRef, RawDocument};
 use super::order::FLOOR;
 use super::{Bucketed, Buckets, STALE, TYPE};
 use crate::error::{Error, Result};
-use crate::keyset::id_of;
+use crate::util::id_of;
 
 impl<T: Bucketed> Buckets<T> {
     /// True for a bucket whose bookkeeping holds: `items` an array, `count`

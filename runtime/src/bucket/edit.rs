@@ -19,7 +19,7 @@ use super::bookkeeping::raw_int;
 use super::write::item_len;
 use super::{Bucketed, Buckets, LEN, MAX_ATTEMPTS, OPS, OPS_KEPT, TYPE};
 use crate::error::{Error, Result};
-use crate::keyset::id_of;
+use crate::util::id_of;
 use crate::util::id_range;
 
 impl<T: Bucketed> Buckets<T> {

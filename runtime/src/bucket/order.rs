@@ -21,7 +21,7 @@ use super::bookkeeping::as_f64;
 use super::edit::with_op;
 use super::{Bucketed, Buckets, Head, MAX_ATTEMPTS, MAX_BUCKET_BYTES, OPS, STALE};
 use crate::error::{Error, Result};
-use crate::keyset::id_of;
+use crate::util::id_of;
 use crate::util::id_range;
 
 /// How long a lease holds without its holder giving it back (a holder that

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::action::Options;
 use crate::error::{Error, Result};
-use crate::keyset::id_of;
+use crate::util::id_of;
 use crate::util::id_range;
 
 impl<T: Bucketed> Buckets<T> {

@@ -11,11 +11,12 @@ use serde::de::DeserializeOwned;
 use super::boundary::boundary_filter;
 use super::token;
 use super::{
-    id_of, Keyset, Page, PageToken, Position, MAX_KEY_BYTES, MAX_PAGE_SIZE, MAX_TOKEN_DEPTH,
+    Keyset, Page, PageToken, Position, MAX_KEY_BYTES, MAX_PAGE_SIZE, MAX_TOKEN_DEPTH,
     MIN_SIGNING_KEY_LEN,
 };
 use crate::action::Options;
-use crate::error::{Error, Result};
+use crate::error::{Error, Found, Result};
+use crate::util::id_of;
 
 impl<T> Keyset<T>
 where
@@ -212,14 +213,14 @@ where
             let value = match raw.get(key) {
                 Ok(Some(v)) => v,
                 Ok(None) => continue,
-                Err(_) => return Err(self.unsupported(raw, key, "an unreadable value".into())),
+                Err(_) => return Err(self.unsupported(raw, key, Found::Unreadable)),
             };
             if let Err(e) = token::check_raw(value) {
                 let found = match e {
-                    crate::error::CursorError::TooDeep => {
-                        format!("a document nested deeper than {MAX_TOKEN_DEPTH}")
-                    }
-                    _ => format!("{:?}", value.element_type()),
+                    crate::error::CursorError::TooDeep => Found::TooDeep {
+                        limit: MAX_TOKEN_DEPTH,
+                    },
+                    _ => Found::Type(value.element_type()),
                 };
                 return Err(self.unsupported(raw, key, found));
             }
@@ -228,14 +229,17 @@ where
                 return Err(self.unsupported(
                     raw,
                     key,
-                    format!("sort values of {bytes} bytes or more (at most {MAX_KEY_BYTES} fit in a page token)"),
+                    Found::TooLarge {
+                        bytes,
+                        limit: MAX_KEY_BYTES,
+                    },
                 ));
             }
         }
         Ok(())
     }
 
-    fn unsupported(&self, raw: &RawDocument, key: &str, found: String) -> Error {
+    fn unsupported(&self, raw: &RawDocument, key: &str, found: Found) -> Error {
         Error::UnsupportedValue {
             collection: self.coll.name().to_owned(),
             id: Box::new(id_of(raw)),
@@ -257,7 +261,7 @@ where
             .keys()
             .map(|key| match raw.get(key) {
                 Ok(Some(v)) => Bson::try_from(crate::compat::to_raw_bson(v))
-                    .map_err(|_| self.unsupported(raw, key, "an unreadable value".into())),
+                    .map_err(|_| self.unsupported(raw, key, Found::Unreadable)),
                 _ => Ok(Bson::Null),
             })
             .collect::<Result<Vec<_>>>()?;
@@ -269,14 +273,7 @@ where
     }
 
     fn unexpected(&self, raw: &RawDocument, e: mongodb::error::Error) -> Error {
-        match crate::compat::deserialization(e) {
-            Ok(source) => Error::UnexpectedDocument {
-                collection: self.coll.name().to_owned(),
-                id: Box::new(id_of(raw)),
-                source,
-            },
-            Err(e) => Error::from(e),
-        }
+        Error::unexpected_document(self.coll.name(), raw, e)
     }
 }
 

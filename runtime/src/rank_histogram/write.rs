@@ -118,8 +118,8 @@ impl<T: RankHistogram> Ranks<T> {
             Err(e) => e.into(),
             Ok(None) => self.unknown_board(board),
             Ok(Some(_)) => Error::ScoreNotFound {
-                board: board.to_string(),
-                score: delta.dec.map(Bson::to_string).unwrap_or_default(),
+                board: Box::new(board.clone()),
+                score: Box::new(delta.dec.cloned().unwrap_or(Bson::Null)),
             },
         }
     }

@@ -185,12 +185,5 @@ fn current<T>(
     raw: &mongodb::bson::RawDocument,
     collection: &str,
 ) -> Result<T> {
-    item.map_err(|e| match crate::compat::deserialization(e) {
-        Ok(source) => Error::UnexpectedDocument {
-            collection: collection.to_owned(),
-            id: Box::new(crate::keyset::id_of(raw)),
-            source,
-        },
-        Err(e) => Error::from(e),
-    })
+    item.map_err(|e| Error::unexpected_document(collection, raw, e))
 }

@@ -10,7 +10,7 @@ use mongodb::options::{
 use serde::Serialize;
 
 use super::actions::{Insert, InsertMany, Replace, Update, Upsert};
-use super::audit::{check_stored, type_name};
+use super::audit::check_stored;
 use super::time::{seconds, truncate};
 use super::{
     analyze, key_fields, key_projection, stored_key_filter, Cx, ShardKeyed, ShardSpec, Sharded,
@@ -18,7 +18,7 @@ use super::{
 };
 use crate::action::{run, Options};
 use crate::error::code::DUPLICATE_KEY;
-use crate::error::{server_codes, Error, Result};
+use crate::error::{server_codes, Error, Found, Result};
 
 impl<T: ShardKeyed> Sharded<T> {
     /// The document as stored: serialized, with the derived coarse field
@@ -390,7 +390,7 @@ pub(super) fn fill(spec: &ShardSpec, d: &mut Document, collection: &str) -> Resu
                 collection: collection.to_owned(),
                 id: Box::new(d.get("_id").cloned().unwrap_or(Bson::Null)),
                 field: derived.from.to_owned(),
-                found: type_name(other),
+                found: Found::of(other),
                 why: "a timestamp to derive the shard key from",
                 dropped: None,
             })
