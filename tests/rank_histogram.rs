@@ -1,9 +1,15 @@
 //! The rank histogram against a real MongoDB-wire server, in both layouts.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::TryStreamExt;
 use mongo_patterns::bson::Bson;
+use mongo_patterns::mongodb::event::command::CommandEvent;
+use mongo_patterns::mongodb::event::EventHandler;
+use mongo_patterns::mongodb::options::ClientOptions;
+use mongo_patterns::mongodb::{Client, Database};
 use mongo_patterns::prelude::*;
 use mongo_patterns::rank_histogram::{Layout, Rank, RankHistogram};
 use mongo_patterns::Error;
@@ -641,4 +647,108 @@ async fn concurrent_score_updates_with_players() {
         before,
         "histogram equals the players"
     );
+}
+
+/// The commands a client sent, and the cursor id of each reply that holds
+/// a cursor (0: the first batch was the whole answer).
+#[derive(Clone, Default)]
+struct Wire {
+    sent: Arc<Mutex<Vec<String>>>,
+    cursors: Arc<Mutex<Vec<(String, i64)>>>,
+}
+
+impl Wire {
+    /// What was sent since the last look, and the cursor ids of the
+    /// replies.
+    fn take(&self) -> (Vec<String>, Vec<(String, i64)>) {
+        let sent = std::mem::take(&mut *self.sent.lock().unwrap());
+        let cursors = std::mem::take(&mut *self.cursors.lock().unwrap());
+        (sent, cursors)
+    }
+}
+
+/// A database of its own on a client that records [`Wire`].
+async fn watched_db(test: &str) -> (Database, Wire) {
+    let mut opts = ClientOptions::parse(mongo_patterns_testkit::server_uri())
+        .await
+        .unwrap();
+    opts.server_selection_timeout = Some(Duration::from_secs(10));
+    let wire = Wire::default();
+    let w = wire.clone();
+    opts.command_event_handler = Some(EventHandler::callback(move |ev: CommandEvent| match ev {
+        CommandEvent::Started(ev) => w.sent.lock().unwrap().push(ev.command_name),
+        CommandEvent::Succeeded(ev) => {
+            if let Ok(c) = ev.reply.get_document("cursor") {
+                let id = c.get("id").and_then(|id| match id {
+                    Bson::Int64(n) => Some(*n),
+                    Bson::Int32(n) => Some(i64::from(*n)),
+                    _ => None,
+                });
+                w.cursors
+                    .lock()
+                    .unwrap()
+                    .push((ev.command_name, id.unwrap_or(-1)));
+            }
+        }
+        _ => {}
+    }));
+    let client = Client::with_options(opts).unwrap();
+    (
+        client.database(&format!("mp_{test}_{}", std::process::id())),
+        wire,
+    )
+}
+
+/// `top(n)` is one command whose first batch holds the whole answer (no
+/// `getMore`, no `killCursors`), whether the board holds fewer, as many or
+/// more scores than `n`, and inside a transaction too.
+async fn top_in_one_batch<T: Exam>(test: &str) {
+    let (db, wire) = watched_db(test).await;
+    let ranks = T::ranks(&db);
+    // 150 distinct scores, more than a default first batch (101), and a tie.
+    for s in 0..150 {
+        ranks.record("b", f64::from(s)).await.unwrap();
+    }
+    ranks.record("b", 149.0).await.unwrap();
+    wire.take();
+    let read = |sent: &[String]| sent == ["aggregate"] || sent == ["find"];
+    for n in [1, 2, 101, 102, 120, 149, 150, 151, 1000] {
+        let top = ranks.top("b", n).await.unwrap();
+        // A dropped cursor would be killed in the background: give it time.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let (sent, cursors) = wire.take();
+        assert!(read(&sent), "top({n}) sent {sent:?}");
+        assert_eq!(
+            cursors,
+            [(sent[0].clone(), 0)],
+            "top({n}): one closed cursor"
+        );
+        // Two at 149 share place 1, so `n` places hold one score fewer.
+        let want = (n as usize).saturating_sub(1).clamp(1, 150);
+        assert_eq!(top.len(), want, "top({n})");
+        assert_eq!((top[0].score, top[0].count, top[0].rank), (149.0, 2, 1));
+        if want > 1 {
+            assert_eq!(top.last().unwrap().rank, want as u64 + 1, "top({n})");
+        }
+    }
+    let mut s = db.client().start_session().await.unwrap();
+    s.start_transaction().await.unwrap();
+    let top = ranks.top("b", 120).session(&mut s).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let (sent, cursors) = wire.take();
+    assert!(read(&sent), "top in a transaction sent {sent:?}");
+    assert_eq!(cursors, [(sent[0].clone(), 0)], "in a transaction");
+    assert_eq!(top.len(), 119);
+    s.commit_transaction().await.unwrap();
+    db.drop().await.unwrap();
+}
+
+#[tokio::test]
+async fn top_is_one_batch_array() {
+    top_in_one_batch::<ExamScore>("rank_top_batch_array").await;
+}
+
+#[tokio::test]
+async fn top_is_one_batch_documents() {
+    top_in_one_batch::<ExamScoreDocs>("rank_top_batch_docs").await;
 }
