@@ -752,3 +752,103 @@ async fn top_is_one_batch_array() {
 async fn top_is_one_batch_documents() {
     top_in_one_batch::<ExamScoreDocs>("rank_top_batch_docs").await;
 }
+
+/// The names of the commands sent since the last look.
+fn names(commands: &mongo_patterns_testkit::Commands) -> Vec<String> {
+    commands.take().into_iter().map(|(n, _)| n).collect()
+}
+
+/// `insert` in a transaction of its own: one cross-collection `bulkWrite`
+/// and the commit where the server takes it, the player's `insert`, the
+/// histogram's write and the commit where it does not (switched off, or
+/// refused: learnt once, nothing lost or counted twice). `update_score`
+/// and `delete` need the old score first: three either way.
+async fn insert_round_trips<T: Exam>(test: &str) {
+    let (db, commands) = fresh_db(test).await;
+    let hist = match T::RANK.layout {
+        Layout::Array => vec!["update"],
+        Layout::Documents => vec!["bulkWrite"],
+    };
+    let separate = |first: &str, hist: &[&str]| {
+        let mut v = vec![first.to_owned()];
+        v.extend(hist.iter().map(|s| s.to_string()));
+        v.push("commitTransaction".into());
+        v
+    };
+    let ranks = T::ranks(&db);
+    // The board's first insert creates it; the next ones add a score and
+    // count an existing one.
+    for (i, s) in [50.0, 60.0, 50.0].into_iter().enumerate() {
+        ranks
+            .insert(&T::new(format!("a{i}"), "b", s))
+            .await
+            .unwrap();
+        assert_eq!(
+            names(&commands),
+            ["bulkWrite", "commitTransaction"],
+            "insert {i}"
+        );
+    }
+    assert!(ranks.update_score(doc! {"_id": "a0"}, 70.0).await.unwrap());
+    assert_eq!(names(&commands), separate("findAndModify", &hist));
+    assert!(ranks.delete(doc! {"_id": "a1"}).await.unwrap());
+    assert_eq!(names(&commands), separate("findAndModify", &hist));
+    assert_eq!(
+        counts(&ranks, "b").await,
+        BTreeMap::from([(100, 1), (140, 1)])
+    );
+    commands.take();
+
+    // Switched off: the separate commands.
+    let off = T::ranks(&db).bulk_write(false);
+    off.insert(&T::new("c0".into(), "b", 50.0)).await.unwrap();
+    let update = vec!["update"];
+    assert_eq!(names(&commands), separate("insert", &update));
+
+    // A server that does not know the command: refused once, nothing
+    // written, then the separate commands for this repository and its
+    // clones.
+    let refusing = T::ranks(&db).__bulk_write_command("bulkWriteUnknown");
+    refusing
+        .insert(&T::new("d0".into(), "b", 60.0))
+        .await
+        .unwrap();
+    let sent = names(&commands);
+    assert_eq!(sent[0], "bulkWriteUnknown", "{sent:?}");
+    assert!(sent.ends_with(&separate("insert", &update)), "{sent:?}");
+    let clone = refusing.clone();
+    clone.insert(&T::new("d1".into(), "b", 60.0)).await.unwrap();
+    assert_eq!(names(&commands), separate("insert", &update));
+    assert_eq!(
+        counts(&ranks, "b").await,
+        BTreeMap::from([(100, 2), (120, 2), (140, 1)])
+    );
+    ranks.rebuild("b").await.unwrap();
+    assert_eq!(
+        counts(&ranks, "b").await,
+        BTreeMap::from([(100, 2), (120, 2), (140, 1)]),
+        "the histogram equals the players"
+    );
+    commands.take();
+
+    // A player inserted twice: the driver's duplicate-key error, nothing
+    // counted.
+    let e = ranks
+        .insert(&T::new("a0".into(), "b", 90.0))
+        .await
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("11000"), "{e:?}");
+    assert_eq!(names(&commands), ["bulkWrite", "abortTransaction"]);
+    assert!(!counts(&ranks, "b").await.contains_key(&180));
+    db.drop().await.unwrap();
+}
+
+#[tokio::test]
+async fn insert_is_two_round_trips_array() {
+    insert_round_trips::<ExamScore>("rank_insert_trips_array").await;
+}
+
+#[tokio::test]
+async fn insert_is_two_round_trips_documents() {
+    insert_round_trips::<ExamScoreDocs>("rank_insert_trips_docs").await;
+}

@@ -99,6 +99,7 @@ macro_rules! all_of {
 
 mod actions;
 mod array;
+mod combined;
 mod documents;
 mod read;
 mod rounding;
@@ -249,6 +250,9 @@ pub struct Ranks<T: Send + Sync> {
     /// learnt from the first refusal, shared by clones, so that the
     /// documents layout then sends `update` and `delete` commands.
     no_bulk_write: Arc<AtomicBool>,
+    /// Whether the deployment refused `bulkWrite` as a transaction's first
+    /// command (its `readConcern`): `insert` then sends two commands.
+    no_bulk_in_transaction: Arc<AtomicBool>,
     /// Whether the documents layout may send `bulkWrite`.
     bulk_write: bool,
     /// The name `bulkWrite` is sent under (tests make a server refuse it).
@@ -271,6 +275,7 @@ impl<T: Send + Sync> Clone for Ranks<T> {
             spec: self.spec,
             no_transactions: self.no_transactions.clone(),
             no_bulk_write: self.no_bulk_write.clone(),
+            no_bulk_in_transaction: self.no_bulk_in_transaction.clone(),
             bulk_write: self.bulk_write,
             bulk_command: self.bulk_command,
             transactions: self.transactions,
@@ -290,6 +295,7 @@ impl<T: RankHistogram> Ranks<T> {
             spec: T::RANK,
             no_transactions: Default::default(),
             no_bulk_write: Default::default(),
+            no_bulk_in_transaction: Default::default(),
             bulk_write: true,
             bulk_command: "bulkWrite",
             transactions: true,

@@ -11,7 +11,7 @@ use mongodb::ClientSession;
 
 use super::read::first_of;
 use super::score::as_number;
-use super::write::{refuse, Delta, Txn};
+use super::write::{refuse, Delta, Statement, Txn};
 use super::{RankHistogram, RankSpec, Ranks, Store, ARRAY_LIMIT};
 use crate::action::Options;
 use crate::error::code::{DUPLICATE_KEY, REFUSED};
@@ -115,21 +115,7 @@ async fn write<T: RankHistogram>(
     o: &Options,
     session: Option<&mut ClientSession>,
 ) -> Result<()> {
-    let mut filter = doc! {"_id": board};
-    if let Some(d) = delta.dec {
-        filter.insert(
-            "scores",
-            doc! {"$elemMatch": {"score": d, "count": {"$gt": 0}}},
-        );
-    }
-    if let Some(i) = delta.inc {
-        // The score is there already, or there is room for one more.
-        let last = format!("scores.{}", ARRAY_LIMIT - 1);
-        filter.insert(
-            "$or",
-            vec![doc! {"scores.score": i}, doc! {last: {"$exists": false}}],
-        );
-    }
+    let filter = filter_of(board, delta);
     let pipeline = array_update(delta, r.spec.descending);
     let update = r
         .hist
@@ -160,6 +146,37 @@ async fn write<T: RankHistogram>(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// The array layout's write of `delta` as one statement: the board's
+/// update, an upsert when no `-1` comes first.
+pub(super) fn statement(board: &Bson, delta: Delta<'_>, descending: bool) -> Statement {
+    Statement::Update {
+        filter: filter_of(board, delta),
+        update: array_update(delta, descending).into(),
+        upsert: delta.dec.is_none(),
+    }
+}
+
+/// What the board's update matches: the board, holding a count above 0 at
+/// `dec`, and `inc` or room for one more score.
+fn filter_of(board: &Bson, delta: Delta<'_>) -> Document {
+    let mut filter = doc! {"_id": board};
+    if let Some(d) = delta.dec {
+        filter.insert(
+            "scores",
+            doc! {"$elemMatch": {"score": d, "count": {"$gt": 0}}},
+        );
+    }
+    if let Some(i) = delta.inc {
+        // The score is there already, or there is room for one more.
+        let last = format!("scores.{}", ARRAY_LIMIT - 1);
+        filter.insert(
+            "$or",
+            vec![doc! {"scores.score": i}, doc! {last: {"$exists": false}}],
+        );
+    }
+    filter
 }
 
 async fn rows<T: RankHistogram>(

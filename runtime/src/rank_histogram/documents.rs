@@ -15,7 +15,7 @@ use mongodb::ClientSession;
 
 use super::read::read_options;
 use super::score::as_number;
-use super::write::{backoff, refuse, Delta, Txn, RETRY_BOUND};
+use super::write::{backoff, refuse, Delta, Statement, Txn, RETRY_BOUND};
 use super::{RankHistogram, RankSpec, Ranks, Store, ARRAY_LIMIT};
 use crate::action::Options;
 use crate::error::code::{COMMAND_NOT_FOUND, DUPLICATE_KEY, REFUSED, WRITE_CONFLICT};
@@ -126,49 +126,7 @@ async fn write<T: RankHistogram>(
     txn: Txn,
 ) -> Result<()> {
     let in_transaction = txn != Txn::No;
-    let id = |s: &Bson| doc! {"b": board, "s": s};
-    let valid = doc! {"$and": [
-        {"$in": [{"$type": "$count"}, ["int", "long"]]},
-        {"$gte": ["$count", 0]},
-    ]};
-    let set = |s: &Bson, set: Bson, upsert: bool| Statement::Update {
-        filter: doc! {"_id": id(s)},
-        update: bson::bson!([{"$set": {"count": set}}]),
-        upsert,
-    };
-    let mut ops = Vec::new();
-    if let Some(d) = delta.dec {
-        if let Some(i) = delta.inc {
-            // Nothing is written when the `+1` would land on a damaged
-            // count.
-            let same = bson::bson!({"$cond": [&valid, "$count", refuse()]});
-            ops.push(set(i, same, false));
-        }
-        let minus = bson::bson!({"$cond": [
-            {"$and": [&valid, {"$gt": ["$count", 0]}]},
-            {"$add": ["$count", -1_i64]},
-            refuse(),
-        ]});
-        // An upsert, so that a missing score is refused rather than
-        // matching nothing while the `+1` goes ahead.
-        ops.push(set(d, minus, true));
-        ops.push(Statement::Update {
-            filter: doc! {"_id": id(&Bson::MinKey)},
-            update: bson::bson!({"$setOnInsert": {"count": 0_i64}}),
-            upsert: true,
-        });
-        ops.push(Statement::Delete {
-            filter: doc! {"_id": id(d), "count": 0},
-        });
-    }
-    if let Some(i) = delta.inc {
-        let plus = bson::bson!({"$cond": [
-            {"$eq": [{"$type": "$count"}, "missing"]},
-            1_i64,
-            {"$cond": [&valid, {"$add": ["$count", 1_i64]}, refuse()]},
-        ]});
-        ops.push(set(i, plus, true));
-    }
+    let mut ops = statements(board, delta);
     // The fallback's order: the updates, then the delete. A `+1` that
     // lands before the delete leaves its count above 0, so the delete
     // (of a count of 0 only) removes the same scores.
@@ -230,6 +188,57 @@ async fn write<T: RankHistogram>(
     }
 }
 
+/// The statements of the documents layout's write of `delta`, in order:
+/// check the target of `+1` when a `-1` comes first, `-1` (refused,
+/// writing nothing, when nobody holds the score), the board's marker, the
+/// removal of a score that reached 0, then `+1`.
+pub(super) fn statements(board: &Bson, delta: Delta<'_>) -> Vec<Statement> {
+    let id = |s: &Bson| doc! {"b": board, "s": s};
+    let valid = doc! {"$and": [
+        {"$in": [{"$type": "$count"}, ["int", "long"]]},
+        {"$gte": ["$count", 0]},
+    ]};
+    let set = |s: &Bson, set: Bson, upsert: bool| Statement::Update {
+        filter: doc! {"_id": id(s)},
+        update: bson::bson!([{"$set": {"count": set}}]),
+        upsert,
+    };
+    let mut ops = Vec::new();
+    if let Some(d) = delta.dec {
+        if let Some(i) = delta.inc {
+            // Nothing is written when the `+1` would land on a damaged
+            // count.
+            let same = bson::bson!({"$cond": [&valid, "$count", refuse()]});
+            ops.push(set(i, same, false));
+        }
+        let minus = bson::bson!({"$cond": [
+            {"$and": [&valid, {"$gt": ["$count", 0]}]},
+            {"$add": ["$count", -1_i64]},
+            refuse(),
+        ]});
+        // An upsert, so that a missing score is refused rather than
+        // matching nothing while the `+1` goes ahead.
+        ops.push(set(d, minus, true));
+        ops.push(Statement::Update {
+            filter: doc! {"_id": id(&Bson::MinKey)},
+            update: bson::bson!({"$setOnInsert": {"count": 0_i64}}),
+            upsert: true,
+        });
+        ops.push(Statement::Delete {
+            filter: doc! {"_id": id(d), "count": 0},
+        });
+    }
+    if let Some(i) = delta.inc {
+        let plus = bson::bson!({"$cond": [
+            {"$eq": [{"$type": "$count"}, "missing"]},
+            1_i64,
+            {"$cond": [&valid, {"$add": ["$count", 1_i64]}, refuse()]},
+        ]});
+        ops.push(set(i, plus, true));
+    }
+    ops
+}
+
 /// Whether the documents layout sends `bulkWrite`: allowed, and not
 /// refused by this deployment yet.
 fn uses_bulk_write<T: RankHistogram>(r: &Ranks<T>) -> bool {
@@ -246,22 +255,7 @@ async fn bulk_write_once<T: RankHistogram>(
     session: Option<&mut ClientSession>,
     in_transaction: bool,
 ) -> std::result::Result<Option<(usize, mongodb::error::Error)>, mongodb::error::Error> {
-    let ops: Vec<Document> = ops
-        .iter()
-        .map(|op| match op {
-            Statement::Update {
-                filter,
-                update,
-                upsert,
-            } => doc! {
-                "update": 0, "filter": filter, "multi": false, "upsert": upsert,
-                "updateMods": update,
-            },
-            Statement::Delete { filter } => {
-                doc! {"delete": 0, "filter": filter, "multi": false}
-            }
-        })
-        .collect();
+    let ops: Vec<Document> = ops.iter().map(|op| op.bulk_op(0)).collect();
     let ns = format!("{}.{}", r.db.name(), r.hist.name());
     let mut command = doc! {
         r.bulk_command: 1, "ops": ops, "nsInfo": [{"ns": &ns}],
@@ -281,7 +275,7 @@ async fn bulk_write_once<T: RankHistogram>(
 /// write concern (the operation's, else the histogram collection's,
 /// which has the database's and the client's), except inside a
 /// transaction, whose own applies.
-fn command_options<T: RankHistogram>(
+pub(super) fn command_options<T: RankHistogram>(
     r: &Ranks<T>,
     command: &mut Document,
     o: &Options,
@@ -433,7 +427,7 @@ async fn board_damage<T: RankHistogram>(r: &Ranks<T>, board: &Bson) -> Result<Op
 
 /// The first failed operation of a `bulkWrite` reply: (index, the server's
 /// error).
-fn first_bulk_error(reply: &Document) -> Option<(usize, mongodb::error::Error)> {
+pub(super) fn first_bulk_error(reply: &Document) -> Option<(usize, mongodb::error::Error)> {
     if reply.get("nErrors").and_then(crate::util::int).unwrap_or(0) == 0 {
         return None;
     }
@@ -482,18 +476,6 @@ fn write_error(entry: &Document) -> mongodb::error::Error {
         Ok(w) => ErrorKind::Write(WriteFailure::WriteError(w)).into(),
         Err(e) => mongodb::error::Error::custom(format!("unreadable write error {entry}: {e}")),
     }
-}
-
-/// One statement of a documents-layout write.
-enum Statement {
-    Update {
-        filter: Document,
-        update: Bson,
-        upsert: bool,
-    },
-    Delete {
-        filter: Document,
-    },
 }
 
 /// The first failed statement of an `update` or `delete` command's reply:

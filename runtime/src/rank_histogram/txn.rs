@@ -78,11 +78,24 @@ impl<T: RankHistogram> Ranks<T> {
             Some(s) if no_txn => return self.non_atomic(&op, &o, Some(s)).await,
             None if no_txn => return self.non_atomic(&op, &o, None).await,
             Some(s) => OpenTransaction::new(Held::Borrowed(s)),
+            // Not causally consistent: a rerun's first command then
+            // carries no `readConcern`, so `insert` can stay one
+            // `bulkWrite` (a fresh session has nothing to be consistent
+            // with).
             None => OpenTransaction::new(Held::Owned(Some(Box::new(
-                self.db.client().start_session().await?,
+                self.db
+                    .client()
+                    .start_session()
+                    .causal_consistency(false)
+                    .await?,
             )))),
         };
-        match self.own_transaction(&op, &o, &mut txn).await {
+        // Only in a session of the call's own, whose first command carries
+        // no `readConcern` (a caller's may have read before).
+        let combine = matches!(op, SourceOp::Insert(_))
+            && matches!(txn.session, Held::Owned(_))
+            && self.combines(&o);
+        match self.own_transaction(&op, &o, &mut txn, combine).await {
             // A standalone refuses on the first write, before writing.
             Err(Error::NoTransactions { .. }) => {
                 self.no_transactions.store(true, Ordering::Relaxed);
@@ -99,6 +112,7 @@ impl<T: RankHistogram> Ranks<T> {
         op: &SourceOp<'_, T>,
         o: &Options,
         txn: &mut OpenTransaction<'_>,
+        mut combine: bool,
     ) -> Result<bool> {
         let Some(session) = txn.session() else {
             // Only `Drop` takes the session out.
@@ -116,11 +130,25 @@ impl<T: RankHistogram> Ranks<T> {
             // action boxes this future as `Send`), even with owned captures.
             // Same retries, backoff and 120 s bound.
             .and_run(
-                (self, op, &inside, &mut stashed, &mut attempts),
-                |s, (this, op, inside, stashed, attempts)| {
+                (self, op, &inside, &mut stashed, &mut attempts, &mut combine),
+                |s, (this, op, inside, stashed, attempts, combine)| {
                     Box::pin(async move {
                         **attempts += 1;
-                        match this.source_op(op, inside, s).await {
+                        let done = match op {
+                            SourceOp::Insert(doc) if **combine => {
+                                match this.insert_combined(doc, inside, s).await {
+                                    Ok(None) => Ok(true),
+                                    // Rerun as separate commands.
+                                    Ok(Some(e)) => {
+                                        **combine = false;
+                                        Err(Error::Raced(e))
+                                    }
+                                    Err(e) => Err(e),
+                                }
+                            }
+                            _ => this.source_op(op, inside, s).await,
+                        };
+                        match done {
                             Ok(r) => Ok(r),
                             Err(e) => Err(to_driver(e, stashed)),
                         }

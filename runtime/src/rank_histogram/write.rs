@@ -199,3 +199,36 @@ pub(super) fn backoff(attempt: u32) -> Duration {
 pub(super) fn refuse() -> Bson {
     bson::bson!({"$toLong": {"$concat": ["refused by the rank histogram: ", {"$toString": {"$type": "$_id"}}]}})
 }
+
+/// One statement of a histogram write, as `bulkWrite` or an `update` /
+/// `delete` command carries it.
+pub(super) enum Statement {
+    Update {
+        filter: Document,
+        update: Bson,
+        upsert: bool,
+    },
+    Delete {
+        filter: Document,
+    },
+}
+
+impl Statement {
+    /// The statement as a `bulkWrite` operation on namespace `ns` (an
+    /// index into `nsInfo`).
+    pub(super) fn bulk_op(&self, ns: i32) -> Document {
+        match self {
+            Statement::Update {
+                filter,
+                update,
+                upsert,
+            } => doc! {
+                "update": ns, "filter": filter, "multi": false, "upsert": upsert,
+                "updateMods": update,
+            },
+            Statement::Delete { filter } => {
+                doc! {"delete": ns, "filter": filter, "multi": false}
+            }
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! `insert` in one command: the player's insert and the histogram's `+1`
+//! as one ordered cross-collection `bulkWrite` (MongoDB 8.0+), so that a
+//! transaction of the call's own costs two round trips (that command and
+//! the commit) instead of three.
+//!
+//! Only `insert` knows both writes before sending anything. `update_score`
+//! and `delete` find the old score in the player's document, and no
+//! statement of a `bulkWrite` can read what another one found: each update
+//! sees only its own document, its pipeline cannot `$lookup`, and `let`
+//! holds constants sent by the client.
+
+use std::sync::atomic::Ordering;
+
+use mongodb::bson::{doc, oid::ObjectId};
+use mongodb::ClientSession;
+
+use super::documents::{command_options, first_bulk_error, refused_bulk_write, statements};
+use super::write::Delta;
+use super::{array, Layout, RankHistogram, Ranks};
+use crate::action::Options;
+use crate::error::code::WRITE_CONFLICT;
+use crate::error::Result;
+
+/// A field the server does not know on a command: how a server that takes
+/// `bulkWrite` but not a transaction's `readConcern` on it refuses.
+const UNKNOWN_FIELD: i32 = 40415;
+
+impl<T: RankHistogram> Ranks<T> {
+    /// Whether `insert` may send its two writes as one `bulkWrite` in a
+    /// transaction of its own, given the call's options `o`. The first
+    /// command of a transaction carries `readConcern` when one applies,
+    /// which some servers refuse on `bulkWrite`: then it does not.
+    pub(super) fn combines(&self, o: &Options) -> bool {
+        self.bulk_write
+            && !self.no_bulk_write.load(Ordering::Relaxed)
+            && !self.no_bulk_in_transaction.load(Ordering::Relaxed)
+            && o.read_concern.is_none()
+            && self.db.client().read_concern().is_none()
+    }
+
+    /// Inserts `player` and counts its score with one `bulkWrite`, in
+    /// `session`'s transaction. `Some` when the transaction must be rerun,
+    /// with nothing written: the server refused the command (remembered),
+    /// or the histogram's statement failed (the separate commands then
+    /// say why).
+    pub(super) async fn insert_combined(
+        &self,
+        player: &T,
+        o: &Options,
+        session: &mut ClientSession,
+    ) -> Result<Option<mongodb::error::Error>> {
+        let board = self.board_bson(player.board())?;
+        let score = self.score_bson(player.score())?;
+        let mut document = crate::compat::to_document(player)?;
+        if !document.contains_key("_id") {
+            // As the driver's `insert_one` does.
+            let mut with_id = doc! {"_id": ObjectId::new()};
+            with_id.extend(document);
+            document = with_id;
+        }
+        let delta = Delta {
+            dec: None,
+            inc: Some(&score),
+        };
+        let hist = match self.spec.layout {
+            Layout::Array => vec![array::statement(&board, delta, self.spec.descending)],
+            Layout::Documents => statements(&board, delta),
+        };
+        let mut ops = vec![doc! {"insert": 0, "document": document}];
+        ops.extend(hist.iter().map(|s| s.bulk_op(1)));
+        let ns = |name: &str| doc! {"ns": format!("{}.{}", self.db.name(), name)};
+        let mut command = doc! {
+            self.bulk_command: 1, "ops": ops,
+            "nsInfo": [ns(self.source.name()), ns(self.hist.name())],
+            "ordered": true, "errorsOnly": true,
+        };
+        command_options(self, &mut command, o, true)?;
+        let admin = self.db.client().database("admin");
+        let reply = match admin.run_command(command).session(session).await {
+            Ok(reply) => reply,
+            Err(e) if refused_bulk_write(&e) => {
+                self.no_bulk_write.store(true, Ordering::Relaxed);
+                return Ok(Some(e));
+            }
+            Err(e) if refused_field(&e) => {
+                self.no_bulk_in_transaction.store(true, Ordering::Relaxed);
+                return Ok(Some(e));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        match first_bulk_error(&reply) {
+            // The player's insert: the caller's error (a duplicate `_id`),
+            // or a conflict with a concurrent transaction (rerun).
+            Some((0, e)) if crate::error::server_codes(&e).contains(&WRITE_CONFLICT) => Ok(Some(e)),
+            Some((0, e)) => Err(e.into()),
+            Some((_, e)) => Ok(Some(e)),
+            None => {
+                let n = |f: &str| reply.get(f).and_then(crate::util::int).unwrap_or(0);
+                if n("nInserted") == 1 && n("nMatched") + n("nUpserted") >= 1 {
+                    Ok(None)
+                } else {
+                    let e = mongodb::error::Error::custom(format!(
+                        "bulkWrite wrote only part of an insert: {reply}"
+                    ));
+                    Ok(Some(e))
+                }
+            }
+        }
+    }
+}
+
+/// Whether the server refused a field of the command (40415), as one that
+/// does not take `readConcern` on `bulkWrite` does.
+fn refused_field(e: &mongodb::error::Error) -> bool {
+    match &*e.kind {
+        mongodb::error::ErrorKind::Command(c) => {
+            c.code == UNKNOWN_FIELD || c.message.to_ascii_lowercase().contains("unknown field")
+        }
+        _ => false,
+    }
+}
