@@ -799,6 +799,32 @@ async fn insert_round_trips<T: Exam>(test: &str) {
     );
     commands.take();
 
+    // A read concern would ride on the transaction's first command, and
+    // a session of the caller's may have read before: the separate
+    // commands.
+    let rc = mongo_patterns::mongodb::options::ReadConcern::majority();
+    let with_rc =
+        T::ranks(&db).with_options(mongo_patterns::action::Options::new().read_concern(rc));
+    with_rc
+        .insert(&T::new("r0".into(), "b", 50.0))
+        .await
+        .unwrap();
+    assert_eq!(names(&commands), separate("insert", &hist), "read concern");
+    let mut session = db.client().start_session().await.unwrap();
+    ranks
+        .insert(&T::new("r1".into(), "b", 50.0))
+        .session(&mut session)
+        .await
+        .unwrap();
+    assert_eq!(
+        names(&commands),
+        separate("insert", &hist),
+        "caller's session"
+    );
+    assert!(ranks.delete(doc! {"_id": "r0"}).await.unwrap());
+    assert!(ranks.delete(doc! {"_id": "r1"}).await.unwrap());
+    commands.take();
+
     // Switched off: the separate commands.
     let off = T::ranks(&db).bulk_write(false);
     off.insert(&T::new("c0".into(), "b", 50.0)).await.unwrap();

@@ -327,15 +327,17 @@ impl<T: RankHistogram> Ranks<T> {
         self
     }
 
-    /// Whether the `"documents"` layout writes with one `bulkWrite` command
-    /// (the default; MongoDB 8.0+). `false` sends what every server takes:
+    /// Whether writes may use the `bulkWrite` command (the default;
+    /// MongoDB 8.0+): the `"documents"` layout's histogram writes, and
+    /// [`insert`](Self::insert)'s two writes in one command. `false` sends what every server takes:
     /// an `update` command, then a `delete` command for a score emptied by
     /// a `-1`, so a `change` or `remove` costs two round trips instead of
     /// one, with the same checks and results; a call cancelled between the
     /// two may leave the emptied score at count 0, which reads skip and
     /// [`rebuild`](Self::rebuild) removes. A server that refuses
     /// `bulkWrite` (before 8.0) gets the same, learnt from its first
-    /// refusal. The `"array"` layout sends one `update` either way.
+    /// refusal. The `"array"` layout's histogram writes are one `update`
+    /// either way.
     pub fn bulk_write(mut self, use_it: bool) -> Self {
         self.bulk_write = use_it;
         self
@@ -507,8 +509,15 @@ impl<T: RankHistogram> Ranks<T> {
         Histogram::new(self, self.board_bson(board))
     }
 
-    /// Inserts a player's document and counts its score, in one transaction
-    /// (three round trips: `insert`, the histogram's write, commit).
+    /// Inserts a player's document and counts its score, in one transaction:
+    /// two round trips where the server takes a cross-collection
+    /// `bulkWrite` (MongoDB 8.0+) carrying both writes, then the commit;
+    /// three otherwise (`insert`, the histogram's write, commit), also in
+    /// your session or under a read concern: the transaction's first
+    /// command may then carry `readConcern`, which some servers refuse on
+    /// `bulkWrite`. A refusal is
+    /// learnt once per repository (clones included): that call reruns its
+    /// transaction, nothing written twice.
     ///
     /// Given a session with a transaction open, it joins that transaction
     /// (two round trips; the caller commits) and never retries: a lost race
