@@ -825,6 +825,30 @@ async fn insert_round_trips<T: Exam>(test: &str) {
     assert!(ranks.delete(doc! {"_id": "r1"}).await.unwrap());
     commands.take();
 
+    // A server that refuses `readConcern` on `bulkWrite` (this test server
+    // does, as the transaction's first command): the refused transaction
+    // never started, nothing was written; the call reruns it as separate
+    // commands, and the repository remembers.
+    let rc = mongo_patterns::mongodb::options::ReadConcern::majority();
+    let forced = T::ranks(&db)
+        .with_options(mongo_patterns::action::Options::new().read_concern(rc))
+        .__bulk_write_with_read_concern(true);
+    forced
+        .insert(&T::new("q0".into(), "b", 50.0))
+        .await
+        .unwrap();
+    let sent = names(&commands);
+    assert_eq!(sent[0], "bulkWrite", "{sent:?}");
+    assert!(sent.ends_with(&separate("insert", &hist)), "{sent:?}");
+    forced
+        .insert(&T::new("q1".into(), "b", 50.0))
+        .await
+        .unwrap();
+    assert_eq!(names(&commands), separate("insert", &hist), "remembered");
+    assert!(ranks.delete(doc! {"_id": "q0"}).await.unwrap());
+    assert!(ranks.delete(doc! {"_id": "q1"}).await.unwrap());
+    commands.take();
+
     // Switched off: the separate commands.
     let off = T::ranks(&db).bulk_write(false);
     off.insert(&T::new("c0".into(), "b", 50.0)).await.unwrap();

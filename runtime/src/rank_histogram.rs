@@ -257,6 +257,9 @@ pub struct Ranks<T: Send + Sync> {
     bulk_write: bool,
     /// The name `bulkWrite` is sent under (tests make a server refuse it).
     bulk_command: &'static str,
+    /// Whether `insert` sends one `bulkWrite` even where the transaction's
+    /// first command carries `readConcern` (tests meet the refusal).
+    bulk_with_read_concern: bool,
     /// Whether `insert`, `update_score` and `delete` start transactions.
     transactions: bool,
     /// Whether they may write the player and the histogram one after the
@@ -278,6 +281,7 @@ impl<T: Send + Sync> Clone for Ranks<T> {
             no_bulk_in_transaction: self.no_bulk_in_transaction.clone(),
             bulk_write: self.bulk_write,
             bulk_command: self.bulk_command,
+            bulk_with_read_concern: self.bulk_with_read_concern,
             transactions: self.transactions,
             allow_non_atomic: self.allow_non_atomic,
             defaults: self.defaults.clone(),
@@ -298,6 +302,7 @@ impl<T: RankHistogram> Ranks<T> {
             no_bulk_in_transaction: Default::default(),
             bulk_write: true,
             bulk_command: "bulkWrite",
+            bulk_with_read_concern: false,
             transactions: true,
             allow_non_atomic: false,
             defaults: Default::default(),
@@ -348,6 +353,15 @@ impl<T: RankHistogram> Ranks<T> {
     #[doc(hidden)]
     pub fn __bulk_write_command(mut self, name: &'static str) -> Self {
         self.bulk_command = name;
+        self
+    }
+
+    /// Lets `insert` send one `bulkWrite` where its transaction's first
+    /// command carries `readConcern`, so that a test can meet a server's
+    /// refusal of it.
+    #[doc(hidden)]
+    pub fn __bulk_write_with_read_concern(mut self, on: bool) -> Self {
+        self.bulk_with_read_concern = on;
         self
     }
 

@@ -34,8 +34,8 @@ impl<T: RankHistogram> Ranks<T> {
         self.bulk_write
             && !self.no_bulk_write.load(Ordering::Relaxed)
             && !self.no_bulk_in_transaction.load(Ordering::Relaxed)
-            && o.read_concern.is_none()
-            && self.db.client().read_concern().is_none()
+            && (self.bulk_with_read_concern
+                || o.read_concern.is_none() && self.db.client().read_concern().is_none())
     }
 
     /// Inserts `player` and counts its score with one `bulkWrite`, in

@@ -93,7 +93,7 @@ impl<T: RankHistogram> Ranks<T> {
         // Only in a session of the call's own, whose first command carries
         // no `readConcern` (a caller's may have read before).
         let combine = matches!(op, SourceOp::Insert(_))
-            && matches!(txn.session, Held::Owned(_))
+            && (matches!(txn.session, Held::Owned(_)) || self.bulk_with_read_concern)
             && self.combines(&o);
         match self.own_transaction(&op, &o, &mut txn, combine).await {
             // A standalone refuses on the first write, before writing.
