@@ -31,7 +31,9 @@ enum Case {
 fn quiet_seed(from: u64, ops: u64, every: u64) -> u64 {
     (from..)
         .map(splitmix64)
-        .find(|&s| (0..ops).all(|i| ((u128::from(seeded_draw(s, i)) * u128::from(every)) >> 64) != 0))
+        .find(|&s| {
+            (0..ops).all(|i| ((u128::from(seeded_draw(s, i)) * u128::from(every)) >> 64) != 0)
+        })
         .expect("a seed")
 }
 
@@ -145,9 +147,16 @@ pub(crate) async fn cpu_comparison(args: &Args, uri: &str, db: &Database) -> Box
             writes[1].push(w[1]);
         }
         let name = match case {
-            Case::Writing => format!("counter `incr`, sampled, every = {every}, writing one time in N (seeded)"),
-            Case::SeededNoWrite => "counter `incr`, sampled, the path that does not write (seeded)".to_owned(),
-            Case::ThreadNoWrite => "counter `incr`, sampled, the path that does not write (per-thread random source)".to_owned(),
+            Case::Writing => {
+                format!("counter `incr`, sampled, every = {every}, writing one time in N (seeded)")
+            }
+            Case::SeededNoWrite => {
+                "counter `incr`, sampled, the path that does not write (seeded)".to_owned()
+            }
+            Case::ThreadNoWrite => {
+                "counter `incr`, sampled, the path that does not write (per-thread random source)"
+                    .to_owned()
+            }
         };
         let med = |v: &mut Vec<u64>| {
             v.sort_unstable();

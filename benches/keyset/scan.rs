@@ -296,7 +296,12 @@ pub(crate) fn report(out: &mut String, args: &Args, scan: &Scan) -> std::fmt::Re
             .map(|v| format!("{} {} ms", v.name, v.ticks_total_ms))
             .collect::<Vec<_>>()
             .join(", "))?;
-    let per_item = |v: &Variant| v.cpu.iter().map(|ns| ns / 1e3 / scan.items as f64).collect();
+    let per_item = |v: &Variant| {
+        v.cpu
+            .iter()
+            .map(|ns| ns / 1e3 / scan.items as f64)
+            .collect()
+    };
     write!(
         out,
         "{}",

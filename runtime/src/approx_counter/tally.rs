@@ -43,7 +43,10 @@ impl Tally {
         match self.lanes.get(lane()) {
             Some(Lane(lane)) => {
                 // Only this thread writes this lane while it holds it.
-                lane.store(lane.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+                lane.store(
+                    lane.load(Ordering::Relaxed).wrapping_add(n),
+                    Ordering::Relaxed,
+                );
             }
             None => {
                 self.shared.fetch_add(n, Ordering::Relaxed);
