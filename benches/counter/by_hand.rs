@@ -43,3 +43,38 @@ pub(crate) async fn hand_sampled(
     }
     Ok(false)
 }
+
+thread_local! {
+    /// The hand-written counter's random state: xorshift64* per thread, as
+    /// a user without a seeded stream would write it.
+    static RNG: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Seeds this thread's hand-written random state (never 0).
+pub(crate) fn seed_hand_rng(seed: u64) {
+    RNG.with(|s| s.set(seed | 1));
+}
+
+/// The hand-written sampled counter on a per-thread random source: one draw
+/// per view, and one time in N `$inc: N` by `_id`.
+pub(crate) async fn hand_sampled_thread(
+    coll: &Collection<Document>,
+    field: &str,
+    id: &str,
+    every: u64,
+) -> BoxResult<bool> {
+    let r = RNG.with(|s| {
+        let mut x = s.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        s.set(x);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    });
+    if ((u128::from(r) * u128::from(every)) >> 64) == 0 {
+        coll.update_one(doc! {"_id": id}, doc! {"$inc": {field: every as i64}})
+            .await?;
+        return Ok(true);
+    }
+    Ok(false)
+}

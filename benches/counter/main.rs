@@ -21,8 +21,8 @@
 //! | `--modes LIST` | sampled,buffered,geometric,exact | which runs, comma-separated |
 //! | `--seed N` | 3 | seed of the key draws (and of the CPU comparison's streams) |
 //! | `--threads N` | cores | worker threads of the client's runtime (0: current-thread runtime) |
-//! | `--cpu-reps N` | 9 | interleaved repetitions per variant for client CPU (0: skip) |
-//! | `--cpu-ops N` | 50000 | increments per repetition for client CPU |
+//! | `--cpu-reps N` | 21 | interleaved repetitions per variant for client cost (0: skip) |
+//! | `--cpu-ops N` | 50000 | increments per repetition for client cost on the writing path (×20 on the path that does not write) |
 //! | `--path-reps N` | 3 | repetitions of each no-write-path case (0: skip) |
 //! | `--path-ops N` | 1000000 | increments per no-write-path case |
 //!
@@ -52,11 +52,15 @@
 //! 3. The error at the end ([`tables`] writes it and the tables above): every product read back (one `find`), the total
 //!    and each key against the truth, with the documented relative standard
 //!    error (`Counter::relative_error(n)` of each key's count).
-//! 4. Client CPU ([`cpu`], the baseline in [`by_hand`]): `incr` on a sampled handle vs a hand-written "draw, and
-//!    one time in N `update_one($inc: N)`" loop drawing the same numbers
-//!    (`Counter::seeded` and the same SplitMix64 stream by hand), so that
-//!    both send exactly the same writes; on a client without command
-//!    monitoring, one task, repetitions interleaved.
+//! 4. Client cost ([`cpu`], the baseline in [`by_hand`]): `incr` on a sampled handle vs a
+//!    hand-written "draw, and one time in N `update_one($inc: N)`" loop, on
+//!    a client without command monitoring, one task, repetitions
+//!    interleaved: writing one time in N (client CPU), drawing the same
+//!    numbers (`Counter::seeded` and the same SplitMix64 stream by hand) so
+//!    that both send exactly the same writes; and the path that does not
+//!    write (N = 10⁶, wall time), seeded on a stretch of the stream without
+//!    a hit, and unseeded against the same per-thread generator by hand.
+//!    [`cost`] prints the ratios of medians and their spread.
 //! 5. The path that does not write, per mode ([`no_write`]): handles set up so that they
 //!    (almost) never write (N = 10⁶; geometric N = 2 after one `incr_by` of
 //!    10⁹ per key, so that m = 5·10⁸), from one task and from `--tasks`
@@ -65,6 +69,7 @@
 //!    tasks meet on them.
 
 mod by_hand;
+mod cost;
 mod cpu;
 mod no_write;
 mod runs;
@@ -169,7 +174,7 @@ impl Args {
             modes: vec![Run::Sampled, Run::Buffered, Run::Geometric, Run::Exact],
             seed: 3,
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
-            cpu_reps: 9,
+            cpu_reps: 21,
             cpu_ops: 50_000,
             path_reps: 3,
             path_ops: 1_000_000,

@@ -21,7 +21,7 @@
 //! | `--reps N` | 3 | timed fetches per design and depth (the median is reported) |
 //! | `--scan N` | 100000 | items read by the bounded scan (clamped to `--docs`) |
 //! | `--scan-page N` | 20000 | page size of the bounded scan |
-//! | `--cpu-reps N` | 9 | scans per variant for the CPU comparison, interleaved |
+//! | `--cpu-reps N` | 15 | scans per variant for the CPU comparison, interleaved |
 //! | `--batch N` | 10000 | documents per `insert_many` while loading |
 //! | `--multi-thread` | off | use tokio's multi-thread runtime (default: current-thread) |
 //!
@@ -63,6 +63,8 @@
 //!    reply into the event, which would cost both variants the same large
 //!    amount and blur the ratio.
 
+#[path = "../counter/cost.rs"]
+mod cost;
 mod depths;
 mod load;
 mod scan;
@@ -113,7 +115,7 @@ impl Args {
             reps: 3,
             scan: 100_000,
             scan_page: 20_000,
-            cpu_reps: 9,
+            cpu_reps: 15,
             batch: 10_000,
             multi_thread: false,
             command: f.command(),

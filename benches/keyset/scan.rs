@@ -15,6 +15,7 @@ use mongo_patterns_testkit::bench::{
 };
 use mongo_patterns_testkit::{bsonc, Commands};
 
+use crate::cost::{self, Path};
 use crate::{settle, Args, Visit};
 
 struct Variant {
@@ -294,5 +295,25 @@ pub(crate) fn report(out: &mut String, args: &Args, scan: &Scan) -> std::fmt::Re
             .iter()
             .map(|v| format!("{} {} ms", v.name, v.ticks_total_ms))
             .collect::<Vec<_>>()
-            .join(", "))
+            .join(", "))?;
+    let per_item = |v: &Variant| {
+        v.cpu
+            .iter()
+            .map(|ns| ns / 1e3 / scan.items as f64)
+            .collect()
+    };
+    write!(
+        out,
+        "{}",
+        cost::table(&[Path {
+            name: format!(
+                "keyset pages of {}, {} items (`stream()`)",
+                thousands(u64::from(args.scan_page)),
+                thousands(scan.items)
+            ),
+            unit: "CPU µs per item",
+            generated: per_item(&scan.variants[0]),
+            hand: per_item(&scan.variants[1]),
+        }])
+    )
 }

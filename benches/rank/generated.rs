@@ -13,6 +13,7 @@ use crate::by_hand::{
     array_change_by_hand, array_rank_by_hand, docs_change_by_hand, docs_rank_by_hand, rank_by_hand,
     HandRank,
 };
+use crate::cost::{self, Path};
 use crate::{Args, Student, StudentDocs, EXAM};
 
 struct Ctx {
@@ -200,5 +201,17 @@ pub(crate) async fn generated_vs_hand(
         );
     }
     out += "\n";
+    let per_call = |v: &[f64]| v.iter().map(|ns| ns / ops as f64 / 1e3).collect();
+    let paths: Vec<Path> = HAND_OPS
+        .iter()
+        .enumerate()
+        .map(|(op, name)| Path {
+            name: format!("rank histogram {name}"),
+            unit: "CPU µs per call",
+            generated: per_call(&cpu[op][0]),
+            hand: per_call(&cpu[op][1]),
+        })
+        .collect();
+    out += &cost::table(&paths);
     Ok(out)
 }

@@ -21,7 +21,7 @@
 //! | `--change-reps N` | 1 | top-student drop/restore pairs per design |
 //! | `--small-reps N` | 3 | 70 → 70.5 → 70 pairs per design |
 //! | `--ops N` | 50 | repetitions per operation for round trips and latency |
-//! | `--cpu-reps N` | 15 | interleaved repetitions per variant for client CPU |
+//! | `--cpu-reps N` | 21 | interleaved repetitions per variant for client CPU |
 //! | `--cpu-ops N` | 100 | operations per repetition for client CPU (even) |
 //!
 //! The server is `MONGODB_URI` if set, otherwise the surrogate `secantusd-rs`
@@ -60,6 +60,8 @@
 
 mod by_hand;
 mod changes;
+#[path = "../counter/cost.rs"]
+mod cost;
 mod generated;
 mod load;
 mod reads;
@@ -195,7 +197,7 @@ impl Args {
             change_reps: 1,
             small_reps: 3,
             ops: 50,
-            cpu_reps: 15,
+            cpu_reps: 21,
             cpu_ops: 100,
             command: f.command(),
         };

@@ -51,7 +51,10 @@
 //!
 //! `incr`, `incr_by`, `estimate`, `flush` and `shutdown` return actions
 //! ([`Incr`], [`Estimate`], [`Flush`]): setters configure them, `.await`
-//! runs them. A sampled `incr` that does not write allocates nothing.
+//! runs them. A sampled `incr` that does not write allocates nothing,
+//! serializes nothing and writes no memory another thread shares: a draw
+//! and a count in the calling thread's own lane (a seeded handle also
+//! claims its random number with one atomic add).
 //!
 //! - `.session(&mut s)` (`incr`, `incr_by`, `estimate`): sampled and
 //!   geometric increments write, when the draw says so, in the session
@@ -120,6 +123,7 @@ mod buffer;
 mod geometric;
 mod sampling;
 mod spec;
+mod tally;
 mod write;
 
 pub use action::{Estimate, Flush, Incr, IncrFuture};
@@ -170,7 +174,10 @@ struct Inner {
     handle: u64,
     /// The next flush sequence number.
     seq: AtomicU64,
-    increments: AtomicU64,
+    /// Sampled, valid and not shut down: N, which the hot path of `incr`
+    /// compares `n` with, in one load; 0 otherwise.
+    hot: AtomicU64,
+    increments: tally::Tally,
     writes: AtomicU64,
     pending: AtomicU64,
     /// `Some((seed, draws))` for a seeded handle.
@@ -285,7 +292,7 @@ impl<T: ApproxCounted> Counter<T> {
     /// Increments seen, writes acknowledged and increments pending.
     pub fn stats(&self) -> CounterStats {
         CounterStats {
-            increments: self.inner.increments.load(Ordering::Relaxed),
+            increments: self.inner.increments.sum(),
             writes: self.inner.writes.load(Ordering::Relaxed),
             pending: self.inner.pending.load(Ordering::Relaxed),
         }
@@ -362,6 +369,11 @@ impl Inner {
             Err(Error::InvalidArgument { name, reason }) => Some((name, reason)),
             _ => None,
         };
+        let hot = if spec.mode == Mode::Sampled && invalid.is_none() {
+            u64::from(spec.every)
+        } else {
+            0
+        };
         Inner {
             db,
             coll,
@@ -370,7 +382,8 @@ impl Inner {
             invalid,
             handle: sampling::random_handle(),
             seq: AtomicU64::new(1),
-            increments: AtomicU64::new(0),
+            hot: AtomicU64::new(hot),
+            increments: tally::Tally::new(),
             writes: AtomicU64::new(0),
             pending: AtomicU64::new(0),
             seed: seed.map(|s| (s, AtomicU64::new(0))),
@@ -380,6 +393,12 @@ impl Inner {
             keys: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
         }
+    }
+
+    /// After `shutdown`: every increment is written through.
+    fn close(&self) {
+        self.hot.store(0, Ordering::Release);
+        self.closed.store(true, Ordering::Release);
     }
 
     fn check(&self) -> Result<()> {

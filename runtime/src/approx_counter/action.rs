@@ -195,18 +195,16 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> IntoFuture for Incr<'a, T, Q> 
     type IntoFuture = IncrFuture<'a>;
 
     /// The hot path, inline: a sampled increment below N that does not
-    /// hit is an atomic add and a draw. Everything else is out of line.
+    /// hit is one load, a count in this thread's lane and a draw (a
+    /// seeded handle adds one atomic add). Everything else is out of line.
     #[inline]
     fn into_future(self) -> IncrFuture<'a> {
         let inner = &*self.counter.inner;
-        let every = u64::from(inner.spec.every);
-        if inner.spec.mode == Mode::Sampled
-            && self.n < every
-            && inner.invalid.is_none()
-            && !inner.closed.load(Ordering::Acquire)
-        {
+        // N while sampled, valid and open; 0 otherwise (`n < 0` fails).
+        let every = inner.hot.load(Ordering::Acquire);
+        if self.n < every {
             // n < N ≤ MAX_EVERY: no amount to refuse.
-            inner.increments.fetch_add(self.n, Ordering::Relaxed);
+            inner.increments.add(self.n);
             let amount = inner.draw(self.n, every);
             if amount == 0 {
                 return IncrFuture::done();
@@ -254,7 +252,7 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
         match inner.spec.mode {
             Mode::Buffered if session.is_some() || options.write_concern.is_some() => {
                 let id = crate::compat::to_bson(id)?;
-                inner.increments.fetch_add(n, Ordering::Relaxed);
+                inner.increments.add(n);
                 Ok(IncrFuture::writing(async move {
                     let mut session = session;
                     let (opts, txn) = inner.effective(&options, session.as_deref_mut()).await;
@@ -284,7 +282,7 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
                 }))
             }
             Mode::Sampled => {
-                inner.increments.fetch_add(n, Ordering::Relaxed);
+                inner.increments.add(n);
                 // The draw first: the id is serialized only for a write.
                 let every = u64::from(inner.spec.every);
                 let amount = if closed || n >= every {
@@ -303,7 +301,7 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
                 }))
             }
             Mode::Geometric => {
-                inner.increments.fetch_add(n, Ordering::Relaxed);
+                inner.increments.add(n);
                 let id = crate::compat::to_bson(id)?;
                 if closed {
                     return Ok(IncrFuture::writing(async move {
@@ -406,7 +404,7 @@ impl<'a, T: ApproxCounted> IntoFuture for Flush<'a, T> {
         Box::pin(async move {
             inner.check()?;
             if self.shutdown {
-                inner.closed.store(true, Ordering::Release);
+                inner.close();
             }
             let opts = self.options.or(&inner.defaults);
             inner.flush_where(|_| true, &opts).await

@@ -151,7 +151,7 @@ impl Inner {
             slot.since = Instant::now();
         }
         slot.count += n;
-        self.increments.fetch_add(n, Ordering::Relaxed);
+        self.increments.add(n);
         self.pending.fetch_add(n, Ordering::Relaxed);
         let due = slot.held() >= every || self.closed.load(Ordering::Acquire);
         let crowded = self.keys.load(Ordering::Relaxed) > self.spec.max_keys;

@@ -15,30 +15,52 @@ impl Inner {
     /// 1/m: `m` times the draws that hit (0 most of the time).
     #[inline]
     pub(super) fn draw(&self, n: u64, m: u64) -> u64 {
-        m * (0..n).filter(|_| self.one_in(m)).count() as u64
-    }
-
-    /// True with probability 1/n.
-    #[inline]
-    fn one_in(&self, n: u64) -> bool {
-        n <= 1 || ((u128::from(self.random()) * u128::from(n)) >> 64) == 0
-    }
-
-    #[inline]
-    fn random(&self) -> u64 {
-        match &self.seed {
-            Some((seed, draws)) => seeded_draw(*seed, draws.fetch_add(1, Ordering::Relaxed)),
-            None => THREAD_RNG.with(|state| {
-                // xorshift64*
-                let mut x = state.get();
-                x ^= x >> 12;
-                x ^= x << 25;
-                x ^= x >> 27;
-                state.set(x);
-                x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-            }),
+        if m <= 1 {
+            return m * n;
         }
+        let hits = match &self.seed {
+            // One claim of `n` numbers of the stream, not one per draw.
+            Some((seed, draws)) => {
+                let first = draws.fetch_add(n, Ordering::Relaxed);
+                (first..first.wrapping_add(n))
+                    .filter(|&i| hit(seeded_draw(*seed, i), m))
+                    .count()
+            }
+            None => (0..n).filter(|_| hit(thread_random(), m)).count(),
+        };
+        m * hits as u64
     }
+}
+
+/// True with probability 1/m for a uniform `r`.
+#[inline]
+fn hit(r: u64, m: u64) -> bool {
+    ((u128::from(r) * u128::from(m)) >> 64) == 0
+}
+
+/// xorshift64* on this thread's state, seeded at the first draw.
+#[inline]
+fn thread_random() -> u64 {
+    THREAD_RNG.with(|state| {
+        let mut x = state.get();
+        if x == 0 {
+            x = thread_seed();
+        }
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        state.set(x);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    })
+}
+
+/// From the process's random hasher keys and the thread, never 0.
+#[cold]
+fn thread_seed() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    std::thread::current().id().hash(&mut h);
+    Instant::now().hash(&mut h);
+    splitmix64(h.finish()) | 1
 }
 
 /// A handle's id in the flush markers: random, so that two handles (in one
@@ -59,13 +81,9 @@ fn seeded_draw(seed: u64, i: u64) -> u64 {
 }
 
 thread_local! {
-    /// Seeded from the process's random hasher keys and the thread, never 0.
-    static THREAD_RNG: Cell<u64> = Cell::new({
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        std::thread::current().id().hash(&mut h);
-        Instant::now().hash(&mut h);
-        splitmix64(h.finish()) | 1
-    });
+    /// 0 until the thread's first draw seeds it: a constant initializer,
+    /// so that reading it is one load.
+    static THREAD_RNG: Cell<u64> = const { Cell::new(0) };
 }
 
 #[cfg(test)]
