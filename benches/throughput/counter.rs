@@ -1,0 +1,85 @@
+//! Increments of one hot key: a sampled counter against an exact `$inc`.
+
+use std::sync::Arc;
+
+use mongo_patterns::mongodb::Collection;
+use mongo_patterns::prelude::*;
+use mongo_patterns_testkit::bench::BoxResult;
+
+use crate::cell::op;
+use crate::{Ctx, Row};
+
+const HOT: &str = "p00001";
+
+#[derive(Debug, Clone, Serialize, Deserialize, Model)]
+#[model(collection = "products")]
+pub(crate) struct Product {
+    #[serde(rename = "_id")]
+    id: String,
+    #[approx_counter(every = 100)]
+    views: i64,
+    /// Counted by hand, one `$inc: 1` per view.
+    exact_views: i64,
+}
+
+/// Both designs at each number of tasks; the generated handle is shared by
+/// the tasks, as an application shares it.
+pub(crate) async fn run(ctx: &Ctx, tasks: &[usize]) -> BoxResult<Vec<Row>> {
+    let mut rows = Vec::new();
+    for &n in tasks {
+        fresh(ctx).await?;
+        let counter = Arc::new(Product::views_counter(&ctx.db));
+        rows.push(
+            ctx.cell(
+                "sampled `incr` (every = 100)",
+                false,
+                n,
+                op(move |_, _| {
+                    let counter = counter.clone();
+                    async move {
+                        counter.incr(HOT).await?;
+                        Ok(())
+                    }
+                }),
+            )
+            .await?,
+        );
+
+        fresh(ctx).await?;
+        let coll: Arc<Collection<Document>> = Arc::new(ctx.db.collection("products"));
+        rows.push(
+            ctx.cell(
+                "naive: exact `$inc` per increment",
+                true,
+                n,
+                op(move |_, _| {
+                    let coll = coll.clone();
+                    async move {
+                        let r = coll
+                            .update_one(doc! {"_id": HOT}, doc! {"$inc": {"exact_views": 1}})
+                            .await?;
+                        if r.matched_count != 1 {
+                            return Err("no hot product".into());
+                        }
+                        Ok(())
+                    }
+                }),
+            )
+            .await?,
+        );
+    }
+    Ok(rows)
+}
+
+/// The hot product, every counter at 0.
+async fn fresh(ctx: &Ctx) -> BoxResult<()> {
+    ctx.clear().await?;
+    Product::collection(&ctx.db)
+        .insert_one(Product {
+            id: HOT.to_owned(),
+            views: 0,
+            exact_views: 0,
+        })
+        .await?;
+    Ok(())
+}
