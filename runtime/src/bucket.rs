@@ -87,6 +87,7 @@ use crate::model::Model;
 use crate::util::impls;
 
 mod act;
+mod ahead;
 mod bookkeeping;
 mod edit;
 mod order;
@@ -125,6 +126,9 @@ const OPS_KEPT: i32 = 64;
 /// yet recomputed `start`: a read that meets it recomputes them first, so a
 /// removal cut short by a crash leaves no page wrong.
 const STALE: &str = "mp_stale";
+/// Set on an empty bucket opened ahead of the pushes that will fill it
+/// (see [`ahead`]): reads of the newest bucket pass over it.
+const NEXT: &str = "mp_next";
 /// Attempts at a push that keeps losing races before it gives up.
 const MAX_ATTEMPTS: usize = 64;
 
