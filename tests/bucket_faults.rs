@@ -116,14 +116,19 @@ async fn invariants_sized(
             assert_eq!(count, 0, "bucket {id}: opened ahead, and not empty");
             // After an open bucket, where that one ends once full.
             let expected = match prev.get(&key) {
-                Some(&(start, count)) if count < size && last_open(&open, &last, key) => start + size,
+                Some(&(start, count)) if count < size && last_open(&open, &last, key) => {
+                    start + size
+                }
                 _ => before,
             };
             assert_eq!(int("start"), expected, "bucket {id}: start, opened ahead");
             ahead.insert(key, seq);
             continue;
         }
-        assert!(!ahead.contains_key(&key), "key {key}: a bucket after the one opened ahead");
+        assert!(
+            !ahead.contains_key(&key),
+            "key {key}: a bucket after the one opened ahead"
+        );
         assert_eq!(int("start"), before, "bucket {id}: start");
         if !b.get_bool("sealed").unwrap_or(false) && count < size {
             open.entry(key).or_default().push(seq);

@@ -15,7 +15,9 @@
 //!   then interleave. Only the next `seq` can be created, by an insert, and
 //!   its `_id` is unique, so the losing insert fails with a duplicate key and
 //!   retries into the winner's bucket: a key has at most one open bucket,
-//!   always its last.
+//!   always its last with items. Past it, at most one empty bucket waits,
+//!   opened ahead so that writers racing at a rollover do not fail on the
+//!   full one.
 //! - Page arithmetic that assumes full buckets breaks after removals. Pages
 //!   are cut by `start`, which removal recomputes, so partial buckets page
 //!   correctly, with an index seek to the one or two buckets a page needs.

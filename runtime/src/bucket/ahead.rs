@@ -1,5 +1,5 @@
-//! Pushes that the server places: each goes to the key's lowest open
-//! bucket in one `findAndModify`, and the bucket after it is opened ahead
+//! Pushes that the server places: each goes to the lower open one of the
+//! key's bucket last seen open and the next, in one `findAndModify`, and the bucket after it is opened ahead
 //! of time, empty, while the open one is half full.
 //!
 //! Writers racing at a rollover then land in that next bucket instead of
@@ -24,23 +24,33 @@ use crate::util::id_range;
 
 impl<T: Bucketed> Buckets<T> {
     /// Whether pushes in `cx` may take [`Buckets::push_ahead`].
+    /// Not with `w: 0`: a push must learn where it landed.
     pub(super) fn ahead(&self, cx: &Cx<'_>) -> bool {
-        self.spec.order.is_none() && !cx.txn
+        use mongodb::options::Acknowledgment;
+        let unacknowledged = (cx.opts.write_concern.as_ref())
+            .or(self.coll.write_concern())
+            .is_some_and(|wc| wc.w == Some(Acknowledgment::Nodes(0)));
+        self.spec.order.is_none() && !cx.txn && !unacknowledged
     }
 
-    /// `doc` appended to the key's lowest open bucket in one command: the
-    /// bucket's `seq` if it landed, `None` if nothing took it (no open
-    /// bucket, or the lowest is damaged or has no room for its bytes), so
-    /// that the caller takes the general path, which says why.
+    /// `doc` appended in one command to the lower open bucket of `seq` (the
+    /// key's open bucket as last seen) and the one after: that bucket's
+    /// `seq` if it landed, `None` if nothing took it (neither open, or the
+    /// lower is damaged or has no room for its bytes), so that the caller
+    /// takes the general path, which says why.
     pub(super) async fn push_ahead(
         &self,
         key: &Bson,
+        seq: i64,
         doc: &Document,
         len: i64,
         op: ObjectId,
         cx: &mut Cx<'_>,
     ) -> Result<Option<i64>> {
-        let mut query = id_range("k", key);
+        // The bucket last seen open and the one after: two point reads of
+        // the `_id` index, whichever is the lower open one.
+        let ids = [seq, seq + 1].map(|s| Bson::Document(doc! {"k": key.clone(), "s": s}));
+        let mut query = doc! {"_id": {"$in": ids.to_vec()}};
         query.insert("sealed", Bson::Null);
         query.insert("count", doc! {"$lt": i64::from(self.spec.size)});
         let mut cmd = doc! {
@@ -68,6 +78,9 @@ impl<T: Bucketed> Buckets<T> {
             }
             Err(e) => return Err(e),
         };
+        // A write concern error comes after the write: reported, as the
+        // driver's own writes do.
+        crate::action::command_write_errors(&reply)?;
         let Ok(after) = reply.get_document("value") else {
             return Ok(None);
         };
@@ -96,7 +109,9 @@ impl<T: Bucketed> Buckets<T> {
             let _ = self.check_opened_ahead(key, seq, start, cx).await;
         }
         if count == self.open_ahead_at() {
-            let _ = self.open_ahead(key, seq + 1, start + i64::from(self.spec.size), stale, cx).await;
+            let _ = self
+                .open_ahead(key, seq + 1, start + i64::from(self.spec.size), stale, cx)
+                .await;
         }
         Ok(Some(seq))
     }

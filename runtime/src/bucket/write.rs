@@ -1,6 +1,7 @@
 //! Pushes: appending to a key's newest bucket, or opening the next.
 //!
-//! A push in order changes only the key's last bucket, with one update
+//! A push to a model without `order` first tries [`ahead`](super::ahead),
+//! one command. What follows is the general path. A push in order changes only the key's last bucket, with one update
 //! whose filter says the bucket is still open, sound and has room; when it
 //! matches nothing, a point read says why (full, closed, gone, or this very
 //! write applied already) and the push goes on from there. Only an insert
@@ -33,8 +34,8 @@ impl<T: Bucketed> Buckets<T> {
         // One id for every attempt: once one is applied, no other can be.
         let op = ObjectId::new();
         let mut hops = 0;
-        if self.ahead(cx) && self.remembered(&slot).is_some() {
-            if let Some(seq) = self.push_ahead(&key, &doc, len, op, cx).await? {
+        if let Some(seq) = self.remembered(&slot).filter(|_| self.ahead(cx)) {
+            if let Some(seq) = self.push_ahead(&key, seq, &doc, len, op, cx).await? {
                 self.remember(slot, seq);
                 return Ok(());
             }
