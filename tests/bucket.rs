@@ -54,6 +54,11 @@ async fn check_buckets(db: &Database) -> HashMap<i64, Vec<Document>> {
         let arr = b.get_array("trades").unwrap();
         let n = arr.len() as i64;
         let before = items.get(&key).map_or(0, Vec::len) as i64;
+        if b.get_bool("mp_next").unwrap_or(false) {
+            // Opened ahead: empty until the bucket before is full.
+            assert_eq!(n, 0, "a bucket opened ahead is empty");
+            continue;
+        }
         assert!(n <= SIZE as i64, "bucket over size: {n}");
         assert_eq!(num(b, "count"), n, "count matches the array");
         assert_eq!(num(b, "start"), before, "start is the items before");
@@ -232,14 +237,16 @@ async fn a_push_is_one_round_trip() {
     }
     assert_eq!(
         commands.take_count(),
-        SIZE - 1,
-        "one update per push while the bucket has room"
+        SIZE - 1 + 1,
+        "one findAndModify per push while the bucket has room, and at half \
+         full one insert that opens the next bucket ahead"
     );
     repo.push(&trade(1, 0, SIZE as u32)).await.unwrap();
     assert_eq!(
         commands.take_count(),
-        3,
-        "a full bucket: update, read the head, open the next"
+        2,
+        "a full bucket: the push lands in the bucket opened ahead, and reads \
+         the one before to check the next's start"
     );
     let page = repo.page(&1, PageRequest::new(1, 100)).await.unwrap();
     assert_eq!(page.items.len(), 100);

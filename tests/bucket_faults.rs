@@ -64,6 +64,18 @@ struct Dated {
 /// before, and at most one open bucket (not sealed, not full), the last.
 /// Returns each key's items in stored order.
 async fn invariants(db: &Database, coll: &str, items: &str) -> HashMap<i64, Vec<Document>> {
+    invariants_sized(db, coll, items, SIZE).await
+}
+
+/// [`invariants`] for buckets of `size` items. A bucket opened ahead
+/// (`mp_next`) is empty, its key's last, and starts where the bucket before
+/// ends once full: it is not counted as open.
+async fn invariants_sized(
+    db: &Database,
+    coll: &str,
+    items: &str,
+    size: i64,
+) -> HashMap<i64, Vec<Document>> {
     let buckets: Vec<Document> = bounded(30, async {
         db.collection::<Document>(coll)
             .find(doc! {})
@@ -78,6 +90,11 @@ async fn invariants(db: &Database, coll: &str, items: &str) -> HashMap<i64, Vec<
     let mut out: HashMap<i64, Vec<Document>> = HashMap::new();
     let mut open: HashMap<i64, Vec<i64>> = HashMap::new();
     let mut last: HashMap<i64, i64> = HashMap::new();
+    let mut ahead: HashMap<i64, i64> = HashMap::new();
+    let mut prev: HashMap<i64, (i64, i64)> = HashMap::new();
+    let last_open = |open: &HashMap<i64, Vec<i64>>, last: &HashMap<i64, i64>, key: i64| {
+        open.get(&key).and_then(|o| o.last()) == last.get(&key)
+    };
     for b in &buckets {
         let id = b.get_document("_id").unwrap();
         let (key, seq) = (id.get_i64("k").unwrap(), id.get_i64("s").unwrap());
@@ -93,13 +110,31 @@ async fn invariants(db: &Database, coll: &str, items: &str) -> HashMap<i64, Vec<
             arr.len() as i64,
             "bucket {id}: count is the array's length"
         );
-        assert!(count <= SIZE, "bucket {id}: {count} over size");
+        assert!(count <= size, "bucket {id}: {count} over size");
         let before = out.get(&key).map_or(0, Vec::len) as i64;
+        if b.get_bool("mp_next").unwrap_or(false) {
+            assert_eq!(count, 0, "bucket {id}: opened ahead, and not empty");
+            // After an open bucket, where that one ends once full.
+            let expected = match prev.get(&key) {
+                Some(&(start, count)) if count < size && last_open(&open, &last, key) => {
+                    start + size
+                }
+                _ => before,
+            };
+            assert_eq!(int("start"), expected, "bucket {id}: start, opened ahead");
+            ahead.insert(key, seq);
+            continue;
+        }
+        assert!(
+            !ahead.contains_key(&key),
+            "key {key}: a bucket after the one opened ahead"
+        );
         assert_eq!(int("start"), before, "bucket {id}: start");
-        if !b.get_bool("sealed").unwrap_or(false) && count < SIZE {
+        if !b.get_bool("sealed").unwrap_or(false) && count < size {
             open.entry(key).or_default().push(seq);
         }
         last.insert(key, seq);
+        prev.insert(key, (int("start"), count));
         out.entry(key)
             .or_default()
             .extend(arr.iter().map(|t| t.as_document().unwrap().clone()));
@@ -780,6 +815,140 @@ async fn contention_sixteen_tasks_push_to_one_key() {
     }
     assert_eq!(repo.total(&7).await.unwrap(), 16 * 80);
     println!("16 tasks, 1,280 items into one key: {took:?}");
+}
+
+/// Buckets of 100, the size the round-trip counts are stated for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "hot")]
+#[bucket(size = 100, key = "customerId", items = "trades")]
+struct Hot {
+    customer_id: i64,
+    task: u32,
+    seq: u32,
+    #[serde(default)]
+    pad: String,
+}
+
+fn hot(task: u32, seq: u32, pad: usize) -> Hot {
+    Hot {
+        customer_id: 7,
+        task,
+        seq,
+        pad: "x".repeat(pad),
+    }
+}
+
+/// `tasks` tasks push `each` items (of `pad` bytes every `big`-th) to one
+/// key; returns the commands sent per push, after checking every item is
+/// stored once, in each task's order, with positions that add up.
+async fn hot_pushes(test: &str, tasks: u32, each: u32, big: Option<(u32, usize)>) -> f64 {
+    let (db, commands) = fresh_db(test).await;
+    let repo = Hot::buckets(&db);
+    repo.ensure_indexes().await.unwrap();
+    // The key's first bucket, and the handle has seen it.
+    repo.push(&hot(u32::MAX, 0, 0)).await.unwrap();
+    commands.take();
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let repo = repo.clone();
+            tokio::spawn(async move {
+                for s in 0..each {
+                    let pad = match big {
+                        Some((every, bytes)) if s % every == every - 1 => bytes,
+                        _ => 0,
+                    };
+                    repo.push(&hot(t, s, pad)).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    bounded(120, async {
+        for h in handles {
+            h.await.unwrap();
+        }
+    })
+    .await;
+    let sent = commands.take_count();
+    let pushes = u64::from(tasks * each);
+    let stored = invariants_sized(&db, "hot", "trades", 100).await;
+    let stored = ids(&stored[&7]);
+    assert_eq!(stored.len() as u64, pushes + 1, "every item once");
+    let mut next: HashMap<i64, i64> = HashMap::new();
+    for (t, s) in stored.iter().skip(1) {
+        let n = next.entry(*t).or_insert(0);
+        assert_eq!(s, n, "task {t}: in the order it pushed");
+        *n += 1;
+    }
+    assert_eq!(repo.total(&7).await.unwrap(), pushes + 1);
+    let per = sent as f64 / pushes as f64;
+    println!("{tasks} tasks, {pushes} pushes to one key: {sent} commands, {per:.3} per push");
+    per
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contention_thirty_two_tasks_push_at_one_round_trip_each() {
+    let per = hot_pushes("bucket_hot_32", 32, 50, None).await;
+    assert!(per <= 1.1, "{per:.3} round trips per push at 32 tasks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_push_alone_costs_one_round_trip() {
+    let per = hot_pushes("bucket_hot_1", 1, 600, None).await;
+    assert!(per <= 1.02, "{per:.3} round trips per push alone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contention_buckets_closed_by_bytes_after_the_next_was_opened() {
+    // Every 8th item is 400 kB: buckets close by bytes past the count at
+    // which the next one was opened ahead, so its `start` must be set
+    // right before anything lands in it.
+    hot_pushes("bucket_hot_bytes", 16, 40, Some((8, 400_000))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn removals_beside_pushes_keep_positions_with_a_bucket_opened_ahead() {
+    let (db, _) = fresh_db("bucket_hot_remove").await;
+    let repo = Hot::buckets(&db);
+    repo.ensure_indexes().await.unwrap();
+    for s in 0..70 {
+        repo.push(&hot(0, s, 0)).await.unwrap();
+    }
+    // 70 items: the next bucket was opened ahead at 50.
+    let ahead = db
+        .collection::<Document>("hot")
+        .count_documents(doc! {"mp_next": true})
+        .await
+        .unwrap();
+    assert_eq!(ahead, 1, "a bucket opened ahead");
+    let pushers: Vec<_> = (1..5u32)
+        .map(|t| {
+            let repo = repo.clone();
+            tokio::spawn(async move {
+                for s in 0..60 {
+                    repo.push(&hot(t, s, 0)).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    let removed = bounded(60, repo.remove(&7, doc! {"task": 0, "seq": {"$lt": 30}}))
+        .await
+        .unwrap();
+    assert_eq!(removed, 30);
+    bounded(120, async {
+        for p in pushers {
+            p.await.unwrap();
+        }
+    })
+    .await;
+    let stored = invariants_sized(&db, "hot", "trades", 100).await;
+    assert_eq!(stored[&7].len(), 70 - 30 + 4 * 60);
+    assert_eq!(repo.total(&7).await.unwrap(), 70 - 30 + 4 * 60);
+    let page = repo
+        .page(&7, PageRequest::new(2, 100).newest_first())
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 100);
 }
 
 // ---- a server killed mid-run ----

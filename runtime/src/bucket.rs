@@ -15,7 +15,9 @@
 //!   then interleave. Only the next `seq` can be created, by an insert, and
 //!   its `_id` is unique, so the losing insert fails with a duplicate key and
 //!   retries into the winner's bucket: a key has at most one open bucket,
-//!   always its last.
+//!   always its last with items. Past it, at most one empty bucket waits,
+//!   opened ahead so that writers racing at a rollover do not fail on the
+//!   full one.
 //! - Page arithmetic that assumes full buckets breaks after removals. Pages
 //!   are cut by `start`, which removal recomputes, so partial buckets page
 //!   correctly, with an index seek to the one or two buckets a page needs.
@@ -87,6 +89,7 @@ use crate::model::Model;
 use crate::util::impls;
 
 mod act;
+mod ahead;
 mod bookkeeping;
 mod edit;
 mod order;
@@ -125,6 +128,9 @@ const OPS_KEPT: i32 = 64;
 /// yet recomputed `start`: a read that meets it recomputes them first, so a
 /// removal cut short by a crash leaves no page wrong.
 const STALE: &str = "mp_stale";
+/// Set on an empty bucket opened ahead of the pushes that will fill it
+/// (see [`ahead`]): reads of the newest bucket pass over it.
+const NEXT: &str = "mp_next";
 /// Attempts at a push that keeps losing races before it gives up.
 const MAX_ATTEMPTS: usize = 64;
 

@@ -198,12 +198,20 @@ impl<T: Bucketed> Buckets<T> {
     /// Appends `item` to its key's open bucket, opening the next bucket when
     /// the open one is full.
     ///
-    /// The repository remembers each key's open bucket, so a push is one
-    /// `update` by `_id` (one round trip, the cheapest write there is).
-    /// Opening a bucket, once every `size` pushes, adds a `find` of the full
-    /// bucket by `_id` and an `insert`. A key this repository has not seen
-    /// starts at its first bucket (right at once for a new key) and moves on
-    /// to an indexed read of the newest. Clones share what it remembers.
+    /// For a model without `order`, a push is one `findAndModify` of the
+    /// key's open bucket as last seen and the bucket after it, which the
+    /// server resolves to the lower one still open (one round trip, two
+    /// point reads of the `_id` index). When that bucket is half full, the push that got
+    /// it there also opens the next one, empty; the first push into that
+    /// one reads the bucket before it to check its `start`. So a push costs
+    /// 1 + 2/`size` round trips, however many writers share the key: those
+    /// racing at a rollover land in the bucket opened ahead. A key this
+    /// repository has not seen starts at its first bucket (right at once for
+    /// a new key) and moves on to an indexed read of the newest; a bucket
+    /// closed by bytes, and pushes with `order` or in a transaction, take the
+    /// path below: an `update` of the open bucket by `_id`, and, once every
+    /// `size` pushes, a `find` of the full bucket and an `insert` of the next.
+    /// Clones share what the repository remembers.
     ///
     /// In a caller's session every command runs in it. Inside the caller's
     /// transaction the same commands join it; a race that a push would

@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::act::Cx;
 use super::bookkeeping::{is_stale, raw_int};
 use super::{
-    BucketPage, Bucketed, Buckets, Head, PageRequest, HI, LEN, LO, MINE, OPS, STALE, TYPE,
+    BucketPage, Bucketed, Buckets, Head, PageRequest, HI, LEN, LO, MINE, NEXT, OPS, STALE, TYPE,
 };
 use crate::action::Options;
 use crate::error::{Error, Result};
@@ -160,7 +160,8 @@ impl<T: Bucketed> Buckets<T> {
         Ok(self.range_pipeline(&key_b, (i64::from(req.page) - 1) * per, per + 1))
     }
 
-    /// The key's newest bucket: an indexed read of the `_id` range.
+    /// The key's newest bucket, not counting an empty one opened ahead: an
+    /// indexed read of the `_id` range.
     /// `mine` says whether write `op` is among its last writes.
     pub(super) async fn head(
         &self,
@@ -168,9 +169,11 @@ impl<T: Bucketed> Buckets<T> {
         op: Option<ObjectId>,
         cx: &mut Cx<'_>,
     ) -> Result<Head> {
+        let mut newest = id_range("k", key);
+        newest.insert(NEXT, doc! {"$ne": true});
         let find = self
             .raw
-            .find_one(id_range("k", key))
+            .find_one(newest)
             .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
             .sort(doc! {"_id": -1})
             .projection(self.head_projection(op));
@@ -392,6 +395,11 @@ impl<T: Bucketed> Buckets<T> {
     /// (the others' positions did not change).
     pub(super) async fn reindex_now(&self, key: &Bson, from: Option<&Bson>) -> Result<()> {
         self.refuse_damaged(key).await?;
+        // A bucket opened ahead assumes the one before fills to `size`,
+        // which the sum below does not: it goes, and a push opens it again.
+        let mut ahead = id_range("k", key);
+        ahead.extend(doc! {NEXT: true, "count": 0});
+        self.coll.delete_many(ahead).await?;
         let mut pipeline = vec![
             doc! {"$match": id_range("k", key)},
             doc! {"$setWindowFields": {

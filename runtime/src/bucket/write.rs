@@ -1,6 +1,7 @@
 //! Pushes: appending to a key's newest bucket, or opening the next.
 //!
-//! A push in order changes only the key's last bucket, with one update
+//! A push to a model without `order` first tries [`ahead`](super::ahead),
+//! one command. What follows is the general path. A push in order changes only the key's last bucket, with one update
 //! whose filter says the bucket is still open, sound and has room; when it
 //! matches nothing, a point read says why (full, closed, gone, or this very
 //! write applied already) and the push goes on from there. Only an insert
@@ -15,7 +16,7 @@ use mongodb::bson::{doc, Bson, Document, RawBsonRef};
 use super::act::Cx;
 use super::bookkeeping::{order_cmp, raw_int};
 use super::edit::with_op;
-use super::{Bucketed, Buckets, Head, MAX_ATTEMPTS, MAX_BUCKET_BYTES, OPS, OPS_KEPT, STALE};
+use super::{Bucketed, Buckets, Head, MAX_ATTEMPTS, MAX_BUCKET_BYTES, NEXT, OPS, OPS_KEPT, STALE};
 use crate::error::{Error, Result};
 use crate::util::{id_range, key_bytes};
 
@@ -33,6 +34,12 @@ impl<T: Bucketed> Buckets<T> {
         // One id for every attempt: once one is applied, no other can be.
         let op = ObjectId::new();
         let mut hops = 0;
+        if let Some(seq) = self.remembered(&slot).filter(|_| self.ahead(cx)) {
+            if let Some(seq) = self.push_ahead(&key, seq, &doc, len, op, cx).await? {
+                self.remember(slot, seq);
+                return Ok(());
+            }
+        }
         for _ in 0..MAX_ATTEMPTS {
             // A key not seen yet starts by creating its first bucket: for a
             // new key that is the whole push. Writes to a bucket that exists
@@ -328,6 +335,9 @@ impl<T: Bucketed> Buckets<T> {
                 seq += 1;
                 start += n as i64;
             }
+            if head.exists && self.spec.order.is_none() {
+                self.drop_ahead(&key_b, head.seq, cx).await?;
+            }
             let docs = buckets.iter().map(|(b, _)| b);
             let insert = self
                 .coll
@@ -421,6 +431,7 @@ impl<T: Bucketed> Buckets<T> {
                 OPS: {"$each": [op], "$slice": -OPS_KEPT},
             },
             "$inc": {"count": n, "bytes": len},
+            "$unset": {NEXT: ""},
         }
     }
 
@@ -480,6 +491,10 @@ impl<T: Bucketed> Buckets<T> {
         } else {
             (0, 0)
         };
+        if head.exists && self.spec.order.is_none() {
+            // Opened here: an empty one opened ahead gives way.
+            self.drop_ahead(key, head.seq, cx).await?;
+        }
         let mut bucket = self.new_bucket(key, seq, start);
         bucket.insert("count", items.len() as i64);
         bucket.insert("bytes", len);
@@ -502,6 +517,14 @@ impl<T: Bucketed> Buckets<T> {
     /// whether it is closed now; a full bucket needs no seal.
     async fn seal_if_unchanged(&self, head: &Head, cx: &mut Cx<'_>) -> Result<bool> {
         if head.count < i64::from(self.spec.size) {
+            // A bucket opened ahead after it assumed it would fill: it
+            // follows the count it closes at instead, set first, while no
+            // push can reach it.
+            let key = head.id.as_document().and_then(|id| id.get("k")).cloned();
+            let ahead = match key.as_ref().filter(|_| self.spec.order.is_none()) {
+                Some(k) => self.fix_ahead(k, head.seq, head.total(), cx).await?,
+                None => false,
+            };
             let stale = if head.stale {
                 Bson::Boolean(true)
             } else {
@@ -521,6 +544,11 @@ impl<T: Bucketed> Buckets<T> {
                 )
                 .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>());
             let r = crate::action::run!(update, cx.session.as_deref_mut())?;
+            if let (0, true, Some(k)) = (r.matched_count, ahead, key.as_ref()) {
+                // Not closed after all (a push changed it): back to `size`.
+                let size = i64::from(self.spec.size);
+                self.fix_ahead(k, head.seq, head.start + size, cx).await?;
+            }
             return Ok(r.matched_count == 1);
         }
         Ok(true)

@@ -1,0 +1,259 @@
+//! Pushes that the server places: each goes to the lower open one of the
+//! key's bucket last seen open and the next, in one `findAndModify`, and the bucket after it is opened ahead
+//! of time, empty, while the open one is half full.
+//!
+//! Writers racing at a rollover then land in that next bucket instead of
+//! failing on the full one: a push costs one round trip however many
+//! writers share the key. The empty bucket ahead carries [`NEXT`]; reads
+//! of the key's newest bucket pass over it, and its `start` assumes the
+//! open bucket fills to `size`. Whatever closes a bucket early (by bytes,
+//! or a removal) first sets that `start` right, and the push that lands
+//! first in a bucket opened ahead checks it against the bucket before.
+//!
+//! Only models kept in insertion order use it, outside a caller's
+//! transaction: with `order`, a push's bucket depends on its value.
+
+use mongodb::bson::oid::ObjectId;
+use mongodb::bson::{doc, Bson, Document, RawBsonRef};
+
+use super::act::Cx;
+use super::bookkeeping::raw_int;
+use super::{Bucketed, Buckets, MAX_BUCKET_BYTES, NEXT, OPS, OPS_KEPT, STALE};
+use crate::error::{Error, Result};
+use crate::util::id_range;
+
+impl<T: Bucketed> Buckets<T> {
+    /// Whether pushes in `cx` may take [`Buckets::push_ahead`].
+    /// Not with `w: 0`: a push must learn where it landed.
+    pub(super) fn ahead(&self, cx: &Cx<'_>) -> bool {
+        use mongodb::options::Acknowledgment;
+        let unacknowledged = (cx.opts.write_concern.as_ref())
+            .or(self.coll.write_concern())
+            .is_some_and(|wc| wc.w == Some(Acknowledgment::Nodes(0)));
+        self.spec.order.is_none() && !cx.txn && !unacknowledged
+    }
+
+    /// `doc` appended in one command to the lower open bucket of `seq` (the
+    /// key's open bucket as last seen) and the one after: that bucket's
+    /// `seq` if it landed, `None` if nothing took it (neither open, or the
+    /// lower is damaged or has no room for its bytes), so that the caller
+    /// takes the general path, which says why.
+    pub(super) async fn push_ahead(
+        &self,
+        key: &Bson,
+        seq: i64,
+        doc: &Document,
+        len: i64,
+        op: ObjectId,
+        cx: &mut Cx<'_>,
+    ) -> Result<Option<i64>> {
+        // The bucket last seen open and the one after: two point reads of
+        // the `_id` index, whichever is the lower open one.
+        let ids = [seq, seq + 1].map(|s| Bson::Document(doc! {"k": key.clone(), "s": s}));
+        let mut query = doc! {"_id": {"$in": ids.to_vec()}};
+        query.insert("sealed", Bson::Null);
+        query.insert("count", doc! {"$lt": i64::from(self.spec.size)});
+        let mut cmd = doc! {
+            "findAndModify": self.coll.name(),
+            "query": query,
+            "sort": {"_id": 1},
+            "update": self.append_if_sound(doc, len, op),
+            "new": true,
+            "fields": {"start": 1, "count": 1, STALE: 1, OPS: {"$slice": -1}},
+        };
+        cx.opts
+            .command_fields(&mut cmd, self.coll.write_concern(), true)?;
+        // Sent as a command, which the driver does not retry: a retry could
+        // land in the next bucket after this one went into a full one.
+        let sent = crate::action::run!(self.db.run_command(cmd), cx.session.as_deref_mut());
+        let reply = match sent.map_err(Error::from) {
+            Ok(r) => r,
+            Err(e) if e.is_unavailable() => {
+                // The reply was lost: the write id says whether it landed.
+                // Not found, the general path sends it again.
+                return match self.landed(key, op, cx).await {
+                    Ok(found) => Ok(found),
+                    Err(_) => Err(e),
+                };
+            }
+            Err(e) => return Err(e),
+        };
+        // A write concern error comes after the write: reported, as the
+        // driver's own writes do.
+        crate::action::command_write_errors(&reply)?;
+        let Ok(after) = reply.get_document("value") else {
+            return Ok(None);
+        };
+        let mine = after
+            .get_array(OPS)
+            .ok()
+            .and_then(|ops| ops.last())
+            .is_some_and(|last| last == &Bson::ObjectId(op));
+        let (Ok(seq), Some(start), Some(count)) = (
+            after
+                .get_document("_id")
+                .map_err(drop)
+                .and_then(|id| id.get("s").and_then(crate::util::int).ok_or(())),
+            after.get("start").and_then(crate::util::int),
+            after.get("count").and_then(crate::util::int),
+        ) else {
+            return Ok(None);
+        };
+        if !mine {
+            return Ok(None);
+        }
+        let stale = matches!(after.get(STALE), Some(Bson::Boolean(true)));
+        // What follows only keeps the next pushes at one round trip: the
+        // item is stored, so its errors are not the push's.
+        if count == 1 && seq > 0 {
+            let _ = self.check_opened_ahead(key, seq, start, cx).await;
+        }
+        if count == self.open_ahead_at() {
+            let _ = self
+                .open_ahead(key, seq + 1, start + i64::from(self.spec.size), stale, cx)
+                .await;
+        }
+        Ok(Some(seq))
+    }
+
+    /// The count at which the next bucket is opened: early enough that it
+    /// exists before writers racing now see this one full.
+    fn open_ahead_at(&self) -> i64 {
+        (i64::from(self.spec.size) + 1) / 2
+    }
+
+    /// The update of [`Buckets::push_ahead`]: appends only to a bucket
+    /// whose bookkeeping holds and that has room for `len` bytes, and
+    /// otherwise changes nothing (so the caller learns it from the write
+    /// ids it gets back).
+    fn append_if_sound(&self, item: &Document, len: i64, op: ObjectId) -> Vec<Document> {
+        let items = format!("${}", self.spec.items);
+        let ops = format!("${OPS}");
+        let bytes = doc! {"$ifNull": ["$bytes", 0]};
+        let fits = doc! {"$cond": [
+            {"$isNumber": &bytes},
+            {"$lte": [{"$add": [&bytes, len]}, MAX_BUCKET_BYTES]},
+            false,
+        ]};
+        let ok = "$mp_ok";
+        vec![
+            doc! {"$set": {"mp_ok": {"$and": [self.sound(), fits]}}},
+            doc! {"$set": {
+                self.spec.items: {"$cond": [ok, {"$concatArrays": [&items, [{"$literal": item}]]}, &items]},
+                "count": {"$cond": [ok, {"$add": ["$count", 1]}, "$count"]},
+                "bytes": {"$cond": [ok, {"$add": [&bytes, len]}, "$bytes"]},
+                OPS: {"$cond": [ok, {"$slice": [
+                    {"$concatArrays": [{"$cond": [{"$isArray": [&ops]}, &ops, []]}, [op]]},
+                    -OPS_KEPT,
+                ]}, &ops]},
+                NEXT: {"$cond": [ok, "$$REMOVE", format!("${NEXT}")]},
+            }},
+            doc! {"$unset": "mp_ok"},
+        ]
+    }
+
+    /// Opens bucket `seq` empty, ahead of the pushes that will fill it; one
+    /// there already (another writer's) is left as it is.
+    async fn open_ahead(
+        &self,
+        key: &Bson,
+        seq: i64,
+        start: i64,
+        stale: bool,
+        cx: &mut Cx<'_>,
+    ) -> Result<()> {
+        let mut bucket = self.new_bucket(key, seq, start);
+        bucket.insert("count", 0_i64);
+        bucket.insert("bytes", 0_i64);
+        bucket.insert(self.spec.items, Vec::<Bson>::new());
+        bucket.insert(NEXT, true);
+        if stale {
+            bucket.insert(STALE, true);
+        }
+        let insert = self
+            .coll
+            .insert_one(bucket)
+            .with_options(cx.opts.driver::<mongodb::options::InsertOneOptions>());
+        match crate::action::run!(insert, cx.session.as_deref_mut()).map_err(Error::from) {
+            Err(e) if !e.is_duplicate_key() => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Bucket `seq` was opened ahead and has just taken its first item: its
+    /// `start` must follow the bucket before, which is closed now. If it
+    /// does not (a crash cut short what closed that one early), the key's
+    /// positions are marked and recomputed, as after a removal.
+    async fn check_opened_ahead(
+        &self,
+        key: &Bson,
+        seq: i64,
+        start: i64,
+        cx: &mut Cx<'_>,
+    ) -> Result<()> {
+        let Some(prev) = self.bucket(key, seq - 1, None, cx).await? else {
+            return Ok(());
+        };
+        let closed = prev.sealed || prev.count >= i64::from(self.spec.size);
+        if closed && prev.total() == start {
+            return Ok(());
+        }
+        let scoped = self.scoped(&cx.opts);
+        scoped.mark(key, None).await?;
+        let scoped = &scoped;
+        scoped
+            .leased(key, |_| async move {
+                scoped.finish_moves(key).await?;
+                scoped.reindex_now(key, None).await
+            })
+            .await
+    }
+
+    /// Before bucket `seq` closes with `count` items, short of `size`: the
+    /// bucket opened ahead after it (if any, and still empty) gets the
+    /// `start` that follows from that. Returns whether one was set.
+    pub(super) async fn fix_ahead(
+        &self,
+        key: &Bson,
+        seq: i64,
+        start: i64,
+        cx: &mut Cx<'_>,
+    ) -> Result<bool> {
+        let update = self
+            .coll
+            .update_one(
+                doc! {"_id": {"k": key.clone(), "s": seq + 1}, NEXT: true, "count": 0},
+                doc! {"$set": {"start": start}},
+            )
+            .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>());
+        let r = crate::action::run!(update, cx.session.as_deref_mut())?;
+        Ok(r.matched_count == 1)
+    }
+
+    /// Removes the empty bucket opened ahead after `seq`, where a write is
+    /// about to open that bucket itself.
+    pub(super) async fn drop_ahead(&self, key: &Bson, seq: i64, cx: &mut Cx<'_>) -> Result<()> {
+        let delete = self
+            .coll
+            .delete_one(doc! {"_id": {"k": key.clone(), "s": seq + 1}, NEXT: true, "count": 0})
+            .with_options(cx.opts.driver::<mongodb::options::DeleteOptions>());
+        crate::action::run!(delete, cx.session.as_deref_mut())?;
+        Ok(())
+    }
+
+    /// Whether write `op` is in one of the key's buckets; its `seq` if so.
+    async fn landed(&self, key: &Bson, op: ObjectId, cx: &mut Cx<'_>) -> Result<Option<i64>> {
+        let mut filter = id_range("k", key);
+        filter.insert(OPS, op);
+        let find = self
+            .raw
+            .find_one(filter)
+            .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
+            .projection(doc! {"_id": 1});
+        let found = crate::action::run!(find, cx.session.as_deref_mut())?;
+        Ok(found.and_then(|d| match d.get("_id") {
+            Ok(Some(RawBsonRef::Document(id))) => raw_int(id, "s").ok(),
+            _ => None,
+        }))
+    }
+}
