@@ -28,6 +28,30 @@ pub(crate) struct Trade {
     date: DateTime,
 }
 
+/// The same trade kept in arrival order (no `order`): the server places
+/// each push, in the bucket last seen open or the one opened ahead.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "history")]
+#[bucket(size = 100, key = "customerId")]
+pub(crate) struct Arrival {
+    customer_id: i64,
+    ticker: String,
+    qty: i32,
+    date: DateTime,
+}
+
+impl From<Trade> for Arrival {
+    fn from(t: Trade) -> Self {
+        Arrival {
+            customer_id: t.customer_id,
+            ticker: t.ticker,
+            qty: t.qty,
+            date: t.date,
+        }
+    }
+}
+
 /// Trade `i`: to customer `i mod keys`, a second after trade `i - 1`.
 fn trade(keys: u64, i: u64) -> Trade {
     Trade {
@@ -42,11 +66,30 @@ fn trade(keys: u64, i: u64) -> Trade {
 pub(crate) async fn run(ctx: &Ctx, tasks: &[usize], keys: u64) -> BoxResult<Vec<Row>> {
     let mut rows = Vec::new();
     for &n in tasks {
+        let repo = Arc::new(Arrival::buckets(&ctx.db));
+        fresh(ctx).await?;
+        let r = ctx
+            .cell(
+                "`Buckets::push`, arrival order (no `order`)",
+                false,
+                n,
+                op(move |_, i| {
+                    let repo = repo.clone();
+                    async move {
+                        repo.push(&Arrival::from(trade(keys, i))).await?;
+                        Ok(())
+                    }
+                }),
+            )
+            .await?;
+        check(ctx, keys, r.ops).await?;
+        rows.push(r);
+
         let repo = Arc::new(Trade::buckets(&ctx.db));
         fresh(ctx).await?;
         let r = ctx
             .cell(
-                "`Buckets::push`",
+                "`Buckets::push`, `order = \"date\"` (racing tasks make some pushes late)",
                 false,
                 n,
                 op(move |_, i| {
@@ -87,6 +130,7 @@ async fn fresh(ctx: &Ctx) -> BoxResult<()> {
     ctx.clear().await?;
     let naive = ctx.db.collection::<Document>(NAIVE);
     Trade::buckets(&ctx.db).ensure_indexes().await?;
+    Arrival::buckets(&ctx.db).ensure_indexes().await?;
     naive
         .create_index(
             IndexModel::builder()
