@@ -50,9 +50,14 @@ impl<T: Bucketed> Buckets<T> {
         // The bucket last seen open and the one after: two point reads of
         // the `_id` index, whichever is the lower open one.
         let ids = [seq, seq + 1].map(|s| Bson::Document(doc! {"k": key.clone(), "s": s}));
-        let mut query = doc! {"_id": {"$in": ids.to_vec()}};
-        query.insert("sealed", Bson::Null);
-        query.insert("count", doc! {"$lt": i64::from(self.spec.size)});
+        // Only a bucket closed as it should be (sealed, or `count` at
+        // `size`) is passed over: any other, damaged ones too, is the
+        // update's to judge, so that a push never skips a damaged bucket.
+        let size = i64::from(self.spec.size);
+        let query = doc! {
+            "_id": {"$in": ids.to_vec()},
+            "$nor": [{"sealed": true}, {"count": size}],
+        };
         let mut cmd = doc! {
             "findAndModify": self.coll.name(),
             "query": query,
@@ -137,7 +142,12 @@ impl<T: Bucketed> Buckets<T> {
         ]};
         let ok = "$mp_ok";
         vec![
-            doc! {"$set": {"mp_ok": {"$and": [self.sound(), fits]}}},
+            doc! {"$set": {"mp_ok": {"$and": [
+                self.sound(),
+                {"$eq": [{"$ifNull": ["$sealed", Bson::Null]}, Bson::Null]},
+                {"$lt": ["$count", i64::from(self.spec.size)]},
+                fits,
+            ]}}},
             doc! {"$set": {
                 self.spec.items: {"$cond": [ok, {"$concatArrays": [&items, [{"$literal": item}]]}, &items]},
                 "count": {"$cond": [ok, {"$add": ["$count", 1]}, "$count"]},

@@ -19,7 +19,7 @@ use mongodb::bson::{doc, Bson, DateTime, Document, RawBsonRef, RawDocumentBuf};
 use super::act::Cx;
 use super::bookkeeping::as_f64;
 use super::edit::with_op;
-use super::{Bucketed, Buckets, Head, MAX_ATTEMPTS, MAX_BUCKET_BYTES, OPS, STALE};
+use super::{Bucketed, Buckets, Head, MAX_ATTEMPTS, MAX_BUCKET_BYTES, NEXT, OPS, STALE};
 use crate::error::{Error, Result};
 use crate::util::id_of;
 use crate::util::id_range;
@@ -173,7 +173,15 @@ impl<T: Bucketed> Buckets<T> {
             }
             match self.coll.insert_one(fence).await.map_err(Error::from) {
                 Ok(_) => return Ok(()),
-                Err(e) if e.is_duplicate_key() => {}
+                Err(e) if e.is_duplicate_key() => {
+                    // An empty bucket opened ahead is there: marked, it is
+                    // the fence.
+                    let ahead = doc! {"_id": {"k": key.clone(), "s": head.seq + 1}, NEXT: true};
+                    let set = doc! {"$set": {STALE: true}};
+                    if self.coll.update_one(ahead, set).await?.matched_count == 1 {
+                        return Ok(());
+                    }
+                }
                 Err(e) => return Err(e),
             }
         }

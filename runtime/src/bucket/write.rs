@@ -34,7 +34,10 @@ impl<T: Bucketed> Buckets<T> {
         // One id for every attempt: once one is applied, no other can be.
         let op = ObjectId::new();
         let mut hops = 0;
+        // The bucket the one-command push last looked at (with the next).
+        let mut tried = None;
         if let Some(seq) = self.remembered(&slot).filter(|_| self.ahead(cx)) {
+            tried = Some(seq);
             if let Some(seq) = self.push_ahead(&key, seq, &doc, len, op, cx).await? {
                 self.remember(slot, seq);
                 return Ok(());
@@ -147,6 +150,16 @@ impl<T: Bucketed> Buckets<T> {
                     .scoped(&cx.opts)
                     .push_late(&key, doc.clone(), len, op)
                     .await;
+            }
+            let full = head.exists && !head.sealed && head.count >= i64::from(self.spec.size);
+            if full && !head.stale && self.ahead(cx) && tried != Some(head.seq) {
+                tried = Some(head.seq);
+                // Filled by pushes that opened the next bucket ahead at
+                // half: land in that one rather than open it again.
+                if let Some(seq) = self.push_ahead(&key, head.seq, &doc, len, op, cx).await? {
+                    self.remember(slot, seq);
+                    return Ok(());
+                }
             }
             match self
                 .open_next(&key, &head, vec![doc.clone()], len, op, cx)
