@@ -107,6 +107,9 @@ impl<T: Bucketed> Buckets<T> {
         if !mine {
             return Ok(None);
         }
+        // Remembered now: a caller that stops waiting below still leaves
+        // the next push one command.
+        self.remember(crate::util::key_bytes(key), seq);
         let stale = matches!(after.get(STALE), Some(Bson::Boolean(true)));
         // What follows only keeps the next pushes at one round trip: the
         // item is stored, so its errors are not the push's.

@@ -122,6 +122,11 @@ impl<T: Bucketed> Buckets<T> {
                     _ => self.head(&key, None, cx).await?,
                 }
             };
+            if head.exists {
+                // A hint only: where the next push looks first, even if this
+                // one is cut short.
+                self.remember(slot.clone(), head.seq);
+            }
             let late = |bound: &Option<Bson>| {
                 v.as_ref()
                     .is_some_and(|v| order_cmp(Some(v), bound.as_ref()) == std::cmp::Ordering::Less)
@@ -193,7 +198,7 @@ impl<T: Bucketed> Buckets<T> {
         self.heads.lock().ok()?.get(slot).copied()
     }
 
-    fn remember(&self, slot: Vec<u8>, seq: i64) {
+    pub(super) fn remember(&self, slot: Vec<u8>, seq: i64) {
         if let Ok(mut heads) = self.heads.lock() {
             if heads.len() >= MAX_REMEMBERED {
                 heads.clear();
