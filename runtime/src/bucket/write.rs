@@ -122,9 +122,9 @@ impl<T: Bucketed> Buckets<T> {
                     _ => self.head(&key, None, cx).await?,
                 }
             };
-            if head.exists {
+            if head.exists && !cx.txn {
                 // A hint only: where the next push looks first, even if this
-                // one is cut short.
+                // one is cut short (not from a transaction's snapshot).
                 self.remember(slot.clone(), head.seq);
             }
             let late = |bound: &Option<Bson>| {
