@@ -1,13 +1,13 @@
 //! Pushes: appending to a key's newest bucket, or opening the next.
 //!
 //! A push to a model without `order` first tries [`ahead`](super::ahead),
-//! one command. What follows is the general path. A push in order changes only the key's last bucket, with one update
-//! whose filter says the bucket is still open, sound and has room; when it
-//! matches nothing, a point read says why (full, closed, gone, or this very
-//! write applied already) and the push goes on from there. Only an insert
-//! opens the next bucket, so two writers racing to open it meet on its
-//! unique `_id`. A late item (below what the last bucket holds) goes to
-//! [`order`](super::order) instead.
+//! one command. What follows is the general path. A push in order changes
+//! only the key's last bucket, with one update whose filter says the bucket
+//! is still open, sound and has room; when it matches nothing, a point read
+//! says why (full, closed, gone, or this very write applied already) and the
+//! push goes on from there. Only an insert opens the next bucket, so two
+//! writers racing to open it meet on its unique `_id`. A late item (below
+//! what the last bucket holds) goes to [`order`](super::order) instead.
 
 use futures::TryStreamExt;
 use mongodb::bson::oid::ObjectId;
