@@ -572,11 +572,23 @@ async fn cancelled_pushes_lose_nothing_and_double_nothing() {
     let set: HashSet<(i64, i64)> = stored.iter().copied().collect();
     assert_eq!(set.len(), stored.len(), "no item stored twice");
     assert!(done.is_subset(&set), "every finished push stored");
-    let mut sorted = stored.clone();
-    sorted.sort();
-    assert_eq!(sorted, stored, "stored in push order");
+    // In push order, except that a cut push the server had received may
+    // land after pushes made later (on another connection): one that
+    // finished precedes every push made after it.
+    let mut highest = (0, -1);
+    let mut late = 0;
+    for item in &stored {
+        if *item < highest {
+            assert!(
+                !done.contains(item),
+                "finished push {item:?} stored after {highest:?}"
+            );
+            late += 1;
+        }
+        highest = highest.max(*item);
+    }
     println!(
-        "600 pushes: {cut_n} cut, {} finished; stored {} (the cut ones that had reached the server)",
+        "600 pushes: {cut_n} cut, {} finished; stored {} (the cut ones that had reached the server), {late} of them after a later push",
         600 - cut_n,
         stored.len() - 10
     );
