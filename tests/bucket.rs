@@ -6,7 +6,7 @@ use futures::{StreamExt, TryStreamExt};
 use mongo_patterns::bucket::{PageRequest, MAX_PER_PAGE};
 use mongo_patterns::prelude::*;
 use mongo_patterns::Error;
-use mongo_patterns_testkit::{client, fresh_db};
+use mongo_patterns_testkit::{client, fresh_db, Commands};
 
 const SIZE: usize = 100;
 
@@ -289,6 +289,94 @@ async fn a_push_is_one_round_trip() {
     // Into the bucket opened ahead, then the read that checks its start.
     assert_eq!(names, ["insert", "find", "findAndModify", "find"]);
     check_buckets(&db).await;
+}
+
+/// Every newest-first page of `key`, at several sizes and depths, against
+/// `oldest` (the key's items, oldest first): each must equal its slice and
+/// cost the commands `trips` allows.
+async fn newest_pages_cost(
+    repo: &Buckets<Trade>,
+    commands: &Commands,
+    key: i64,
+    oldest: &[Trade],
+    trips: impl Fn(usize, usize) -> &'static [&'static [&'static str]],
+) -> usize {
+    let mut second = 0;
+    let newest: Vec<Trade> = oldest.iter().rev().cloned().collect();
+    for per in [1u32, 7, 60, 100, 150] {
+        let last = newest.len().div_ceil(per as usize) as u32;
+        for page in [1, 2, last / 2 + 1, last, last + 1] {
+            commands.take();
+            let p = repo
+                .page(&key, PageRequest::new(page, per).newest_first())
+                .await
+                .unwrap();
+            let names: Vec<String> = commands.take().into_iter().map(|(n, _)| n).collect();
+            let from = ((page - 1) * per) as usize;
+            let to = (from + per as usize).min(newest.len());
+            let want = &newest[from.min(newest.len())..to];
+            assert_eq!(p.items, want, "page {page} of {per}");
+            assert_eq!(p.has_more, from + (per as usize) < newest.len());
+            // Positions counted from the oldest item, as buckets hold them.
+            let (lo, hi) = (newest.len() - to, newest.len() - from.min(newest.len()));
+            assert!(
+                trips(lo, hi).contains(
+                    &names
+                        .iter()
+                        .map(String::as_str)
+                        .collect::<Vec<_>>()
+                        .as_slice()
+                ),
+                "page {page} of {per}: {names:?}"
+            );
+            second += usize::from(names.len() == 2);
+        }
+    }
+    second
+}
+
+#[tokio::test]
+async fn a_newest_first_page_is_one_round_trip_at_any_depth() {
+    let (db, commands) = fresh_db("bucket_newest_trips").await;
+    let repo = Trade::buckets(&db);
+    repo.ensure_indexes().await.unwrap();
+    for s in 0..1_050u32 {
+        repo.push(&trade(3, 0, s)).await.unwrap();
+    }
+    let oldest = all_pages(&repo, 3, 1_000, false).await;
+    assert_eq!(oldest.len(), 1_050);
+    // Full buckets: one aggregate at every depth, the oldest page too.
+    let second = newest_pages_cost(&repo, &commands, 3, &oldest, |_, _| &[&["aggregate"]]).await;
+    assert_eq!(second, 0);
+
+    // A removal in bucket 9 (positions 900..1000) leaves it short: a page
+    // in it or above it still costs one aggregate; one below it may be
+    // read by position, a second aggregate, and is exact either way.
+    let gone = repo
+        .remove(&3, doc! {"seq": {"$gte": 950, "$lt": 960}})
+        .await
+        .unwrap();
+    assert_eq!(gone, 10);
+    let oldest = all_pages(&repo, 3, 1_000, false).await;
+    assert_eq!(oldest.len(), 1_040);
+    let second = newest_pages_cost(&repo, &commands, 3, &oldest, |lo, hi| {
+        if lo >= 900 || hi == lo {
+            &[&["aggregate"]]
+        } else {
+            &[&["aggregate"], &["aggregate", "aggregate"]]
+        }
+    })
+    .await;
+    assert!(second > 0, "no page was read by position");
+
+    // A key without buckets: an empty page, from the same one command.
+    commands.take();
+    let p = repo
+        .page(&4, PageRequest::new(1, 10).newest_first())
+        .await
+        .unwrap();
+    assert!(p.items.is_empty() && !p.has_more);
+    assert_eq!(commands.take_count(), 1);
 }
 
 #[tokio::test]

@@ -499,7 +499,7 @@ async fn options_reach_every_command() {
         page.items.iter().map(|t| t.day).collect::<Vec<_>>(),
         [70, 60, 50]
     );
-    check_reads(commands.take(), &["find", "aggregate"]);
+    check_reads(commands.take(), &["aggregate"]);
     let total = bounded(
         30,
         repo.total("s-1")

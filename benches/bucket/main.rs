@@ -19,6 +19,8 @@
 //! | `--writes N` | 2000 | single writes per design (`push` vs `insert_one`) |
 //! | `--cpu-reps N` | 9 | interleaved repetitions per variant for client CPU |
 //! | `--cpu-ops N` | 100 | operations per repetition for client CPU |
+//! | `--page-reps N` | 31 | interleaved repetitions of the page comparison |
+//! | `--page-ops N` | 100 | pages per repetition of the page comparison |
 //!
 //! The server is `MONGODB_URI` if set, otherwise the surrogate `secantusd-rs`
 //! that the testkit starts (README, "The test server"). The surrogate walks
@@ -35,9 +37,8 @@
 //!    `find({customerId}).sort({date: ±1}).skip(..).limit(..)`. Round trips
 //!    by command monitoring around one call; keys/docs examined by `explain`
 //!    (`executionStats`) of the exact command (the bucket's aggregate from
-//!    `page_pipeline`; newest first, the aggregate it sends after its head
-//!    read); bytes as the sum of the BSON sizes of the reply's documents;
-//!    wall time the median of `--reps`.
+//!    `page_pipeline`, newest first too); bytes as the sum of the BSON
+//!    sizes of the reply's documents; wall time the median of `--reps`.
 //! 3. Writes ([`writes`]): `push` (steady state) vs naive `insert_one`.
 //! 4. Generated vs hand-written ([`generated`], the baselines in
 //!    [`by_hand`]): `push` vs an `update_one` with the same filter and
@@ -117,6 +118,8 @@ struct Args {
     writes: usize,
     cpu_reps: usize,
     cpu_ops: usize,
+    page_reps: usize,
+    page_ops: usize,
     command: String,
 }
 
@@ -124,7 +127,7 @@ impl Args {
     fn parse() -> Args {
         let mut f = Flags::from_env(
             "bucket",
-            "[--trades N] [--batch N] [--reps N] [--writes N] [--cpu-reps N] [--cpu-ops N]",
+            "[--trades N] [--batch N] [--reps N] [--writes N] [--cpu-reps N] [--cpu-ops N] [--page-reps N] [--page-ops N]",
         );
         let mut a = Args {
             trades: 100_000,
@@ -133,6 +136,8 @@ impl Args {
             writes: 2000,
             cpu_reps: 9,
             cpu_ops: 100,
+            page_reps: 31,
+            page_ops: 100,
             command: f.command(),
         };
         while let Some(flag) = f.next_flag() {
@@ -143,6 +148,8 @@ impl Args {
                 "--writes" => a.writes = f.value(&flag),
                 "--cpu-reps" => a.cpu_reps = f.value(&flag),
                 "--cpu-ops" => a.cpu_ops = f.value(&flag),
+                "--page-reps" => a.page_reps = f.value(&flag),
+                "--page-ops" => a.page_ops = f.value(&flag),
                 _ => f.unknown(&flag),
             }
         }
@@ -152,6 +159,8 @@ impl Args {
         a.reps = a.reps.max(1);
         a.writes = a.writes.max(1);
         a.cpu_reps = a.cpu_reps.max(1);
+        a.page_reps = a.page_reps.max(1);
+        a.page_ops = a.page_ops.max(1);
         // Pushes for the CPU comparison must stay in one bucket per key.
         a.cpu_ops = a.cpu_ops.clamp(1, (SIZE as usize - 1) / a.cpu_reps);
         a

@@ -254,11 +254,14 @@ impl<T: Bucketed> Buckets<T> {
 
     /// Page `req.page` of `req.per_page` items of `key`. Oldest first it is
     /// one `aggregate` (one round trip) that seeks by `start` to the buckets
-    /// the page overlaps and slices them on the server; newest first adds
-    /// one indexed `find` of the newest bucket, for the total. In a caller's
-    /// session its reads run in it (and see the transaction's writes); a
-    /// page that meets a removal's mark repairs positions first, which is
-    /// refused inside a transaction (`InvalidArgument`).
+    /// the page overlaps and slices them on the server. Newest first it is
+    /// one `aggregate` that reads the newest bucket, for the total, and
+    /// looks up by `_id` the buckets that hold the page if those between
+    /// are full; a second reads the page by position when a shorter bucket
+    /// (after a removal, a close by bytes, a late item) lies between. In a
+    /// caller's session its reads run in it (and see the transaction's
+    /// writes); a page that meets a removal's mark repairs positions first,
+    /// which is refused inside a transaction (`InvalidArgument`).
     pub fn page<'a, Q>(&'a self, key: &Q, req: PageRequest) -> FetchPage<'a, T>
     where
         T::Key: std::borrow::Borrow<Q>,

@@ -9,6 +9,8 @@ use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, Document, RawArray, RawBsonRef, RawDocument, RawDocumentBuf};
 use serde::Serialize;
 
+mod keyed;
+
 use super::act::Cx;
 use super::bookkeeping::{is_stale, raw_int};
 use super::{
@@ -18,6 +20,14 @@ use crate::action::Options;
 use crate::error::{Error, Result};
 use crate::util::id_of;
 use crate::util::id_range;
+
+/// A newest-first page's positions `[from, end)`, as the server computed
+/// them from the newest bucket, the `_id`s of the buckets that hold them
+/// if the buckets between are full, and those buckets.
+const P_FROM: &str = "mp_from";
+const P_END: &str = "mp_end";
+const IDS: &str = "mp_ids";
+const PAGE: &str = "mp_page";
 
 impl<T: Bucketed> Buckets<T> {
     /// [`Buckets::page`], in `cx`.
@@ -71,7 +81,19 @@ impl<T: Bucketed> Buckets<T> {
             items.truncate(per as usize);
             return Ok(Some(BucketPage { items, has_more }));
         }
-        let head = self.head(key, None, cx).await?;
+        // One aggregation: the newest bucket, for the total, and the page's
+        // buckets, looked up from positions computed from it on the server.
+        let agg = self
+            .raw
+            .aggregate(self.newest_pipeline(key, skip, per))
+            .with_options(cx.opts.driver::<mongodb::options::AggregateOptions>())
+            .with_type::<RawDocumentBuf>();
+        let docs = collect(agg, cx).await?;
+        // No document: the key has no bucket.
+        let head = match docs.first() {
+            Some(d) => self.head_of(d)?,
+            None => Head::default(),
+        };
         if head.stale {
             return Ok(None);
         }
@@ -83,7 +105,25 @@ impl<T: Bucketed> Buckets<T> {
             }));
         }
         let from = (end - per).max(0);
-        let Some(mut items) = self.range(key, from, end - from, cx).await? else {
+        let first = &docs[0];
+        let agreed = raw_int(first, P_FROM) == Ok(from) && raw_int(first, P_END) == Ok(end);
+        let buckets: Vec<&RawDocument> = docs
+            .iter()
+            .filter_map(|d| match d.get(PAGE) {
+                Ok(Some(RawBsonRef::Document(b))) if b.get("_id").ok().flatten().is_some() => {
+                    Some(b)
+                }
+                _ => None,
+            })
+            .collect();
+        let items = if agreed && self.covers(&buckets, from, end)? {
+            self.slices(buckets.into_iter(), key, end - from)?
+        } else {
+            // A shorter bucket lies between the page and the newest (a
+            // removal, a close by bytes, a late item): read by position.
+            self.range(key, from, end - from, cx).await?
+        };
+        let Some(mut items) = items else {
             return Ok(None);
         };
         items.reverse();
@@ -91,6 +131,117 @@ impl<T: Bucketed> Buckets<T> {
             items,
             has_more: from > 0,
         }))
+    }
+
+    /// A newest-first page in one aggregation: the key's newest bucket (as
+    /// [`head`](Self::head) reads it), the page's positions `[from, end)`
+    /// computed from its total, and by `_id` the buckets that hold them if
+    /// every bucket from there to the newest is full, sliced on the server.
+    /// Each lookup is a point read of the `_id` index, on every server
+    /// version. The caller checks that the buckets found cover the page.
+    fn newest_pipeline(&self, key: &Bson, skip: i64, per: i64) -> Vec<Document> {
+        let size = i64::from(self.spec.size);
+        // Positions only from a bucket whose `start` and `count` are
+        // integers: any other makes the page an error, which the client
+        // reports from the head, and must not make the server fail first.
+        let int = |f: &str| {
+            doc! {"$and": [
+                {"$in": [{"$type": f}, ["int", "long", "double"]]},
+                {"$gt": [f, -9.0e15]},
+                {"$lt": [f, 9.0e15]},
+            ]}
+        };
+        let integral = |f: &str| doc! {"$eq": [f, {"$trunc": [f]}]};
+        let sound = doc! {"$cond": [
+            {"$and": [int("$start"), int("$count"), {"$ne": [format!("${STALE}"), true]}]},
+            {"$and": [integral("$start"), integral("$count")]},
+            false,
+        ]};
+        let total = doc! {"$add": ["$start", "$count"]};
+        let mut head = self.head_projection(None);
+        head.insert(
+            P_END,
+            doc! {"$cond": [&sound, {"$subtract": [&total, skip]}, Bson::Null]},
+        );
+        head.insert(
+            P_FROM,
+            doc! {"$cond": [
+                &sound,
+                {"$max": [0_i64, {"$subtract": [&total, skip + per]}]},
+                Bson::Null,
+            ]},
+        );
+        let (from, end) = (format!("${P_FROM}"), format!("${P_END}"));
+        // The bucket that holds position `p` when every bucket from it to
+        // the newest holds `size` items.
+        let seq_of = |p: Bson| {
+            doc! {"$cond": [
+                {"$gte": [&p, "$start"]},
+                "$_id.s",
+                {"$subtract": ["$_id.s", {"$ceil": {"$divide": [{"$subtract": ["$start", &p]}, size]}}]},
+            ]}
+        };
+        let lo = seq_of(Bson::String(from.clone()));
+        let hi = seq_of(Bson::Document(doc! {"$subtract": [&end, 1]}));
+        // A page spans at most this many full buckets.
+        let most = (per + size - 1) / size + 1;
+        let n = doc! {"$min": [most, {"$max": [0, {"$add": [1, {"$subtract": [&hi, &lo]}]}]}]};
+        let ids = doc! {"$cond": [
+            {"$and": [
+                {"$ne": [&from, Bson::Null]},
+                {"$lt": [&from, &end]},
+                int("$_id.s"),
+                integral("$_id.s"),
+            ]},
+            {"$map": {
+                "input": {"$range": [0, {"$toInt": n}]},
+                "in": {"k": "$_id.k", "s": {"$toLong": {"$add": [&lo, "$$this"]}}},
+            }},
+            [],
+        ]};
+        let path = |f: &str| format!("{PAGE}.{f}");
+        let page = |f: &str| format!("${}", path(f));
+        let items = page(self.spec.items);
+        let start = page("start");
+        let overlaps = doc! {"$and": [
+            {"$isArray": [&items]},
+            {"$isNumber": &start},
+            {"$lt": [&start, &end]},
+            {"$gt": [{"$add": [&start, {"$size": &items}]}, &from]},
+        ]};
+        let mut keep: Document = head.keys().map(|k| (k.clone(), Bson::Int32(1))).collect();
+        for f in ["_id", "start", "count", STALE, LEN, TYPE, self.spec.items] {
+            keep.insert(path(f), 1);
+        }
+        vec![
+            doc! {"$match": {"$and": [id_range("k", key), {NEXT: {"$ne": true}}]}},
+            doc! {"$sort": {"_id": -1}},
+            doc! {"$limit": 1},
+            doc! {"$project": head},
+            doc! {"$set": {IDS: ids}},
+            doc! {"$lookup": {
+                "from": self.raw.name(),
+                "localField": IDS,
+                "foreignField": "_id",
+                "as": PAGE,
+            }},
+            doc! {"$unwind": {"path": format!("${PAGE}"), "preserveNullAndEmptyArrays": true}},
+            doc! {"$sort": {path("start"): 1}},
+            doc! {"$set": {
+                path(LEN): {"$cond": [{"$isArray": [&items]}, {"$size": &items}, Bson::Null]},
+                path(TYPE): {"$type": &items},
+                path(self.spec.items): {"$cond": [
+                    &overlaps,
+                    {"$slice": [
+                        &items,
+                        {"$max": [0, {"$subtract": [&from, &start]}]},
+                        {"$subtract": [&end, {"$max": [&from, &start]}]},
+                    ]},
+                    {"$cond": [{"$isArray": [&items]}, [], &items]},
+                ]},
+            }},
+            doc! {"$project": keep},
+        ]
     }
 
     /// [`Buckets::total`], in `cx`.
@@ -148,7 +299,9 @@ impl<T: Bucketed> Buckets<T> {
         .boxed()
     }
 
-    /// The aggregation an oldest-first page sends.
+    /// The aggregation a page sends: its only command, unless it meets
+    /// positions a removal left stale. Newest first, it also reads the
+    /// newest bucket, whose total places the page.
     pub fn page_pipeline<Q>(&self, key: &Q, req: PageRequest) -> Result<Vec<Document>>
     where
         T::Key: std::borrow::Borrow<Q>,
@@ -157,7 +310,12 @@ impl<T: Bucketed> Buckets<T> {
         req.check()?;
         let key_b = self.key_bson(key)?;
         let per = i64::from(req.per_page);
-        Ok(self.range_pipeline(&key_b, (i64::from(req.page) - 1) * per, per + 1))
+        let skip = (i64::from(req.page) - 1) * per;
+        Ok(if req.newest_first {
+            self.newest_pipeline(&key_b, skip, per)
+        } else {
+            self.range_pipeline(&key_b, skip, per + 1)
+        })
     }
 
     /// The key's newest bucket, not counting an empty one opened ahead: an
@@ -279,29 +437,50 @@ impl<T: Bucketed> Buckets<T> {
             .with_options(cx.opts.driver::<mongodb::options::AggregateOptions>())
             .with_type::<RawDocumentBuf>();
         // The page's one or two buckets, sliced.
-        let buckets: Vec<RawDocumentBuf> = match cx.session.as_deref_mut() {
-            Some(s) => {
-                let mut cursor = agg.session(&mut *s).await?;
-                let mut out = Vec::new();
-                while let Some(b) = cursor.next(&mut *s).await {
-                    out.push(b?);
-                }
-                out
+        let buckets = collect(agg, cx).await?;
+        self.slices(buckets.iter().map(|b| &**b), key, n)
+    }
+
+    /// Whether `buckets`, in order of `start`, hold every position of
+    /// `[from, end)` between them, with no gap and no overlap. A damaged
+    /// bucket among them is an error that names it.
+    fn covers(&self, buckets: &[&RawDocument], from: i64, end: i64) -> Result<bool> {
+        let mut at = None;
+        for b in buckets {
+            let (start, count) = self.check(b, raw_int(b, LEN).ok())?;
+            if start >= end || start + count <= from {
+                continue;
             }
-            None => agg.await?.try_collect().await?,
-        };
+            match at {
+                None if start <= from => {}
+                Some(next) if next == start => {}
+                _ => return Ok(false),
+            }
+            at = Some(start + count);
+        }
+        Ok(at.is_some_and(|a| a >= end))
+    }
+
+    /// The first `n` items of buckets sliced by the server, in order; `None`
+    /// if one of them was marked stale.
+    fn slices<'a>(
+        &self,
+        buckets: impl Iterator<Item = &'a RawDocument>,
+        key: &Bson,
+        n: i64,
+    ) -> Result<Option<Vec<T>>> {
         let mut out = Vec::with_capacity(n.min(4096) as usize);
         // The server sliced each bucket to the range already. Every bucket
         // it sends is checked, even past the page's end: a damaged one in
         // the range makes the page an error, never a page with a hole.
         let mut stale = false;
         for bucket in buckets {
-            let len = raw_int(&bucket, LEN).ok();
-            self.check(&bucket, len)?;
-            stale |= is_stale(&bucket);
+            let len = raw_int(bucket, LEN).ok();
+            self.check(bucket, len)?;
+            stale |= is_stale(bucket);
             let want = n - out.len() as i64;
             if want > 0 && !stale {
-                out.extend(self.items_of(&bucket, key, want)?);
+                out.extend(self.items_of(bucket, key, want)?);
             }
         }
         Ok((!stale).then_some(out))
@@ -348,6 +527,14 @@ impl<T: Bucketed> Buckets<T> {
     /// Errors name the bucket by its `_id`, and the item by its index in
     /// the array as sent (the page's slice for a page).
     fn items_of(&self, bucket: &RawDocument, key: &Bson, take: i64) -> Result<Vec<T>> {
+        let take = take.max(0) as usize;
+        // One pass over the bucket's bytes; on any error, again item by
+        // item, to name the item and the problem.
+        if let Ok(items) =
+            keyed::items(bucket.as_bytes(), self.spec.items, self.spec.key, key, take)
+        {
+            return Ok(items);
+        }
         let damaged = |field: String, problem: String| {
             Error::damaged(self.coll.name(), id_of(bucket), field, problem)
         };
@@ -363,7 +550,7 @@ impl<T: Bucketed> Buckets<T> {
         let key_raw = bson::RawBson::try_from(key.clone())
             .map_err(|e| Error::invalid("key", e.to_string()))?;
         let mut out = Vec::new();
-        for (i, el) in arr.into_iter().take(take.max(0) as usize).enumerate() {
+        for (i, el) in arr.into_iter().take(take).enumerate() {
             let field = || format!("{}.{i}", self.spec.items);
             let el = el.map_err(|e| damaged(field(), e.to_string()))?;
             let RawBsonRef::Document(d) = el else {
@@ -427,4 +614,22 @@ impl<T: Bucketed> Buckets<T> {
             .await?;
         Ok(())
     }
+}
+
+/// The documents of an aggregation, read in `cx`'s session if it has one.
+async fn collect(
+    agg: mongodb::action::Aggregate<'_, mongodb::action::ImplicitSession, RawDocumentBuf>,
+    cx: &mut Cx<'_>,
+) -> Result<Vec<RawDocumentBuf>> {
+    Ok(match cx.session.as_deref_mut() {
+        Some(s) => {
+            let mut cursor = agg.session(&mut *s).await?;
+            let mut out = Vec::new();
+            while let Some(b) = cursor.next(&mut *s).await {
+                out.push(b?);
+            }
+            out
+        }
+        None => agg.await?.try_collect().await?,
+    })
 }

@@ -1,0 +1,258 @@
+//! Decoding a bucket's items in one pass over the bucket's bytes, the key
+//! the bucket holds once handed to each item as one more field: no copy of
+//! an item, no buffer to splice the key into.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::marker::PhantomData;
+
+use mongodb::bson::Bson;
+use serde::de::value::{
+    BoolDeserializer, BorrowedStrDeserializer, I32Deserializer, I64Deserializer,
+    MapAccessDeserializer, StrDeserializer,
+};
+use serde::de::{
+    DeserializeOwned, DeserializeSeed, Deserializer, Error as _, IgnoredAny, MapAccess, SeqAccess,
+    Visitor,
+};
+use serde::Deserialize;
+
+use crate::compat::DeError;
+
+/// What the one decode needs beyond the bytes: `from_slice` takes a type,
+/// not a value, so it rides along here for the length of one call.
+struct Want {
+    items: &'static str,
+    field: &'static str,
+    key: Bson,
+    take: usize,
+}
+
+thread_local! {
+    static WANT: RefCell<Option<Want>> = const { RefCell::new(None) };
+}
+
+/// Up to `take` items of the array `items` of `bucket`, each with
+/// `field: key` added. Any error is only a signal: the caller decodes the
+/// bucket again item by item to say which item and why.
+pub(super) fn items<T: DeserializeOwned>(
+    bucket: &[u8],
+    items: &'static str,
+    field: &'static str,
+    key: &Bson,
+    take: usize,
+) -> Result<Vec<T>, DeError> {
+    WANT.with(|w| {
+        *w.borrow_mut() = Some(Want {
+            items,
+            field,
+            key: key.clone(),
+            take,
+        })
+    });
+    let out = crate::compat::from_slice::<Bucket<T>>(bucket);
+    WANT.with(|w| w.borrow_mut().take());
+    out.map(|b| b.0)
+}
+
+struct Bucket<T>(Vec<T>);
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for Bucket<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let want = WANT
+            .with(|w| w.borrow_mut().take())
+            .ok_or_else(|| D::Error::custom("decoded outside a page read"))?;
+        d.deserialize_map(BucketVisitor(want, PhantomData))
+    }
+}
+
+struct BucketVisitor<T>(Want, PhantomData<fn() -> T>);
+
+impl<'de, T: DeserializeOwned> Visitor<'de> for BucketVisitor<T> {
+    type Value = Bucket<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a bucket")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Bucket<T>, A::Error> {
+        let w = &self.0;
+        let mut out = None;
+        while let Some(is_items) = map.next_key_seed(Named(w.items))? {
+            if is_items && out.is_none() {
+                out = Some(map.next_value_seed(Items::<T>(w, PhantomData))?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        out.map(Bucket)
+            .ok_or_else(|| A::Error::custom("no items array"))
+    }
+}
+
+/// Whether a field's name is this one, read without allocating.
+struct Named(&'static str);
+
+impl<'de> DeserializeSeed<'de> for Named {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Named {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<bool, E> {
+        Ok(v == self.0)
+    }
+}
+
+struct Items<'w, T>(&'w Want, PhantomData<fn() -> T>);
+
+impl<'de, T: DeserializeOwned> DeserializeSeed<'de> for Items<'_, T> {
+    type Value = Vec<T>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Vec<T>, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de, T: DeserializeOwned> Visitor<'de> for Items<'_, T> {
+    type Value = Vec<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of items")
+    }
+
+    fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<Vec<T>, S::Error> {
+        let w = self.0;
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(w.take));
+        while out.len() < w.take {
+            match seq.next_element_seed(Keyed::<T>(w, PhantomData))? {
+                Some(t) => out.push(t),
+                None => return Ok(out),
+            }
+        }
+        // The rest is not wanted, but read: the array must end where it says.
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(out)
+    }
+}
+
+/// One item: its own fields, then the key's.
+struct Keyed<'w, T>(&'w Want, PhantomData<fn() -> T>);
+
+impl<'de, T: DeserializeOwned> DeserializeSeed<'de> for Keyed<'_, T> {
+    type Value = T;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, T: DeserializeOwned> Visitor<'de> for Keyed<'_, T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an item document")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+        T::deserialize(MapAccessDeserializer::new(WithKey {
+            map,
+            want: self.0,
+            state: State::Own,
+        }))
+    }
+}
+
+enum State {
+    /// The item's own entries.
+    Own,
+    /// The key's name was handed out; its value is next.
+    Key,
+    Done,
+}
+
+struct WithKey<'w, A> {
+    map: A,
+    want: &'w Want,
+    state: State,
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for WithKey<'_, A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        match self.state {
+            State::Own => {
+                // The inner map says it is done without using the seed,
+                // which then names the key.
+                let mut seed = Some(seed);
+                if let Some(k) = self.map.next_key_seed(Once(&mut seed))? {
+                    return Ok(Some(k));
+                }
+                self.state = State::Key;
+                let seed = seed.ok_or_else(|| A::Error::custom("a key read twice"))?;
+                seed.deserialize(BorrowedStrDeserializer::new(self.want.field))
+                    .map(Some)
+            }
+            State::Key | State::Done => Ok(None),
+        }
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
+        match self.state {
+            State::Own => self.map.next_value_seed(seed),
+            State::Key => {
+                self.state = State::Done;
+                value(&self.want.key, seed)
+            }
+            State::Done => Err(A::Error::custom("no value left")),
+        }
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.map.size_hint().map(|n| n + 1)
+    }
+}
+
+/// A seed lent to the inner map and given back if it goes unused.
+struct Once<'s, K>(&'s mut Option<K>);
+
+impl<'de, K: DeserializeSeed<'de>> DeserializeSeed<'de> for Once<'_, K> {
+    type Value = K::Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<K::Value, D::Error> {
+        match self.0.take() {
+            Some(seed) => seed.deserialize(d),
+            None => Err(D::Error::custom("a key read twice")),
+        }
+    }
+}
+
+/// The key's value as the model reads a field: scalars without
+/// allocating, the others through the BSON value deserializer.
+fn value<'de, V: DeserializeSeed<'de>, E: serde::de::Error>(
+    key: &Bson,
+    seed: V,
+) -> Result<V::Value, E> {
+    match key {
+        Bson::Int64(v) => seed.deserialize(I64Deserializer::<E>::new(*v)),
+        Bson::Int32(v) => seed.deserialize(I32Deserializer::<E>::new(*v)),
+        Bson::Boolean(v) => seed.deserialize(BoolDeserializer::<E>::new(*v)),
+        Bson::String(s) => seed.deserialize(StrDeserializer::<E>::new(s)),
+        other => seed
+            .deserialize(mongodb::bson::Deserializer::new(other.clone()))
+            .map_err(|e| E::custom(e.to_string())),
+    }
+}
