@@ -121,6 +121,16 @@ impl Options {
         self
     }
 
+    /// Whether writes go unacknowledged (`w: 0` without `j: true`), by
+    /// these options or else `coll`'s write concern: such a write returns
+    /// nothing to read an outcome from, and the driver's own write helpers
+    /// refuse to send it.
+    pub(crate) fn unacknowledged(&self, coll: Option<&WriteConcern>) -> bool {
+        self.write_concern.as_ref().or(coll).is_some_and(|wc| {
+            wc.w == Some(mongodb::options::Acknowledgment::Nodes(0)) && wc.journal != Some(true)
+        })
+    }
+
     /// The driver's options struct `O` with these set, or `None` when
     /// nothing applies (so the hot path builds nothing).
     pub(crate) fn driver<O: DriverOptions>(&self) -> Option<O> {

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::{
-    Acknowledgment, FindOneAndUpdateOptions, ReturnDocument, UpdateModifications, UpdateOptions,
+    FindOneAndUpdateOptions, ReturnDocument, UpdateModifications, UpdateOptions,
 };
 use mongodb::ClientSession;
 
@@ -41,11 +41,7 @@ impl Inner {
     /// the handle's or the collection's), which the driver's own write
     /// helpers refuse to send. Never inside a transaction.
     fn unacknowledged(&self, opts: &Options, txn: bool) -> bool {
-        !txn && opts
-            .write_concern
-            .as_ref()
-            .or(self.coll.write_concern())
-            .is_some_and(|wc| wc.w == Some(Acknowledgment::Nodes(0)) && wc.journal != Some(true))
+        !txn && opts.unacknowledged(self.coll.write_concern())
     }
 
     /// One `update` of a document: the driver's `update_one`, or, for what

@@ -26,11 +26,7 @@ impl<T: Bucketed> Buckets<T> {
     /// Whether pushes in `cx` may take [`Buckets::push_ahead`].
     /// Not with `w: 0`: a push must learn where it landed.
     pub(super) fn ahead(&self, cx: &Cx<'_>) -> bool {
-        use mongodb::options::Acknowledgment;
-        let unacknowledged = (cx.opts.write_concern.as_ref())
-            .or(self.coll.write_concern())
-            .is_some_and(|wc| wc.w == Some(Acknowledgment::Nodes(0)));
-        self.spec.order.is_none() && !cx.txn && !unacknowledged
+        self.spec.order.is_none() && !cx.txn && !cx.opts.unacknowledged(self.coll.write_concern())
     }
 
     /// `doc` appended in one command to the lower open bucket of `seq` (the
