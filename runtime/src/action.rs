@@ -52,6 +52,36 @@ pub struct Options {
     pub max_time: Option<Duration>,
 }
 
+/// An action's own [`Options`], boxed by its first setter: an action
+/// given none (the hot path of a counter) carries one null pointer, and
+/// building and dropping it costs nothing.
+#[derive(Default)]
+pub(crate) struct Given(Option<Box<Options>>);
+
+/// What [`Given`] reads when no setter ran.
+static NONE: Options = Options {
+    write_concern: None,
+    read_concern: None,
+    selection_criteria: None,
+    comment: None,
+    max_time: None,
+};
+
+impl std::ops::Deref for Given {
+    type Target = Options;
+
+    #[inline]
+    fn deref(&self) -> &Options {
+        self.0.as_deref().unwrap_or(&NONE)
+    }
+}
+
+impl std::ops::DerefMut for Given {
+    fn deref_mut(&mut self) -> &mut Options {
+        self.0.get_or_insert_with(Box::default)
+    }
+}
+
 impl Options {
     /// No options: everything comes from the repository or the database.
     pub fn new() -> Self {

@@ -20,7 +20,7 @@ use serde::Serialize;
 use super::buffer::Want;
 use super::write::{amount_bson, number};
 use super::{ApproxCounted, Counter, Mode};
-use crate::action::Options;
+use crate::action::{Given, Options};
 use crate::error::{Error, Result};
 use crate::util::key_bytes;
 
@@ -34,7 +34,7 @@ pub struct Incr<'a, T, Q: ?Sized> {
     counter: &'a Counter<T>,
     id: &'a Q,
     n: u64,
-    options: Options,
+    options: Given,
     session: Option<&'a mut ClientSession>,
 }
 
@@ -136,7 +136,7 @@ impl<T: ApproxCounted> Counter<T> {
             counter: self,
             id,
             n,
-            options: Options::default(),
+            options: Given::default(),
             session: None,
         }
     }
@@ -197,7 +197,7 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> IntoFuture for Incr<'a, T, Q> 
     /// The hot path, inline: a sampled increment below N that does not
     /// hit is one load, a count in this thread's lane and a draw (a
     /// seeded handle adds one atomic add). Everything else is out of line.
-    #[inline]
+    #[inline(always)]
     fn into_future(self) -> IncrFuture<'a> {
         let inner = &*self.counter.inner;
         // N while sampled, valid and open; 0 otherwise (`n < 0` fails).
