@@ -213,8 +213,10 @@ impl<T: Bucketed> Buckets<T> {
         for f in ["_id", "start", "count", STALE, LEN, TYPE, self.spec.items] {
             keep.insert(path(f), 1);
         }
+        let mut newest = id_range("k", key);
+        newest.insert(NEXT, doc! {"$ne": true});
         vec![
-            doc! {"$match": {"$and": [id_range("k", key), {NEXT: {"$ne": true}}]}},
+            doc! {"$match": newest},
             doc! {"$sort": {"_id": -1}},
             doc! {"$limit": 1},
             doc! {"$project": head},
