@@ -201,11 +201,12 @@ impl<T: Bucketed> Buckets<T> {
     /// For a model without `order`, a push is one `findAndModify` of the
     /// key's open bucket as last seen and the bucket after it, which the
     /// server resolves to the lower one still open (one round trip, two
-    /// point reads of the `_id` index). When that bucket is half full, the push that got
-    /// it there also opens the next one, empty; the first push into that
-    /// one reads the bucket before it to check its `start`. So a push costs
-    /// 1 + 2/`size` round trips, however many writers share the key: those
-    /// racing at a rollover land in the bucket opened ahead. A key this
+    /// point reads of the `_id` index). The push that lands first in a
+    /// bucket also opens the next one, empty, and reads the bucket before
+    /// to check its own `start`. So a push costs 1 + 2/`size` round trips
+    /// while writers racing at a rollover land in the bucket opened ahead:
+    /// up to 64 writers on one key at `size` 100. Writers that fill a
+    /// bucket within one round trip pay reads at rollovers. A key this
     /// repository has not seen starts at its first bucket (right at once for
     /// a new key) and moves on to an indexed read of the newest; a bucket
     /// closed by bytes, and pushes with `order` or in a transaction, take the

@@ -1,6 +1,7 @@
 //! Pushes that the server places: each goes to the lower open one of the
-//! key's bucket last seen open and the next, in one `findAndModify`, and the bucket after it is opened ahead
-//! of time, empty, while the open one is half full.
+//! key's bucket last seen open and the next, in one `findAndModify`, and
+//! the bucket after it is opened ahead of time, empty, as the open one
+//! takes its first item.
 //!
 //! Writers racing at a rollover then land in that next bucket instead of
 //! failing on the full one: a push costs one round trip however many
@@ -27,6 +28,41 @@ impl<T: Bucketed> Buckets<T> {
     /// Not with `w: 0`: a push must learn where it landed.
     pub(super) fn ahead(&self, cx: &Cx<'_>) -> bool {
         self.spec.order.is_none() && !cx.txn && !cx.opts.unacknowledged(self.coll.write_concern())
+    }
+
+    /// [`Buckets::push_ahead`] from `seq`, the key's open bucket as this
+    /// handle last saw it, and once more from the newest bucket if both
+    /// were full: where it landed, if it did, and the bucket it last
+    /// looked from.
+    pub(super) async fn push_hinted(
+        &self,
+        key: &Bson,
+        seq: i64,
+        doc: &Document,
+        len: i64,
+        op: ObjectId,
+        cx: &mut Cx<'_>,
+    ) -> Result<(Option<i64>, i64)> {
+        if let Some(landed) = self.push_ahead(key, seq, doc, len, op, cx).await? {
+            return Ok((Some(landed), seq));
+        }
+        // Both full: other writers filled them since this handle last
+        // looked (many tasks on one key). The newest bucket says where the
+        // open one is now: one read, then the one command again, after
+        // opening the next bucket if that one is full too.
+        let head = self.head(key, None, cx).await?;
+        let size = i64::from(self.spec.size);
+        if !head.exists || head.stale || head.sealed || (head.seq <= seq && head.count < size) {
+            // Not a race: the general path says why (damage, bytes).
+            return Ok((None, seq));
+        }
+        if head.count >= size {
+            let _ = self
+                .open_ahead(key, head.seq + 1, head.total(), false, cx)
+                .await;
+        }
+        let landed = self.push_ahead(key, head.seq, doc, len, op, cx).await?;
+        Ok((landed, head.seq))
     }
 
     /// `doc` appended in one command to the lower open bucket of `seq` (the
@@ -109,21 +145,20 @@ impl<T: Bucketed> Buckets<T> {
         let stale = matches!(after.get(STALE), Some(Bson::Boolean(true)));
         // What follows only keeps the next pushes at one round trip: the
         // item is stored, so its errors are not the push's.
-        if count == 1 && seq > 0 {
-            let _ = self.check_opened_ahead(key, seq, start, cx).await;
-        }
-        if count == self.open_ahead_at() {
+        // The next bucket is opened as this one takes its first item (its
+        // second for a key's first bucket, which an insert opened), before
+        // anything else, so that it exists before writers racing now see
+        // this one full: 64 tasks fill a bucket of 100 in under two round
+        // trips (opened at half, they filled it while the insert ran).
+        if count == 1 || (seq == 0 && count == 2) {
             let _ = self
                 .open_ahead(key, seq + 1, start + i64::from(self.spec.size), stale, cx)
                 .await;
         }
+        if count == 1 && seq > 0 {
+            let _ = self.check_opened_ahead(key, seq, start, cx).await;
+        }
         Ok(Some(seq))
-    }
-
-    /// The count at which the next bucket is opened: early enough that it
-    /// exists before writers racing now see this one full.
-    fn open_ahead_at(&self) -> i64 {
-        (i64::from(self.spec.size) + 1) / 2
     }
 
     /// The update of [`Buckets::push_ahead`]: appends only to a bucket
@@ -163,7 +198,7 @@ impl<T: Bucketed> Buckets<T> {
 
     /// Opens bucket `seq` empty, ahead of the pushes that will fill it; one
     /// there already (another writer's) is left as it is.
-    async fn open_ahead(
+    pub(super) async fn open_ahead(
         &self,
         key: &Bson,
         seq: i64,

@@ -37,8 +37,9 @@ impl<T: Bucketed> Buckets<T> {
         // The bucket the one-command push last looked at (with the next).
         let mut tried = None;
         if let Some(seq) = self.remembered(&slot).filter(|_| self.ahead(cx)) {
-            tried = Some(seq);
-            if let Some(seq) = self.push_ahead(&key, seq, &doc, len, op, cx).await? {
+            let (landed, looked) = self.push_hinted(&key, seq, &doc, len, op, cx).await?;
+            tried = Some(looked);
+            if let Some(seq) = landed {
                 self.remember(slot, seq);
                 return Ok(());
             }
@@ -513,8 +514,9 @@ impl<T: Bucketed> Buckets<T> {
             // Opened here: an empty one opened ahead gives way.
             self.drop_ahead(key, head.seq, cx).await?;
         }
+        let items_n = items.len() as i64;
         let mut bucket = self.new_bucket(key, seq, start);
-        bucket.insert("count", items.len() as i64);
+        bucket.insert("count", items_n);
         bucket.insert("bytes", len);
         bucket.insert(self.spec.items, items);
         bucket.insert(OPS, vec![op]);
@@ -523,11 +525,19 @@ impl<T: Bucketed> Buckets<T> {
             // marked them has recomputed `start`.
             bucket.insert(STALE, true);
         }
+        let n = items_n;
         let insert = self
             .coll
             .insert_one(bucket)
             .with_options(cx.opts.driver::<mongodb::options::InsertOneOptions>());
         crate::action::run!(insert, cx.session.as_deref_mut())?;
+        if head.exists && n < i64::from(self.spec.size) && self.ahead(cx) {
+            // The bucket after it, opened ahead as a one-command push would
+            // have (the item is stored: this only keeps the next pushes at
+            // one command).
+            let next = start + i64::from(self.spec.size);
+            let _ = self.open_ahead(key, seq + 1, next, head.stale, cx).await;
+        }
         Ok(Some(seq))
     }
 
