@@ -202,8 +202,8 @@ impl<T: Bucketed> Buckets<T> {
     /// key's open bucket as last seen and the bucket after it, which the
     /// server resolves to the lower one still open (one round trip, two
     /// point reads of the `_id` index). The push that lands first in a
-    /// bucket also opens the next one, empty, and reads the bucket before
-    /// to check its own `start`. So a push costs 1 + 2/`size` round trips
+    /// bucket also opens the next one, empty (a key's first bucket at
+    /// half), and reads the bucket before to check its own `start`. So a push costs 1 + 2/`size` round trips
     /// while writers racing at a rollover land in the bucket opened ahead:
     /// up to 64 writers on one key at `size` 100. Writers that fill a
     /// bucket within one round trip pay reads at rollovers. A key this

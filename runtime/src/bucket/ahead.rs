@@ -145,12 +145,13 @@ impl<T: Bucketed> Buckets<T> {
         let stale = matches!(after.get(STALE), Some(Bson::Boolean(true)));
         // What follows only keeps the next pushes at one round trip: the
         // item is stored, so its errors are not the push's.
-        // The next bucket is opened as this one takes its first item (its
-        // second for a key's first bucket, which an insert opened), before
-        // anything else, so that it exists before writers racing now see
-        // this one full: 64 tasks fill a bucket of 100 in under two round
-        // trips (opened at half, they filled it while the insert ran).
-        if count == 1 || (seq == 0 && count == 2) {
+        // The next bucket is opened as this one takes its first item,
+        // before anything else, so that it exists before writers racing now
+        // see this one full: 64 tasks fill a bucket of 100 in under two
+        // round trips (opened at half, they filled it while the insert
+        // ran). A key's first bucket opens its next at half: most keys of
+        // a store with many never fill one, and should not pay for it.
+        if count == 1 || (seq == 0 && count == (i64::from(self.spec.size) + 1) / 2) {
             let _ = self
                 .open_ahead(key, seq + 1, start + i64::from(self.spec.size), stale, cx)
                 .await;
