@@ -514,9 +514,9 @@ impl<T: Bucketed> Buckets<T> {
             // Opened here: an empty one opened ahead gives way.
             self.drop_ahead(key, head.seq, cx).await?;
         }
-        let items_n = items.len() as i64;
+        let count = items.len() as i64;
         let mut bucket = self.new_bucket(key, seq, start);
-        bucket.insert("count", items_n);
+        bucket.insert("count", count);
         bucket.insert("bytes", len);
         bucket.insert(self.spec.items, items);
         bucket.insert(OPS, vec![op]);
@@ -525,13 +525,12 @@ impl<T: Bucketed> Buckets<T> {
             // marked them has recomputed `start`.
             bucket.insert(STALE, true);
         }
-        let n = items_n;
         let insert = self
             .coll
             .insert_one(bucket)
             .with_options(cx.opts.driver::<mongodb::options::InsertOneOptions>());
         crate::action::run!(insert, cx.session.as_deref_mut())?;
-        if head.exists && n < i64::from(self.spec.size) && self.ahead(cx) {
+        if head.exists && count < i64::from(self.spec.size) && self.ahead(cx) {
             // The bucket after it, opened ahead as a one-command push would
             // have (the item is stored: this only keeps the next pushes at
             // one command).
