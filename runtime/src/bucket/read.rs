@@ -78,12 +78,9 @@ impl<T: Bucketed> Buckets<T> {
         }
         // One aggregation: the newest bucket, for the total, and the page's
         // buckets, looked up from positions computed from it on the server.
-        let agg = self
-            .raw
-            .aggregate(self.newest_pipeline(key, skip, per))
-            .with_options(cx.opts.driver::<mongodb::options::AggregateOptions>())
-            .with_type::<RawDocumentBuf>();
-        let docs = collect(agg, cx).await?;
+        let docs = self
+            .aggregate(self.newest_pipeline(key, skip, per), cx)
+            .await?;
         // No document: the key has no bucket.
         let head = match docs.first() {
             Some(d) => self.head_of(d)?,
@@ -315,13 +312,10 @@ impl<T: Bucketed> Buckets<T> {
         n: i64,
         cx: &mut Cx<'_>,
     ) -> Result<Option<Vec<T>>> {
-        let agg = self
-            .raw
-            .aggregate(self.range_pipeline(key, from, n))
-            .with_options(cx.opts.driver::<mongodb::options::AggregateOptions>())
-            .with_type::<RawDocumentBuf>();
         // The page's one or two buckets, sliced.
-        let buckets = collect(agg, cx).await?;
+        let buckets = self
+            .aggregate(self.range_pipeline(key, from, n), cx)
+            .await?;
         self.slices(buckets.iter().map(|b| &**b), key, n)
     }
 
@@ -348,6 +342,31 @@ impl<T: Bucketed> Buckets<T> {
             }
         }
         Ok((!stale).then_some(out))
+    }
+
+    /// The documents `pipeline` returns, read in `cx`'s session if it has
+    /// one.
+    async fn aggregate(
+        &self,
+        pipeline: Vec<Document>,
+        cx: &mut Cx<'_>,
+    ) -> Result<Vec<RawDocumentBuf>> {
+        let agg = self
+            .raw
+            .aggregate(pipeline)
+            .with_options(cx.opts.driver::<mongodb::options::AggregateOptions>())
+            .with_type::<RawDocumentBuf>();
+        Ok(match cx.session.as_deref_mut() {
+            Some(s) => {
+                let mut cursor = agg.session(&mut *s).await?;
+                let mut out = Vec::new();
+                while let Some(b) = cursor.next(&mut *s).await {
+                    out.push(b?);
+                }
+                out
+            }
+            None => agg.await?.try_collect().await?,
+        })
     }
 
     fn range_pipeline(&self, key: &Bson, from: i64, n: i64) -> Vec<Document> {
@@ -478,22 +497,4 @@ impl<T: Bucketed> Buckets<T> {
             .await?;
         Ok(())
     }
-}
-
-/// The documents of an aggregation, read in `cx`'s session if it has one.
-async fn collect(
-    agg: mongodb::action::Aggregate<'_, mongodb::action::ImplicitSession, RawDocumentBuf>,
-    cx: &mut Cx<'_>,
-) -> Result<Vec<RawDocumentBuf>> {
-    Ok(match cx.session.as_deref_mut() {
-        Some(s) => {
-            let mut cursor = agg.session(&mut *s).await?;
-            let mut out = Vec::new();
-            while let Some(b) = cursor.next(&mut *s).await {
-                out.push(b?);
-            }
-            out
-        }
-        None => agg.await?.try_collect().await?,
-    })
 }
