@@ -8,14 +8,17 @@ use mongo_patterns::bson::{Bson, RawDocumentBuf};
 use mongo_patterns::bucket::PageRequest;
 use mongo_patterns::mongodb::{Client, Collection};
 use mongo_patterns::prelude::*;
-use mongo_patterns_testkit::bench::{cpu_ns, cpu_ticks, median_f64, ratios, BoxResult, Spread};
+use mongo_patterns_testkit::bench::{cpu_ticks, median_f64, BoxResult, Meter};
 use mongo_patterns_testkit::Commands;
 
 use crate::by_hand::{
     decode_like_runtime, decode_spliced, decode_typed, page_by_hand, page_by_hand_raw,
     push_by_hand, range_pipeline, Decoder,
 };
+use crate::cost::{self, Path};
 use crate::{trade, Args, Sliced, Trade, BUCKETS, CUSTOMER, GEN_KEY, HAND_KEY, SIZE};
+
+const VARIANT: [&str; 2] = ["generated", "hand"];
 
 /// Strips the values out of a command, keeping its field names and types,
 /// so that two commands for different keys and items can be compared.
@@ -34,14 +37,6 @@ fn shape(b: &Bson) -> String {
         Bson::Array(a) => format!("[{}]", a.iter().map(shape).collect::<Vec<_>>().join(", ")),
         other => format!("{:?}", other.element_type()),
     }
-}
-
-/// The first and third quartiles of `v` (nearest rank).
-fn quartiles(v: &[f64]) -> (f64, f64) {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    (at(0.25), at(0.75))
 }
 
 pub(crate) async fn generated_vs_hand(
@@ -107,13 +102,15 @@ pub(crate) async fn generated_vs_hand(
     prepo.push(&trade(GEN_KEY, 2)).await?;
     push_by_hand(&praw, &trade(HAND_KEY, 2), 0).await?;
     let ops = args.cpu_ops as u64;
+    let meter = Meter::from_env()?;
     let mut next = 3u64;
     let mut cpu = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]]; // [push|page][gen|hand]
     let mut ticks = [[0u64; 2]; 2];
     for rep in 0..args.cpu_reps {
         let order: [usize; 2] = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
         for &v in &order {
-            let (c0, t0) = (cpu_ns(), cpu_ticks());
+            let t0 = cpu_ticks();
+            let m = meter.start();
             for k in 0..ops {
                 if v == 0 {
                     prepo.push(&trade(GEN_KEY, next + k)).await?;
@@ -121,7 +118,8 @@ pub(crate) async fn generated_vs_hand(
                     push_by_hand(&praw, &trade(HAND_KEY, next + k), 0).await?;
                 }
             }
-            cpu[0][v].push(cpu_ns() - c0);
+            let raw = meter.stop(m, &format!("push {} rep {rep}", VARIANT[v]))?;
+            cpu[0][v].push(meter.per(raw, ops));
             ticks[0][v] += cpu_ticks() - t0;
         }
         next += ops;
@@ -131,7 +129,8 @@ pub(crate) async fn generated_vs_hand(
     for rep in 0..args.page_reps {
         let order: [usize; 2] = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
         for &v in &order {
-            let (c0, t0) = (cpu_ns(), cpu_ticks());
+            let t0 = cpu_ticks();
+            let m = meter.start();
             for k in 0..page_ops {
                 let p = 1 + (page - 1 + k as u32) % last.max(1);
                 if v == 0 {
@@ -140,7 +139,8 @@ pub(crate) async fn generated_vs_hand(
                     black_box(page_by_hand(&ptyped, CUSTOMER, p, 100).await?);
                 }
             }
-            cpu[1][v].push(cpu_ns() - c0);
+            let raw = meter.stop(m, &format!("page {} rep {rep}", VARIANT[v]))?;
+            cpu[1][v].push(meter.per(raw, page_ops));
             ticks[1][v] += cpu_ticks() - t0;
         }
     }
@@ -153,45 +153,44 @@ pub(crate) async fn generated_vs_hand(
     );
 
     let mut out = format!(
-        "### Generated vs hand-written: client CPU, interleaved repetitions (push: {} of {} ops; page: {} of {} pages)\n\n",
+        "### Generated vs hand-written: interleaved repetitions (push: {} of {} ops; page: {} of {} pages)\n\n",
         args.cpu_reps, ops, args.page_reps, page_ops
     );
     out += &format!(
-        "Push: `Buckets::push` vs `update_one` by `_id: {{k, s}}` with the same filter and update (command shapes equal: {}). Page: `Buckets::page(page {page}.., 100)` vs the same aggregation through `Collection<Sliced>` deserialising `items` (commands equal: {}). Client CPU is this process's on-CPU time over its threads (`/proc/self/task/*/schedstat`), on a client without command monitoring; the server's CPU is not included.\n\n",
+        "Push: `Buckets::push` vs `update_one` by `_id: {{k, s}}` with the same filter and update (command shapes equal: {}). Page: `Buckets::page(page {page}.., 100)` vs the same aggregation through `Collection<Sliced>` deserialising `items` (commands equal: {}). Measured on a client without command monitoring. {}\n\n",
         if push_same { "yes" } else { "NO" },
-        if page_same { "yes" } else { "NO" }
+        if page_same { "yes" } else { "NO" },
+        meter.describe()
     );
-    out += "Per-rep ratio: generated ÷ hand of the two variants run back to back in one repetition; the quartiles bound the middle half of them.\n\n";
-    out += "| operation | round trips generated / hand | µs CPU per op generated (median rep) | µs CPU per op hand (median rep) | CPU generated ÷ hand (ratio of medians) | per-rep ratio median (quartiles; min – max) | utime+stime ticks generated / hand |\n| --- | :---: | ---: | ---: | ---: | :---: | :---: |\n";
+    out += "| operation | round trips generated / hand | utime+stime ticks generated / hand |\n| --- | :---: | :---: |\n";
     let rts = [
         (gen_cmds.len(), hand_cmds.len()),
         (gen_page_cmds.len(), hand_page_cmds.len()),
     ];
-    for (i, name) in ["push", "page (100)"].iter().enumerate() {
-        let per_rep = [ops, page_ops][i] as f64;
-        let g: Vec<f64> = cpu[i][0].iter().map(|&x| x as f64).collect();
-        let h: Vec<f64> = cpu[i][1].iter().map(|&x| x as f64).collect();
-        let r = ratios(&g, &h);
-        let pr = Spread::of(&r);
-        let (q1, q3) = quartiles(&r);
-        let (gm, hm) = (Spread::of(&g).median, Spread::of(&h).median);
+    let names = ["bucket `push`", "bucket `page` (100 items)"];
+    for (i, name) in names.iter().enumerate() {
         out += &format!(
-            "| {name} | {} / {} | {:.1} | {:.1} | {:.3} | {:.3} ({:.3} – {:.3}; {:.3} – {:.3}) | {} / {} |\n",
-            rts[i].0,
-            rts[i].1,
-            gm / per_rep / 1e3,
-            hm / per_rep / 1e3,
-            gm / hm,
-            pr.median,
-            q1,
-            q3,
-            pr.min,
-            pr.max,
-            ticks[i][0],
-            ticks[i][1]
+            "| {name} | {} / {} | {} / {} |\n",
+            rts[i].0, rts[i].1, ticks[i][0], ticks[i][1]
         );
     }
     out += "\n";
+    let [push, page_cost] = cpu;
+    let paths: Vec<Path> = [push, page_cost]
+        .into_iter()
+        .zip(names)
+        .map(|([generated, hand], name)| Path {
+            name: name.to_owned(),
+            unit: meter.unit(if name.contains("push") {
+                "push"
+            } else {
+                "page"
+            }),
+            generated,
+            hand,
+        })
+        .collect();
+    out += &cost::table(&paths);
 
     // The same page call by hand, but decoding as the runtime does: if this
     // costs what `Buckets::page` costs, the gap is the decoding.
@@ -200,7 +199,7 @@ pub(crate) async fn generated_vs_hand(
     for rep in 0..args.cpu_reps {
         for i in 0..3 {
             let v = (i + rep) % 3;
-            let c0 = cpu_ns();
+            let m = meter.start();
             for k in 0..ops {
                 let p = 1 + (page - 1 + k as u32) % last.max(1);
                 match v {
@@ -215,7 +214,8 @@ pub(crate) async fn generated_vs_hand(
                     }
                 }
             }
-            three[v].push((cpu_ns() - c0) as f64 / ops as f64 / 1e3);
+            let raw = meter.stop(m, &format!("page three ways {v} rep {rep}"))?;
+            three[v].push(meter.per(raw, ops));
         }
     }
     for v in &mut three {
@@ -223,8 +223,10 @@ pub(crate) async fn generated_vs_hand(
     }
     let typed_m = median_f64(&three[1]);
     out += &format!(
-        "Page calls, three ways, {} interleaved repetitions of {} pages (same command each):\n\n| variant | µs CPU per page (median rep) | ÷ hand-written typed |\n| --- | ---: | ---: |\n",
-        args.cpu_reps, ops
+        "Page calls, three ways, {} interleaved repetitions of {} pages (same command each):\n\n| variant | {} (median rep) | ÷ hand-written typed |\n| --- | ---: | ---: |\n",
+        args.cpu_reps,
+        ops,
+        meter.unit("page")
     );
     for (v, label) in [
         "generated `Buckets::page`",
@@ -254,16 +256,18 @@ pub(crate) async fn generated_vs_hand(
         ("proposed: one reused buffer, item bytes + pre-encoded key element, `from_slice`", decode_spliced),
     ];
     let expect = decode_typed(&replies, CUSTOMER)?;
-    let loops = 2000;
+    // Instructions do not vary: a few decodes tell what many would.
+    let loops: u64 = if meter.is_instructions() { 20 } else { 2000 };
     let mut dec: Vec<Vec<f64>> = vec![Vec::new(); decoders.len()];
-    for _ in 0..args.cpu_reps {
+    for rep in 0..args.cpu_reps {
         for (d, (_, f)) in decoders.iter().enumerate() {
             assert_eq!(f(&replies, CUSTOMER)?, expect, "decoders agree");
-            let c0 = cpu_ns();
+            let m = meter.start();
             for _ in 0..loops {
                 black_box(f(black_box(&replies), CUSTOMER)?);
             }
-            dec[d].push((cpu_ns() - c0) as f64 / loops as f64 / 1e3);
+            let raw = meter.stop(m, &format!("decode {d} rep {rep}"))?;
+            dec[d].push(meter.per(raw, loops));
         }
     }
     for v in &mut dec {
@@ -271,11 +275,12 @@ pub(crate) async fn generated_vs_hand(
     }
     let base = median_f64(&dec[1]);
     out += &format!(
-        "Decoding one page's reply ({} buckets, {} items) on the client only, {} decodes per repetition, median of {}:\n\n| decoder | µs CPU per page | ÷ typed |\n| --- | ---: | ---: |\n",
+        "Decoding one page's reply ({} buckets, {} items) on the client only, {} decodes per repetition, median of {}:\n\n| decoder | {} | ÷ typed |\n| --- | ---: | ---: |\n",
         replies.len(),
         expect.len(),
         loops,
-        args.cpu_reps
+        args.cpu_reps,
+        meter.unit("page")
     );
     for (d, (label, _)) in decoders.iter().enumerate() {
         let m = median_f64(&dec[d]);

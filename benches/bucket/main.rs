@@ -21,6 +21,7 @@
 //! | `--cpu-ops N` | 100 | operations per repetition for client CPU |
 //! | `--page-reps N` | 31 | interleaved repetitions of the page comparison |
 //! | `--page-ops N` | 100 | pages per repetition of the page comparison |
+//! | `--cost-only` | off | load, then only the generated-vs-hand section (run so under callgrind, its samples are instructions) |
 //!
 //! The server is `MONGODB_URI` if set, otherwise the surrogate `secantusd-rs`
 //! that the testkit starts (README, "The test server"). The surrogate walks
@@ -48,6 +49,8 @@
 //!    without command monitoring, repetitions interleaved.
 
 mod by_hand;
+#[path = "../counter/cost.rs"]
+mod cost;
 mod generated;
 mod load;
 mod pages;
@@ -120,6 +123,7 @@ struct Args {
     cpu_ops: usize,
     page_reps: usize,
     page_ops: usize,
+    cost_only: bool,
     command: String,
 }
 
@@ -127,7 +131,7 @@ impl Args {
     fn parse() -> Args {
         let mut f = Flags::from_env(
             "bucket",
-            "[--trades N] [--batch N] [--reps N] [--writes N] [--cpu-reps N] [--cpu-ops N] [--page-reps N] [--page-ops N]",
+            "[--trades N] [--batch N] [--reps N] [--writes N] [--cpu-reps N] [--cpu-ops N] [--page-reps N] [--page-ops N] [--cost-only]",
         );
         let mut a = Args {
             trades: 100_000,
@@ -138,6 +142,7 @@ impl Args {
             cpu_ops: 100,
             page_reps: 31,
             page_ops: 100,
+            cost_only: false,
             command: f.command(),
         };
         while let Some(flag) = f.next_flag() {
@@ -150,6 +155,7 @@ impl Args {
                 "--cpu-ops" => a.cpu_ops = f.value(&flag),
                 "--page-reps" => a.page_reps = f.value(&flag),
                 "--page-ops" => a.page_ops = f.value(&flag),
+                "--cost-only" => a.cost_only = true,
                 _ => f.unknown(&flag),
             }
         }
@@ -186,7 +192,11 @@ async fn bench(args: &Args, uri: &str, db: &Database, commands: &Commands) -> Bo
     );
     let repo = Trade::buckets(db);
     let naive: Collection<Trade> = db.collection(NAIVE);
-    out += &load::load(args, db, &repo, &naive, commands).await?;
+    let loaded = load::load(args, db, &repo, &naive, commands).await?;
+    if args.cost_only {
+        return Ok(out + &generated::generated_vs_hand(args, uri, db, commands).await?);
+    }
+    out += &loaded;
     out += &pages::pages(args, db, &repo, &naive, commands).await?;
     out += &writes::writes(args, db, &repo, &naive, commands).await?;
     out += &generated::generated_vs_hand(args, uri, db, commands).await?;

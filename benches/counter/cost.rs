@@ -10,7 +10,7 @@
 pub(crate) struct Path {
     pub(crate) name: String,
     /// What a sample is ("CPU µs per call", "wall ns per increment").
-    pub(crate) unit: &'static str,
+    pub(crate) unit: String,
     pub(crate) generated: Vec<f64>,
     pub(crate) hand: Vec<f64>,
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use mongo_patterns::approx_counter::{CounterSpec, Mode, MAX_EVERY};
 use mongo_patterns::mongodb::{Client, Collection};
 use mongo_patterns::prelude::*;
-use mongo_patterns_testkit::bench::{cpu_ns, splitmix64, thousands, BoxResult};
+use mongo_patterns_testkit::bench::{splitmix64, thousands, BoxResult, Mark, Meter};
 
 use crate::by_hand::{hand_sampled, hand_sampled_thread, seed_hand_rng};
 use crate::cost::{self, Path};
@@ -47,12 +47,19 @@ pub(crate) async fn cpu_comparison(args: &Args, uri: &str, db: &Database) -> Box
             .await?;
     }
     let declared = Product::web_page_views_counter(&pdb).spec();
+    let meter = Meter::from_env()?;
     let field = declared.field;
     let mut out = format!(
         "### Client cost: sampled `incr` vs hand-written, {} interleaved repetitions\n\n",
         args.cpu_reps,
     );
     out += &format!("Writing path: `Counter::incr(id)` on a sampled handle made with `.seeded(seed)` (every = {}), against a hand-written loop drawing from the same SplitMix64 stream that, when `r·N < 2⁶⁴`, sends `update_one({{_id}}, {{$inc: {{field: N}}}})`: both send exactly the same writes (checked); {} increments per repetition, this process's CPU over all its threads (`/proc/self/task/*/schedstat`), the driver's included. The path that does not write (N = 1,000,000, {} increments per repetition, wall time: a loop that never waits does not move the scheduler's clock between ticks): seeded, on a stretch of each repetition's stream without a hit (no write on either side; a seeded handle's stream is shared by its clones, so it claims each number with one atomic add), and unseeded, the handle's per-thread xorshift64* against the same generator written by hand in a thread-local (writes counted, not equal). One task, one key each, a client without command monitoring, a new seed per repetition, order alternating.\n\n", args.every, thousands(args.cpu_ops), thousands(args.cpu_ops * 20));
+    if meter.is_instructions() {
+        out += &format!(
+            "This run: {} Every path, the one that does not write too, is counted in instructions.\n\n",
+            meter.describe()
+        );
+    }
     out += "| path | writes per repetition, generated / hand (median) |\n| --- | :---: |\n";
     let mut paths = Vec::new();
     for case in [Case::Writing, Case::SeededNoWrite, Case::ThreadNoWrite] {
@@ -69,12 +76,17 @@ pub(crate) async fn cpu_comparison(args: &Args, uri: &str, db: &Database) -> Box
             Case::Writing => (args.cpu_ops, false),
             _ => (args.cpu_ops * 20, true),
         };
-        let took = |c0: u64, t0: Instant| -> f64 {
-            if by_wall {
+        // Under callgrind every path counts instructions; otherwise a loop
+        // that never waits is timed by the wall clock (it does not move
+        // the scheduler's clock between ticks).
+        let by_wall = by_wall && !meter.is_instructions();
+        let took = |m: Mark, t0: Instant, label: &str| -> BoxResult<f64> {
+            let raw = meter.stop(m, label)?;
+            Ok(if by_wall {
                 t0.elapsed().as_nanos() as f64 / ops as f64
             } else {
-                (cpu_ns() - c0) as f64 / ops as f64 / 1e3
-            }
+                meter.per(raw, ops)
+            })
         };
         let mut gen = Vec::new();
         let mut hand = Vec::new();
@@ -96,17 +108,17 @@ pub(crate) async fn cpu_comparison(args: &Args, uri: &str, db: &Database) -> Box
                     } else {
                         c.seeded(seed)
                     };
-                    let (c0, t0) = (cpu_ns(), Instant::now());
+                    let (m, t0) = (meter.start(), Instant::now());
                     for _ in 0..ops {
                         c.incr(black_box(CPU_GEN_ID)).await?;
                     }
-                    per[0] = took(c0, t0);
+                    per[0] = took(m, t0, &format!("incr generated rep {rep}"))?;
                     w[0] = c.stats().writes;
                 } else {
                     let mut draws = 0u64;
                     let mut n = 0;
                     seed_hand_rng(seed);
-                    let (c0, t0) = (cpu_ns(), Instant::now());
+                    let (m, t0) = (meter.start(), Instant::now());
                     if case == Case::ThreadNoWrite {
                         for _ in 0..ops {
                             n += u64::from(
@@ -134,7 +146,7 @@ pub(crate) async fn cpu_comparison(args: &Args, uri: &str, db: &Database) -> Box
                             );
                         }
                     }
-                    per[1] = took(c0, t0);
+                    per[1] = took(m, t0, &format!("incr hand rep {rep}"))?;
                     w[1] = n;
                 }
             }
@@ -170,9 +182,9 @@ pub(crate) async fn cpu_comparison(args: &Args, uri: &str, db: &Database) -> Box
         paths.push(Path {
             name,
             unit: if by_wall {
-                "wall ns per increment"
+                "wall ns per increment".to_owned()
             } else {
-                "CPU µs per increment"
+                meter.unit("increment")
             },
             generated: gen,
             hand,

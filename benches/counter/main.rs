@@ -25,6 +25,7 @@
 //! | `--cpu-ops N` | 50000 | increments per repetition for client cost on the writing path (×20 on the path that does not write) |
 //! | `--path-reps N` | 3 | repetitions of each no-write-path case (0: skip) |
 //! | `--path-ops N` | 1000000 | increments per no-write-path case |
+//! | `--cost-only` | off | only the client-cost comparison (run so under callgrind, its samples are instructions) |
 //!
 //! The server is `MONGODB_URI` if set, otherwise the surrogate `secantusd-rs`
 //! that the testkit starts (README, "The test server"). It shares the
@@ -125,6 +126,7 @@ struct Args {
     cpu_ops: u64,
     path_reps: usize,
     path_ops: u64,
+    cost_only: bool,
     command: String,
 }
 
@@ -162,7 +164,7 @@ impl Args {
             "counter",
             "[--increments N] [--exact-increments N] \
              [--keys N] [--zipf S] [--tasks N] [--every N] [--modes sampled,buffered,geometric,exact] \
-             [--seed N] [--threads N] [--cpu-reps N] [--cpu-ops N] [--path-reps N] [--path-ops N]",
+             [--seed N] [--threads N] [--cpu-reps N] [--cpu-ops N] [--path-reps N] [--path-ops N] [--cost-only]",
         );
         let mut a = Args {
             increments: 1_000_000,
@@ -178,6 +180,7 @@ impl Args {
             cpu_ops: 50_000,
             path_reps: 3,
             path_ops: 1_000_000,
+            cost_only: false,
             command: f.command(),
         };
         while let Some(flag) = f.next_flag() {
@@ -194,6 +197,7 @@ impl Args {
                 "--cpu-ops" => a.cpu_ops = f.value(&flag),
                 "--path-reps" => a.path_reps = f.value(&flag),
                 "--path-ops" => a.path_ops = f.value(&flag),
+                "--cost-only" => a.cost_only = true,
                 "--modes" => {
                     a.modes = f
                         .string(&flag)
@@ -286,6 +290,9 @@ async fn bench(
         thousands(args.keys as u64),
         args.command,
     );
+    if args.cost_only {
+        return Ok(out + &cpu::cpu_comparison(args, uri, db).await?);
+    }
 
     eprintln!(
         "drawing {} keys",

@@ -24,6 +24,7 @@
 //! | `--cpu-reps N` | 15 | scans per variant for the CPU comparison, interleaved |
 //! | `--batch N` | 10000 | documents per `insert_many` while loading |
 //! | `--multi-thread` | off | use tokio's multi-thread runtime (default: current-thread) |
+//! | `--cost-only` | off | load, then only the scan's client cost (run so under callgrind, its samples are instructions) |
 //!
 //! The server is `MONGODB_URI` if set, otherwise the surrogate `secantusd-rs`
 //! that the testkit starts (README, "The test server"). On the surrogate,
@@ -98,6 +99,7 @@ struct Args {
     cpu_reps: usize,
     batch: usize,
     multi_thread: bool,
+    cost_only: bool,
     command: String,
 }
 
@@ -106,7 +108,7 @@ impl Args {
         let mut f = Flags::from_env(
             "keyset",
             "[--docs N] [--page-size N] [--depths a,b,..] \
-             [--reps N] [--scan N] [--scan-page N] [--cpu-reps N] [--batch N] [--multi-thread]",
+             [--reps N] [--scan N] [--scan-page N] [--cpu-reps N] [--batch N] [--multi-thread] [--cost-only]",
         );
         let mut a = Args {
             docs: 200_000,
@@ -118,6 +120,7 @@ impl Args {
             cpu_reps: 15,
             batch: 10_000,
             multi_thread: false,
+            cost_only: false,
             command: f.command(),
         };
         while let Some(flag) = f.next_flag() {
@@ -131,6 +134,7 @@ impl Args {
                 "--cpu-reps" => a.cpu_reps = f.value(&flag),
                 "--batch" => a.batch = f.value(&flag),
                 "--multi-thread" => a.multi_thread = true,
+                "--cost-only" => a.cost_only = true,
                 _ => f.unknown(&flag),
             }
         }
@@ -165,6 +169,15 @@ async fn bench(args: &Args, uri: &str, db: &Database, commands: &Commands) -> Bo
     // 1. Load.
     let load = load::load(args, db).await?;
     commands.take();
+    if args.cost_only {
+        let scan = scan::scan(args, uri, db, commands).await?;
+        return Ok(format!(
+            "Command: `{}` — {} visits, server: {server}, tokio current-thread runtime.\n\n{}",
+            args.command,
+            args.docs,
+            scan::cost_table(args, &scan)
+        ));
+    }
 
     // 2. Pages at depth.
     let depth_rows = depths::depths(args, db, commands).await?;

@@ -11,7 +11,7 @@ use mongo_patterns::bson::{Binary, Bson};
 use mongo_patterns::mongodb::Client;
 use mongo_patterns::prelude::*;
 use mongo_patterns_testkit::bench::{
-    bare, clock_ticks_per_second, median, ratios, thousands, BoxResult, Spread, Stopwatch,
+    bare, clock_ticks_per_second, median, ratios, thousands, BoxResult, Meter, Spread, Stopwatch,
 };
 use mongo_patterns_testkit::{bsonc, Commands};
 
@@ -22,6 +22,8 @@ struct Variant {
     name: &'static str,
     round_trips: usize,
     cpu: Vec<f64>,
+    /// Per item, in the meter's unit (CPU µs, or instructions under callgrind).
+    cost: Vec<f64>,
     ticks: u64,
     walls: Vec<Duration>,
     /// Of `cpu`, in nanoseconds per scan.
@@ -32,6 +34,7 @@ struct Variant {
 
 pub(crate) struct Scan {
     items: u64,
+    meter: Meter,
     variants: Vec<Variant>,
     /// generated ÷ hand-written of the two scans of each repetition.
     paired: Spread,
@@ -191,10 +194,12 @@ pub(crate) async fn scan(
         Variant::new("generated: `Keyset::stream()`", generated_cmds.len()),
         Variant::new("hand-written driver loop", hand_cmds.len()),
     ];
+    let meter = Meter::from_env()?;
     for rep in 0..args.cpu_reps {
         // Alternate which goes first.
         let order: [usize; 2] = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
         for i in order {
+            let m = meter.start();
             let watch = Stopwatch::start();
             let seen = if i == 0 {
                 scan_generated(&db, page, limit).await?
@@ -202,12 +207,14 @@ pub(crate) async fn scan(
                 scan_by_hand(&db, page, limit).await?
             };
             let lap = watch.lap();
+            let raw = meter.stop(m, &format!("scan {i} rep {rep}"))?;
             let (wall, cpu, ticks) = (lap.wall, lap.cpu_ns, lap.ticks);
             if seen != generated {
                 return Err("a timed scan read different items".into());
             }
             let v = &mut variants[i];
             v.cpu.push(cpu as f64);
+            v.cost.push(meter.per(raw, limit));
             v.ticks += ticks;
             v.walls.push(wall);
             eprintln!(
@@ -228,6 +235,7 @@ pub(crate) async fn scan(
     plain.shutdown().await;
     Ok(Scan {
         items: limit,
+        meter,
         paired,
         variants,
     })
@@ -239,6 +247,7 @@ impl Variant {
             name,
             round_trips,
             cpu: Vec::new(),
+            cost: Vec::new(),
             ticks: 0,
             walls: Vec::new(),
             cpu_spread: Spread {
@@ -296,24 +305,29 @@ pub(crate) fn report(out: &mut String, args: &Args, scan: &Scan) -> std::fmt::Re
             .map(|v| format!("{} {} ms", v.name, v.ticks_total_ms))
             .collect::<Vec<_>>()
             .join(", "))?;
-    let per_item = |v: &Variant| {
-        v.cpu
-            .iter()
-            .map(|ns| ns / 1e3 / scan.items as f64)
-            .collect()
-    };
-    write!(
-        out,
-        "{}",
-        cost::table(&[Path {
-            name: format!(
-                "keyset pages of {}, {} items (`stream()`)",
-                thousands(u64::from(args.scan_page)),
-                thousands(scan.items)
-            ),
-            unit: "CPU µs per item",
-            generated: per_item(&scan.variants[0]),
-            hand: per_item(&scan.variants[1]),
-        }])
-    )
+    write!(out, "{}", cost_table(args, scan))
+}
+
+/// The client-cost table of the scan: per item, in the meter's unit.
+pub(crate) fn cost_table(args: &Args, scan: &Scan) -> String {
+    let mut out = String::new();
+    if scan.meter.is_instructions() {
+        out += &format!(
+            "### Generated vs hand-written: the first {} visits, pages of {}, {} interleaved scans each\n\n{}\n\n",
+            thousands(args.scan),
+            thousands(u64::from(args.scan_page)),
+            args.cpu_reps,
+            scan.meter.describe()
+        );
+    }
+    out + &cost::table(&[Path {
+        name: format!(
+            "keyset pages of {}, {} items (`stream()`)",
+            thousands(u64::from(args.scan_page)),
+            thousands(scan.items)
+        ),
+        unit: scan.meter.unit("item"),
+        generated: scan.variants[0].cost.clone(),
+        hand: scan.variants[1].cost.clone(),
+    }])
 }

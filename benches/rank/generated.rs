@@ -6,7 +6,7 @@ use std::hint::black_box;
 use mongo_patterns::bson::Bson;
 use mongo_patterns::mongodb::{Client, Collection};
 use mongo_patterns::prelude::*;
-use mongo_patterns_testkit::bench::{bare, cpu_ns, cpu_ticks, ratios, BoxResult, Spread};
+use mongo_patterns_testkit::bench::{bare, cpu_ticks, BoxResult, Meter};
 use mongo_patterns_testkit::Commands;
 
 use crate::by_hand::{
@@ -151,6 +151,7 @@ pub(crate) async fn generated_vs_hand(
         }
     }
     let ops = args.cpu_ops as u64;
+    let meter = Meter::from_env()?;
     // [op][generated | hand]
     let mut cpu: Vec<[Vec<f64>; 2]> = (0..4).map(|_| [Vec::new(), Vec::new()]).collect();
     let mut ticks = [[0u64; 2]; 4];
@@ -158,11 +159,16 @@ pub(crate) async fn generated_vs_hand(
         let order: [usize; 2] = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
         for op in 0..4 {
             for &v in &order {
-                let (c0, t0) = (cpu_ns(), cpu_ticks());
+                let t0 = cpu_ticks();
+                let m = meter.start();
                 for k in 0..ops {
                     pctx.run(op, v == 1, k).await?;
                 }
-                cpu[op][v].push((cpu_ns() - c0) as f64);
+                let raw = meter.stop(
+                    m,
+                    &format!("rank {op} {} rep {rep}", ["generated", "hand"][v]),
+                )?;
+                cpu[op][v].push(meter.per(raw, ops));
                 ticks[op][v] += cpu_ticks() - t0;
             }
         }
@@ -175,41 +181,27 @@ pub(crate) async fn generated_vs_hand(
     );
 
     let mut out = format!(
-        "### Generated vs hand-written: client CPU, {} interleaved repetitions of {} calls\n\n",
+        "### Generated vs hand-written: {} interleaved repetitions of {} calls\n\n",
         args.cpu_reps, ops
     );
-    out += "Hand-written: the same commands through a `Collection<Document>` (the rank pipelines written out by hand and checked equal to `rank_pipeline`; the `change` filter and pipeline update reproduced from the source); every command of both was checked equal, field by field, on the monitored client. Client CPU is this process's on-CPU time over its threads (`/proc/self/task/*/schedstat`), on a client without command monitoring; the server's CPU is not included. Changes alternate 70 → 70.5 and back.\n\n";
-    out += "| call | round trips generated / hand | µs CPU per call generated (median rep) | µs CPU per call hand (median rep) | CPU generated ÷ hand (ratio of medians) | per-rep ratio median (min – max) | utime+stime ticks generated / hand |\n| --- | :---: | ---: | ---: | ---: | :---: | :---: |\n";
+    out += "Hand-written: the same commands through a `Collection<Document>` (the rank pipelines written out by hand and checked equal to `rank_pipeline`; the `change` filter and pipeline update reproduced from the source); every command of both was checked equal, field by field, on the monitored client. Measured on a client without command monitoring; changes alternate 70 → 70.5 and back. ";
+    out += meter.describe();
+    out += "\n\n| call | round trips generated / hand | utime+stime ticks generated / hand |\n| --- | :---: | :---: |\n";
     for (op, name) in HAND_OPS.iter().enumerate() {
-        let per_rep = Spread::of(&ratios(&cpu[op][0], &cpu[op][1]));
-        let (gm, hm) = (
-            Spread::of(&cpu[op][0]).median,
-            Spread::of(&cpu[op][1]).median,
-        );
         out += &format!(
-            "| {name} | {} / {} | {:.1} | {:.1} | {:.3} | {:.3} ({:.3} – {:.3}) | {} / {} |\n",
-            rts[op],
-            rts[op],
-            gm / ops as f64 / 1e3,
-            hm / ops as f64 / 1e3,
-            gm / hm,
-            per_rep.median,
-            per_rep.min,
-            per_rep.max,
-            ticks[op][0],
-            ticks[op][1]
+            "| {name} | {} / {} | {} / {} |\n",
+            rts[op], rts[op], ticks[op][0], ticks[op][1]
         );
     }
     out += "\n";
-    let per_call = |v: &[f64]| v.iter().map(|ns| ns / ops as f64 / 1e3).collect();
     let paths: Vec<Path> = HAND_OPS
         .iter()
         .enumerate()
         .map(|(op, name)| Path {
             name: format!("rank histogram {name}"),
-            unit: "CPU µs per call",
-            generated: per_call(&cpu[op][0]),
-            hand: per_call(&cpu[op][1]),
+            unit: meter.unit("call"),
+            generated: cpu[op][0].clone(),
+            hand: cpu[op][1].clone(),
         })
         .collect();
     out += &cost::table(&paths);

@@ -23,6 +23,7 @@
 //! | `--ops N` | 50 | repetitions per operation for round trips and latency |
 //! | `--cpu-reps N` | 21 | interleaved repetitions per variant for client CPU |
 //! | `--cpu-ops N` | 100 | operations per repetition for client CPU (even) |
+//! | `--cost-only` | off | load, then only the generated-vs-hand section (run so under callgrind, its samples are instructions) |
 //!
 //! The server is `MONGODB_URI` if set, otherwise the surrogate `secantusd-rs`
 //! that the testkit starts (README, "The test server"). The surrogate walks
@@ -177,6 +178,7 @@ struct Args {
     ops: usize,
     cpu_reps: usize,
     cpu_ops: usize,
+    cost_only: bool,
     command: String,
 }
 
@@ -186,7 +188,7 @@ impl Args {
             "rank",
             "[--students N] [--batch N] [--reps N] \
              [--window-reps N] [--no-window] [--change-reps N] [--small-reps N] [--ops N] \
-             [--cpu-reps N] [--cpu-ops N]",
+             [--cpu-reps N] [--cpu-ops N] [--cost-only]",
         );
         let mut a = Args {
             students: 100_000,
@@ -199,6 +201,7 @@ impl Args {
             ops: 50,
             cpu_reps: 21,
             cpu_ops: 100,
+            cost_only: false,
             command: f.command(),
         };
         while let Some(flag) = f.next_flag() {
@@ -213,6 +216,7 @@ impl Args {
                 "--ops" => a.ops = f.value(&flag),
                 "--cpu-reps" => a.cpu_reps = f.value(&flag),
                 "--cpu-ops" => a.cpu_ops = f.value(&flag),
+                "--cost-only" => a.cost_only = true,
                 _ => f.unknown(&flag),
             }
         }
@@ -266,6 +270,9 @@ async fn bench(args: &Args, uri: &str, db: &Database, commands: &Commands) -> Bo
 
     // ---- 1. load ----
     let (loaded, rebuilt) = load::load(args, db, commands).await?;
+    if args.cost_only {
+        return Ok(out + &generated::generated_vs_hand(args, uri, db, commands).await?);
+    }
     out += &loaded;
 
     // ---- 4 first: it also warms both repositories (the `hello` that

@@ -9,6 +9,7 @@
 mod clock;
 mod flags;
 mod format;
+mod meter;
 mod server;
 mod session;
 mod stats;
@@ -16,6 +17,7 @@ mod stats;
 pub use clock::{clock_ticks_per_second, cpu_ns, cpu_ticks, Lap, Stopwatch};
 pub use flags::{num, usage, Flags};
 pub use format::{ms, opt, thousands, thousands_i};
+pub use meter::{Mark, Meter};
 pub use server::{bare, execution_stats, explain, stat_u64, Explained, ServerCounters};
 pub use session::{describe_server, external_server, main, server_version, Runtime, Session};
 pub use stats::{median, median_f64, ratios, sort_median_f64, Spread};
