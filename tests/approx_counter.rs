@@ -121,6 +121,60 @@ async fn sampled_within_three_sigma() {
     assert_eq!(p.product_name, "儿童健康险（D）");
 }
 
+/// Clones counting on several threads at once: every increment is counted
+/// once in `stats`, seeded or not, and the unseeded estimate stays within
+/// 3σ (each thread draws from its own part of the handle's stream). A
+/// seeded handle's clones share one stream: the same seed counts the same
+/// total however the tasks interleave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clones_on_many_threads_count_every_increment() {
+    let (db, _) = fresh_db("counter_threads").await;
+    const TASKS: u64 = 8;
+    const EACH: u64 = 50_000;
+    let mut counted = Vec::new();
+    for (k, seed) in [None, Some(5), Some(5)].into_iter().enumerate() {
+        let id = format!("threads{k}");
+        product(&db, &id).await;
+        let views = Product::web_page_views_counter(&db);
+        let views = match seed {
+            Some(s) => views.seeded(s),
+            None => views,
+        };
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|t| {
+                let (views, id) = (views.clone(), id.clone());
+                tokio::spawn(async move {
+                    for i in 0..EACH {
+                        // One call in ten counts three at once.
+                        if (i + t) % 10 == 0 {
+                            views.incr_by(id.as_str(), 3).await.unwrap();
+                        } else {
+                            views.incr(id.as_str()).await.unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in tasks {
+            h.await.unwrap();
+        }
+        let n = TASKS * EACH + 2 * TASKS * EACH / 10;
+        let stats = views.stats();
+        assert_eq!(stats.increments, n, "{seed:?}");
+        let got = views.estimate(id.as_str()).await.unwrap();
+        // A write is $inc: 100 per hit (`incr_by` of 3 may hit twice).
+        assert_eq!(got % 100, 0, "{got}");
+        assert!(stats.writes as i64 * 100 <= got, "{stats:?}, {got}");
+        let sigma = views.relative_error(n) * n as f64;
+        assert!(
+            (got - n as i64).unsigned_abs() as f64 <= 3.0 * sigma,
+            "{got} is more than 3σ from {n} ({seed:?})"
+        );
+        counted.push(got);
+    }
+    assert_eq!(counted[1], counted[2], "one seed, one set of draws");
+}
+
 #[tokio::test]
 async fn buffered_exact_after_flush() {
     let (db, _) = fresh_db("counter_buffered").await;

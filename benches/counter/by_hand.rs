@@ -6,6 +6,8 @@
 //! those helpers cost. [`crate::cpu`] checks that both send the same
 //! writes.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use mongo_patterns::mongodb::Collection;
 use mongo_patterns::prelude::*;
 use mongo_patterns_testkit::bench::BoxResult;
@@ -25,17 +27,18 @@ pub(crate) async fn exact_incr(coll: &Collection<Document>, id: &str) -> BoxResu
 }
 
 /// The hand-written sampled counter: one draw per view from the same stream
-/// `Counter::seeded` uses, and one time in N `$inc: N` by `_id`.
+/// `Counter::seeded` uses, and one time in N `$inc: N` by `_id`. The
+/// stream is shared by every task counting with it, as a seeded handle's
+/// is by its clones, so each draw claims its number with an atomic add.
 pub(crate) async fn hand_sampled(
     coll: &Collection<Document>,
     field: &str,
     id: &str,
     every: u64,
     seed: u64,
-    draws: &mut u64,
+    draws: &AtomicU64,
 ) -> BoxResult<bool> {
-    let r = seeded_draw(seed, *draws);
-    *draws += 1;
+    let r = seeded_draw(seed, draws.fetch_add(1, Ordering::Relaxed));
     if ((u128::from(r) * u128::from(every)) >> 64) == 0 {
         coll.update_one(doc! {"_id": id}, doc! {"$inc": {field: every as i64}})
             .await?;

@@ -3,6 +3,7 @@
 //! path that does not write.
 
 use std::hint::black_box;
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use mongo_patterns::approx_counter::{CounterSpec, Mode, MAX_EVERY};
@@ -53,7 +54,7 @@ pub(crate) async fn cpu_comparison(args: &Args, uri: &str, db: &Database) -> Box
         "### Client cost: sampled `incr` vs hand-written, {} interleaved repetitions\n\n",
         args.cpu_reps,
     );
-    out += &format!("Writing path: `Counter::incr(id)` on a sampled handle made with `.seeded(seed)` (every = {}), against a hand-written loop drawing from the same SplitMix64 stream that, when `r·N < 2⁶⁴`, sends `update_one({{_id}}, {{$inc: {{field: N}}}})`: both send exactly the same writes (checked); {} increments per repetition, this process's CPU over all its threads (`/proc/self/task/*/schedstat`), the driver's included. The path that does not write (N = 1,000,000, {} increments per repetition, wall time: a loop that never waits does not move the scheduler's clock between ticks): seeded, on a stretch of each repetition's stream without a hit (no write on either side; a seeded handle's stream is shared by its clones, so it claims each number with one atomic add), and unseeded, the handle's per-thread xorshift64* against the same generator written by hand in a thread-local (writes counted, not equal). One task, one key each, a client without command monitoring, a new seed per repetition, order alternating.\n\n", args.every, thousands(args.cpu_ops), thousands(args.cpu_ops * 20));
+    out += &format!("Writing path: `Counter::incr(id)` on a sampled handle made with `.seeded(seed)` (every = {}), against a hand-written loop drawing from the same SplitMix64 stream that, when `r·N < 2⁶⁴`, sends `update_one({{_id}}, {{$inc: {{field: N}}}})`: both send exactly the same writes (checked); {} increments per repetition, this process's CPU over all its threads (`/proc/self/task/*/schedstat`), the driver's included. The path that does not write (N = 1,000,000, {} increments per repetition, wall time: a loop that never waits does not move the scheduler's clock between ticks): seeded, on a stretch of each repetition's stream without a hit (no write on either side; a seeded handle's stream is shared by its clones, and the hand-written stream by its tasks, so both claim each number with one atomic add), and unseeded, the handle's stream (SplitMix64 over its per-thread count of increments) against xorshift64* written by hand in a thread-local (writes counted, not equal). One task, one key each, a client without command monitoring, a new seed per repetition, order alternating.\n\n", args.every, thousands(args.cpu_ops), thousands(args.cpu_ops * 20));
     if meter.is_instructions() {
         out += &format!(
             "This run: {} Every path, the one that does not write too, is counted in instructions.\n\n",
@@ -115,7 +116,7 @@ pub(crate) async fn cpu_comparison(args: &Args, uri: &str, db: &Database) -> Box
                     per[0] = took(m, t0, &format!("incr generated rep {rep}"))?;
                     w[0] = c.stats().writes;
                 } else {
-                    let mut draws = 0u64;
+                    let draws = AtomicU64::new(0);
                     let mut n = 0;
                     seed_hand_rng(seed);
                     let (m, t0) = (meter.start(), Instant::now());
@@ -140,7 +141,7 @@ pub(crate) async fn cpu_comparison(args: &Args, uri: &str, db: &Database) -> Box
                                     black_box(CPU_HAND_ID),
                                     u64::from(every),
                                     seed,
-                                    &mut draws,
+                                    &draws,
                                 )
                                 .await?,
                             );

@@ -43,18 +43,20 @@
 //! counting views of a product that does not exist should not invent a
 //! document holding only a counter).
 //!
-//! The random source is per thread (xorshift, seeded from the OS's hasher
-//! keys), or, with [`Counter::seeded`], one deterministic stream per handle
-//! for tests.
+//! The random source is SplitMix64 over the handle's per-thread count of
+//! increments, under a random key per handle (a draw needs no state but
+//! that count), or, with [`Counter::seeded`], one deterministic stream per
+//! handle for tests.
 //!
 //! # Sessions and options
 //!
 //! `incr`, `incr_by`, `estimate`, `flush` and `shutdown` return actions
 //! ([`Incr`], [`Estimate`], [`Flush`]): setters configure them, `.await`
 //! runs them. A sampled `incr` that does not write allocates nothing,
-//! serializes nothing and writes no memory another thread shares: a draw
-//! and a count in the calling thread's own lane (a seeded handle also
-//! claims its random number with one atomic add).
+//! serializes nothing and writes no memory another thread shares: a count
+//! in the calling thread's own lane, and a draw at that count (a seeded
+//! handle instead claims its random number with one atomic add, which also
+//! counts the increment).
 //!
 //! - `.session(&mut s)` (`incr`, `incr_by`, `estimate`): sampled and
 //!   geometric increments write, when the draw says so, in the session
@@ -292,7 +294,7 @@ impl<T: ApproxCounted> Counter<T> {
     /// Increments seen, writes acknowledged and increments pending.
     pub fn stats(&self) -> CounterStats {
         CounterStats {
-            increments: self.inner.increments.sum(),
+            increments: self.inner.increments_seen(),
             writes: self.inner.writes.load(Ordering::Relaxed),
             pending: self.inner.pending.load(Ordering::Relaxed),
         }

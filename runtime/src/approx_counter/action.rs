@@ -43,45 +43,43 @@ impl<'a, T: ApproxCounted, Q: ?Sized> Incr<'a, T, Q> {
 }
 
 /// The future of an [`Incr`]: ready at once when the call does not write,
-/// one boxed future when it does. Two words: returning it costs nothing.
+/// one boxed future when it does (or failed). One word, with nothing to
+/// drop on the path that does not write.
 #[must_use = "futures do nothing unless polled"]
-pub struct IncrFuture<'a>(State<'a>);
-
-enum State<'a> {
-    Done,
-    /// Boxed: errors are rare, and the future stays small.
-    Failed(Option<Box<Error>>),
-    Writing(BoxFuture<'a, Result<()>>),
-}
+pub struct IncrFuture<'a>(Option<BoxFuture<'a, Result<()>>>);
 
 impl<'a> IncrFuture<'a> {
+    #[inline(always)]
     fn done() -> Self {
-        IncrFuture(State::Done)
+        IncrFuture(None)
     }
 
     #[cold]
     fn failed(e: Error) -> Self {
-        IncrFuture(State::Failed(Some(Box::new(e))))
+        IncrFuture(Some(Box::pin(std::future::ready(Err(e)))))
     }
 
     fn writing(f: impl Future<Output = Result<()>> + Send + 'a) -> Self {
-        IncrFuture(State::Writing(Box::pin(f)))
+        IncrFuture(Some(Box::pin(f)))
     }
 }
 
 impl Future for IncrFuture<'_> {
     type Output = Result<()>;
 
-    #[inline]
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        match &mut self.get_mut().0 {
-            State::Done => Poll::Ready(Ok(())),
-            State::Failed(e) => Poll::Ready(match e.take() {
-                Some(e) => Err(*e),
-                // Polled again after it finished: nothing more to do.
-                None => Ok(()),
-            }),
-            State::Writing(f) => f.as_mut().poll(cx),
+        let this = self.get_mut();
+        match &mut this.0 {
+            None => Poll::Ready(Ok(())),
+            Some(f) => {
+                let r = f.as_mut().poll(cx);
+                if r.is_ready() {
+                    // Done: a later poll finds nothing to do.
+                    this.0 = None;
+                }
+                r
+            }
         }
     }
 }
@@ -204,8 +202,7 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> IntoFuture for Incr<'a, T, Q> 
         let every = inner.hot.load(Ordering::Acquire);
         if self.n < every {
             // n < N ≤ MAX_EVERY: no amount to refuse.
-            inner.increments.add(self.n);
-            let amount = inner.draw(self.n, every);
+            let amount = inner.count_and_draw(self.n, every);
             if amount == 0 {
                 return IncrFuture::done();
             }
@@ -282,13 +279,13 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
                 }))
             }
             Mode::Sampled => {
-                inner.increments.add(n);
                 // The draw first: the id is serialized only for a write.
                 let every = u64::from(inner.spec.every);
                 let amount = if closed || n >= every {
+                    inner.increments.add(n);
                     n
                 } else {
-                    inner.draw(n, every)
+                    inner.count_and_draw(n, every)
                 };
                 if amount == 0 {
                     return Ok(IncrFuture::done());
@@ -301,7 +298,7 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
                 }))
             }
             Mode::Geometric => {
-                inner.increments.add(n);
+                let at = inner.increments.add(n);
                 let id = crate::compat::to_bson(id)?;
                 if closed {
                     return Ok(IncrFuture::writing(async move {
@@ -312,7 +309,7 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
                 }
                 let key = key_bytes(&id);
                 let m = inner.geometric_step(&key);
-                let amount = if n >= m { n } else { inner.draw(n, m) };
+                let amount = if n >= m { n } else { inner.draw(at, n, m) };
                 if amount == 0 {
                     return Ok(IncrFuture::done());
                 }

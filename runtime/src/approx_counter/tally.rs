@@ -6,6 +6,10 @@
 //! handle (claimed once per thread, given back when it ends): only its
 //! owner writes a lane, so a plain load and store count an increment, and
 //! `stats` adds the lanes up. Threads past the lanes share one atomic.
+//!
+//! A lane's count is also where the thread's next draw is in the handle's
+//! random stream (see `sampling`), so counting an increment and moving
+//! the random state are one store.
 
 use std::cell::Cell;
 use std::cmp::Reverse;
@@ -26,39 +30,60 @@ struct Lane(AtomicU64);
 
 #[derive(Debug)]
 pub(super) struct Tally {
-    lanes: Box<[Lane; LANES]>,
+    /// Lane `i` counts from `base(i)`, so that its count is also a
+    /// position in the handle's random stream that no other lane reaches.
+    lanes: [Lane; LANES],
     shared: AtomicU64,
+}
+
+/// Where lane `i` counts from: `(i + 1)·2⁵⁶` (the shared atomic from 0).
+const fn base(i: usize) -> u64 {
+    (i as u64 + 1) << 56
 }
 
 impl Tally {
     pub(super) fn new() -> Self {
         Tally {
-            lanes: Box::new(std::array::from_fn(|_| Lane::default())),
+            lanes: std::array::from_fn(|i| Lane(AtomicU64::new(base(i)))),
             shared: AtomicU64::new(0),
         }
     }
 
-    #[inline]
-    pub(super) fn add(&self, n: u64) {
-        match self.lanes.get(lane()) {
-            Some(Lane(lane)) => {
-                // Only this thread writes this lane while it holds it.
-                lane.store(
-                    lane.load(Ordering::Relaxed).wrapping_add(n),
-                    Ordering::Relaxed,
-                );
-            }
-            None => {
-                self.shared.fetch_add(n, Ordering::Relaxed);
-            }
+    /// Counts `n` increments; returns where they start in this handle's
+    /// sequence of increments: the lane's count before them, in the
+    /// lane's own range. No two increments of one handle get the same
+    /// position while a lane counts fewer than 2⁵⁶, so the positions can
+    /// index a random stream.
+    #[inline(always)]
+    pub(super) fn add(&self, n: u64) -> u64 {
+        let i = LANE.try_with(Cell::get).unwrap_or(ENDING);
+        if i < LANES {
+            // Only this thread writes this lane while it holds it.
+            let Lane(lane) = &self.lanes[i];
+            let before = lane.load(Ordering::Relaxed);
+            lane.store(before.wrapping_add(n), Ordering::Relaxed);
+            return before;
         }
+        self.add_unlaned(i, n)
+    }
+
+    /// A thread without a lane: it claims one, or counts in the shared
+    /// atomic (past the lanes, or while it ends).
+    #[cold]
+    #[inline(never)]
+    fn add_unlaned(&self, i: usize, n: u64) -> u64 {
+        if i == UNCLAIMED && claim() < LANES {
+            return self.add(n);
+        }
+        self.shared.fetch_add(n, Ordering::Relaxed)
     }
 
     pub(super) fn sum(&self) -> u64 {
         self.lanes
             .iter()
-            .fold(self.shared.load(Ordering::Relaxed), |s, Lane(l)| {
-                s.wrapping_add(l.load(Ordering::Relaxed))
+            .enumerate()
+            .fold(self.shared.load(Ordering::Relaxed), |s, (i, Lane(l))| {
+                s.wrapping_add(l.load(Ordering::Relaxed).wrapping_sub(base(i)))
             })
     }
 }
@@ -73,17 +98,8 @@ thread_local! {
 /// Lanes given back, smallest first, and the next never claimed.
 static FREE: Mutex<(BinaryHeap<Reverse<usize>>, usize)> = Mutex::new((BinaryHeap::new(), 0));
 
-#[inline]
-fn lane() -> usize {
-    match LANE.try_with(Cell::get) {
-        Ok(UNCLAIMED) => claim(),
-        Ok(i) => i,
-        Err(_) => ENDING,
-    }
-}
-
-#[cold]
-#[inline(never)]
+/// Claims a lane for this thread: its index (the shared atomic's when it
+/// is `LANES` or past, or `ENDING`).
 fn claim() -> usize {
     let i = {
         let mut free = super::lock(&FREE);
@@ -132,7 +148,11 @@ mod tests {
         let threads: Vec<_> = (0..LANES + 8)
             .map(|_| {
                 let t = t.clone();
-                std::thread::spawn(move || (0..1000).for_each(|_| t.add(3)))
+                std::thread::spawn(move || {
+                    (0..1000).for_each(|_| {
+                        t.add(3);
+                    })
+                })
             })
             .collect();
         for h in threads {
@@ -140,5 +160,24 @@ mod tests {
         }
         t.add(1);
         assert_eq!(t.sum(), 3 * 1000 * (LANES as u64 + 8) + 1);
+    }
+
+    #[test]
+    fn positions_are_never_given_twice() {
+        let t = std::sync::Arc::new(Tally::new());
+        let threads: Vec<_> = (0..LANES + 8)
+            .map(|_| {
+                let t = t.clone();
+                std::thread::spawn(move || (0..1000).map(|_| t.add(2)).collect::<Vec<u64>>())
+            })
+            .collect();
+        let mut seen = std::collections::HashSet::new();
+        for h in threads {
+            for at in h.join().unwrap() {
+                // Each call takes two positions: `at` and `at + 1`.
+                assert!(seen.insert(at) && seen.insert(at + 1), "{at} given twice");
+            }
+        }
+        assert_eq!(t.sum(), 2 * 1000 * (LANES as u64 + 8));
     }
 }

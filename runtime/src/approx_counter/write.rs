@@ -106,13 +106,15 @@ impl Inner {
         mut session: Option<&mut ClientSession>,
     ) -> Result<()> {
         let field = self.spec.field;
-        let inc = doc! {"$inc": {field: amount_bson(amount)?}};
+        let by = amount_bson(amount)?;
         let mut retried = false;
         loop {
+            // Built for each attempt: a retry is rare, a copy kept for it
+            // would cost every write.
             let res = self
                 .update(
                     doc! {"_id": id},
-                    inc.clone().into(),
+                    doc! {"$inc": {field: by.clone()}}.into(),
                     opts,
                     txn,
                     session.as_deref_mut(),
