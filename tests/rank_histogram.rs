@@ -1,6 +1,7 @@
 //! The rank histogram against a real MongoDB-wire server, in both layouts.
 
 use std::collections::BTreeMap;
+use std::future::IntoFuture;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use mongo_patterns::mongodb::{Client, Database};
 use mongo_patterns::prelude::*;
 use mongo_patterns::rank_histogram::{Layout, Rank, RankHistogram};
 use mongo_patterns::Error;
-use mongo_patterns_testkit::{client, fresh_db};
+use mongo_patterns_testkit::{assert_small_futures, client, fresh_db, future_size, SMALL_FUTURE};
 
 /// The seed's exam: one document per student, ranked per exam in half
 /// points. The board and the score are inferred (`examId`, `score`).
@@ -90,6 +91,54 @@ async fn counts<T: Exam>(ranks: &Ranks<T>, board: &str) -> BTreeMap<i64, u64> {
         .into_iter()
         .map(|s| ((s.score * 2.0) as i64, s.count))
         .collect()
+}
+
+/// Every one-command operation's future, in both layouts, fits a small
+/// allocation (`SMALL_FUTURE`): a larger one would cost the operation
+/// after it more than the generated code may (see the README's
+/// client-cost tables). The transactional ones hold the driver's
+/// convenient transaction API's future, most of their size: they are
+/// held to twice that. Nothing is sent: the futures are built, measured
+/// and dropped.
+#[tokio::test]
+async fn operation_futures_fit_a_small_allocation() {
+    fn sizes<T: Exam>(db: &Database) -> (Vec<(&'static str, usize)>, Vec<(&'static str, usize)>) {
+        let r = Ranks::<T>::new(db);
+        let doc = T::new("s".to_owned(), "e", 1.0);
+        let one = vec![
+            ("record", future_size(&*r.record("e", 1.0).into_future())),
+            (
+                "change",
+                future_size(&*r.change("e", 1.0, 2.0).into_future()),
+            ),
+            ("remove", future_size(&*r.remove("e", 1.0).into_future())),
+            ("rank", future_size(&*r.rank("e", 1.0).into_future())),
+            ("top", future_size(&*r.top("e", 3).into_future())),
+            ("histogram", future_size(&*r.histogram("e").into_future())),
+        ];
+        let txn = vec![
+            ("insert", future_size(&*r.insert(&doc).into_future())),
+            (
+                "update_score",
+                future_size(&*r.update_score(doc! {"_id": "s"}, 2.0).into_future()),
+            ),
+            (
+                "delete",
+                future_size(&*r.delete(doc! {"_id": "s"}).into_future()),
+            ),
+            ("rebuild", future_size(&*r.rebuild("e").into_future())),
+        ];
+        (one, txn)
+    }
+    // No server is needed to build a future.
+    let client = Client::with_uri_str("mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=1")
+        .await
+        .unwrap();
+    let db = client.database("sizes");
+    for (one, txn) in [sizes::<ExamScore>(&db), sizes::<ExamScoreDocs>(&db)] {
+        assert_small_futures(&one);
+        assert!(txn.iter().all(|(_, n)| *n <= 2 * SMALL_FUTURE), "{txn:?}");
+    }
 }
 
 const SEED: [f64; 10] = [50.0, 50.0, 50.0, 60.0, 60.0, 60.0, 60.0, 80.0, 90.0, 100.0];

@@ -79,7 +79,7 @@ use mongodb::{ClientSession, Collection, Database};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::action::Options;
+use crate::action::{Effective, Options};
 use crate::error::{Error, Result};
 use crate::model::Model;
 
@@ -115,7 +115,7 @@ pub use actions::{
 pub use score::{BoardKey, Number, RankScore};
 
 use txn::SourceOp;
-use write::{Delta, Txn};
+use write::{Delta, Txn, WriteArgs};
 
 /// Distinct scores per board up to which the `"array"` layout is the better
 /// choice: each write rewrites the board's array (about 40 bytes a score).
@@ -440,9 +440,13 @@ impl<T: RankHistogram> Ranks<T> {
         T::Board: Borrow<Q>,
         Q: Serialize + ?Sized,
     {
-        let args = self
-            .board_bson(board)
-            .and_then(|b| Ok((b, self.score_bson(score)?)));
+        let args = self.board_bson(board).and_then(|board| {
+            Ok(Box::new(WriteArgs {
+                board,
+                dec: None,
+                inc: Some(self.score_bson(score)?),
+            }))
+        });
         Record::new(self, args)
     }
 
@@ -456,9 +460,13 @@ impl<T: RankHistogram> Ranks<T> {
         T::Board: Borrow<Q>,
         Q: Serialize + ?Sized,
     {
-        let args = self
-            .board_bson(board)
-            .and_then(|b| Ok((b, self.score_bson(old)?, self.score_bson(new)?)));
+        let args = self.board_bson(board).and_then(|board| {
+            Ok(Box::new(WriteArgs {
+                board,
+                dec: Some(self.score_bson(old)?),
+                inc: Some(self.score_bson(new)?),
+            }))
+        });
         Change::new(self, args)
     }
 
@@ -471,9 +479,13 @@ impl<T: RankHistogram> Ranks<T> {
         T::Board: Borrow<Q>,
         Q: Serialize + ?Sized,
     {
-        let args = self
-            .board_bson(board)
-            .and_then(|b| Ok((b, self.score_bson(score)?)));
+        let args = self.board_bson(board).and_then(|board| {
+            Ok(Box::new(WriteArgs {
+                board,
+                dec: Some(self.score_bson(score)?),
+                inc: None,
+            }))
+        });
         Remove::new(self, args)
     }
 
@@ -491,7 +503,7 @@ impl<T: RankHistogram> Ranks<T> {
     {
         let args = self
             .board_bson(board)
-            .and_then(|b| Ok((b, self.score_bson(score)?)));
+            .and_then(|b| Ok(Box::new((b, self.score_bson(score)?))));
         RankOf::new(self, args)
     }
 
@@ -636,7 +648,7 @@ trait Store<T: RankHistogram>: Sync {
         r: &'a Ranks<T>,
         board: &'a Bson,
         limit: Option<u32>,
-        o: Options,
+        o: Effective<'a>,
         session: Option<&'a mut ClientSession>,
     ) -> BoxFuture<'a, Result<Vec<(Bson, Document)>>>;
 

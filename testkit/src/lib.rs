@@ -346,6 +346,28 @@ pub async fn client(uri: &str) -> (Client, Commands) {
 
 /// A database of its own for one test (so tests run in parallel), on the
 /// shared server, with a command counter.
+/// The most an operation's future may take: a boxed future up to this
+/// size is served from glibc malloc's small-chunk lists; a larger one
+/// first consolidates the small chunks the previous operation freed, which
+/// makes the next operation's allocations slower (a sixth of a rank
+/// `change`'s client instructions, measured).
+pub const SMALL_FUTURE: usize = 1000;
+
+/// The bytes `f` takes (for a boxed `dyn Future`, the future inside).
+pub fn future_size<F: std::future::Future + ?Sized>(f: &F) -> usize {
+    std::mem::size_of_val(f)
+}
+
+/// Fails with every entry of `sizes` (an operation and its future's size)
+/// over [`SMALL_FUTURE`].
+pub fn assert_small_futures(sizes: &[(&str, usize)]) {
+    let large: Vec<_> = sizes.iter().filter(|(_, n)| *n > SMALL_FUTURE).collect();
+    assert!(
+        large.is_empty(),
+        "futures over {SMALL_FUTURE} bytes: {large:?} (all: {sizes:?})"
+    );
+}
+
 pub async fn fresh_db(test: &str) -> (Database, Commands) {
     let uri = server_uri();
     let (client, commands) = client(&uri).await;

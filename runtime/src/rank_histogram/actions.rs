@@ -8,8 +8,9 @@ use mongodb::bson::{Bson, Document};
 use mongodb::ClientSession;
 
 use super::score::AnyScore;
+use super::write::WriteArgs;
 use super::{Rank, RankHistogram, Ranks, ScoreCount, SourceOp};
-use crate::action::Options;
+use crate::action::Given;
 use crate::error::Result;
 
 macro_rules! actions {
@@ -23,13 +24,13 @@ macro_rules! actions {
         pub struct $name<'a, T: Send + Sync> {
             repo: &'a Ranks<T>,
             $($field: $ty,)*
-            options: Options,
+            options: Given,
             session: Option<&'a mut ClientSession>,
         }
 
         impl<'a, T: RankHistogram> $name<'a, T> {
             pub(super) fn new(repo: &'a Ranks<T>, $($field: $ty),*) -> Self {
-                $name { repo, $($field,)* options: Options::default(), session: None }
+                $name { repo, $($field,)* options: Given::default(), session: None }
             }
 
             crate::action::setters!('a; $kind);
@@ -42,7 +43,7 @@ macro_rules! actions {
             fn into_future(self) -> Self::IntoFuture {
                 let $name { repo: $repo, $($field,)* options, session: $s } = self;
                 Box::pin(async move {
-                    let $o = options.or(&$repo.defaults);
+                    let $o = options.over(&$repo.defaults);
                     $body
                 })
             }
@@ -52,29 +53,23 @@ macro_rules! actions {
 
 actions! {
     /// [`Ranks::record`]: a write.
-    Record[write] -> () { args: Result<(Bson, Bson)> }
-    |repo, o, s| {
-        let args = args.map(|(b, s)| (b, None, Some(s)));
-        repo.run_write(args, o, s).await
-    };
+    Record[write] -> () { args: Result<Box<WriteArgs>> }
+    |repo, o, s| repo.run_write(&*args?, o, s).await;
 
     /// [`Ranks::change`]: a write.
-    Change[write] -> () { args: Result<(Bson, Bson, Bson)> }
-    |repo, o, s| {
-        let args = args.map(|(b, old, new)| (b, Some(old), Some(new)));
-        repo.run_write(args, o, s).await
-    };
+    Change[write] -> () { args: Result<Box<WriteArgs>> }
+    |repo, o, s| repo.run_write(&*args?, o, s).await;
 
     /// [`Ranks::remove`]: a write.
-    Remove[write] -> () { args: Result<(Bson, Bson)> }
-    |repo, o, s| {
-        let args = args.map(|(b, s)| (b, Some(s), None));
-        repo.run_write(args, o, s).await
-    };
+    Remove[write] -> () { args: Result<Box<WriteArgs>> }
+    |repo, o, s| repo.run_write(&*args?, o, s).await;
 
     /// [`Ranks::rank`]: a read.
-    RankOf[read] -> Rank { args: Result<(Bson, Bson)> }
-    |repo, o, s| repo.run_rank(args, o, s).await;
+    RankOf[read] -> Rank { args: Result<Box<(Bson, Bson)>> }
+    |repo, o, s| {
+        let args = args?;
+        repo.run_rank(&args.0, &args.1, o, s).await
+    };
 
     /// [`Ranks::top`]: a read.
     Top[read] -> Vec<ScoreCount<T::Score>> { args: Result<(Bson, u32)> }

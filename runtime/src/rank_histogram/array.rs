@@ -13,7 +13,7 @@ use super::read::first_of;
 use super::score::as_number;
 use super::write::{refuse, Delta, Statement, Txn};
 use super::{RankHistogram, RankSpec, Ranks, Store, ARRAY_LIMIT};
-use crate::action::Options;
+use crate::action::{Effective, Options};
 use crate::error::code::{DUPLICATE_KEY, REFUSED};
 use crate::error::{server_codes, Error, Result};
 
@@ -78,7 +78,7 @@ impl<T: RankHistogram> Store<T> for ArrayStore {
         r: &'a Ranks<T>,
         board: &'a Bson,
         limit: Option<u32>,
-        o: Options,
+        o: Effective<'a>,
         session: Option<&'a mut ClientSession>,
     ) -> BoxFuture<'a, Result<Vec<(Bson, Document)>>> {
         Box::pin(rows(r, board, limit, o, session))
@@ -125,7 +125,9 @@ async fn write<T: RankHistogram>(
     let result = crate::action::run!(update, session);
     match result {
         Ok(w) if w.matched_count > 0 || w.upserted_id.is_some() => Ok(()),
-        Ok(_) => Err(why_not_written(r, board, delta).await),
+        // Boxed when taken: inline, it would make every write's future too
+        // large for a small allocation.
+        Ok(_) => Err(Box::pin(why_not_written(r, board, delta)).await),
         // The upsert of a board that exists: it is full, or a concurrent
         // writer created it (retried).
         Err(e) if server_codes(&e).contains(&DUPLICATE_KEY) => {
@@ -183,7 +185,7 @@ async fn rows<T: RankHistogram>(
     r: &Ranks<T>,
     board: &Bson,
     limit: Option<u32>,
-    o: Options,
+    o: Effective<'_>,
     session: Option<&mut ClientSession>,
 ) -> Result<Vec<(Bson, Document)>> {
     // A valid board is sorted best first, every count at least 1.

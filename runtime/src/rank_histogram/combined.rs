@@ -67,7 +67,7 @@ impl<T: RankHistogram> Ranks<T> {
             Layout::Documents => statements(&board, delta),
         };
         let mut ops = vec![doc! {"insert": 0, "document": document}];
-        ops.extend(hist.iter().map(|s| s.bulk_op(1)));
+        ops.extend(hist.into_iter().map(|s| s.into_bulk_op(1)));
         let ns = |name: &str| doc! {"ns": format!("{}.{}", self.db.name(), name)};
         let mut command = doc! {
             self.bulk_command: 1, "ops": ops,

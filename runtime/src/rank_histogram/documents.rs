@@ -17,7 +17,7 @@ use super::read::read_options;
 use super::score::as_number;
 use super::write::{backoff, refuse, Delta, Statement, Txn, RETRY_BOUND};
 use super::{RankHistogram, RankSpec, Ranks, Store, ARRAY_LIMIT};
-use crate::action::Options;
+use crate::action::{Effective, Options};
 use crate::error::code::{COMMAND_NOT_FOUND, DUPLICATE_KEY, REFUSED, WRITE_CONFLICT};
 use crate::error::{server_codes, Error, Result};
 
@@ -76,7 +76,7 @@ impl<T: RankHistogram> Store<T> for DocumentStore {
         r: &'a Ranks<T>,
         board: &'a Bson,
         limit: Option<u32>,
-        o: Options,
+        o: Effective<'a>,
         session: Option<&'a mut ClientSession>,
     ) -> BoxFuture<'a, Result<Vec<(Bson, Document)>>> {
         Box::pin(rows(r, board, limit, o, session))
@@ -126,7 +126,6 @@ async fn write<T: RankHistogram>(
     txn: Txn,
 ) -> Result<()> {
     let in_transaction = txn != Txn::No;
-    let mut ops = statements(board, delta);
     // The fallback's order: the updates, then the delete. A `+1` that
     // lands before the delete leaves its count above 0, so the delete
     // (of a count of 0 only) removes the same scores.
@@ -135,15 +134,25 @@ async fn write<T: RankHistogram>(
     // Not as a caller's transaction's possibly first command: the driver
     // adds `readConcern` to that one, which `bulkWrite` refuses.
     let mut bulk = uses_bulk_write(r) && txn != Txn::Callers;
-    if !bulk {
-        ops.sort_by_key(|op| matches!(op, Statement::Delete { .. }));
-    }
+    // The statements are built for each attempt, and moved into its
+    // command: a resumed attempt is rare, a copy kept for one would cost
+    // every write. From `sorted` on (`None`: none) they go in the
+    // fallback's order.
+    let mut sorted = if bulk { None } else { Some(0) };
+    let ops = |sorted: Option<usize>| {
+        let mut ops = statements(board, delta);
+        if let Some(k) = sorted {
+            ops[k..].sort_by_key(|op| matches!(op, Statement::Delete { .. }));
+        }
+        ops
+    };
     let mut session = session;
     let (mut from, mut resumed, started) = (0, 0, Instant::now());
     loop {
         let failed = if bulk {
-            match bulk_write_once(r, &ops[from..], o, session.as_deref_mut(), in_transaction).await
-            {
+            let mut these = ops(sorted);
+            these.drain(..from);
+            match bulk_write_once(r, these, o, session.as_deref_mut(), in_transaction).await {
                 Err(e) if refused_bulk_write(&e) => {
                     // Nothing was written: the server does not know the
                     // command. Inside a transaction the whole
@@ -154,13 +163,24 @@ async fn write<T: RankHistogram>(
                         return Err(Error::Raced(e));
                     }
                     bulk = false;
-                    ops[from..].sort_by_key(|op| matches!(op, Statement::Delete { .. }));
+                    sorted = Some(from);
                     continue;
                 }
                 other => other?,
             }
         } else {
-            commands_once(r, &ops[from..], o, session.as_deref_mut(), in_transaction).await?
+            let these = ops(sorted);
+            // Boxed when taken (servers before 8.0), as the other rare
+            // paths below: inline, they would make every write's future
+            // too large for a small allocation.
+            Box::pin(commands_once(
+                r,
+                &these[from..],
+                o,
+                session.as_deref_mut(),
+                in_transaction,
+            ))
+            .await?
         };
         let Some((idx, e)) = failed else {
             return Ok(());
@@ -173,7 +193,7 @@ async fn write<T: RankHistogram>(
             // what came before is written, so go on from there.
             DUPLICATE_KEY | WRITE_CONFLICT if started.elapsed() < RETRY_BOUND => {
                 from += idx;
-                tokio::time::sleep(backoff(resumed)).await;
+                Box::pin(tokio::time::sleep(backoff(resumed))).await;
                 resumed += 1;
             }
             DUPLICATE_KEY | WRITE_CONFLICT => {
@@ -182,7 +202,7 @@ async fn write<T: RankHistogram>(
                     attempts: resumed as usize + 1,
                 })
             }
-            REFUSED => return Err(why_not_written(r, board, delta).await),
+            REFUSED => return Err(Box::pin(why_not_written(r, board, delta)).await),
             _ => return Err(Error::Database(e)),
         }
     }
@@ -250,12 +270,12 @@ fn uses_bulk_write<T: RankHistogram>(r: &Ranks<T>) -> bool {
 /// error of the whole command.
 async fn bulk_write_once<T: RankHistogram>(
     r: &Ranks<T>,
-    ops: &[Statement],
+    ops: Vec<Statement>,
     o: &Options,
     session: Option<&mut ClientSession>,
     in_transaction: bool,
 ) -> std::result::Result<Option<(usize, mongodb::error::Error)>, mongodb::error::Error> {
-    let ops: Vec<Document> = ops.iter().map(|op| op.bulk_op(0)).collect();
+    let ops: Vec<Document> = ops.into_iter().map(|op| op.into_bulk_op(0)).collect();
     let ns = format!("{}.{}", r.db.name(), r.hist.name());
     let mut command = doc! {
         r.bulk_command: 1, "ops": ops, "nsInfo": [{"ns": &ns}],
@@ -348,7 +368,7 @@ async fn rows<T: RankHistogram>(
     r: &Ranks<T>,
     board: &Bson,
     limit: Option<u32>,
-    o: Options,
+    o: Effective<'_>,
     mut session: Option<&mut ClientSession>,
 ) -> Result<Vec<(Bson, Document)>> {
     let dir = if r.spec.descending { -1 } else { 1 };

@@ -6,25 +6,25 @@ use mongodb::bson::{Bson, Document};
 use mongodb::{ClientSession, Collection};
 
 use super::{Rank, RankHistogram, Ranks, ScoreCount};
-use crate::action::Options;
+use crate::action::Effective;
 use crate::error::{Error, Result};
 
 impl<T: RankHistogram> Ranks<T> {
     pub(super) async fn run_rank(
         &self,
-        args: Result<(Bson, Bson)>,
-        o: Options,
+        b: &Bson,
+        s: &Bson,
+        o: Effective<'_>,
         session: Option<&mut ClientSession>,
     ) -> Result<Rank> {
-        let (b, s) = args?;
-        let pipeline = self.rank_pipeline(&b, &s);
+        let pipeline = self.rank_pipeline(b, s);
         let Some(d) = first_of(&self.hist, pipeline, o, session).await? else {
-            return Err(self.unknown_board(&b));
+            return Err(self.unknown_board(b));
         };
-        if let Some(e) = self.store().rank_damage(self, &b, &d).await {
+        if let Some(e) = self.store().rank_damage(self, b, &d).await {
             return Err(e);
         }
-        let get = |f: &str| self.reply_count(&d, f, &b);
+        let get = |f: &str| self.reply_count(&d, f, b);
         let (above, distinct_above, ties, total) = (
             get("above")?,
             get("distinctAbove")?,
@@ -43,7 +43,7 @@ impl<T: RankHistogram> Ranks<T> {
     pub(super) async fn run_top(
         &self,
         args: Result<(Bson, u32)>,
-        o: Options,
+        o: Effective<'_>,
         session: Option<&mut ClientSession>,
     ) -> Result<Vec<ScoreCount<T::Score>>> {
         let (b, places) = args?;
@@ -58,7 +58,7 @@ impl<T: RankHistogram> Ranks<T> {
     pub(super) async fn run_histogram(
         &self,
         board: Result<Bson>,
-        o: Options,
+        o: Effective<'_>,
         session: Option<&mut ClientSession>,
     ) -> Result<Vec<ScoreCount<T::Score>>> {
         self.read(&board?, None, o, session).await
@@ -69,7 +69,7 @@ impl<T: RankHistogram> Ranks<T> {
         &self,
         board: &Bson,
         limit: Option<u32>,
-        o: Options,
+        o: Effective<'_>,
         session: Option<&mut ClientSession>,
     ) -> Result<Vec<ScoreCount<T::Score>>> {
         let rows = self.store().rows(self, board, limit, o, session).await?;
@@ -115,7 +115,10 @@ impl<T: RankHistogram> Ranks<T> {
 /// `o` for a read in `session`: inside its transaction without the read
 /// concern, which belongs to the transaction. Asks only when there is one
 /// to drop.
-pub(super) async fn read_options(o: Options, session: Option<&mut ClientSession>) -> Options {
+pub(super) async fn read_options<'o>(
+    o: Effective<'o>,
+    session: Option<&mut ClientSession>,
+) -> Effective<'o> {
     match session {
         Some(s) if o.read_concern.is_some() => {
             if crate::action::in_transaction(s).await {
@@ -133,15 +136,17 @@ pub(super) async fn read_options(o: Options, session: Option<&mut ClientSession>
 pub(super) async fn first_of(
     coll: &Collection<Document>,
     pipeline: Vec<Document>,
-    o: Options,
+    o: Effective<'_>,
     mut session: Option<&mut ClientSession>,
 ) -> Result<Option<Document>> {
     let o = read_options(o, session.as_deref_mut()).await;
     let aggregate = coll.aggregate(pipeline).with_options(o.driver());
+    // The cursor is boxed: held across an `.await`, it would make every
+    // read's future too large for a small allocation.
     Ok(match session {
-        None => aggregate.await?.try_next().await?,
+        None => Box::new(aggregate.await?).try_next().await?,
         Some(s) => {
-            let mut cursor = aggregate.session(&mut *s).await?;
+            let mut cursor = Box::new(aggregate.session(&mut *s).await?);
             cursor.next(s).await.transpose()?
         }
     })

@@ -12,7 +12,7 @@ use mongodb::ClientSession;
 use super::score::AnyScore;
 use super::write::{backoff, Delta, Txn};
 use super::{RankHistogram, Ranks};
-use crate::action::Options;
+use crate::action::{Effective, Options};
 use crate::error::{server_codes, Error, Result};
 
 /// How long a non-atomic write waits for a concurrent writer's `+1` to
@@ -65,7 +65,7 @@ impl<T: RankHistogram> Ranks<T> {
     pub(super) async fn run_atomically(
         &self,
         op: SourceOp<'_, T>,
-        o: Options,
+        o: Effective<'_>,
         mut session: Option<&mut ClientSession>,
     ) -> Result<bool> {
         let no_txn = !self.transactions || self.no_transactions.load(Ordering::Relaxed);
@@ -73,10 +73,16 @@ impl<T: RankHistogram> Ranks<T> {
             Some(s) => crate::action::in_transaction(s).await,
             None => false,
         };
+        // The paths other than a transaction of its own are boxed, each
+        // when taken: inline, they would make every call's future too
+        // large for a small allocation.
         let mut txn = match session {
-            Some(s) if joined => return self.source_op(&op, &o.in_transaction(), s).await,
-            Some(s) if no_txn => return self.non_atomic(&op, &o, Some(s)).await,
-            None if no_txn => return self.non_atomic(&op, &o, None).await,
+            Some(s) if joined => {
+                let o = o.in_transaction();
+                return Box::pin(self.source_op(&op, &o, s)).await;
+            }
+            Some(s) if no_txn => return Box::pin(self.non_atomic(&op, &o, Some(s))).await,
+            None if no_txn => return Box::pin(self.non_atomic(&op, &o, None)).await,
             Some(s) => OpenTransaction::new(Held::Borrowed(s)),
             // Not causally consistent: a rerun's first command then
             // carries no `readConcern`, so `insert` can stay one
@@ -99,7 +105,7 @@ impl<T: RankHistogram> Ranks<T> {
             // A standalone refuses on the first write, before writing.
             Err(Error::NoTransactions { .. }) => {
                 self.no_transactions.store(true, Ordering::Relaxed);
-                self.non_atomic(&op, &o, txn.session()).await
+                Box::pin(self.non_atomic(&op, &o, txn.session())).await
             }
             other => other,
         }

@@ -9,7 +9,7 @@ use mongodb::ClientSession;
 
 use super::rounding::rounded;
 use super::{RankHistogram, Ranks};
-use crate::action::Options;
+use crate::action::{Effective, Options};
 use crate::error::{Error, Result};
 
 /// How long a write retries lost races (a concurrent upsert, a
@@ -35,20 +35,29 @@ pub(super) struct Delta<'a> {
     pub(super) inc: Option<&'a Bson>,
 }
 
+/// What `record`, `change` and `remove` write, boxed in their actions.
+pub(super) struct WriteArgs {
+    pub(super) board: Bson,
+    pub(super) dec: Option<Bson>,
+    pub(super) inc: Option<Bson>,
+}
+
 impl<T: RankHistogram> Ranks<T> {
     pub(super) async fn run_write(
         &self,
-        args: Result<(Bson, Option<Bson>, Option<Bson>)>,
-        o: Options,
+        args: &WriteArgs,
+        o: Effective<'_>,
         session: Option<&mut ClientSession>,
     ) -> Result<()> {
-        let (b, dec, inc) = args?;
-        let delta = Delta {
-            dec: dec.as_ref(),
-            inc: inc.as_ref(),
-        };
+        let (b, delta) = (
+            &args.board,
+            Delta {
+                dec: args.dec.as_ref(),
+                inc: args.inc.as_ref(),
+            },
+        );
         match session {
-            None => self.write(&b, delta, &o, None, Txn::No).await,
+            None => self.write(b, delta, &o, None, Txn::No).await,
             Some(s) => {
                 let joined = crate::action::in_transaction(s).await;
                 let (o, txn) = if joined {
@@ -56,7 +65,7 @@ impl<T: RankHistogram> Ranks<T> {
                 } else {
                     (o, Txn::No)
                 };
-                self.write(&b, delta, &o, Some(s), txn).await
+                self.write(b, delta, &o, Some(s), txn).await
             }
         }
     }
@@ -92,7 +101,7 @@ impl<T: RankHistogram> Ranks<T> {
                 .await
             {
                 Err(Error::Raced(_)) if start.elapsed() < RETRY_BOUND => {
-                    tokio::time::sleep(backoff(attempt)).await;
+                    Box::pin(tokio::time::sleep(backoff(attempt))).await;
                     attempt += 1;
                 }
                 Err(Error::Raced(_)) => {
@@ -127,7 +136,7 @@ impl<T: RankHistogram> Ranks<T> {
     pub(super) async fn run_rebuild(
         &self,
         board: Result<Bson>,
-        o: Options,
+        o: Effective<'_>,
         mut session: Option<&mut ClientSession>,
     ) -> Result<u64> {
         let b = board?;
@@ -151,7 +160,7 @@ impl<T: RankHistogram> Ranks<T> {
         ];
         let reads = Options {
             write_concern: None,
-            ..o.clone()
+            ..(*o).clone()
         };
         let players = self.source.clone_with_type::<Document>();
         let aggregate = players.aggregate(pipeline).with_options(reads.driver());
@@ -171,7 +180,7 @@ impl<T: RankHistogram> Ranks<T> {
         let writes = Options {
             read_concern: None,
             selection_criteria: None,
-            ..o
+            ..(*o).clone()
         };
         self.store()
             .replace(self, &b, scores, writes, session)
@@ -216,7 +225,7 @@ pub(super) enum Statement {
 impl Statement {
     /// The statement as a `bulkWrite` operation on namespace `ns` (an
     /// index into `nsInfo`).
-    pub(super) fn bulk_op(&self, ns: i32) -> Document {
+    pub(super) fn into_bulk_op(self, ns: i32) -> Document {
         match self {
             Statement::Update {
                 filter,
