@@ -13,12 +13,12 @@ use mongodb::bson::{Bson, Document};
 use mongodb::ClientSession;
 
 use super::{BucketPage, Bucketed, Buckets, PageRequest};
-use crate::action::Options;
+use crate::action::{Effective, Given, Options};
 use crate::error::{Error, Result};
 
 /// One operation's effective options and the caller's session.
 pub(super) struct Cx<'s> {
-    pub(super) opts: Options,
+    pub(super) opts: Effective<'s>,
     pub(super) session: Option<&'s mut ClientSession>,
     /// The session has a transaction open: nothing is retried here, and
     /// write and read concern are the transaction's.
@@ -27,15 +27,17 @@ pub(super) struct Cx<'s> {
 
 impl<'s> Cx<'s> {
     pub(super) async fn new<T>(
-        repo: &Buckets<T>,
-        options: Options,
+        repo: &'s Buckets<T>,
+        options: Given,
         mut session: Option<&'s mut ClientSession>,
     ) -> Cx<'s> {
+        // Boxed: only a call given a session asks, and inline the question
+        // would take room in every operation's future.
         let txn = match session.as_deref_mut() {
-            Some(s) => crate::action::in_transaction(s).await,
+            Some(s) => Box::pin(crate::action::in_transaction(s)).await,
             None => false,
         };
-        let mut opts = options.or(&repo.defaults);
+        let mut opts = options.over(&repo.defaults);
         if txn {
             opts = opts.in_transaction();
         }
@@ -46,7 +48,7 @@ impl<'s> Cx<'s> {
     /// run on a [`Buckets::scoped`] repository.
     pub(super) fn plain() -> Cx<'static> {
         Cx {
-            opts: Options::default(),
+            opts: Effective::Defaults(Options::none()),
             session: None,
             txn: false,
         }
@@ -76,7 +78,7 @@ macro_rules! action {
         pub struct $name<$a, T> {
             repo: &$a Buckets<T>,
             $($f: $t,)*
-            options: Options,
+            options: Given,
             session: Option<&$a mut ClientSession>,
         }
 
@@ -89,8 +91,9 @@ macro_rules! action {
             type IntoFuture = BoxFuture<$a, Result<$out>>;
 
             fn into_future(self) -> Self::IntoFuture {
+                // Bound outside the future, so that the future holds it once.
+                let $this = self;
                 Box::pin(async move {
-                    let $this = self;
                     let mut $cx = Cx::new($this.repo, $this.options, $this.session).await;
                     let $cx = &mut $cx;
                     $body
@@ -230,7 +233,7 @@ impl<T: Bucketed> Buckets<T> {
         Push {
             repo: self,
             item,
-            options: Options::default(),
+            options: Given::default(),
             session: None,
         }
     }
@@ -248,7 +251,7 @@ impl<T: Bucketed> Buckets<T> {
             repo: self,
             key: self.key_bson(key),
             items,
-            options: Options::default(),
+            options: Given::default(),
             session: None,
         }
     }
@@ -272,7 +275,7 @@ impl<T: Bucketed> Buckets<T> {
             repo: self,
             key: self.key_bson(key),
             req,
-            options: Options::default(),
+            options: Given::default(),
             session: None,
         }
     }
@@ -287,7 +290,7 @@ impl<T: Bucketed> Buckets<T> {
         Total {
             repo: self,
             key: self.key_bson(key),
-            options: Options::default(),
+            options: Given::default(),
             session: None,
         }
     }
@@ -319,7 +322,7 @@ impl<T: Bucketed> Buckets<T> {
         Reindex {
             repo: self,
             key: self.key_bson(key),
-            options: Options::default(),
+            options: Given::default(),
             session: None,
         }
     }
@@ -354,7 +357,7 @@ impl<T: Bucketed> Buckets<T> {
             repo: self,
             key: self.key_bson(key),
             matching,
-            options: Options::default(),
+            options: Given::default(),
             session: None,
         }
     }
@@ -380,7 +383,7 @@ impl<T: Bucketed> Buckets<T> {
             key: self.key_bson(key),
             matching,
             item,
-            options: Options::default(),
+            options: Given::default(),
             session: None,
         }
     }

@@ -46,10 +46,25 @@ impl<T: Bucketed> Buckets<T> {
         if let Some(landed) = self.push_ahead(key, seq, doc, len, op, cx).await? {
             return Ok((Some(landed), seq));
         }
-        // Both full: other writers filled them since this handle last
-        // looked (many tasks on one key). The newest bucket says where the
-        // open one is now: one read, then the one command again, after
-        // opening the next bucket if that one is full too.
+        // Boxed, as the follow-ups of `push_ahead`: inline, this rare path
+        // would make every push's future too large for a small allocation.
+        Box::pin(self.push_from_newest(key, seq, doc, len, op, cx)).await
+    }
+
+    /// Both buckets from `seq` on were full: other writers filled them
+    /// since this handle last looked (many tasks on one key). The newest
+    /// bucket says where the open one is now: one read, then the one
+    /// command again, after opening the next bucket if that one is full
+    /// too.
+    async fn push_from_newest(
+        &self,
+        key: &Bson,
+        seq: i64,
+        doc: &Document,
+        len: i64,
+        op: ObjectId,
+        cx: &mut Cx<'_>,
+    ) -> Result<(Option<i64>, i64)> {
         let head = self.head(key, None, cx).await?;
         let size = i64::from(self.spec.size);
         if !head.exists || head.stale || head.sealed || (head.seq <= seq && head.count < size) {
@@ -79,27 +94,7 @@ impl<T: Bucketed> Buckets<T> {
         op: ObjectId,
         cx: &mut Cx<'_>,
     ) -> Result<Option<i64>> {
-        // The bucket last seen open and the one after: two point reads of
-        // the `_id` index, whichever is the lower open one.
-        let ids = [seq, seq + 1].map(|s| Bson::Document(doc! {"k": key.clone(), "s": s}));
-        // Only a bucket closed as it should be (sealed, or `count` at
-        // `size`) is passed over: any other, damaged ones too, is the
-        // update's to judge, so that a push never skips a damaged bucket.
-        let size = i64::from(self.spec.size);
-        let query = doc! {
-            "_id": {"$in": ids.to_vec()},
-            "$nor": [{"sealed": true}, {"count": size}],
-        };
-        let mut cmd = doc! {
-            "findAndModify": self.coll.name(),
-            "query": query,
-            "sort": {"_id": 1},
-            "update": self.append_if_sound(doc, len, op),
-            "new": true,
-            "fields": {"start": 1, "count": 1, STALE: 1, OPS: {"$slice": -1}},
-        };
-        cx.opts
-            .command_fields(&mut cmd, self.coll.write_concern(), true)?;
+        let cmd = self.push_ahead_command(key, seq, doc, len, op, cx)?;
         // Sent as a command, which the driver does not retry: a retry could
         // land in the next bucket after this one went into a full one.
         let sent = crate::action::run!(self.db.run_command(cmd), cx.session.as_deref_mut());
@@ -108,7 +103,7 @@ impl<T: Bucketed> Buckets<T> {
             Err(e) if e.is_unavailable() => {
                 // The reply was lost: the write id says whether it landed.
                 // Not found, the general path sends it again.
-                return match self.landed(key, op, cx).await {
+                return match Box::pin(self.landed(key, op, cx)).await {
                     Ok(found) => Ok(found),
                     Err(_) => Err(e),
                 };
@@ -152,14 +147,48 @@ impl<T: Bucketed> Buckets<T> {
         // ran). A key's first bucket opens its next at half: most keys of
         // a store with many never fill one, and should not pay for it.
         if count == 1 || (seq == 0 && count == (i64::from(self.spec.size) + 1) / 2) {
-            let _ = self
-                .open_ahead(key, seq + 1, start + i64::from(self.spec.size), stale, cx)
-                .await;
+            let next = start + i64::from(self.spec.size);
+            let _ = Box::pin(self.open_ahead(key, seq + 1, next, stale, cx)).await;
         }
         if count == 1 && seq > 0 {
-            let _ = self.check_opened_ahead(key, seq, start, cx).await;
+            let _ = Box::pin(self.check_opened_ahead(key, seq, start, cx)).await;
         }
         Ok(Some(seq))
+    }
+
+    /// The `findAndModify` of [`Buckets::push_ahead`]. Built apart, so
+    /// that nothing of it stays in the push's future.
+    fn push_ahead_command(
+        &self,
+        key: &Bson,
+        seq: i64,
+        doc: &Document,
+        len: i64,
+        op: ObjectId,
+        cx: &Cx<'_>,
+    ) -> Result<Document> {
+        // The bucket last seen open and the one after: two point reads of
+        // the `_id` index, whichever is the lower open one.
+        let ids = [seq, seq + 1].map(|s| Bson::Document(doc! {"k": key.clone(), "s": s}));
+        // Only a bucket closed as it should be (sealed, or `count` at
+        // `size`) is passed over: any other, damaged ones too, is the
+        // update's to judge, so that a push never skips a damaged bucket.
+        let size = i64::from(self.spec.size);
+        let query = doc! {
+            "_id": {"$in": ids.to_vec()},
+            "$nor": [{"sealed": true}, {"count": size}],
+        };
+        let mut cmd = doc! {
+            "findAndModify": self.coll.name(),
+            "query": query,
+            "sort": {"_id": 1},
+            "update": self.append_if_sound(doc, len, op),
+            "new": true,
+            "fields": {"start": 1, "count": 1, STALE: 1, OPS: {"$slice": -1}},
+        };
+        cx.opts
+            .command_fields(&mut cmd, self.coll.write_concern(), true)?;
+        Ok(cmd)
     }
 
     /// The update of [`Buckets::push_ahead`]: appends only to a bucket

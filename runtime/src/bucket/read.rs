@@ -33,29 +33,41 @@ impl<T: Bucketed> Buckets<T> {
         cx: &mut Cx<'_>,
     ) -> Result<BucketPage<T>> {
         req.check()?;
-        let key_b = key_b.clone();
         // A read that meets a removal's mark recomputes `start` and reads
         // again, once: a page is never cut by stale positions.
-        let mut page = self.page_once(&key_b, req, cx).await?;
+        let mut page = self.page_once(key_b, req, cx).await?;
         if page.is_none() {
-            cx.outside_transaction("repairing positions a removal left")?;
-            // Under the lease, no write can mark the key again before the
-            // page is read.
-            let scoped = self.scoped(&cx.opts);
-            let (scoped, key_b, cx) = (&scoped, &key_b, &mut *cx);
-            page = scoped
-                .leased(key_b, |_| async move {
-                    scoped.finish_moves(key_b).await?;
-                    scoped.reindex_now(key_b, None).await?;
-                    self.page_once(key_b, req, cx).await
-                })
-                .await?;
+            // Boxed, as every repair below: inline, it would make every
+            // read's future too large for a small allocation.
+            page = Box::pin(self.page_repaired(key_b, req, cx)).await?;
         }
         // Marked again at once: a removal is running on this key.
         page.ok_or(Error::Contended {
             operation: "page",
             attempts: 2,
         })
+    }
+
+    /// The page, read again after `start` is recomputed: `None` if the
+    /// key was marked again meanwhile.
+    async fn page_repaired(
+        &self,
+        key_b: &Bson,
+        req: PageRequest,
+        cx: &mut Cx<'_>,
+    ) -> Result<Option<BucketPage<T>>> {
+        cx.outside_transaction("repairing positions a removal left")?;
+        // Under the lease, no write can mark the key again before the
+        // page is read.
+        let scoped = self.scoped(&cx.opts);
+        let (scoped, cx) = (&scoped, &mut *cx);
+        scoped
+            .leased(key_b, |_| async move {
+                scoped.finish_moves(key_b).await?;
+                scoped.reindex_now(key_b, None).await?;
+                self.page_once(key_b, req, cx).await
+            })
+            .await
     }
 
     /// The page, or `None` if a bucket it read was marked stale.
@@ -81,15 +93,19 @@ impl<T: Bucketed> Buckets<T> {
         let docs = self
             .aggregate(self.newest_pipeline(key, skip, per), cx)
             .await?;
-        // No document: the key has no bucket.
-        let head = match docs.first() {
-            Some(d) => self.head_of(d)?,
-            None => Head::default(),
+        // No document: the key has no bucket. Only its total is kept:
+        // nothing else of it may stay in the read's future.
+        let total = {
+            let head = match docs.first() {
+                Some(d) => self.head_of(d)?,
+                None => Head::default(),
+            };
+            if head.stale {
+                return Ok(None);
+            }
+            head.total()
         };
-        if head.stale {
-            return Ok(None);
-        }
-        let end = head.total() - skip;
+        let end = total - skip;
         if end <= 0 {
             return Ok(Some(BucketPage {
                 items: Vec::new(),
@@ -112,8 +128,9 @@ impl<T: Bucketed> Buckets<T> {
             self.slices(buckets.into_iter(), key, end - from)?
         } else {
             // A shorter bucket lies between the page and the newest (a
-            // removal, a close by bytes, a late item): read by position.
-            self.range(key, from, end - from, cx).await?
+            // removal, a close by bytes, a late item): read by position
+            // (boxed: the second aggregation is the rarer path).
+            Box::pin(self.range(key, from, end - from, cx)).await?
         };
         let Some(mut items) = items else {
             return Ok(None);
@@ -127,7 +144,16 @@ impl<T: Bucketed> Buckets<T> {
 
     /// [`Buckets::total`], in `cx`.
     pub(super) async fn total_in(&self, key_b: &Bson, cx: &mut Cx<'_>) -> Result<u64> {
-        Ok(self.fresh_head(key_b, cx).await?.total() as u64)
+        // Only what is needed of the newest bucket is kept across the
+        // repair's `.await`.
+        let (stale, total) = {
+            let head = self.head(key_b, None, cx).await?;
+            (head.stale, head.total())
+        };
+        if !stale {
+            return Ok(total as u64);
+        }
+        Ok(Box::pin(self.head_repaired(key_b, cx)).await?.total() as u64)
     }
 
     /// The newest bucket, with `start` recomputed first if a removal left
@@ -137,6 +163,14 @@ impl<T: Bucketed> Buckets<T> {
         if !head.stale {
             return Ok(head);
         }
+        // Boxed: inline, the repair would make every read's future too
+        // large for a small allocation.
+        Box::pin(self.head_repaired(key, cx)).await
+    }
+
+    /// The newest bucket, after `start` is recomputed under the key's
+    /// lease.
+    async fn head_repaired(&self, key: &Bson, cx: &mut Cx<'_>) -> Result<Head> {
         cx.outside_transaction("repairing positions a removal left")?;
         let scoped = self.scoped(&cx.opts);
         let scoped = &scoped;
@@ -351,22 +385,49 @@ impl<T: Bucketed> Buckets<T> {
         pipeline: Vec<Document>,
         cx: &mut Cx<'_>,
     ) -> Result<Vec<RawDocumentBuf>> {
-        let agg = self
-            .raw
-            .aggregate(pipeline)
-            .with_options(cx.opts.driver::<mongodb::options::AggregateOptions>())
-            .with_type::<RawDocumentBuf>();
+        let opts = cx.opts.driver::<mongodb::options::AggregateOptions>();
+        // The cursor is boxed, and so is the read in a session: held
+        // across an `.await`, either would make every read's future too
+        // large for a small allocation.
         Ok(match cx.session.as_deref_mut() {
-            Some(s) => {
-                let mut cursor = agg.session(&mut *s).await?;
-                let mut out = Vec::new();
-                while let Some(b) = cursor.next(&mut *s).await {
-                    out.push(b?);
-                }
-                out
+            Some(s) => Box::pin(self.aggregate_in(pipeline, opts, s)).await?,
+            None => {
+                let cursor = self.aggregate_cursor(pipeline, opts).await?;
+                Box::new(cursor).try_collect().await?
             }
-            None => agg.await?.try_collect().await?,
         })
+    }
+
+    /// The cursor of `pipeline`: the action is built and consumed here, in
+    /// a function that is not `async`, so that the read's future holds
+    /// only the driver's boxed future, not the action and its options.
+    fn aggregate_cursor(
+        &self,
+        pipeline: Vec<Document>,
+        opts: Option<mongodb::options::AggregateOptions>,
+    ) -> impl std::future::Future<Output = mongodb::error::Result<mongodb::Cursor<RawDocumentBuf>>> + '_
+    {
+        use std::future::IntoFuture;
+        self.raw
+            .aggregate(pipeline)
+            .with_options(opts)
+            .with_type::<RawDocumentBuf>()
+            .into_future()
+    }
+
+    async fn aggregate_in(
+        &self,
+        pipeline: Vec<Document>,
+        opts: Option<mongodb::options::AggregateOptions>,
+        s: &mut mongodb::ClientSession,
+    ) -> Result<Vec<RawDocumentBuf>> {
+        let agg = self.raw.aggregate(pipeline).with_options(opts);
+        let mut cursor = agg.with_type::<RawDocumentBuf>().session(&mut *s).await?;
+        let mut out = Vec::new();
+        while let Some(b) = cursor.next(&mut *s).await {
+            out.push(b?);
+        }
+        Ok(out)
     }
 
     fn range_pipeline(&self, key: &Bson, from: i64, n: i64) -> Vec<Document> {

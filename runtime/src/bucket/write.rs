@@ -20,68 +20,143 @@ use super::{Bucketed, Buckets, Head, MAX_ATTEMPTS, MAX_BUCKET_BYTES, NEXT, OPS, 
 use crate::error::{Error, Result};
 use crate::util::{id_range, key_bytes};
 
+/// A push's item, prepared once for every attempt.
+struct Pushed {
+    key: Bson,
+    doc: Document,
+    len: i64,
+    /// The key's slot in what the repository remembers.
+    slot: Vec<u8>,
+    /// The push's write id: once one attempt is applied, no other can be.
+    op: ObjectId,
+}
+
 /// Keys whose open bucket a repository remembers; past it, it forgets all.
 const MAX_REMEMBERED: usize = 100_000;
 
 impl<T: Bucketed> Buckets<T> {
-    /// [`Buckets::push`], in `cx`.
+    /// [`Buckets::push`], in `cx`: the first command inline, the rest
+    /// (reads, rollovers, retries) boxed when it runs: inline, it would
+    /// make every push's future too large for a small allocation.
     pub(super) async fn push_in(&self, item: &T, cx: &mut Cx<'_>) -> Result<()> {
         let key = self.key_bson(item.bucket_key())?;
         let doc = self.item_doc(item)?;
         let len = item_len(&doc)?;
         let slot = key_bytes(&key);
-        let v = self.order_of(&doc);
         // One id for every attempt: once one is applied, no other can be.
         let op = ObjectId::new();
-        let mut hops = 0;
-        // The bucket the one-command push last looked at (with the next).
-        let mut tried = None;
-        if let Some(seq) = self.remembered(&slot).filter(|_| self.ahead(cx)) {
+        let known = self.remembered(&slot);
+        if let Some(seq) = known.filter(|_| self.ahead(cx)) {
             let (landed, looked) = self.push_hinted(&key, seq, &doc, len, op, cx).await?;
-            tried = Some(looked);
             if let Some(seq) = landed {
                 self.remember(slot, seq);
                 return Ok(());
             }
+            let pushed = Pushed {
+                key,
+                doc,
+                len,
+                slot,
+                op,
+            };
+            return Box::pin(self.push_general(pushed, Some(looked), None, cx)).await;
         }
+        // The general path's first update, when the key's open bucket is
+        // known: the whole push, most of the time.
+        let first = match known {
+            Some(seq) => Some((seq, self.append_to(&key, seq, &doc, len, op, cx).await)),
+            None => None,
+        };
+        if let Some((seq, Ok(true))) = first {
+            self.remember(slot, seq);
+            return Ok(());
+        }
+        let pushed = Pushed {
+            key,
+            doc,
+            len,
+            slot,
+            op,
+        };
+        Box::pin(self.push_general(pushed, None, first, cx)).await
+    }
+
+    /// One update appending `doc` to bucket `seq` of `key`, if that bucket
+    /// is open, sound and has room: whether it did.
+    async fn append_to(
+        &self,
+        key: &Bson,
+        seq: i64,
+        doc: &Document,
+        len: i64,
+        op: ObjectId,
+        cx: &mut Cx<'_>,
+    ) -> Result<bool> {
+        let v = self.order_of(doc);
+        let mut filter = doc! {"_id": {"k": key.clone(), "s": seq}};
+        filter.extend(self.open_filter(key, 1, len, op, v.as_ref()));
+        let update = match &v {
+            Some(v) => {
+                mongodb::options::UpdateModifications::from(self.insert_sorted(doc, v, len, op))
+            }
+            None => self.append(vec![doc.clone()], len, op).into(),
+        };
+        let update = self
+            .coll
+            .update_one(filter, update)
+            .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>());
+        crate::action::run!(update, cx.session.as_deref_mut())
+            .map(|r| r.matched_count == 1)
+            .map_err(Error::from)
+    }
+
+    /// The rest of a push: from the start for a key this repository has
+    /// not seen, or after the one-command push (which last looked at
+    /// bucket `tried`) or the `first` update found no room.
+    async fn push_general(
+        &self,
+        pushed: Pushed,
+        mut tried: Option<i64>,
+        mut first: Option<(i64, Result<bool>)>,
+        cx: &mut Cx<'_>,
+    ) -> Result<()> {
+        let Pushed {
+            key,
+            doc,
+            len,
+            slot,
+            op,
+        } = pushed;
+        let v = self.order_of(&doc);
+        let mut hops = 0;
         for _ in 0..MAX_ATTEMPTS {
             // A key not seen yet starts by creating its first bucket: for a
             // new key that is the whole push. Writes to a bucket that exists
             // are updates whose filter refuses a damaged bucket; an upsert
             // cannot carry that filter, so none is sent.
-            let mut known = self.remembered(&slot);
+            let sent = first.take();
+            let mut known = match &sent {
+                Some((seq, _)) => Some(*seq),
+                None => self.remembered(&slot),
+            };
             if known.is_none() && cx.txn {
                 // In a caller's transaction a failed insert aborts it: an
                 // unseen key is read first rather than guessed new.
-                let head = self.head(&key, None, cx).await?;
+                let head = Box::pin(self.head(&key, None, cx)).await?;
                 if head.exists {
                     self.remember(slot.clone(), head.seq);
                     known = Some(head.seq);
                 }
             }
             let seq = known.unwrap_or(0);
-            let result = match known {
-                None => self
-                    .open_next(&key, &Head::default(), vec![doc.clone()], len, op, cx)
-                    .await
-                    .map(|s| s.is_some()),
-                Some(seq) => {
-                    let mut filter = doc! {"_id": {"k": key.clone(), "s": seq}};
-                    filter.extend(self.open_filter(&key, 1, len, op, v.as_ref()));
-                    let update = match &v {
-                        Some(v) => mongodb::options::UpdateModifications::from(
-                            self.insert_sorted(&doc, v, len, op),
-                        ),
-                        None => self.append(vec![doc.clone()], len, op).into(),
-                    };
-                    let update = self
-                        .coll
-                        .update_one(filter, update)
-                        .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>());
-                    crate::action::run!(update, cx.session.as_deref_mut())
-                        .map(|r| r.matched_count == 1)
-                        .map_err(Error::from)
+            let result = match (sent, known) {
+                (Some((_, result)), _) => result,
+                (None, None) => {
+                    Box::pin(self.open_next(&key, &Head::default(), vec![doc.clone()], len, op, cx))
+                        .await
+                        .map(|s| s.is_some())
                 }
+                (None, Some(seq)) => self.append_to(&key, seq, &doc, len, op, cx).await,
             };
             match result {
                 Ok(true) => {
@@ -106,21 +181,21 @@ impl<T: Bucketed> Buckets<T> {
             let head = if known.is_none() {
                 // The key has buckets this handle had not seen: go to its
                 // newest, by the index.
-                let head = self.head(&key, Some(op), cx).await?;
+                let head = Box::pin(self.head(&key, Some(op), cx)).await?;
                 if head.mine {
                     self.remember(slot, head.seq);
                     return Ok(());
                 }
                 head
             } else {
-                let at = self.bucket(&key, seq, Some(op), cx).await?;
+                let at = Box::pin(self.bucket(&key, seq, Some(op), cx)).await?;
                 if at.as_ref().is_some_and(|h| h.mine) {
                     self.remember(slot, seq);
                     return Ok(());
                 }
                 match at {
                     Some(h) if hops <= 2 => h,
-                    _ => self.head(&key, None, cx).await?,
+                    _ => Box::pin(self.head(&key, None, cx)).await?,
                 }
             };
             if head.exists && !cx.txn {
@@ -152,25 +227,22 @@ impl<T: Bucketed> Buckets<T> {
                 // that covers it (an item in order never lands behind it).
                 // Another writer's copy of this push may have landed first.
                 cx.outside_transaction("a late push")?;
-                return self
-                    .scoped(&cx.opts)
-                    .push_late(&key, doc.clone(), len, op)
-                    .await;
+                let scoped = self.scoped(&cx.opts);
+                return Box::pin(scoped.push_late(&key, doc.clone(), len, op)).await;
             }
             let full = head.exists && !head.sealed && head.count >= i64::from(self.spec.size);
             if full && !head.stale && self.ahead(cx) && tried != Some(head.seq) {
                 tried = Some(head.seq);
                 // Filled by pushes that opened the next bucket ahead at
                 // half: land in that one rather than open it again.
-                if let Some(seq) = self.push_ahead(&key, head.seq, &doc, len, op, cx).await? {
+                if let Some(seq) =
+                    Box::pin(self.push_ahead(&key, head.seq, &doc, len, op, cx)).await?
+                {
                     self.remember(slot, seq);
                     return Ok(());
                 }
             }
-            match self
-                .open_next(&key, &head, vec![doc.clone()], len, op, cx)
-                .await
-            {
+            match Box::pin(self.open_next(&key, &head, vec![doc.clone()], len, op, cx)).await {
                 Ok(Some(seq)) => {
                     self.remember(slot, seq);
                     return Ok(());
