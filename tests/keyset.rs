@@ -1,13 +1,14 @@
 //! Keyset pagination against a real MongoDB-wire server.
 
 use std::collections::HashSet;
+use std::future::IntoFuture;
 
 use futures::{StreamExt, TryStreamExt};
 use mongo_patterns::bson::{oid::ObjectId, Bson};
 use mongo_patterns::keyset::{created_between, created_since};
 use mongo_patterns::prelude::*;
 use mongo_patterns::{CursorError, Error};
-use mongo_patterns_testkit::{client, fresh_db};
+use mongo_patterns_testkit::{assert_small_futures, client, fresh_db, future_size};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[serde(rename_all = "camelCase")]
@@ -19,6 +20,25 @@ struct Visit {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     score: Option<i32>,
     visitor_id: String,
+}
+
+/// A page's and a count's futures fit a small allocation (`SMALL_FUTURE`):
+/// a larger one would cost the operation after it more than the generated
+/// code may (see the README's client-cost tables). Nothing is sent.
+#[tokio::test]
+async fn operation_futures_fit_a_small_allocation() {
+    let client = mongo_patterns::mongodb::Client::with_uri_str(
+        "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=1",
+    )
+    .await
+    .unwrap();
+    let db = client.database("sizes");
+    let q = Visit::keyset(&db).page_size(10);
+    let sizes = [
+        ("page", future_size(&*q.page().into_future())),
+        ("count", future_size(&*q.count().into_future())),
+    ];
+    assert_small_futures(&sizes);
 }
 
 const N: i64 = 10_000;

@@ -102,7 +102,8 @@ async fn counts<T: Exam>(ranks: &Ranks<T>, board: &str) -> BTreeMap<i64, u64> {
 /// and dropped.
 #[tokio::test]
 async fn operation_futures_fit_a_small_allocation() {
-    fn sizes<T: Exam>(db: &Database) -> (Vec<(&'static str, usize)>, Vec<(&'static str, usize)>) {
+    type Sizes = Vec<(&'static str, usize)>;
+    fn sizes<T: Exam>(db: &Database) -> (Sizes, Sizes) {
         let r = Ranks::<T>::new(db);
         let doc = T::new("s".to_owned(), "e", 1.0);
         let one = vec![

@@ -82,6 +82,12 @@ impl std::ops::DerefMut for Given {
     }
 }
 
+impl From<Options> for Given {
+    fn from(o: Options) -> Given {
+        Given((!o.is_empty()).then(|| Box::new(o)))
+    }
+}
+
 impl Given {
     /// These options over a repository's `defaults`: the defaults
     /// themselves, borrowed, when no setter ran.

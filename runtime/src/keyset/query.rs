@@ -14,7 +14,7 @@ use super::{
     Keyset, Page, PageToken, Position, MAX_KEY_BYTES, MAX_PAGE_SIZE, MAX_TOKEN_DEPTH,
     MIN_SIGNING_KEY_LEN,
 };
-use crate::action::Options;
+use crate::action::{Effective, Given, Options};
 use crate::error::{Error, Found, Result};
 use crate::util::id_of;
 
@@ -27,10 +27,10 @@ where
     /// applies). Probes the session only when a read concern is set.
     pub(super) async fn effective(
         &self,
-        options: &Options,
+        options: Given,
         session: &mut Option<&mut ClientSession>,
-    ) -> Options {
-        let o = options.or(&self.defaults);
+    ) -> Effective<'_> {
+        let o = options.over(&self.defaults);
         match session.as_deref_mut() {
             Some(s) if o.read_concern.is_some() => {
                 if crate::action::in_transaction(s).await {
@@ -72,14 +72,7 @@ where
     ) -> Result<Page<T>> {
         let collation = collation.or(self.collation.as_ref());
         let plan = self.plan(collation)?;
-        // One options struct, as the driver's own setters build.
-        let mut o: FindOptions = options.driver().unwrap_or_default();
-        o.sort = Some(plan.sort);
-        o.limit = Some(plan.limit);
-        o.batch_size = Some(plan.limit as u32);
-        o.hint = hint.or(self.hint.as_ref()).cloned();
-        o.collation = collation.cloned();
-        let find = self.coll.find(plan.filter).with_options(o);
+        let hint = hint.or(self.hint.as_ref());
         let mut acc = Collect {
             query: self,
             fingerprint: plan.fingerprint,
@@ -92,10 +85,14 @@ where
         };
         // Typed straight from the reply's batch, as the driver does for a
         // `Collection<T>`; only the page's two edge documents are read raw,
-        // for their tokens.
+        // for their tokens. The cursor is boxed and the read in a session
+        // too: held across an `.await`, either would make every page's
+        // future too large for a small allocation.
         match session {
             None => {
-                let mut cursor = find.await?;
+                let find =
+                    self.find_cursor(plan.filter, plan.sort, plan.limit, options, hint, collation);
+                let mut cursor = Box::new(find.await?);
                 while cursor.advance().await? {
                     if !acc.take(cursor.current(), || cursor.deserialize_current())? {
                         break;
@@ -103,12 +100,8 @@ where
                 }
             }
             Some(s) => {
-                let mut cursor = find.session(&mut *s).await?;
-                while cursor.advance(&mut *s).await? {
-                    if !acc.take(cursor.current(), || cursor.deserialize_current())? {
-                        break;
-                    }
-                }
+                let o = find_options(plan.sort, plan.limit, options, hint, collation);
+                Box::pin(self.fetch_in(plan.filter, o, &mut acc, s)).await?
             }
         }
         let Collect {
@@ -129,6 +122,46 @@ where
             }
         };
         Ok(Page { items, next, prev })
+    }
+
+    /// The cursor of a page's `find`: the action is built and consumed
+    /// here, in a function that is not `async`, so that the page's future
+    /// holds only the driver's boxed future, not the action and its
+    /// options.
+    fn find_cursor(
+        &self,
+        filter: Document,
+        sort: Document,
+        limit: i64,
+        options: &Options,
+        hint: Option<&Hint>,
+        collation: Option<&Collation>,
+    ) -> impl std::future::Future<Output = mongodb::error::Result<mongodb::Cursor<T>>> + '_ {
+        use std::future::IntoFuture;
+        let o = find_options(sort, limit, options, hint, collation);
+        self.coll.find(filter).with_options(o).into_future()
+    }
+
+    /// A page's `find` in `session`, into `acc`.
+    async fn fetch_in(
+        &self,
+        filter: Document,
+        o: FindOptions,
+        acc: &mut Collect<'_, T>,
+        s: &mut ClientSession,
+    ) -> Result<()> {
+        let mut cursor = self
+            .coll
+            .find(filter)
+            .with_options(o)
+            .session(&mut *s)
+            .await?;
+        while cursor.advance(&mut *s).await? {
+            if !acc.take(cursor.current(), || cursor.deserialize_current())? {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Database, collection, sort keys, declared direction and collation:
@@ -324,6 +357,23 @@ pub(super) struct Plan {
     fingerprint: u64,
     /// The filter's BSON, when the query signs its tokens.
     signing: Option<Vec<u8>>,
+}
+
+/// A page's `find` options: one struct, as the driver's own setters build.
+fn find_options(
+    sort: Document,
+    limit: i64,
+    options: &Options,
+    hint: Option<&Hint>,
+    collation: Option<&Collation>,
+) -> FindOptions {
+    let mut o: FindOptions = options.driver().unwrap_or_default();
+    o.sort = Some(sort);
+    o.limit = Some(limit);
+    o.batch_size = Some(limit as u32);
+    o.hint = hint.cloned();
+    o.collation = collation.cloned();
+    o
 }
 
 /// Bytes a raw value takes in a token, near enough to bound its size.

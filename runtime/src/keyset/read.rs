@@ -22,7 +22,7 @@ use mongodb::ClientSession;
 use serde::de::DeserializeOwned;
 
 use super::{Keyset, Page, Position};
-use crate::action::Options;
+use crate::action::{Given, Options};
 use crate::error::Result;
 
 /// `hint` and `collation`, on every keyset read.
@@ -54,7 +54,7 @@ macro_rules! keyset_setters {
 #[must_use = "does nothing unless awaited"]
 pub struct FetchPage<'a, T: Send + Sync> {
     query: &'a Keyset<T>,
-    options: Options,
+    options: Given,
     session: Option<&'a mut ClientSession>,
     hint: Option<Hint>,
     collation: Option<Collation>,
@@ -64,7 +64,7 @@ impl<'a, T: Send + Sync> FetchPage<'a, T> {
     pub(super) fn new(query: &'a Keyset<T>) -> Self {
         FetchPage {
             query,
-            options: Options::new(),
+            options: Given::default(),
             session: None,
             hint: None,
             collation: None,
@@ -85,7 +85,7 @@ where
     fn into_future(mut self) -> Self::IntoFuture {
         Box::pin(async move {
             let q = self.query;
-            let options = q.effective(&self.options, &mut self.session).await;
+            let options = q.effective(self.options, &mut self.session).await;
             q.fetch(
                 &options,
                 self.hint.as_ref(),
@@ -106,7 +106,7 @@ where
 #[must_use = "does nothing unless awaited"]
 pub struct CountDocuments<'a, T: Send + Sync> {
     query: &'a Keyset<T>,
-    options: Options,
+    options: Given,
     session: Option<&'a mut ClientSession>,
     hint: Option<Hint>,
     collation: Option<Collation>,
@@ -116,7 +116,7 @@ impl<'a, T: Send + Sync> CountDocuments<'a, T> {
     pub(super) fn new(query: &'a Keyset<T>) -> Self {
         CountDocuments {
             query,
-            options: Options::new(),
+            options: Given::default(),
             session: None,
             hint: None,
             collation: None,
@@ -137,7 +137,7 @@ where
     fn into_future(mut self) -> Self::IntoFuture {
         Box::pin(async move {
             let q = self.query;
-            let options = q.effective(&self.options, &mut self.session).await;
+            let options = q.effective(self.options, &mut self.session).await;
             q.count_with(
                 &options,
                 self.hint.as_ref(),
@@ -192,7 +192,8 @@ where
         };
         // Once per stream: the caller cannot touch the session meanwhile.
         if !st.effective {
-            st.options = st.query.effective(&st.options, &mut st.session).await;
+            let given = Given::from(std::mem::take(&mut st.options));
+            st.options = (*st.query.effective(given, &mut st.session).await).clone();
             st.effective = true;
         }
         let page = st

@@ -240,24 +240,43 @@ fn decode_values(bytes: &[u8]) -> Result<Vec<Bson>, CursorError> {
 /// documents of them without `$` keys, at most [`MAX_TOKEN_DEPTH`] deep.
 /// Arrays (no single sort position), code, regexes, MinKey/MaxKey and the
 /// deprecated types are refused. Walks documents with an explicit stack: no
-/// recursion, whatever the input.
+/// recursion, whatever the input. A scalar, the common case (every
+/// document of a page has its sort values checked), is decided inline.
+#[inline]
 pub(crate) fn check_raw(v: RawBsonRef<'_>) -> Result<(), CursorError> {
+    if positioned_scalar(&v) {
+        return Ok(());
+    }
+    check_walk(v)
+}
+
+/// The scalar types that have a sort position.
+#[inline]
+fn positioned_scalar(v: &RawBsonRef<'_>) -> bool {
+    matches!(
+        v,
+        RawBsonRef::Double(_)
+            | RawBsonRef::String(_)
+            | RawBsonRef::Boolean(_)
+            | RawBsonRef::Null
+            | RawBsonRef::Int32(_)
+            | RawBsonRef::Int64(_)
+            | RawBsonRef::Timestamp(_)
+            | RawBsonRef::Binary(_)
+            | RawBsonRef::ObjectId(_)
+            | RawBsonRef::DateTime(_)
+            | RawBsonRef::Decimal128(_)
+    )
+}
+
+/// [`check_raw`] of a value that is not a positioned scalar.
+fn check_walk(v: RawBsonRef<'_>) -> Result<(), CursorError> {
     let mut stack: Vec<RawIter<'_>> = Vec::new();
     let mut next = Some(v);
     loop {
         if let Some(v) = next.take() {
             match v {
-                RawBsonRef::Double(_)
-                | RawBsonRef::String(_)
-                | RawBsonRef::Boolean(_)
-                | RawBsonRef::Null
-                | RawBsonRef::Int32(_)
-                | RawBsonRef::Int64(_)
-                | RawBsonRef::Timestamp(_)
-                | RawBsonRef::Binary(_)
-                | RawBsonRef::ObjectId(_)
-                | RawBsonRef::DateTime(_)
-                | RawBsonRef::Decimal128(_) => {}
+                v if positioned_scalar(&v) => {}
                 RawBsonRef::Document(d) => {
                     if stack.len() >= MAX_TOKEN_DEPTH {
                         return Err(CursorError::TooDeep);
