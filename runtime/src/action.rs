@@ -107,8 +107,8 @@ impl Given {
 /// each future is one allocation: a future that stays under a kilobyte is
 /// served from the allocator's small-chunk lists, while a larger one
 /// first makes glibc's malloc consolidate the small chunks the previous
-/// operation freed, which then cost the next allocations more (about 15 %
-/// of a rank `change`, measured in instructions).
+/// operation freed, which then cost the next allocations more (about a
+/// sixth of a rank `change`, measured in instructions).
 pub(crate) enum Effective<'a> {
     Defaults(&'a Options),
     Merged(Box<Options>),
