@@ -19,6 +19,7 @@ use mongodb::bson::{doc, Bson, Document, RawBsonRef};
 
 use super::act::Cx;
 use super::bookkeeping::raw_int;
+use super::write::Pushed;
 use super::{Bucketed, Buckets, MAX_BUCKET_BYTES, NEXT, OPS, OPS_KEPT, STALE};
 use crate::error::{Error, Result};
 use crate::util::id_range;
@@ -36,19 +37,16 @@ impl<T: Bucketed> Buckets<T> {
     /// looked from.
     pub(super) async fn push_hinted(
         &self,
-        key: &Bson,
+        p: &Pushed,
         seq: i64,
-        doc: &Document,
-        len: i64,
-        op: ObjectId,
         cx: &mut Cx<'_>,
     ) -> Result<(Option<i64>, i64)> {
-        if let Some(landed) = self.push_ahead(key, seq, doc, len, op, cx).await? {
+        if let Some(landed) = self.push_ahead(p, seq, cx).await? {
             return Ok((Some(landed), seq));
         }
         // Boxed, as the follow-ups of `push_ahead`: inline, this rare path
         // would make every push's future too large for a small allocation.
-        Box::pin(self.push_from_newest(key, seq, doc, len, op, cx)).await
+        Box::pin(self.push_from_newest(p, seq, cx)).await
     }
 
     /// Both buckets from `seq` on were full: other writers filled them
@@ -58,13 +56,11 @@ impl<T: Bucketed> Buckets<T> {
     /// too.
     async fn push_from_newest(
         &self,
-        key: &Bson,
+        p: &Pushed,
         seq: i64,
-        doc: &Document,
-        len: i64,
-        op: ObjectId,
         cx: &mut Cx<'_>,
     ) -> Result<(Option<i64>, i64)> {
+        let key = &p.key;
         let head = self.head(key, None, cx).await?;
         let size = i64::from(self.spec.size);
         if !head.exists || head.stale || head.sealed || (head.seq <= seq && head.count < size) {
@@ -76,7 +72,7 @@ impl<T: Bucketed> Buckets<T> {
                 .open_ahead(key, head.seq + 1, head.total(), false, cx)
                 .await;
         }
-        let landed = self.push_ahead(key, head.seq, doc, len, op, cx).await?;
+        let landed = self.push_ahead(p, head.seq, cx).await?;
         Ok((landed, head.seq))
     }
 
@@ -87,14 +83,12 @@ impl<T: Bucketed> Buckets<T> {
     /// takes the general path, which says why.
     pub(super) async fn push_ahead(
         &self,
-        key: &Bson,
+        p: &Pushed,
         seq: i64,
-        doc: &Document,
-        len: i64,
-        op: ObjectId,
         cx: &mut Cx<'_>,
     ) -> Result<Option<i64>> {
-        let cmd = self.push_ahead_command(key, seq, doc, len, op, cx)?;
+        let key = &p.key;
+        let cmd = self.push_ahead_command(p, seq, cx)?;
         // Sent as a command, which the driver does not retry: a retry could
         // land in the next bucket after this one went into a full one.
         let sent = crate::action::run!(self.db.run_command(cmd), cx.session.as_deref_mut());
@@ -103,7 +97,7 @@ impl<T: Bucketed> Buckets<T> {
             Err(e) if e.is_unavailable() => {
                 // The reply was lost: the write id says whether it landed.
                 // Not found, the general path sends it again.
-                return match Box::pin(self.landed(key, op, cx)).await {
+                return match Box::pin(self.landed(key, p.op, cx)).await {
                     Ok(found) => Ok(found),
                     Err(_) => Err(e),
                 };
@@ -120,7 +114,7 @@ impl<T: Bucketed> Buckets<T> {
             .get_array(OPS)
             .ok()
             .and_then(|ops| ops.last())
-            .is_some_and(|last| last == &Bson::ObjectId(op));
+            .is_some_and(|last| last == &Bson::ObjectId(p.op));
         let (Ok(seq), Some(start), Some(count)) = (
             after
                 .get_document("_id")
@@ -136,7 +130,7 @@ impl<T: Bucketed> Buckets<T> {
         }
         // Remembered now: a caller that stops waiting below still leaves
         // the next push one command.
-        self.remember(crate::util::key_bytes(key), seq);
+        self.remember(&p.slot, seq);
         let stale = matches!(after.get(STALE), Some(Bson::Boolean(true)));
         // What follows only keeps the next pushes at one round trip: the
         // item is stored, so its errors are not the push's.
@@ -158,15 +152,8 @@ impl<T: Bucketed> Buckets<T> {
 
     /// The `findAndModify` of [`Buckets::push_ahead`]. Built apart, so
     /// that nothing of it stays in the push's future.
-    fn push_ahead_command(
-        &self,
-        key: &Bson,
-        seq: i64,
-        doc: &Document,
-        len: i64,
-        op: ObjectId,
-        cx: &Cx<'_>,
-    ) -> Result<Document> {
+    fn push_ahead_command(&self, p: &Pushed, seq: i64, cx: &Cx<'_>) -> Result<Document> {
+        let (key, doc, len, op) = (&p.key, &p.doc, p.len, p.op);
         // The bucket last seen open and the one after: two point reads of
         // the `_id` index, whichever is the lower open one.
         let ids = [seq, seq + 1].map(|s| Bson::Document(doc! {"k": key.clone(), "s": s}));

@@ -21,14 +21,14 @@ use crate::error::{Error, Result};
 use crate::util::{id_range, key_bytes};
 
 /// A push's item, prepared once for every attempt.
-struct Pushed {
-    key: Bson,
-    doc: Document,
-    len: i64,
+pub(super) struct Pushed {
+    pub(super) key: Bson,
+    pub(super) doc: Document,
+    pub(super) len: i64,
     /// The key's slot in what the repository remembers.
-    slot: Vec<u8>,
+    pub(super) slot: Vec<u8>,
     /// The push's write id: once one attempt is applied, no other can be.
-    op: ObjectId,
+    pub(super) op: ObjectId,
 }
 
 /// Keys whose open bucket a repository remembers; past it, it forgets all.
@@ -41,57 +41,41 @@ impl<T: Bucketed> Buckets<T> {
     pub(super) async fn push_in(&self, item: &T, cx: &mut Cx<'_>) -> Result<()> {
         let key = self.key_bson(item.bucket_key())?;
         let doc = self.item_doc(item)?;
-        let len = item_len(&doc)?;
-        let slot = key_bytes(&key);
-        // One id for every attempt: once one is applied, no other can be.
-        let op = ObjectId::new();
-        let known = self.remembered(&slot);
+        // Boxed: a push's future holds it across every `.await`.
+        let p = Box::new(Pushed {
+            len: item_len(&doc)?,
+            slot: key_bytes(&key),
+            key,
+            doc,
+            // One id for every attempt: once one is applied, no other can be.
+            op: ObjectId::new(),
+        });
+        let known = self.remembered(&p.slot);
         if let Some(seq) = known.filter(|_| self.ahead(cx)) {
-            let (landed, looked) = self.push_hinted(&key, seq, &doc, len, op, cx).await?;
+            let (landed, looked) = self.push_hinted(&p, seq, cx).await?;
             if let Some(seq) = landed {
-                self.remember(slot, seq);
+                self.remember(&p.slot, seq);
                 return Ok(());
             }
-            let pushed = Pushed {
-                key,
-                doc,
-                len,
-                slot,
-                op,
-            };
-            return Box::pin(self.push_general(pushed, Some(looked), None, cx)).await;
+            return Box::pin(self.push_general(&p, Some(looked), None, cx)).await;
         }
         // The general path's first update, when the key's open bucket is
         // known: the whole push, most of the time.
         let first = match known {
-            Some(seq) => Some((seq, self.append_to(&key, seq, &doc, len, op, cx).await)),
+            Some(seq) => Some((seq, self.append_to(&p, seq, cx).await)),
             None => None,
         };
         if let Some((seq, Ok(true))) = first {
-            self.remember(slot, seq);
+            self.remember(&p.slot, seq);
             return Ok(());
         }
-        let pushed = Pushed {
-            key,
-            doc,
-            len,
-            slot,
-            op,
-        };
-        Box::pin(self.push_general(pushed, None, first, cx)).await
+        Box::pin(self.push_general(&p, None, first, cx)).await
     }
 
     /// One update appending `doc` to bucket `seq` of `key`, if that bucket
     /// is open, sound and has room: whether it did.
-    async fn append_to(
-        &self,
-        key: &Bson,
-        seq: i64,
-        doc: &Document,
-        len: i64,
-        op: ObjectId,
-        cx: &mut Cx<'_>,
-    ) -> Result<bool> {
+    async fn append_to(&self, p: &Pushed, seq: i64, cx: &mut Cx<'_>) -> Result<bool> {
+        let (key, doc, len, op) = (&p.key, &p.doc, p.len, p.op);
         let v = self.order_of(doc);
         let mut filter = doc! {"_id": {"k": key.clone(), "s": seq}};
         filter.extend(self.open_filter(key, 1, len, op, v.as_ref()));
@@ -115,19 +99,13 @@ impl<T: Bucketed> Buckets<T> {
     /// bucket `tried`) or the `first` update found no room.
     async fn push_general(
         &self,
-        pushed: Pushed,
+        p: &Pushed,
         mut tried: Option<i64>,
         mut first: Option<(i64, Result<bool>)>,
         cx: &mut Cx<'_>,
     ) -> Result<()> {
-        let Pushed {
-            key,
-            doc,
-            len,
-            slot,
-            op,
-        } = pushed;
-        let v = self.order_of(&doc);
+        let (key, doc, len, slot, op) = (&p.key, &p.doc, p.len, &p.slot, p.op);
+        let v = self.order_of(doc);
         let mut hops = 0;
         for _ in 0..MAX_ATTEMPTS {
             // A key not seen yet starts by creating its first bucket: for a
@@ -137,14 +115,14 @@ impl<T: Bucketed> Buckets<T> {
             let sent = first.take();
             let mut known = match &sent {
                 Some((seq, _)) => Some(*seq),
-                None => self.remembered(&slot),
+                None => self.remembered(slot),
             };
             if known.is_none() && cx.txn {
                 // In a caller's transaction a failed insert aborts it: an
                 // unseen key is read first rather than guessed new.
-                let head = Box::pin(self.head(&key, None, cx)).await?;
+                let head = Box::pin(self.head(key, None, cx)).await?;
                 if head.exists {
-                    self.remember(slot.clone(), head.seq);
+                    self.remember(slot, head.seq);
                     known = Some(head.seq);
                 }
             }
@@ -152,11 +130,11 @@ impl<T: Bucketed> Buckets<T> {
             let result = match (sent, known) {
                 (Some((_, result)), _) => result,
                 (None, None) => {
-                    Box::pin(self.open_next(&key, &Head::default(), vec![doc.clone()], len, op, cx))
+                    Box::pin(self.open_next(key, &Head::default(), vec![doc.clone()], len, op, cx))
                         .await
                         .map(|s| s.is_some())
                 }
-                (None, Some(seq)) => self.append_to(&key, seq, &doc, len, op, cx).await,
+                (None, Some(seq)) => self.append_to(p, seq, cx).await,
             };
             match result {
                 Ok(true) => {
@@ -181,27 +159,27 @@ impl<T: Bucketed> Buckets<T> {
             let head = if known.is_none() {
                 // The key has buckets this handle had not seen: go to its
                 // newest, by the index.
-                let head = Box::pin(self.head(&key, Some(op), cx)).await?;
+                let head = Box::pin(self.head(key, Some(op), cx)).await?;
                 if head.mine {
                     self.remember(slot, head.seq);
                     return Ok(());
                 }
                 head
             } else {
-                let at = Box::pin(self.bucket(&key, seq, Some(op), cx)).await?;
+                let at = Box::pin(self.bucket(key, seq, Some(op), cx)).await?;
                 if at.as_ref().is_some_and(|h| h.mine) {
                     self.remember(slot, seq);
                     return Ok(());
                 }
                 match at {
                     Some(h) if hops <= 2 => h,
-                    _ => Box::pin(self.head(&key, None, cx)).await?,
+                    _ => Box::pin(self.head(key, None, cx)).await?,
                 }
             };
             if head.exists && !cx.txn {
                 // A hint only: where the next push looks first, even if this
                 // one is cut short (not from a transaction's snapshot).
-                self.remember(slot.clone(), head.seq);
+                self.remember(slot, head.seq);
             }
             let late = |bound: &Option<Bson>| {
                 v.as_ref()
@@ -219,7 +197,7 @@ impl<T: Bucketed> Buckets<T> {
             {
                 // The bucket has room (another writer opened it, or this
                 // repository had not seen the key): append to it.
-                self.remember(slot.clone(), head.seq);
+                self.remember(slot, head.seq);
                 continue;
             }
             if head.exists && (late(&head.hi) || unbounded) {
@@ -228,21 +206,19 @@ impl<T: Bucketed> Buckets<T> {
                 // Another writer's copy of this push may have landed first.
                 cx.outside_transaction("a late push")?;
                 let scoped = self.scoped(&cx.opts);
-                return Box::pin(scoped.push_late(&key, doc.clone(), len, op)).await;
+                return Box::pin(scoped.push_late(key, doc.clone(), len, op)).await;
             }
             let full = head.exists && !head.sealed && head.count >= i64::from(self.spec.size);
             if full && !head.stale && self.ahead(cx) && tried != Some(head.seq) {
                 tried = Some(head.seq);
                 // Filled by pushes that opened the next bucket ahead at
                 // half: land in that one rather than open it again.
-                if let Some(seq) =
-                    Box::pin(self.push_ahead(&key, head.seq, &doc, len, op, cx)).await?
-                {
+                if let Some(seq) = Box::pin(self.push_ahead(p, head.seq, cx)).await? {
                     self.remember(slot, seq);
                     return Ok(());
                 }
             }
-            match Box::pin(self.open_next(&key, &head, vec![doc.clone()], len, op, cx)).await {
+            match Box::pin(self.open_next(key, &head, vec![doc.clone()], len, op, cx)).await {
                 Ok(Some(seq)) => {
                     self.remember(slot, seq);
                     return Ok(());
@@ -251,7 +227,7 @@ impl<T: Bucketed> Buckets<T> {
                 Err(e) if e.is_duplicate_key() && cx.txn => return Err(raced(e)),
                 Err(e) if e.is_duplicate_key() => {
                     // Another writer opened it first: append to theirs.
-                    self.remember(slot.clone(), head.seq + 1);
+                    self.remember(slot, head.seq + 1);
                 }
                 Err(e) => return Err(e),
             }
@@ -271,12 +247,16 @@ impl<T: Bucketed> Buckets<T> {
         self.heads.lock().ok()?.get(slot).copied()
     }
 
-    pub(super) fn remember(&self, slot: Vec<u8>, seq: i64) {
+    pub(super) fn remember(&self, slot: &[u8], seq: i64) {
         if let Ok(mut heads) = self.heads.lock() {
+            if let Some(known) = heads.get_mut(slot) {
+                *known = seq;
+                return;
+            }
             if heads.len() >= MAX_REMEMBERED {
                 heads.clear();
             }
-            heads.insert(slot, seq);
+            heads.insert(slot.to_vec(), seq);
         }
     }
 
@@ -438,7 +418,7 @@ impl<T: Bucketed> Buckets<T> {
             match crate::action::run!(insert, cx.session.as_deref_mut()) {
                 Ok(_) => {
                     rest = &[];
-                    self.remember(key_bytes(&key_b), seq - 1);
+                    self.remember(&key_bytes(&key_b), seq - 1);
                 }
                 Err(e) => {
                     let e = Error::from(e);
