@@ -72,8 +72,8 @@ impl<T: Bucketed> Buckets<T> {
         Box::pin(self.push_general(&p, None, first, cx)).await
     }
 
-    /// One update appending `doc` to bucket `seq` of `key`, if that bucket
-    /// is open, sound and has room: whether it did.
+    /// One update appending the pushed item to bucket `seq` of its key, if
+    /// that bucket is open, sound and has room: whether it did.
     async fn append_to(&self, p: &Pushed, seq: i64, cx: &mut Cx<'_>) -> Result<bool> {
         let (key, doc, len, op) = (&p.key, &p.doc, p.len, p.op);
         let v = self.order_of(doc);
