@@ -76,11 +76,11 @@ impl<T: Bucketed> Buckets<T> {
         Ok((landed, head.seq))
     }
 
-    /// The pushed item appended in one command to the lower open bucket of `seq` (the
-    /// key's open bucket as last seen) and the one after: that bucket's
-    /// `seq` if it landed, `None` if nothing took it (neither open, or the
-    /// lower is damaged or has no room for its bytes), so that the caller
-    /// takes the general path, which says why.
+    /// The pushed item appended in one command to the lower open bucket of
+    /// `seq` (the key's open bucket as last seen) and the one after: that
+    /// bucket's `seq` if it landed, `None` if nothing took it (neither
+    /// open, or the lower is damaged or has no room for its bytes), so that
+    /// the caller takes the general path, which says why.
     pub(super) async fn push_ahead(
         &self,
         p: &Pushed,
