@@ -144,16 +144,7 @@ impl<T: Bucketed> Buckets<T> {
 
     /// [`Buckets::total`], in `cx`.
     pub(super) async fn total_in(&self, key_b: &Bson, cx: &mut Cx<'_>) -> Result<u64> {
-        // Only what is needed of the newest bucket is kept across the
-        // repair's `.await`.
-        let (stale, total) = {
-            let head = self.head(key_b, None, cx).await?;
-            (head.stale, head.total())
-        };
-        if !stale {
-            return Ok(total as u64);
-        }
-        Ok(Box::pin(self.head_repaired(key_b, cx)).await?.total() as u64)
+        Ok(self.fresh_head(key_b, cx).await?.total() as u64)
     }
 
     /// The newest bucket, with `start` recomputed first if a removal left
