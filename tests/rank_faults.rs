@@ -147,31 +147,66 @@ async fn consistent<T: Exam>(db: &Database, board: &str, when: &str, zeros_ok: b
     );
 }
 
-/// A cut after 0.2 ms to 0.2 ms + `span_us`, so that some calls are cut
-/// before sending, some with a command in flight, some between commands,
-/// some not at all.
-fn cut_after(i: u64, span_us: u64) -> Duration {
-    Duration::from_micros(200 + span_us * (i % 80) / 80)
+/// Cut windows that follow the machine: each window is 0 to 2× a scale,
+/// so that some calls are cut before sending, some with a command in
+/// flight, some between commands, some not at all. The scale shrinks after
+/// a call that completed and grows after one that was cut, so about half
+/// of each stage's calls are cut however fast the server answers (a window
+/// fixed by one calibration cut too few calls when the machine sped up).
+struct Cuts {
+    scale: Duration,
+    /// Calls made and cut in the current stage; calls cut in all stages.
+    calls: u64,
+    stage: u64,
+    total: u64,
 }
 
-/// Three times the median of five uncut one-command writes, in
-/// microseconds: cut windows that scale with how busy the machine is (a
-/// fixed window cut too few calls on an idle machine).
-async fn span_us<T: Exam>(ranks: &Ranks<T>) -> u64 {
-    // The first write creates the collection: not a typical write.
-    bounded(30, ranks.record("calibrate", -1.0).into_future())
-        .await
-        .unwrap();
-    let mut took = Vec::new();
-    for i in 0..5 {
-        let t = Instant::now();
-        bounded(30, ranks.record("calibrate", f64::from(i)).into_future())
+impl Cuts {
+    /// Starts at three times the median of five uncut one-command writes.
+    async fn calibrate<T: Exam>(ranks: &Ranks<T>) -> Self {
+        // The first write creates the collection: not a typical write.
+        bounded(30, ranks.record("calibrate", -1.0).into_future())
             .await
             .unwrap();
-        took.push(t.elapsed().as_micros() as u64);
+        let mut took = Vec::new();
+        for i in 0..5 {
+            let t = Instant::now();
+            bounded(30, ranks.record("calibrate", f64::from(i)).into_future())
+                .await
+                .unwrap();
+            took.push(t.elapsed());
+        }
+        took.sort_unstable();
+        Cuts {
+            scale: took[2] * 3,
+            calls: 0,
+            stage: 0,
+            total: 0,
+        }
     }
-    took.sort_unstable();
-    took[2] * 3
+
+    /// Runs `f` under the `i`th window: `None` if it was cut.
+    async fn run<F: std::future::IntoFuture>(&mut self, i: u64, f: F) -> Option<F::Output> {
+        let window = self.scale.mul_f64((i % 40) as f64 / 20.0);
+        let r = tokio::time::timeout(window, f.into_future()).await.ok();
+        self.calls += 1;
+        if r.is_some() {
+            self.scale = self.scale.mul_f64(0.9);
+        } else {
+            self.scale = self.scale.mul_f64(1.1);
+            self.stage += 1;
+            self.total += 1;
+        }
+        r
+    }
+
+    /// Ends a stage: a sixth of its calls at least must have been cut.
+    fn stage_done(&mut self, what: &str) {
+        let (cut, calls) = (self.stage, self.calls);
+        eprintln!("{what}: {cut} of {calls} calls cut");
+        assert!(cut * 6 >= calls, "{what}: only {cut} of {calls} calls cut");
+        (self.calls, self.stage) = (0, 0);
+    }
 }
 
 const CUTS: u64 = 60;
@@ -193,29 +228,27 @@ async fn uncut<F: std::future::IntoFuture<Output = Result<R, Error>>, R>(what: &
 async fn cancelled_writes<T: Exam>(name: &str, bulk: bool) {
     let (db, _) = fresh_db(name).await;
     let ranks = T::ranks(&db).bulk_write(bulk);
-    let span = span_us(&ranks).await;
-    eprintln!("{name}: cut windows 0.2 ms to {} µs", 200 + span);
-    let cut = |i| cut_after(i, span);
+    let mut cuts = Cuts::calibrate(&ranks).await;
+    eprintln!("{name}: cut windows start at 0 to {:?}", cuts.scale * 2);
     // Without `bulkWrite`, a call cut between its `update` and its `delete`
     // may leave the emptied score at count 0; the calls read past it.
     let zeros_ok = !bulk;
-    let mut n_cut: i64 = 0;
 
     // insert
     for i in 0..CUTS {
         let p = T::new(format!("i{i}"), "b", (i % 7) as f64);
-        n_cut += tokio::time::timeout(cut(i), ranks.insert(&p))
-            .await
-            .is_err() as i64;
+        cuts.run(i, ranks.insert(&p)).await;
     }
+    cuts.stage_done("insert");
     uncut("insert", ranks.insert(&T::new("fresh".into(), "b", 1.0))).await;
     consistent::<T>(&db, "b", "after cut inserts", zeros_ok).await;
 
     // update_score, all on one player: the case.
     for i in 0..CUTS {
         let f = ranks.update_score(doc! {"_id": "fresh"}, (i % 20) as f64);
-        n_cut += tokio::time::timeout(cut(i), f).await.is_err() as i64;
+        cuts.run(i, f).await;
     }
+    cuts.stage_done("update_score");
     let matched = uncut(
         "update_score",
         ranks.update_score(doc! {"_id": "fresh"}, 3.0),
@@ -227,8 +260,9 @@ async fn cancelled_writes<T: Exam>(name: &str, bulk: bool) {
     // delete
     for i in 0..CUTS {
         let f = ranks.delete(doc! {"_id": format!("i{i}")});
-        n_cut += tokio::time::timeout(cut(i), f).await.is_err() as i64;
+        cuts.run(i, f).await;
     }
+    cuts.stage_done("delete");
     uncut("delete", ranks.delete(doc! {"_id": "fresh"})).await;
     consistent::<T>(&db, "b", "after cut deletes", zeros_ok).await;
 
@@ -236,15 +270,15 @@ async fn cancelled_writes<T: Exam>(name: &str, bulk: bool) {
     let total = |m: BTreeMap<i64, i64>| m.values().sum::<i64>();
     let (mut done, mut maybe) = (0_i64, 0_i64);
     for i in 0..CUTS {
-        match tokio::time::timeout(cut(i), ranks.record("h", (i % 9) as f64)).await {
-            Ok(r) => {
+        match cuts.run(i, ranks.record("h", (i % 9) as f64)).await {
+            Some(r) => {
                 r.unwrap();
                 done += 1
             }
-            Err(_) => maybe += 1,
+            None => maybe += 1,
         }
     }
-    n_cut += maybe;
+    cuts.stage_done("record");
     uncut("record", ranks.record("h", 1.0)).await;
     let after_records = total(held::<T>(&db, "h", zeros_ok).await);
     assert!(
@@ -256,15 +290,15 @@ async fn cancelled_writes<T: Exam>(name: &str, bulk: bool) {
         let now = held::<T>(&db, "h", zeros_ok).await;
         let from = *now.keys().next().unwrap() as f64 / 2.0;
         let f = ranks.change("h", from, ((i % 9) + 1) as f64);
-        match tokio::time::timeout(cut(i), f).await {
-            // A cut change still in flight may have moved that player.
-            Ok(r) => assert!(
+        // A cut change still in flight may have moved that player.
+        if let Some(r) = cuts.run(i, f).await {
+            assert!(
                 matches!(r, Ok(()) | Err(Error::ScoreNotFound { .. })),
                 "{r:?}"
-            ),
-            Err(_) => n_cut += 1,
+            );
         }
     }
+    cuts.stage_done("change");
     let now = held::<T>(&db, "h", zeros_ok).await;
     let from = *now.keys().next().unwrap() as f64 / 2.0;
     uncut("change", ranks.change("h", from, 2.0)).await;
@@ -278,15 +312,15 @@ async fn cancelled_writes<T: Exam>(name: &str, bulk: bool) {
         .collect();
     let last = plan.pop().unwrap();
     for (i, s) in plan.iter().enumerate() {
-        match tokio::time::timeout(cut(i as u64), ranks.remove("h", *s)).await {
-            Ok(r) => {
+        match cuts.run(i as u64, ranks.remove("h", *s)).await {
+            Some(r) => {
                 r.unwrap();
                 done += 1
             }
-            Err(_) => maybe += 1,
+            None => maybe += 1,
         }
     }
-    n_cut += maybe;
+    cuts.stage_done("remove");
     uncut("remove", ranks.remove("h", last)).await;
     let left = total(held::<T>(&db, "h", zeros_ok).await);
     assert!(
@@ -327,8 +361,7 @@ async fn cancelled_writes<T: Exam>(name: &str, bulk: bool) {
     // `rebuild` clears them.
     ranks.rebuild("b").await.unwrap();
     assert_consistent::<T>(&db, "b", "after rebuild").await;
-    eprintln!("{name}: {n_cut} calls cut");
-    assert!(n_cut > 100, "only {n_cut} calls were cut");
+    eprintln!("{name}: {} calls cut", cuts.total);
 }
 
 #[tokio::test]
