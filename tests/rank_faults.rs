@@ -393,6 +393,88 @@ async fn cancelled_writes_documents_fallback() {
 }
 
 /// A small deterministic generator (xorshift64*).
+/// Transactions open on the server now.
+async fn open_transactions(c: &Client) -> i64 {
+    let status = c
+        .database("admin")
+        .run_command(doc! {"serverStatus": 1})
+        .await
+        .unwrap();
+    let t = status.get_document("transactions").unwrap();
+    match t.get("currentOpen").unwrap() {
+        Bson::Int32(n) => i64::from(*n),
+        Bson::Int64(n) => *n,
+        other => panic!("currentOpen: {other:?}"),
+    }
+}
+
+/// Cuts `f` while its first write is held 300 ms on the server, so that
+/// the write starts the call's transaction after the call has gone; then
+/// no transaction may stay open, and the next writer of the same player
+/// must not wait for the server's 60 s transaction lifetime.
+async fn cut_while_held<F: IntoFuture>(c: &Client, what: &str, f: F) {
+    let held = doc! {
+        "configureFailPoint": "failCommand",
+        "mode": {"times": 1},
+        "data": {
+            "failCommands": ["insert", "update", "delete", "findAndModify", "bulkWrite"],
+            "blockConnection": true,
+            "blockTimeMS": 300,
+        },
+    };
+    c.database("admin").run_command(held).await.unwrap();
+    let cut = tokio::time::timeout(Duration::from_millis(50), f.into_future()).await;
+    assert!(cut.is_err(), "{what}: not cut");
+    // The held write runs now.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let t = Instant::now();
+    loop {
+        let open = open_transactions(c).await;
+        if open == 0 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{what}: {open} transactions still open 5 s after the cut"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn late_writes<T: Exam>(c: &Client, name: &str) {
+    let db = c.database(name);
+    let ranks = T::ranks(&db);
+    ranks.insert(&T::new("a".into(), "b", 1.0)).await.unwrap();
+    cut_while_held(c, "insert", ranks.insert(&T::new("late".into(), "b", 2.0))).await;
+    uncut("insert", ranks.insert(&T::new("next".into(), "b", 2.0))).await;
+    cut_while_held(
+        c,
+        "update_score",
+        ranks.update_score(doc! {"_id": "a"}, 3.0),
+    )
+    .await;
+    uncut("update_score", ranks.update_score(doc! {"_id": "a"}, 4.0)).await;
+    cut_while_held(c, "delete", ranks.delete(doc! {"_id": "a"})).await;
+    uncut("delete", ranks.delete(doc! {"_id": "next"})).await;
+    assert_consistent::<T>(&db, "b", name).await;
+}
+
+/// A call cut while its transaction's first command is still on its way
+/// leaves nothing open once that command arrives.
+#[tokio::test]
+async fn cut_calls_whose_write_arrives_late_hold_nothing() {
+    let server = OwnServer::start(ServerOptions {
+        test_commands: true,
+        ..ServerOptions::default()
+    });
+    let (c, _) = client(server.uri()).await;
+    bounded(120, async {
+        late_writes::<ArrayScore>(&c, "late_array").await;
+        late_writes::<DocsScore>(&c, "late_docs").await;
+    })
+    .await;
+}
+
 struct Rng(u64);
 
 impl Rng {

@@ -151,6 +151,9 @@ pub struct ServerOptions {
     /// Make every acknowledged write durable before the reply
     /// (`--sync-on-commit`): then a `kill -9` loses no acknowledged write.
     pub sync_on_commit: bool,
+    /// Accept `configureFailPoint` (`--enable-test-commands`), as mongod
+    /// does with `enableTestCommands`.
+    pub test_commands: bool,
 }
 
 /// A server of one test's own, which the test can kill (`kill -9`) and
@@ -186,6 +189,9 @@ impl OwnServer {
         }
         if opts.sync_on_commit {
             flags.push("--sync-on-commit");
+        }
+        if opts.test_commands {
+            flags.push("--enable-test-commands");
         }
         // A watchdog as in `start_server`, that also takes commands on its
         // stdin: `kill` (SIGKILL, then says `killed`) and `start PORT`.

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use mongodb::bson::{doc, Bson, Document};
-use mongodb::ClientSession;
+use mongodb::{ClientSession, Collection};
 
 use super::score::AnyScore;
 use super::write::{backoff, Delta, Txn};
@@ -83,18 +83,21 @@ impl<T: RankHistogram> Ranks<T> {
             }
             Some(s) if no_txn => return Box::pin(self.non_atomic(&op, &o, Some(s))).await,
             None if no_txn => return Box::pin(self.non_atomic(&op, &o, None)).await,
-            Some(s) => OpenTransaction::new(Held::Borrowed(s)),
+            Some(s) => OpenTransaction::new(Held::Borrowed(s), &self.hist),
             // Not causally consistent: a rerun's first command then
             // carries no `readConcern`, so `insert` can stay one
             // `bulkWrite` (a fresh session has nothing to be consistent
             // with).
-            None => OpenTransaction::new(Held::Owned(Some(Box::new(
-                self.db
-                    .client()
-                    .start_session()
-                    .causal_consistency(false)
-                    .await?,
-            )))),
+            None => OpenTransaction::new(
+                Held::Owned(Some(Box::new(
+                    self.db
+                        .client()
+                        .start_session()
+                        .causal_consistency(false)
+                        .await?,
+                ))),
+                &self.hist,
+            ),
         };
         // Only in a session of the call's own, whose first command carries
         // no `readConcern` (a caller's may have read before).
@@ -334,12 +337,22 @@ fn transaction_options(o: &Options) -> Option<mongodb::options::TransactionOptio
 /// session goes back to the pool. The driver alone would not: a session
 /// whose first command of the transaction was still in flight is pooled as
 /// it is, and its transaction holds its locks until the server's
-/// transaction lifetime (60 s by default) runs out. A caller's session is
-/// killed on the server too; the caller still holds it, with the
-/// transaction open locally, to abort or drop.
+/// transaction lifetime (60 s by default) runs out.
+///
+/// A command already sent may reach the server after the kill, and would
+/// then start the transaction anew. So a session of the call's own is also
+/// fenced: a transaction with the next number is started and aborted in it,
+/// which aborts the older one if it is open, and makes the server refuse
+/// any of its commands still on the way (`TransactionTooOld`).
+///
+/// A caller's session is killed on the server, not fenced: the caller
+/// still holds it, with the transaction open locally, to abort or drop. Its
+/// next transaction fences it.
 struct OpenTransaction<'s> {
     session: Held<'s>,
     armed: bool,
+    /// Where the fence reads (nothing: it looks up a missing `_id`).
+    fence: &'s Collection<Document>,
 }
 
 /// The session a call's own transaction runs in.
@@ -352,10 +365,11 @@ enum Held<'s> {
 }
 
 impl<'s> OpenTransaction<'s> {
-    fn new(session: Held<'s>) -> Self {
+    fn new(session: Held<'s>, fence: &'s Collection<Document>) -> Self {
         OpenTransaction {
             session,
             armed: true,
+            fence,
         }
     }
 
@@ -384,10 +398,20 @@ impl Drop for OpenTransaction<'_> {
             },
             Held::Borrowed(s) => (s.client(), s.id().clone(), None),
         };
+        let fence = self.fence.clone();
         runtime.spawn(async move {
             let kill = doc! {"killSessions": [id]};
             let _ = client.database("admin").run_command(kill).await;
-            drop(owned);
+            if let Some(mut s) = owned {
+                // Errors are ignored: the server's transaction lifetime
+                // remains the bound.
+                let _ = s.abort_transaction().await;
+                if s.start_transaction().await.is_ok() {
+                    let missing = doc! {"_id": Bson::MinKey};
+                    let _ = fence.find_one(missing).session(&mut *s).await;
+                    let _ = s.abort_transaction().await;
+                }
+            }
         });
     }
 }
