@@ -50,7 +50,9 @@
 //!   opts in with [`Ranks::allow_non_atomic`]. [`Ranks::rebuild`]
 //!   recomputes a board.
 //! - A call dropped mid-transaction (a timeout) must not leave the
-//!   transaction holding its locks: the session is killed on the server.
+//!   transaction holding its locks: the session is killed on the server,
+//!   and a session of the call's own is fenced with the next transaction
+//!   number, so that a command still on its way cannot reopen it.
 //! - Another client may break a board (a score twice, a negative count).
 //!   Every call that meets it fails with [`Error::Damaged`] naming the
 //!   document, and the writes check the board on the server before writing,
