@@ -1,5 +1,5 @@
 //! Decoding a bucket's items in one pass over the bucket's bytes, the key
-//! the bucket holds once handed to each item as one more field: no copy of
+//! the bucket holds once handed to each item as its first field: no copy of
 //! an item, no buffer to splice the key into.
 
 use std::cell::RefCell;
@@ -167,17 +167,22 @@ impl<'de, T: DeserializeOwned> Visitor<'de> for Keyed<'_, T> {
         T::deserialize(MapAccessDeserializer::new(WithKey {
             map,
             want: self.0,
-            state: State::Own,
+            state: State::KeyName,
         }))
     }
 }
 
+/// Where an item's decoding is. The key comes first: then the item's own
+/// entries are handed on as they are, with no seed to get back from the
+/// inner map when it ends (a derived `Deserialize` takes fields in any
+/// order).
 enum State {
+    /// The key's name is next.
+    KeyName,
+    /// The key's value is next.
+    KeyValue,
     /// The item's own entries.
     Own,
-    /// The key's name was handed out; its value is next.
-    Key,
-    Done,
 }
 
 struct WithKey<'w, A> {
@@ -189,54 +194,36 @@ struct WithKey<'w, A> {
 impl<'de, A: MapAccess<'de>> MapAccess<'de> for WithKey<'_, A> {
     type Error = A::Error;
 
+    #[inline]
     fn next_key_seed<K: DeserializeSeed<'de>>(
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, A::Error> {
         match self.state {
-            State::Own => {
-                // The inner map says it is done without using the seed,
-                // which then names the key.
-                let mut seed = Some(seed);
-                if let Some(k) = self.map.next_key_seed(Once(&mut seed))? {
-                    return Ok(Some(k));
-                }
-                self.state = State::Key;
-                let seed = seed.ok_or_else(|| A::Error::custom("a key read twice"))?;
+            State::Own => self.map.next_key_seed(seed),
+            State::KeyName => {
+                self.state = State::KeyValue;
                 seed.deserialize(BorrowedStrDeserializer::new(self.want.field))
                     .map(Some)
             }
-            State::Key | State::Done => Ok(None),
+            State::KeyValue => Err(A::Error::custom("the key's value was not read")),
         }
     }
 
+    #[inline]
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
         match self.state {
             State::Own => self.map.next_value_seed(seed),
-            State::Key => {
-                self.state = State::Done;
+            State::KeyValue => {
+                self.state = State::Own;
                 value(&self.want.key, seed)
             }
-            State::Done => Err(A::Error::custom("no value left")),
+            State::KeyName => Err(A::Error::custom("a value before its key")),
         }
     }
 
     fn size_hint(&self) -> Option<usize> {
         self.map.size_hint().map(|n| n + 1)
-    }
-}
-
-/// A seed lent to the inner map and given back if it goes unused.
-struct Once<'s, K>(&'s mut Option<K>);
-
-impl<'de, K: DeserializeSeed<'de>> DeserializeSeed<'de> for Once<'_, K> {
-    type Value = K::Value;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<K::Value, D::Error> {
-        match self.0.take() {
-            Some(seed) => seed.deserialize(d),
-            None => Err(D::Error::custom("a key read twice")),
-        }
     }
 }
 
