@@ -121,6 +121,8 @@ const HI: &str = "mp_hi";
 /// write the driver retries after a lost reply (it does so once, for
 /// example across a server restart) is recognised and not applied twice.
 const OPS: &str = "mp_ops";
+/// `OPS` as a path in an expression.
+const OPS_PATH: &str = "$mp_ops";
 /// How many write ids a bucket keeps: more than the writes that can land
 /// between a write and its retry (one per concurrent writer).
 const OPS_KEPT: i32 = 64;
@@ -131,6 +133,8 @@ const STALE: &str = "mp_stale";
 /// Set on an empty bucket opened ahead of the pushes that will fill it
 /// (see [`ahead`]): reads of the newest bucket pass over it.
 const NEXT: &str = "mp_next";
+/// `NEXT` as a path in an expression.
+const NEXT_PATH: &str = "$mp_next";
 /// Attempts at a push that keeps losing races before it gives up.
 const MAX_ATTEMPTS: usize = 64;
 
@@ -249,8 +253,32 @@ pub struct Buckets<T> {
     raw: Collection<RawDocumentBuf>,
     locks: Collection<Document>,
     spec: BucketSpec,
+    paths: Arc<Paths>,
     heads: Arc<Mutex<HashMap<Vec<u8>, i64>>>,
     _items: PhantomData<fn() -> T>,
+}
+
+/// The declaration's fields as expression paths, spelt once per
+/// repository rather than formatted in every command.
+#[derive(Debug)]
+struct Paths {
+    /// `$<items>`.
+    items: String,
+    /// `$$this.<order>`: an item's order value inside `$filter`.
+    this_order: String,
+    /// `$$mp_e.<order>`: an end item's order value.
+    end_order: String,
+}
+
+impl Paths {
+    fn new(spec: &BucketSpec) -> Self {
+        let order = spec.order.unwrap_or("_");
+        Paths {
+            items: format!("${}", spec.items),
+            this_order: format!("$$this.{order}"),
+            end_order: format!("$$mp_e.{order}"),
+        }
+    }
 }
 
 impl<T> Clone for Buckets<T> {
@@ -262,6 +290,7 @@ impl<T> Clone for Buckets<T> {
             raw: self.raw.clone(),
             locks: self.locks.clone(),
             spec: self.spec,
+            paths: self.paths.clone(),
             heads: self.heads.clone(),
             _items: PhantomData,
         }
@@ -310,6 +339,7 @@ impl<T: Bucketed> Buckets<T> {
             raw: db.collection(T::COLLECTION),
             locks: db.collection(&format!("{}.mp_locks", T::COLLECTION)),
             spec: T::BUCKET,
+            paths: Arc::new(Paths::new(&T::BUCKET)),
             heads: Arc::default(),
             _items: PhantomData,
         }

@@ -20,7 +20,7 @@ use mongodb::bson::{doc, Bson, Document, RawBsonRef};
 use super::act::Cx;
 use super::bookkeeping::raw_int;
 use super::write::Pushed;
-use super::{Bucketed, Buckets, MAX_BUCKET_BYTES, NEXT, OPS, OPS_KEPT, STALE};
+use super::{Bucketed, Buckets, MAX_BUCKET_BYTES, NEXT, NEXT_PATH, OPS, OPS_KEPT, OPS_PATH, STALE};
 use crate::error::{Error, Result};
 use crate::util::id_range;
 
@@ -183,8 +183,8 @@ impl<T: Bucketed> Buckets<T> {
     /// otherwise changes nothing (so the caller learns it from the write
     /// ids it gets back).
     fn append_if_sound(&self, item: &Document, len: i64, op: ObjectId) -> Vec<Document> {
-        let items = format!("${}", self.spec.items);
-        let ops = format!("${OPS}");
+        let items = self.paths.items.as_str();
+        let ops = OPS_PATH;
         let bytes = doc! {"$ifNull": ["$bytes", 0]};
         let fits = doc! {"$cond": [
             {"$isNumber": &bytes},
@@ -200,14 +200,14 @@ impl<T: Bucketed> Buckets<T> {
                 fits,
             ]}}},
             doc! {"$set": {
-                self.spec.items: {"$cond": [ok, {"$concatArrays": [&items, [{"$literal": item}]]}, &items]},
+                self.spec.items: {"$cond": [ok, {"$concatArrays": [items, [{"$literal": item}]]}, items]},
                 "count": {"$cond": [ok, {"$add": ["$count", 1]}, "$count"]},
                 "bytes": {"$cond": [ok, {"$add": [&bytes, len]}, "$bytes"]},
                 OPS: {"$cond": [ok, {"$slice": [
-                    {"$concatArrays": [{"$cond": [{"$isArray": [&ops]}, &ops, []]}, [op]]},
+                    {"$concatArrays": [{"$cond": [{"$isArray": [ops]}, ops, []]}, [op]]},
                     -OPS_KEPT,
-                ]}, &ops]},
-                NEXT: {"$cond": [ok, "$$REMOVE", format!("${NEXT}")]},
+                ]}, ops]},
+                NEXT: {"$cond": [ok, "$$REMOVE", NEXT_PATH]},
             }},
             doc! {"$unset": "mp_ok"},
         ]

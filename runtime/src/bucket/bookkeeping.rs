@@ -5,7 +5,7 @@
 
 use mongodb::bson::{doc, Bson, Document, RawBsonRef, RawDocument};
 
-use super::order::FLOOR;
+use super::order::FLOOR_PATH;
 use super::{Bucketed, Buckets, STALE, TYPE};
 use crate::error::{Error, Result};
 use crate::util::id_of;
@@ -16,11 +16,11 @@ impl<T: Bucketed> Buckets<T> {
     /// carries it, so a damaged bucket is never written to; the read that
     /// follows a write that matched nothing says what is wrong.
     pub(super) fn sound(&self) -> Document {
-        let items = format!("${}", self.spec.items);
-        let is_array = doc! {"$isArray": [&items]};
+        let items = self.paths.items.as_str();
+        // Built twice rather than cloned: cheaper for a one-entry document.
         doc! {"$and": [
-            &is_array,
-            {"$eq": [{"$size": {"$cond": [&is_array, &items, []]}}, "$count"]},
+            {"$isArray": [items]},
+            {"$eq": [{"$size": {"$cond": [{"$isArray": [items]}, items, []]}}, "$count"]},
             {"$lte": ["$count", self.cap()]},
             {"$isNumber": "$start"},
         ]}
@@ -29,8 +29,8 @@ impl<T: Bucketed> Buckets<T> {
     /// The array's length, or null when `items` is not an array: read
     /// beside `count` so that a bucket's bookkeeping can be checked.
     pub(super) fn len_expr(&self) -> Document {
-        let items = format!("${}", self.spec.items);
-        doc! {"$cond": [{"$isArray": [&items]}, {"$size": &items}, Bson::Null]}
+        let items = self.paths.items.as_str();
+        doc! {"$cond": [{"$isArray": [items]}, {"$size": items}, Bson::Null]}
     }
 
     /// Checks a bucket's bookkeeping as read (`len` is the array's length,
@@ -87,8 +87,8 @@ impl<T: Bucketed> Buckets<T> {
 
     /// The array, or an empty one when `items` is not an array.
     pub(super) fn safe_items(&self) -> Document {
-        let items = format!("${}", self.spec.items);
-        doc! {"$cond": [{"$isArray": [&items]}, &items, []]}
+        let items = self.paths.items.as_str();
+        doc! {"$cond": [{"$isArray": [items]}, items, []]}
     }
 
     /// The order value of a bucket's first item (its lowest), or its floor
@@ -103,10 +103,9 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     fn end_expr(&self, at: i32) -> Document {
-        let order = self.spec.order.unwrap_or("_");
         doc! {"$let": {
             "vars": {"mp_e": {"$arrayElemAt": [self.safe_items(), at]}},
-            "in": {"$ifNull": [format!("$$mp_e.{order}"), format!("${FLOOR}")]},
+            "in": {"$ifNull": [self.paths.end_order.as_str(), FLOOR_PATH]},
         }}
     }
 }

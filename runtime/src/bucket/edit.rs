@@ -17,7 +17,7 @@ use mongodb::options::ReturnDocument;
 use super::act::Cx;
 use super::bookkeeping::raw_int;
 use super::write::item_len;
-use super::{Bucketed, Buckets, LEN, MAX_ATTEMPTS, OPS, OPS_KEPT, TYPE};
+use super::{Bucketed, Buckets, LEN, MAX_ATTEMPTS, OPS, OPS_KEPT, OPS_PATH, TYPE};
 use crate::error::{Error, Result};
 use crate::util::id_of;
 use crate::util::id_range;
@@ -51,7 +51,7 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     async fn remove_leased(&self, key: &Bson, cond: &Document) -> Result<u64> {
-        let items = format!("${}", self.spec.items);
+        let items = &self.paths.items;
         let sound = self.sound();
         let hits = doc! {"$size": {"$filter": {"input": &items, "cond": cond}}};
         let rewrite = vec![
@@ -163,7 +163,7 @@ impl<T: Bucketed> Buckets<T> {
         let doc = self.item_doc(item)?;
         let len = item_len(&doc)?;
         let cond = item_cond(&matching, (self.spec.key, &key_b))?;
-        let items = format!("${}", self.spec.items);
+        let items = &self.paths.items;
         let sound = self.sound();
         let safe = doc! {"$cond": [{"$isArray": [&items]}, &items, []]};
         let hit = doc! {"$in": [true, {"$map": {"input": &safe, "in": &cond}}]};
@@ -270,9 +270,8 @@ impl<T: Bucketed> Buckets<T> {
 
 /// A pipeline stage that records write `op` among the bucket's last writes.
 pub(super) fn with_op(op: ObjectId) -> Document {
-    let ops = format!("${OPS}");
     doc! {"$set": {OPS: {"$slice": [
-        {"$concatArrays": [{"$cond": [{"$isArray": [&ops]}, &ops, []]}, [op]]},
+        {"$concatArrays": [{"$cond": [{"$isArray": [OPS_PATH]}, OPS_PATH, []]}, [op]]},
         -OPS_KEPT,
     ]}}}
 }

@@ -37,6 +37,8 @@ pub(super) const MOVING: &str = "mp_moving";
 /// An empty bucket's lower bound for `order` (the previous bucket's last
 /// value), so that a push in order does not land below it.
 pub(super) const FLOOR: &str = "mp_floor";
+/// `FLOOR` as a path in an expression.
+pub(super) const FLOOR_PATH: &str = "$mp_floor";
 
 impl<T: Bucketed> Buckets<T> {
     /// Takes the key's lease for `op`, waiting (with jittered backoff) while
@@ -391,7 +393,7 @@ impl<T: Bucketed> Buckets<T> {
             ));
         };
         let op = ObjectId::new();
-        let items = format!("${}", self.spec.items);
+        let items = &self.paths.items;
         let (keep, moved) = if lower {
             (
                 doc! {"$slice": [&items, half, {"$max": [1, "$count"]}]},
@@ -479,7 +481,7 @@ impl<T: Bucketed> Buckets<T> {
         lower: bool,
     ) -> Result<()> {
         let n = items.len() as i64;
-        let arr = format!("${}", self.spec.items);
+        let arr = &self.paths.items;
         let lit = doc! {"$literal": &items};
         let joined = if lower {
             doc! {"$concatArrays": [&arr, &lit]}

@@ -17,7 +17,8 @@ use newest::{PAGE, P_END, P_FROM};
 use super::act::Cx;
 use super::bookkeeping::{is_stale, raw_int};
 use super::{
-    BucketPage, Bucketed, Buckets, Head, PageRequest, HI, LEN, LO, MINE, NEXT, OPS, STALE, TYPE,
+    BucketPage, Bucketed, Buckets, Head, PageRequest, HI, LEN, LO, MINE, NEXT, OPS_PATH, STALE,
+    TYPE,
 };
 use crate::action::Options;
 use crate::error::{Error, Result};
@@ -270,17 +271,16 @@ impl<T: Bucketed> Buckets<T> {
         let mut p = doc! {
             "start": 1, "count": 1, "bytes": 1, "sealed": 1, STALE: 1,
             LEN: self.len_expr(),
-            TYPE: {"$type": format!("${}", self.spec.items)},
+            TYPE: {"$type": self.paths.items.as_str()},
         };
         if self.spec.order.is_some() {
             p.insert(LO, self.lo_expr());
             p.insert(HI, self.hi_expr());
         }
         if let Some(op) = op {
-            let ops = format!("${OPS}");
             p.insert(
                 MINE,
-                doc! {"$in": [op, {"$cond": [{"$isArray": [&ops]}, &ops, []]}]},
+                doc! {"$in": [op, {"$cond": [{"$isArray": [OPS_PATH]}, OPS_PATH, []]}]},
             );
         }
         p
@@ -423,7 +423,7 @@ impl<T: Bucketed> Buckets<T> {
 
     fn range_pipeline(&self, key: &Bson, from: i64, n: i64) -> Vec<Document> {
         let size = self.cap();
-        let items = format!("${}", self.spec.items);
+        let items = &self.paths.items;
         vec![
             // A bucket holds at most `cap` items, so only buckets starting
             // in (from - size, from + n) can overlap: an index seek.

@@ -65,8 +65,9 @@ impl<T: Bucketed> Buckets<T> {
             Some(seq) => Some((seq, self.append_to(&p, seq, cx).await)),
             None => None,
         };
-        if let Some((seq, Ok(true))) = first {
-            self.remember(&p.slot, seq);
+        if let Some((_, Ok(true))) = first {
+            // The bucket it remembered: nothing to learn (and another push
+            // may have remembered a newer one since).
             return Ok(());
         }
         Box::pin(self.push_general(&p, None, first, cx)).await
@@ -77,8 +78,7 @@ impl<T: Bucketed> Buckets<T> {
     async fn append_to(&self, p: &Pushed, seq: i64, cx: &mut Cx<'_>) -> Result<bool> {
         let (key, doc, len, op) = (&p.key, &p.doc, p.len, p.op);
         let v = self.order_of(doc);
-        let mut filter = doc! {"_id": {"k": key.clone(), "s": seq}};
-        filter.extend(self.open_filter(key, 1, len, op, v.as_ref()));
+        let filter = self.open_filter(key, seq, 1, len, op, v.as_ref());
         let update = match &v {
             Some(v) => {
                 mongodb::options::UpdateModifications::from(self.insert_sorted(doc, v, len, op))
@@ -465,12 +465,13 @@ impl<T: Bucketed> Buckets<T> {
         Ok(())
     }
 
-    /// The open bucket of `key` with room for `n` more items of `len` bytes.
-    /// With `v`, only if its lowest item is not above `v`: a lower value
-    /// is late, and belongs in an earlier bucket.
+    /// Bucket `seq` of `key`, if it is open and has room for `n` more items
+    /// of `len` bytes. With `v`, only if its lowest item is not above `v`: a
+    /// lower value is late, and belongs in an earlier bucket.
     fn open_filter(
         &self,
         key: &Bson,
+        seq: i64,
         n: i64,
         len: i64,
         op: ObjectId,
@@ -481,6 +482,7 @@ impl<T: Bucketed> Buckets<T> {
             None => self.sound(),
         };
         doc! {
+            "_id": {"k": key.clone(), "s": seq},
             OPS: {"$ne": op},
             self.spec.key: key.clone(),
             "sealed": Bson::Null,
@@ -658,15 +660,13 @@ impl<T: Bucketed> Buckets<T> {
         len: i64,
         op: ObjectId,
     ) -> Vec<Document> {
-        let order = self.spec.order.unwrap_or("_");
-        let items = format!("${}", self.spec.items);
-        let at = format!("$$this.{order}");
+        let (items, at) = (self.paths.items.as_str(), self.paths.this_order.as_str());
         vec![
             doc! {"$set": {
                 self.spec.items: {"$concatArrays": [
-                    {"$filter": {"input": &items, "cond": {"$lte": [&at, {"$literal": v}]}}},
+                    {"$filter": {"input": items, "cond": {"$lte": [at, {"$literal": v}]}}},
                     [{"$literal": item}],
-                    {"$filter": {"input": &items, "cond": {"$gt": [&at, {"$literal": v}]}}},
+                    {"$filter": {"input": items, "cond": {"$gt": [at, {"$literal": v}]}}},
                 ]},
                 "count": {"$add": ["$count", 1]},
                 "bytes": {"$add": [{"$ifNull": ["$bytes", 0]}, len]},
