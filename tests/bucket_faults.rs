@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use futures::TryStreamExt;
 use mongo_patterns::bson::{self, Bson};
 use mongo_patterns::bucket::PageRequest;
+use mongo_patterns::mongodb::Collection;
 use mongo_patterns::prelude::*;
 use mongo_patterns::Error;
 use mongo_patterns_testkit::{bounded, client, fresh_db, OwnServer, ServerOptions};
@@ -302,6 +303,214 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
         }
         other => panic!("an item that is a number: {other:?}"),
     }
+}
+
+// ---- items another client wrote ----
+
+/// Strict about what an item holds: unknown fields refused, a field read
+/// under an alias too, one defaulted, one skipped, one through `with`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[model(collection = "strict")]
+#[bucket(size = 5, key = "acct")]
+struct Strict {
+    #[serde(rename = "acct", alias = "account")]
+    account_id: String,
+    #[serde(alias = "n")]
+    number_of_units: i64,
+    #[serde(default)]
+    note: Option<String>,
+    #[serde(skip)]
+    seen: u32,
+    #[serde(with = "decimal_string")]
+    amount: u64,
+}
+
+/// An amount stored as a decimal string.
+mod decimal_string {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&v.to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        String::deserialize(d)?.parse().map_err(D::Error::custom)
+    }
+}
+
+/// Every missing field taken from `Default`: a container attribute the
+/// derive's own item decoder does not copy, so the runtime's generic one
+/// reads these.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(default)]
+#[model(collection = "lenient")]
+#[bucket(size = 5, key = "acct")]
+struct Lenient {
+    acct: String,
+    units: i64,
+    label: String,
+}
+
+impl Default for Lenient {
+    fn default() -> Self {
+        Lenient {
+            acct: String::new(),
+            units: -1,
+            label: "none".into(),
+        }
+    }
+}
+
+/// Appends `item` to the first bucket of `key` as another client would,
+/// its count kept right, and reads the key back by page and by stream,
+/// which must agree.
+async fn read_with_foreign<T, K>(
+    repo: &Buckets<T>,
+    raw: &Collection<Document>,
+    items: &str,
+    key: &K,
+    item: Document,
+) -> Result<Vec<T>, Error>
+where
+    T: Bucketed<Key = K> + std::fmt::Debug + PartialEq,
+    K: Serialize + Into<Bson> + Clone + std::fmt::Display,
+{
+    let key_bson: Bson = key.clone().into();
+    let id = doc! {"k": key_bson, "s": 0_i64};
+    raw.update_one(
+        doc! {"_id": &id},
+        doc! {"$push": {items: item}, "$inc": {"count": 1_i64}},
+    )
+    .await
+    .unwrap();
+    let page = bounded(10, repo.page(key, PageRequest::new(1, 10)))
+        .await
+        .map(|p| p.items);
+    let streamed = bounded(10, repo.stream(key).try_collect::<Vec<_>>()).await;
+    match (&page, &streamed) {
+        (Ok(p), Ok(s)) => assert_eq!(p, s, "{key}: page and stream"),
+        (Err(p), Err(s)) => {
+            for e in [p, s] {
+                match e {
+                    Error::UnexpectedDocument { id: got, .. } => {
+                        assert_eq!(**got, Bson::Document(id.clone()), "{key}: {e}")
+                    }
+                    other => panic!("{key}: not an error naming the bucket: {other:?}"),
+                }
+            }
+        }
+        _ => panic!("{key}: page {page:?} but stream {streamed:?}"),
+    }
+    page
+}
+
+#[tokio::test]
+async fn items_another_client_wrote_decode_as_the_model_says() {
+    let (db, _) = fresh_db("bucket_foreign_items").await;
+    let strict = Strict::buckets(&db);
+    let raw = db.collection::<Document>("strict");
+    let mine = |acct: &str| Strict {
+        account_id: acct.into(),
+        number_of_units: 1,
+        note: Some("mine".into()),
+        seen: 0,
+        amount: 10,
+    };
+    let foreign = |acct: &'static str, item| {
+        let (strict, raw) = (&strict, &raw);
+        async move {
+            bounded(10, strict.push(&mine(acct))).await.unwrap();
+            read_with_foreign(strict, raw, "items", &acct.to_owned(), item).await
+        }
+    };
+    // Read under an alias, the defaulted field missing, the skipped field
+    // defaulted: what the model says of any document.
+    let got = foreign("alias", doc! {"n": 7_i64, "amount": "25"})
+        .await
+        .unwrap();
+    assert_eq!(
+        got[1],
+        Strict {
+            account_id: "alias".into(),
+            number_of_units: 7,
+            note: None,
+            seen: 0,
+            amount: 25,
+        }
+    );
+    assert!(foreign(
+        "unknown",
+        doc! {"numberOfUnits": 1_i64, "amount": "1", "x": 1}
+    )
+    .await
+    .is_err());
+    assert!(
+        foreign("bad with", doc! {"numberOfUnits": 1_i64, "amount": "ten"})
+            .await
+            .is_err()
+    );
+    assert!(foreign("missing", doc! {"amount": "1"}).await.is_err());
+    // An item that holds the key, under its name or its alias, even the
+    // same key: the model read from it would hold the field twice.
+    for (acct, item) in [
+        (
+            "key",
+            doc! {"acct": "key", "numberOfUnits": 1_i64, "amount": "1"},
+        ),
+        (
+            "key alias",
+            doc! {"account": "x", "numberOfUnits": 1_i64, "amount": "1"},
+        ),
+    ] {
+        assert!(foreign(acct, item).await.is_err(), "{acct}");
+    }
+
+    // A model the generic decoder reads: missing fields from `Default`, an
+    // unknown one ignored, the key refused in an item too.
+    let lenient = Lenient::buckets(&db);
+    let raw = db.collection::<Document>("lenient");
+    let first = Lenient {
+        acct: "a".into(),
+        units: 3,
+        label: "mine".into(),
+    };
+    bounded(10, lenient.push(&first)).await.unwrap();
+    let a = "a".to_owned();
+    let got = read_with_foreign(&lenient, &raw, "items", &a, doc! {"units": 4_i64, "x": 1})
+        .await
+        .unwrap();
+    assert_eq!(
+        got,
+        vec![
+            first.clone(),
+            Lenient {
+                acct: "a".into(),
+                units: 4,
+                label: "none".into(),
+            }
+        ]
+    );
+    let err = read_with_foreign(&lenient, &raw, "items", &a, doc! {"acct": "a"}).await;
+    assert!(err.is_err(), "{err:?}");
+
+    // A model that ignores unknown fields still refuses its key in an item.
+    let trades = Trade::buckets(&db);
+    let raw = db.collection::<Document>("trades");
+    bounded(10, trades.push(&trade(9, 0, 0))).await.unwrap();
+    let item = doc! {"task": 0_i64, "seq": 1_i64, "ticker": "T", "extra": true};
+    let got = read_with_foreign(&trades, &raw, "trades", &9_i64, item.clone()).await;
+    assert_eq!(
+        got.unwrap()[1],
+        Trade {
+            ticker: "T".into(),
+            ..trade(9, 0, 1)
+        }
+    );
+    let mut holding = item;
+    holding.insert("customerId", 9_i64);
+    let err = read_with_foreign(&trades, &raw, "trades", &9_i64, holding).await;
+    assert!(err.is_err(), "{err:?}");
 }
 
 // ---- remove's filter ----

@@ -4,8 +4,9 @@
 
 use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
+use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
-use syn::{Attribute, DeriveInput, Ident, LitStr, Meta, Type};
+use syn::{Attribute, Data, DeriveInput, Fields, Ident, LitStr, Meta, Token, Type};
 
 use crate::ast::Input;
 use crate::attr::{self, Opt};
@@ -234,6 +235,7 @@ impl Bucket {
         let key_check = quote_spanned! {key_ty.span()=>
             #key_p::assert_bucket_key::<#key_ty>();
         };
+        let decode_item = keyless_decoder(input, key_name, key_ident, p);
         let order_check = spec.order.as_ref().map(|(_, ty)| {
             let p = p.at(ty.span());
             quote_spanned! {ty.span()=>
@@ -253,6 +255,7 @@ impl Bucket {
                 fn bucket_key(&self) -> &Self::Key {
                     &self.#key_ident
                 }
+                #decode_item
             }
             const _: () = {
                 #[allow(dead_code)]
@@ -286,6 +289,120 @@ impl Bucket {
             }
         }
     }
+}
+
+/// Container attributes of serde that a decoder of the model without its
+/// key keeps, and those that do not change how fields are read.
+const KEEP: &[&str] = &["rename_all", "deny_unknown_fields"];
+const IRRELEVANT: &[&str] = &["rename", "expecting", "crate", "into"];
+/// Serde attributes of the key field that do not change how it reads, given
+/// that the key is handed over as a value and not looked up by name.
+const KEY_IRRELEVANT: &[&str] = &["rename", "alias", "skip_serializing_if", "serialize_with"];
+
+/// Stored items lack the key: the runtime hands it over. A shadow of the
+/// model without its key field, with the same serde attributes, decodes an
+/// item straight from its bytes, and the model is built from it and the key.
+/// `None` (the runtime's generic decoder) when an attribute could change
+/// what the shadow reads: generics, `from`, container `default`, a `with` on
+/// the key, a `cfg` on a field.
+fn keyless_decoder(
+    input: &DeriveInput,
+    key_name: &str,
+    key_ident: &Ident,
+    p: &Private,
+) -> Option<TokenStream> {
+    if !input.generics.params.is_empty() {
+        return None;
+    }
+    let Data::Struct(data) = &input.data else {
+        return None;
+    };
+    let Fields::Named(fields) = &data.fields else {
+        return None;
+    };
+    let mut container = Vec::new();
+    for a in &input.attrs {
+        if a.path().is_ident("cfg_attr") {
+            return None;
+        }
+        if !a.path().is_ident("serde") {
+            continue;
+        }
+        for meta in serde_metas(a)? {
+            let name = meta.path().get_ident()?.to_string();
+            if KEEP.contains(&name.as_str()) {
+                container.push(meta);
+            } else if !IRRELEVANT.contains(&name.as_str()) {
+                return None;
+            }
+        }
+    }
+    let mut aliases = Vec::new();
+    let mut own = Vec::new();
+    for f in &fields.named {
+        let ident = f.ident.as_ref()?;
+        if f.attrs
+            .iter()
+            .any(|a| a.path().is_ident("cfg") || a.path().is_ident("cfg_attr"))
+        {
+            return None;
+        }
+        let serde: Vec<&Attribute> = f
+            .attrs
+            .iter()
+            .filter(|a| a.path().is_ident("serde"))
+            .collect();
+        if ident != key_ident {
+            own.push((ident, &f.ty, serde));
+            continue;
+        }
+        for a in serde {
+            for meta in serde_metas(a)? {
+                let name = meta.path().get_ident()?.to_string();
+                match &meta {
+                    Meta::NameValue(nv) if name == "alias" => aliases.push(nv.value.clone()),
+                    Meta::NameValue(_) if KEY_IRRELEVANT.contains(&name.as_str()) => {}
+                    _ => return None,
+                }
+            }
+        }
+    }
+    let krate = format!("{}::serde", quote!(#p));
+    let container = (!container.is_empty()).then(|| quote!(#[serde(#(#container),*)]));
+    let idents: Vec<_> = own.iter().map(|(i, _, _)| *i).collect();
+    let fields = own
+        .iter()
+        .map(|(ident, ty, attrs)| quote!(#(#attrs)* #ident: #ty));
+    Some(quote! {
+        #[inline]
+        fn __decode_item<'de, __D: #p::serde::Deserializer<'de>>(
+            key: &#p::Bson,
+            _field: &'static str,
+            d: __D,
+        ) -> #p::core::result::Result<Self, __D::Error> {
+            #[derive(#p::serde::Deserialize)]
+            #[serde(crate = #krate)]
+            #container
+            #[allow(dead_code)]
+            struct __MpItem {
+                #[serde(rename = #key_name, #(alias = #aliases,)* default)]
+                __mp_key_in_item: #p::KeyInItem,
+                #(#fields,)*
+            }
+            let item = <__MpItem as #p::serde::Deserialize>::deserialize(d)?;
+            #p::core::result::Result::Ok(Self {
+                #key_ident: #p::bucket_key_of::<_, __D::Error>(key)?,
+                #(#idents: item.#idents,)*
+            })
+        }
+    })
+}
+
+/// The options of one `#[serde(...)]`; `None` when they do not parse as
+/// attribute syntax (serde reports its own errors).
+fn serde_metas(a: &Attribute) -> Option<Punctuated<Meta, Token![,]>> {
+    a.parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated)
+        .ok()
 }
 
 #[cfg(test)]
@@ -344,6 +461,64 @@ mod tests {
             parse_quote! { #[bucket(size = 10, key = "a", order = "a")] struct T { a: i64 } },
         );
         assert!(e[0].contains("names the key field"), "{e:#?}");
+    }
+
+    #[test]
+    fn items_decode_without_the_key_unless_an_attribute_could_change_them() {
+        let ident: Ident = parse_quote!(customer_id);
+        let decoder = |input: DeriveInput| {
+            keyless_decoder(&input, "customerId", &ident, &Private::default())
+                .map(|t| t.to_string())
+        };
+        let kept = decoder(parse_quote! {
+            #[serde(rename_all = "camelCase", deny_unknown_fields, rename = "T")]
+            struct T {
+                #[serde(alias = "cid")] customer_id: i64,
+                #[serde(default, with = "m")] a: u64,
+                #[serde(skip)] b: u8,
+            }
+        })
+        .expect("a decoder without the key");
+        for part in [
+            "rename_all = \"camelCase\" , deny_unknown_fields",
+            "rename = \"customerId\" , alias = \"cid\" , default",
+            "# [serde (default , with = \"m\")] a : u64",
+            "# [serde (skip)] b : u8",
+            "customer_id : :: mongo_patterns :: __private :: bucket_key_of",
+        ] {
+            assert!(kept.contains(part), "{part} in {kept}");
+        }
+        assert!(!kept.contains("rename = \"T\""), "{kept}");
+        for (why, input) in [
+            (
+                "generic",
+                parse_quote! { struct T<V> { customer_id: i64, v: V } },
+            ),
+            (
+                "container default",
+                parse_quote! { #[serde(default)] struct T { customer_id: i64 } },
+            ),
+            (
+                "from",
+                parse_quote! { #[serde(from = "U")] struct T { customer_id: i64 } },
+            ),
+            (
+                "key read with",
+                parse_quote! { struct T { #[serde(with = "m")] customer_id: i64 } },
+            ),
+            (
+                "key renamed per side",
+                parse_quote! {
+                    struct T { #[serde(rename(deserialize = "c"))] customer_id: i64 }
+                },
+            ),
+            (
+                "cfg field",
+                parse_quote! { struct T { customer_id: i64, #[cfg(test)] a: u8 } },
+            ),
+        ] {
+            assert!(decoder(input).is_none(), "{why}");
+        }
     }
 
     #[test]

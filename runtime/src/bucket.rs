@@ -94,6 +94,8 @@ mod bookkeeping;
 mod edit;
 mod order;
 mod read;
+#[doc(hidden)]
+pub use read::{key_of, KeyInItem};
 mod write;
 pub use act::{FetchPage, ItemStream, Push, PushMany, Reindex, Remove, Total, Update};
 pub use edit::{FIELD_OPERATORS, LOGICAL_OPERATORS};
@@ -171,6 +173,19 @@ pub trait Bucketed: Model + Serialize + DeserializeOwned + Send + Sync + Unpin +
     const BUCKET: BucketSpec;
     /// This item's key.
     fn bucket_key(&self) -> &Self::Key;
+
+    /// Decodes one stored item, which lacks the key: `field: key` is its
+    /// own. The derive overrides this, where the model's serde attributes
+    /// allow, with a decoder for the model without its key field, which
+    /// reads an item as fast as a type that never had one.
+    #[doc(hidden)]
+    fn __decode_item<'de, D: serde::Deserializer<'de>>(
+        key: &Bson,
+        field: &'static str,
+        d: D,
+    ) -> core::result::Result<Self, D::Error> {
+        read::with_key(key, field, d)
+    }
 
     /// The repository over `db`.
     fn buckets(db: &Database) -> Buckets<Self> {

@@ -70,7 +70,9 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::approx_counter::{ApproxCounted, Counter, CounterSpec, CounterValue, Mode};
-    pub use crate::bucket::{BucketKey, BucketSpec, Bucketed, Buckets, OrderKey};
+    pub use crate::bucket::{
+        key_of as bucket_key_of, BucketKey, BucketSpec, Bucketed, Buckets, KeyInItem, OrderKey,
+    };
     pub use crate::ensure::{keyset_declared, Declared};
     pub use crate::keyset::{KeysetSpec, SortKey};
     pub use crate::model::Model;
@@ -80,7 +82,9 @@ pub mod __private {
         Timestamp,
     };
     pub use core;
+    pub use mongodb::bson::Bson;
     pub use mongodb::Database;
+    pub use serde;
     pub use std::vec::Vec;
 
     /// The limits and defaults the derive checks and fills in, which it

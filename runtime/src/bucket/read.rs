@@ -12,6 +12,9 @@ use serde::Serialize;
 mod keyed;
 mod newest;
 
+pub(crate) use keyed::with_key;
+pub use keyed::{key_of, KeyInItem};
+
 use newest::{PAGE, P_END, P_FROM};
 
 use super::act::Cx;

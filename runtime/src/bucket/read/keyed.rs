@@ -17,6 +17,7 @@ use serde::de::{
 };
 use serde::Deserialize;
 
+use crate::bucket::Bucketed;
 use crate::compat::DeError;
 
 /// What the one decode needs beyond the bytes: `from_slice` takes a type,
@@ -35,7 +36,7 @@ thread_local! {
 /// Up to `take` items of the array `items` of `bucket`, each with
 /// `field: key` added. Any error is only a signal: the caller decodes the
 /// bucket again item by item to say which item and why.
-pub(super) fn items<T: DeserializeOwned>(
+pub(super) fn items<T: Bucketed>(
     bucket: &[u8],
     items: &'static str,
     field: &'static str,
@@ -57,7 +58,7 @@ pub(super) fn items<T: DeserializeOwned>(
 
 struct Bucket<T>(Vec<T>);
 
-impl<'de, T: DeserializeOwned> Deserialize<'de> for Bucket<T> {
+impl<'de, T: Bucketed> Deserialize<'de> for Bucket<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let want = WANT
             .with(|w| w.borrow_mut().take())
@@ -68,7 +69,7 @@ impl<'de, T: DeserializeOwned> Deserialize<'de> for Bucket<T> {
 
 struct BucketVisitor<T>(Want, PhantomData<fn() -> T>);
 
-impl<'de, T: DeserializeOwned> Visitor<'de> for BucketVisitor<T> {
+impl<'de, T: Bucketed> Visitor<'de> for BucketVisitor<T> {
     type Value = Bucket<T>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -115,7 +116,7 @@ impl<'de> Visitor<'de> for Named {
 
 struct Items<'w, T>(&'w Want, PhantomData<fn() -> T>);
 
-impl<'de, T: DeserializeOwned> DeserializeSeed<'de> for Items<'_, T> {
+impl<'de, T: Bucketed> DeserializeSeed<'de> for Items<'_, T> {
     type Value = Vec<T>;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Vec<T>, D::Error> {
@@ -123,7 +124,7 @@ impl<'de, T: DeserializeOwned> DeserializeSeed<'de> for Items<'_, T> {
     }
 }
 
-impl<'de, T: DeserializeOwned> Visitor<'de> for Items<'_, T> {
+impl<'de, T: Bucketed> Visitor<'de> for Items<'_, T> {
     type Value = Vec<T>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -145,18 +146,31 @@ impl<'de, T: DeserializeOwned> Visitor<'de> for Items<'_, T> {
     }
 }
 
-/// One item: its own fields, then the key's.
+/// One item, decoded the model's way ([`Bucketed::__decode_item`]).
 struct Keyed<'w, T>(&'w Want, PhantomData<fn() -> T>);
 
-impl<'de, T: DeserializeOwned> DeserializeSeed<'de> for Keyed<'_, T> {
+impl<'de, T: Bucketed> DeserializeSeed<'de> for Keyed<'_, T> {
     type Value = T;
 
+    #[inline]
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
-        d.deserialize_map(self)
+        T::__decode_item(&self.0.key, self.0.field, d)
     }
 }
 
-impl<'de, T: DeserializeOwned> Visitor<'de> for Keyed<'_, T> {
+/// One stored item with `field: key` added, for any `Deserialize` model:
+/// the item's own fields, then the key's.
+pub(crate) fn with_key<'de, T: DeserializeOwned, D: Deserializer<'de>>(
+    key: &Bson,
+    field: &'static str,
+    d: D,
+) -> Result<T, D::Error> {
+    d.deserialize_map(WithKeyVisitor(key, field, PhantomData))
+}
+
+struct WithKeyVisitor<'k, T>(&'k Bson, &'static str, PhantomData<fn() -> T>);
+
+impl<'de, T: DeserializeOwned> Visitor<'de> for WithKeyVisitor<'_, T> {
     type Value = T;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -166,9 +180,29 @@ impl<'de, T: DeserializeOwned> Visitor<'de> for Keyed<'_, T> {
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
         T::deserialize(MapAccessDeserializer::new(WithKey {
             map,
-            want: self.0,
+            key: self.0,
+            field: self.1,
             state: State::KeyName,
         }))
+    }
+}
+
+/// The bucket's key as the key field's type, for a model whose derive
+/// decodes items without the key (the field has no serde attribute that
+/// changes how it reads).
+pub fn key_of<K: DeserializeOwned, E: serde::de::Error>(key: &Bson) -> Result<K, E> {
+    value(key, PhantomData::<K>)
+}
+
+/// Where the key's field name may appear in a model decoded without its
+/// key: a stored item must not hold the key, and one that does fails here,
+/// as it fails a decode of the whole model (a duplicate field).
+#[derive(Default)]
+pub struct KeyInItem;
+
+impl<'de> Deserialize<'de> for KeyInItem {
+    fn deserialize<D: Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+        Err(D::Error::custom("the item holds the bucket's key field"))
     }
 }
 
@@ -185,9 +219,10 @@ enum State {
     Own,
 }
 
-struct WithKey<'w, A> {
+struct WithKey<'k, A> {
     map: A,
-    want: &'w Want,
+    key: &'k Bson,
+    field: &'static str,
     state: State,
 }
 
@@ -203,7 +238,7 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for WithKey<'_, A> {
             State::Own => self.map.next_key_seed(seed),
             State::KeyName => {
                 self.state = State::KeyValue;
-                seed.deserialize(BorrowedStrDeserializer::new(self.want.field))
+                seed.deserialize(BorrowedStrDeserializer::new(self.field))
                     .map(Some)
             }
             State::KeyValue => Err(A::Error::custom("the key's value was not read")),
@@ -216,7 +251,7 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for WithKey<'_, A> {
             State::Own => self.map.next_value_seed(seed),
             State::KeyValue => {
                 self.state = State::Own;
-                value(&self.want.key, seed)
+                value(self.key, seed)
             }
             State::KeyName => Err(A::Error::custom("a value before its key")),
         }
