@@ -73,6 +73,22 @@ pub(crate) fn append(doc: &mut RawDocumentBuf, key: &str, value: RawBson) {
     }
 }
 
+/// `value` as raw BSON: a command built as bytes skips the driver's
+/// serialization of a `Document`.
+pub(crate) fn raw(value: &mongodb::bson::Bson) -> Result<RawBson, crate::Error> {
+    RawBson::try_from(value.clone()).map_err(|e| crate::Error::invalid("value", e.to_string()))
+}
+
+/// `d` as raw BSON.
+pub(crate) fn raw_document(d: &mongodb::bson::Document) -> Result<RawDocumentBuf, crate::Error> {
+    RawDocumentBuf::try_from(d).map_err(|e| crate::Error::invalid("document", e.to_string()))
+}
+
+/// Pushes `value` onto a raw array.
+pub(crate) fn push(arr: &mut mongodb::bson::RawArrayBuf, value: RawBson) {
+    arr.push(value);
+}
+
 /// The model's deserialization error inside a driver error from a cursor
 /// (`deserialize_current`, a typed `find`): its own kind with bson 2, a
 /// bson error with bson 3. Any other error is given back.

@@ -14,6 +14,7 @@ use super::score::as_number;
 use super::write::{refuse, Delta, Statement, Txn};
 use super::{RankHistogram, RankSpec, Ranks, Store, ARRAY_LIMIT};
 use crate::action::{Effective, Options};
+use crate::compat;
 use crate::error::code::{DUPLICATE_KEY, REFUSED};
 use crate::error::{server_codes, Error, Result};
 
@@ -152,12 +153,12 @@ async fn write<T: RankHistogram>(
 
 /// The array layout's write of `delta` as one statement: the board's
 /// update, an upsert when no `-1` comes first.
-pub(super) fn statement(board: &Bson, delta: Delta<'_>, descending: bool) -> Statement {
-    Statement::Update {
-        filter: filter_of(board, delta),
-        update: array_update(delta, descending).into(),
+pub(super) fn statement(board: &Bson, delta: Delta<'_>, descending: bool) -> Result<Statement> {
+    Ok(Statement::Update {
+        filter: compat::raw_document(&filter_of(board, delta))?,
+        update: compat::raw(&array_update(delta, descending).into())?,
         upsert: delta.dec.is_none(),
-    }
+    })
 }
 
 /// What the board's update matches: the board, holding a count above 0 at

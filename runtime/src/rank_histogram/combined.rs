@@ -11,13 +11,16 @@
 
 use std::sync::atomic::Ordering;
 
-use mongodb::bson::{doc, oid::ObjectId};
+use mongodb::bson::{doc, oid::ObjectId, RawArrayBuf, RawBson, RawDocumentBuf};
 use mongodb::ClientSession;
 
-use super::documents::{command_options, first_bulk_error, refused_bulk_write, statements};
+use super::documents::{
+    command_options, first_bulk_error, ns_info, refused_bulk_write, statements,
+};
 use super::write::Delta;
 use super::{array, Layout, RankHistogram, Ranks};
 use crate::action::Options;
+use crate::compat::{self, append};
 use crate::error::code::WRITE_CONFLICT;
 use crate::error::Result;
 
@@ -63,20 +66,31 @@ impl<T: RankHistogram> Ranks<T> {
             inc: Some(&score),
         };
         let hist = match self.spec.layout {
-            Layout::Array => vec![array::statement(&board, delta, self.spec.descending)],
-            Layout::Documents => statements(&board, delta),
+            Layout::Array => vec![array::statement(&board, delta, self.spec.descending)?],
+            Layout::Documents => statements(&board, delta)?,
         };
-        let mut ops = vec![doc! {"insert": 0, "document": document}];
-        ops.extend(hist.into_iter().map(|s| s.into_bulk_op(1)));
-        let ns = |name: &str| doc! {"ns": format!("{}.{}", self.db.name(), name)};
-        let mut command = doc! {
-            self.bulk_command: 1, "ops": ops,
-            "nsInfo": [ns(self.source.name()), ns(self.hist.name())],
-            "ordered": true, "errorsOnly": true,
-        };
+        let mut insert = RawDocumentBuf::new();
+        append(&mut insert, "insert", RawBson::Int32(0));
+        append(
+            &mut insert,
+            "document",
+            RawBson::Document(compat::raw_document(&document)?),
+        );
+        let mut ops = RawArrayBuf::new();
+        compat::push(&mut ops, RawBson::Document(insert));
+        for s in hist {
+            compat::push(&mut ops, RawBson::Document(s.into_bulk_op(1)));
+        }
+        let mut command = RawDocumentBuf::new();
+        append(&mut command, self.bulk_command, RawBson::Int32(1));
+        append(&mut command, "ops", RawBson::Array(ops));
+        let names = [self.source.name(), self.hist.name()];
+        append(&mut command, "nsInfo", ns_info(self.db.name(), &names));
+        append(&mut command, "ordered", RawBson::Boolean(true));
+        append(&mut command, "errorsOnly", RawBson::Boolean(true));
         command_options(self, &mut command, o, true)?;
         let admin = self.db.client().database("admin");
-        let reply = match admin.run_command(command).session(session).await {
+        let reply = match admin.run_raw_command(command).session(session).await {
             Ok(reply) => reply,
             Err(e) if refused_bulk_write(&e) => {
                 self.no_bulk_write.store(true, Ordering::Relaxed);

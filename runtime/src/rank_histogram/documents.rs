@@ -6,11 +6,12 @@
 
 use mongodb::bson;
 use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use futures::future::BoxFuture;
 use futures::TryStreamExt;
-use mongodb::bson::{doc, Bson, Document};
+use mongodb::bson::{doc, Bson, Document, RawArrayBuf, RawBson, RawDocumentBuf};
 use mongodb::ClientSession;
 
 use super::read::read_options;
@@ -18,6 +19,7 @@ use super::score::as_number;
 use super::write::{backoff, refuse, Delta, Statement, Txn, RETRY_BOUND};
 use super::{RankHistogram, RankSpec, Ranks, Store, ARRAY_LIMIT};
 use crate::action::{Effective, Options};
+use crate::compat::{self, append};
 use crate::error::code::{COMMAND_NOT_FOUND, DUPLICATE_KEY, REFUSED, WRITE_CONFLICT};
 use crate::error::{server_codes, Error, Result};
 
@@ -139,18 +141,18 @@ async fn write<T: RankHistogram>(
     // every write. From `sorted` on (`None`: none) they go in the
     // fallback's order.
     let mut sorted = if bulk { None } else { Some(0) };
-    let ops = |sorted: Option<usize>| {
-        let mut ops = statements(board, delta);
+    let ops = |sorted: Option<usize>| -> Result<Vec<Statement>> {
+        let mut ops = statements(board, delta)?;
         if let Some(k) = sorted {
             ops[k..].sort_by_key(|op| matches!(op, Statement::Delete { .. }));
         }
-        ops
+        Ok(ops)
     };
     let mut session = session;
     let (mut from, mut resumed, started) = (0, 0, Instant::now());
     loop {
         let failed = if bulk {
-            let mut these = ops(sorted);
+            let mut these = ops(sorted)?;
             these.drain(..from);
             match bulk_write_once(r, these, o, session.as_deref_mut(), in_transaction).await {
                 Err(e) if refused_bulk_write(&e) => {
@@ -169,7 +171,7 @@ async fn write<T: RankHistogram>(
                 other => other?,
             }
         } else {
-            let these = ops(sorted);
+            let these = ops(sorted)?;
             // Boxed when taken (servers before 8.0), as the other rare
             // paths below: inline, they would make every write's future
             // too large for a small allocation.
@@ -212,51 +214,83 @@ async fn write<T: RankHistogram>(
 /// check the target of `+1` when a `-1` comes first, `-1` (refused,
 /// writing nothing, when nobody holds the score), the board's marker, the
 /// removal of a score that reached 0, then `+1`.
-pub(super) fn statements(board: &Bson, delta: Delta<'_>) -> Vec<Statement> {
-    let id = |s: &Bson| doc! {"b": board, "s": s};
-    let valid = doc! {"$and": [
-        {"$in": [{"$type": "$count"}, ["int", "long"]]},
-        {"$gte": ["$count", 0]},
-    ]};
-    let set = |s: &Bson, set: Bson, upsert: bool| Statement::Update {
-        filter: doc! {"_id": id(s)},
-        update: bson::bson!([{"$set": {"count": set}}]),
+pub(super) fn statements(board: &Bson, delta: Delta<'_>) -> Result<Vec<Statement>> {
+    let u = updates()?;
+    let board = compat::raw(board)?;
+    let id = |s: RawBson| {
+        let mut id = RawDocumentBuf::new();
+        append(&mut id, "b", board.clone());
+        append(&mut id, "s", s);
+        let mut filter = RawDocumentBuf::new();
+        append(&mut filter, "_id", RawBson::Document(id));
+        filter
+    };
+    let set = |s: RawBson, update: &RawBson, upsert: bool| Statement::Update {
+        filter: id(s),
+        update: update.clone(),
         upsert,
     };
-    let mut ops = Vec::new();
+    let inc = delta.inc.map(compat::raw).transpose()?;
+    let mut ops = Vec::with_capacity(5);
     if let Some(d) = delta.dec {
-        if let Some(i) = delta.inc {
+        let d = compat::raw(d)?;
+        if let Some(i) = &inc {
             // Nothing is written when the `+1` would land on a damaged
             // count.
-            let same = bson::bson!({"$cond": [&valid, "$count", refuse()]});
-            ops.push(set(i, same, false));
+            ops.push(set(i.clone(), &u.same, false));
         }
-        let minus = bson::bson!({"$cond": [
-            {"$and": [&valid, {"$gt": ["$count", 0]}]},
-            {"$add": ["$count", -1_i64]},
-            refuse(),
-        ]});
         // An upsert, so that a missing score is refused rather than
         // matching nothing while the `+1` goes ahead.
-        ops.push(set(d, minus, true));
-        ops.push(Statement::Update {
-            filter: doc! {"_id": id(&Bson::MinKey)},
-            update: bson::bson!({"$setOnInsert": {"count": 0_i64}}),
-            upsert: true,
-        });
-        ops.push(Statement::Delete {
-            filter: doc! {"_id": id(d), "count": 0},
-        });
+        ops.push(set(d.clone(), &u.minus, true));
+        ops.push(set(RawBson::MinKey, &u.marker, true));
+        let mut filter = id(d);
+        append(&mut filter, "count", RawBson::Int32(0));
+        ops.push(Statement::Delete { filter });
     }
-    if let Some(i) = delta.inc {
-        let plus = bson::bson!({"$cond": [
-            {"$eq": [{"$type": "$count"}, "missing"]},
-            1_i64,
-            {"$cond": [&valid, {"$add": ["$count", 1_i64]}, refuse()]},
-        ]});
-        ops.push(set(i, plus, true));
+    if let Some(i) = inc {
+        ops.push(set(i, &u.plus, true));
     }
-    ops
+    Ok(ops)
+}
+
+/// The documents layout's updates, the same for every write: built once.
+struct Updates {
+    /// The `+1`'s target checked and left as it is.
+    same: RawBson,
+    /// `-1`, refused when nobody holds the score.
+    minus: RawBson,
+    /// The board's marker, created if missing.
+    marker: RawBson,
+    /// `+1`, the score created if missing.
+    plus: RawBson,
+}
+
+fn updates() -> Result<&'static Updates> {
+    static UPDATES: OnceLock<Option<Updates>> = OnceLock::new();
+    UPDATES
+        .get_or_init(|| {
+            let valid = doc! {"$and": [
+                {"$in": [{"$type": "$count"}, ["int", "long"]]},
+                {"$gte": ["$count", 0]},
+            ]};
+            let set = |to: Bson| compat::raw(&bson::bson!([{"$set": {"count": to}}])).ok();
+            Some(Updates {
+                same: set(bson::bson!({"$cond": [&valid, "$count", refuse()]}))?,
+                minus: set(bson::bson!({"$cond": [
+                    {"$and": [&valid, {"$gt": ["$count", 0]}]},
+                    {"$add": ["$count", -1_i64]},
+                    refuse(),
+                ]}))?,
+                marker: compat::raw(&bson::bson!({"$setOnInsert": {"count": 0_i64}})).ok()?,
+                plus: set(bson::bson!({"$cond": [
+                    {"$eq": [{"$type": "$count"}, "missing"]},
+                    1_i64,
+                    {"$cond": [&valid, {"$add": ["$count", 1_i64]}, refuse()]},
+                ]}))?,
+            })
+        })
+        .as_ref()
+        .ok_or_else(|| Error::invalid("update", "the histogram's updates do not encode"))
 }
 
 /// Whether the documents layout sends `bulkWrite`: allowed, and not
@@ -275,20 +309,39 @@ async fn bulk_write_once<T: RankHistogram>(
     session: Option<&mut ClientSession>,
     in_transaction: bool,
 ) -> std::result::Result<Option<(usize, mongodb::error::Error)>, mongodb::error::Error> {
-    let ops: Vec<Document> = ops.into_iter().map(|op| op.into_bulk_op(0)).collect();
-    let ns = format!("{}.{}", r.db.name(), r.hist.name());
-    let mut command = doc! {
-        r.bulk_command: 1, "ops": ops, "nsInfo": [{"ns": &ns}],
-        "ordered": true, "errorsOnly": true,
-    };
+    let mut arr = RawArrayBuf::new();
+    for op in ops {
+        compat::push(&mut arr, RawBson::Document(op.into_bulk_op(0)));
+    }
+    let mut command = RawDocumentBuf::new();
+    append(&mut command, r.bulk_command, RawBson::Int32(1));
+    append(&mut command, "ops", RawBson::Array(arr));
+    append(
+        &mut command,
+        "nsInfo",
+        ns_info(r.db.name(), &[r.hist.name()]),
+    );
+    append(&mut command, "ordered", RawBson::Boolean(true));
+    append(&mut command, "errorsOnly", RawBson::Boolean(true));
     command_options(r, &mut command, o, in_transaction)?;
     let admin = r.db.client().database("admin");
-    let reply = crate::action::run!(admin.run_command(command), session)?;
+    let reply = crate::action::run!(admin.run_raw_command(command), session)?;
     if let Some(failed) = first_bulk_error(&reply) {
         return Ok(Some(failed));
     }
     crate::action::command_write_errors(&reply)?;
     Ok(None)
+}
+
+/// A `bulkWrite`'s `nsInfo`: one entry per collection of `db`.
+pub(super) fn ns_info(db: &str, collections: &[&str]) -> RawBson {
+    let mut arr = RawArrayBuf::new();
+    for c in collections {
+        let mut ns = RawDocumentBuf::new();
+        append(&mut ns, "ns", RawBson::String(format!("{db}.{c}")));
+        compat::push(&mut arr, RawBson::Document(ns));
+    }
+    RawBson::Array(arr)
 }
 
 /// `o` on a `run_command` write, which inherits nothing: the effective
@@ -297,12 +350,17 @@ async fn bulk_write_once<T: RankHistogram>(
 /// transaction, whose own applies.
 pub(super) fn command_options<T: RankHistogram>(
     r: &Ranks<T>,
-    command: &mut Document,
+    command: &mut RawDocumentBuf,
     o: &Options,
     in_txn: bool,
 ) -> Result<()> {
     let inherited = if in_txn { None } else { r.hist.write_concern() };
-    o.command_fields(command, inherited, true)
+    let mut fields = Document::new();
+    o.command_fields(&mut fields, inherited, true)?;
+    for (k, v) in &fields {
+        append(command, k, compat::raw(v)?);
+    }
+    Ok(())
 }
 
 /// `ops` as the commands every server takes: one ordered `update`
@@ -322,39 +380,51 @@ async fn commands_once<T: RankHistogram>(
         .unwrap_or(ops.len());
     let (updates, deletes) = ops.split_at(split);
     let mut commands = Vec::new();
+    let command = |name: &str, list: &str, stmts: RawArrayBuf| {
+        let mut command = RawDocumentBuf::new();
+        append(
+            &mut command,
+            name,
+            RawBson::String(r.hist.name().to_owned()),
+        );
+        append(&mut command, list, RawBson::Array(stmts));
+        append(&mut command, "ordered", RawBson::Boolean(true));
+        command
+    };
     if !updates.is_empty() {
-        let stmts: Vec<Document> = updates
-            .iter()
-            .filter_map(|op| match op {
-                Statement::Update {
-                    filter,
-                    update,
-                    upsert,
-                } => Some(doc! {"q": filter, "u": update, "upsert": upsert, "multi": false}),
-                Statement::Delete { .. } => None,
-            })
-            .collect();
-        commands.push((
-            0,
-            doc! {"update": r.hist.name(), "updates": stmts, "ordered": true},
-        ));
+        let mut stmts = RawArrayBuf::new();
+        for op in updates {
+            if let Statement::Update {
+                filter,
+                update,
+                upsert,
+            } = op
+            {
+                let mut stmt = RawDocumentBuf::new();
+                append(&mut stmt, "q", RawBson::Document(filter.clone()));
+                append(&mut stmt, "u", update.clone());
+                append(&mut stmt, "upsert", RawBson::Boolean(*upsert));
+                append(&mut stmt, "multi", RawBson::Boolean(false));
+                compat::push(&mut stmts, RawBson::Document(stmt));
+            }
+        }
+        commands.push((0, command("update", "updates", stmts)));
     }
     if !deletes.is_empty() {
-        let stmts: Vec<Document> = deletes
-            .iter()
-            .filter_map(|op| match op {
-                Statement::Delete { filter } => Some(doc! {"q": filter, "limit": 1}),
-                Statement::Update { .. } => None,
-            })
-            .collect();
-        commands.push((
-            split,
-            doc! {"delete": r.hist.name(), "deletes": stmts, "ordered": true},
-        ));
+        let mut stmts = RawArrayBuf::new();
+        for op in deletes {
+            if let Statement::Delete { filter } = op {
+                let mut stmt = RawDocumentBuf::new();
+                append(&mut stmt, "q", RawBson::Document(filter.clone()));
+                append(&mut stmt, "limit", RawBson::Int32(1));
+                compat::push(&mut stmts, RawBson::Document(stmt));
+            }
+        }
+        commands.push((split, command("delete", "deletes", stmts)));
     }
     for (offset, mut command) in commands {
         command_options(r, &mut command, o, in_transaction)?;
-        let run = r.db.run_command(command);
+        let run = r.db.run_raw_command(command);
         let reply = crate::action::run!(run, session.as_deref_mut())?;
         if let Some((idx, e)) = first_write_error(&reply) {
             return Ok(Some((offset + idx, e)));

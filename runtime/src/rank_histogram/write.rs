@@ -4,12 +4,13 @@
 use mongodb::bson;
 use std::time::{Duration, Instant};
 
-use mongodb::bson::{doc, Bson, Document};
+use mongodb::bson::{doc, Bson, Document, RawBson, RawDocumentBuf};
 use mongodb::ClientSession;
 
 use super::rounding::rounded;
 use super::{RankHistogram, Ranks};
 use crate::action::{Effective, Options};
+use crate::compat::append;
 use crate::error::{Error, Result};
 
 /// How long a write retries lost races (a concurrent upsert, a
@@ -210,34 +211,42 @@ pub(super) fn refuse() -> Bson {
 }
 
 /// One statement of a histogram write, as `bulkWrite` or an `update` /
-/// `delete` command carries it.
+/// `delete` command carries it, in raw BSON: the commands are built as
+/// bytes, so the driver has no `Document` to serialize.
 pub(super) enum Statement {
     Update {
-        filter: Document,
-        update: Bson,
+        filter: RawDocumentBuf,
+        update: RawBson,
         upsert: bool,
     },
     Delete {
-        filter: Document,
+        filter: RawDocumentBuf,
     },
 }
 
 impl Statement {
     /// The statement as a `bulkWrite` operation on namespace `ns` (an
     /// index into `nsInfo`).
-    pub(super) fn into_bulk_op(self, ns: i32) -> Document {
+    pub(super) fn into_bulk_op(self, ns: i32) -> RawDocumentBuf {
+        let mut op = RawDocumentBuf::new();
         match self {
             Statement::Update {
                 filter,
                 update,
                 upsert,
-            } => doc! {
-                "update": ns, "filter": filter, "multi": false, "upsert": upsert,
-                "updateMods": update,
-            },
+            } => {
+                append(&mut op, "update", RawBson::Int32(ns));
+                append(&mut op, "filter", RawBson::Document(filter));
+                append(&mut op, "multi", RawBson::Boolean(false));
+                append(&mut op, "upsert", RawBson::Boolean(upsert));
+                append(&mut op, "updateMods", update);
+            }
             Statement::Delete { filter } => {
-                doc! {"delete": ns, "filter": filter, "multi": false}
+                append(&mut op, "delete", RawBson::Int32(ns));
+                append(&mut op, "filter", RawBson::Document(filter));
+                append(&mut op, "multi", RawBson::Boolean(false));
             }
         }
+        op
     }
 }
