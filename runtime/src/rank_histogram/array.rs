@@ -3,6 +3,7 @@
 //! write is one pipeline update of that document, checked on the server.
 
 use mongodb::bson;
+use std::sync::OnceLock;
 
 use futures::future::BoxFuture;
 use mongodb::bson::{doc, Bson, Document};
@@ -303,8 +304,16 @@ fn array_update(delta: Delta<'_>, descending: bool) -> Vec<Document> {
 
 /// Whether an array board is well-formed: `scores` an array (or absent) of
 /// `{score: number, count: integer ≥ 1}`, strictly best first (so no score
-/// twice). One pass over the array, on the server.
+/// twice). One pass over the array, on the server. Built once per
+/// direction: a copy costs less than building it.
 fn valid_board(descending: bool) -> Bson {
+    static CHECKS: [OnceLock<Bson>; 2] = [OnceLock::new(), OnceLock::new()];
+    CHECKS[usize::from(descending)]
+        .get_or_init(|| board_check(descending))
+        .clone()
+}
+
+fn board_check(descending: bool) -> Bson {
     let before = if descending { "$gt" } else { "$lt" };
     // Written without `$let` and with neighbours compared through `$zip`
     // (the scores against themselves shifted by one): on some servers a
