@@ -190,6 +190,7 @@ impl<'de, T: DeserializeOwned> Visitor<'de> for WithKeyVisitor<'_, T> {
 /// The bucket's key as the key field's type, for a model whose derive
 /// decodes items without the key (the field has no serde attribute that
 /// changes how it reads).
+#[inline]
 pub fn key_of<K: DeserializeOwned, E: serde::de::Error>(key: &Bson) -> Result<K, E> {
     value(key, PhantomData::<K>)
 }
@@ -264,6 +265,7 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for WithKey<'_, A> {
 
 /// The key's value as the model reads a field: scalars without
 /// allocating, the others through the BSON value deserializer.
+#[inline]
 fn value<'de, V: DeserializeSeed<'de>, E: serde::de::Error>(
     key: &Bson,
     seed: V,
