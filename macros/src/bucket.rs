@@ -2,8 +2,8 @@
 //! items stored many to a document per key. The runtime's `bucket` module
 //! holds the pattern; this checks the options and wires the key field.
 
-use proc_macro2::TokenStream;
-use quote::{quote, quote_spanned};
+use proc_macro2::{TokenStream, TokenTree};
+use quote::{quote, quote_spanned, ToTokens};
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{Attribute, Data, DeriveInput, Fields, Ident, LitStr, Meta, Token, Type};
@@ -347,6 +347,9 @@ fn keyless_decoder(
         {
             return None;
         }
+        if mentions_self(f.ty.to_token_stream()) {
+            return None;
+        }
         let serde: Vec<&Attribute> = f
             .attrs
             .iter()
@@ -395,6 +398,16 @@ fn keyless_decoder(
                 #(#idents: item.#idents,)*
             })
         }
+    })
+}
+
+/// Whether a field's type names `Self`, which inside the shadow would mean
+/// the shadow.
+fn mentions_self(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|tt| match tt {
+        TokenTree::Ident(i) => i == "Self",
+        TokenTree::Group(g) => mentions_self(g.stream()),
+        _ => false,
     })
 }
 
@@ -515,6 +528,10 @@ mod tests {
             (
                 "cfg field",
                 parse_quote! { struct T { customer_id: i64, #[cfg(test)] a: u8 } },
+            ),
+            (
+                "Self in a field",
+                parse_quote! { struct T { customer_id: i64, next: Option<Box<Self>> } },
             ),
         ] {
             assert!(decoder(input).is_none(), "{why}");

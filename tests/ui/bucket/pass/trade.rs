@@ -15,11 +15,38 @@ struct Trade {
     date: DateTime,
 }
 
+// A model whose fields name `Self`, and one with serde attributes the item
+// decoder copies: both compile.
+#[derive(Serialize, Deserialize, Model)]
+#[model(collection = "threads")]
+#[bucket(size = 10, key = "topic")]
+struct Post {
+    topic: String,
+    reply_to: Option<Box<Self>>,
+}
+
+#[derive(Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[model(collection = "events")]
+#[bucket(size = 10, key = "acct")]
+struct Event {
+    #[serde(rename = "acct", alias = "account")]
+    account_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
+    #[serde(skip)]
+    seen: u32,
+    #[serde(rename = "type")]
+    r#type: String,
+}
+
 #[allow(dead_code)]
 async fn f(db: Database, t: Trade) {
     let r = Trade::buckets(&db);
     let _ = r.push(&t).await;
     let _ = r.page(&7_i64, PageRequest::new(1, 25).newest_first()).await;
+    let _ = Post::buckets(&db).page("rust", PageRequest::new(1, 5)).await;
+    let _ = Event::buckets(&db).page("a", PageRequest::new(1, 5)).await;
 }
 
 // A web handler's future must be `Send`.
