@@ -303,8 +303,9 @@ const KEY_IRRELEVANT: &[&str] = &["rename", "alias", "skip_serializing_if", "ser
 /// model without its key field, with the same serde attributes, decodes an
 /// item straight from its bytes, and the model is built from it and the key.
 /// `None` (the runtime's generic decoder) when an attribute could change
-/// what the shadow reads: generics, `from`, container `default`, a `with` on
-/// the key, a `cfg` on a field.
+/// what the shadow reads (`from`, container `default`, a `with` on the key,
+/// a `cfg` on a field), or the shadow could not name a field's type
+/// (generics, `Self`).
 fn keyless_decoder(
     input: &DeriveInput,
     key_name: &str,
