@@ -84,11 +84,6 @@ pub(crate) fn raw_document(d: &mongodb::bson::Document) -> Result<RawDocumentBuf
     RawDocumentBuf::try_from(d).map_err(|e| crate::Error::invalid("document", e.to_string()))
 }
 
-/// Pushes `value` onto a raw array.
-pub(crate) fn push(arr: &mut mongodb::bson::RawArrayBuf, value: RawBson) {
-    arr.push(value);
-}
-
 /// The model's deserialization error inside a driver error from a cursor
 /// (`deserialize_current`, a typed `find`): its own kind with bson 2, a
 /// bson error with bson 3. Any other error is given back.

@@ -77,9 +77,9 @@ impl<T: RankHistogram> Ranks<T> {
             RawBson::Document(compat::raw_document(&document)?),
         );
         let mut ops = RawArrayBuf::new();
-        compat::push(&mut ops, RawBson::Document(insert));
+        ops.push(RawBson::Document(insert));
         for s in hist {
-            compat::push(&mut ops, RawBson::Document(s.into_bulk_op(1)));
+            ops.push(RawBson::Document(s.into_bulk_op(1)));
         }
         let mut command = RawDocumentBuf::new();
         append(&mut command, self.bulk_command, RawBson::Int32(1));

@@ -311,7 +311,7 @@ async fn bulk_write_once<T: RankHistogram>(
 ) -> std::result::Result<Option<(usize, mongodb::error::Error)>, mongodb::error::Error> {
     let mut arr = RawArrayBuf::new();
     for op in ops {
-        compat::push(&mut arr, RawBson::Document(op.into_bulk_op(0)));
+        arr.push(RawBson::Document(op.into_bulk_op(0)));
     }
     let mut command = RawDocumentBuf::new();
     append(&mut command, r.bulk_command, RawBson::Int32(1));
@@ -339,7 +339,7 @@ pub(super) fn ns_info(db: &str, collections: &[&str]) -> RawBson {
     for c in collections {
         let mut ns = RawDocumentBuf::new();
         append(&mut ns, "ns", RawBson::String(format!("{db}.{c}")));
-        compat::push(&mut arr, RawBson::Document(ns));
+        arr.push(RawBson::Document(ns));
     }
     RawBson::Array(arr)
 }
@@ -405,7 +405,7 @@ async fn commands_once<T: RankHistogram>(
                 append(&mut stmt, "u", update.clone());
                 append(&mut stmt, "upsert", RawBson::Boolean(*upsert));
                 append(&mut stmt, "multi", RawBson::Boolean(false));
-                compat::push(&mut stmts, RawBson::Document(stmt));
+                stmts.push(RawBson::Document(stmt));
             }
         }
         commands.push((0, command("update", "updates", stmts)));
@@ -417,7 +417,7 @@ async fn commands_once<T: RankHistogram>(
                 let mut stmt = RawDocumentBuf::new();
                 append(&mut stmt, "q", RawBson::Document(filter.clone()));
                 append(&mut stmt, "limit", RawBson::Int32(1));
-                compat::push(&mut stmts, RawBson::Document(stmt));
+                stmts.push(RawBson::Document(stmt));
             }
         }
         commands.push((split, command("delete", "deletes", stmts)));
