@@ -58,11 +58,15 @@ impl Inner {
     ) -> Result<Updated> {
         let upsert = self.spec.upsert;
         if opts.max_time.is_none() && !self.unacknowledged(opts, txn) {
-            let action = self
+            let mut action = self
                 .coll
                 .update_one(filter, update)
-                .with_options(opts.driver::<UpdateOptions>())
-                .upsert(upsert);
+                .with_options(opts.driver::<UpdateOptions>());
+            if upsert {
+                // Off is the server's default: said only when on, so that
+                // a call without options hands the driver none to encode.
+                action = action.upsert(true);
+            }
             let r = crate::action::run!(action, session)?;
             return Ok(Updated {
                 matched: r.matched_count,
