@@ -48,10 +48,31 @@ pub(crate) fn key_bytes(key: &Bson) -> Vec<u8> {
     }
 }
 
+/// SplitMix64's step γ (odd): the generator's state moves by it.
+pub(crate) const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// γ's inverse modulo 2⁶⁴ (Newton's iteration doubles the correct low
+/// bits each step: 1, 2, 4, …, 64 from γ itself, which is its own inverse
+/// to 3 bits).
+pub(crate) const GAMMA_INVERSE: u64 = {
+    let mut x = GAMMA;
+    let mut i = 0;
+    while i < 5 {
+        x = x.wrapping_mul(2u64.wrapping_sub(GAMMA.wrapping_mul(x)));
+        i += 1;
+    }
+    x
+};
+
 /// SplitMix64's output function (Steele, Lea and Flood): a bijective,
-/// well-mixed 64-bit hash.
-pub(crate) fn splitmix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+/// well-mixed 64-bit hash of the state after one step.
+pub(crate) fn splitmix64(z: u64) -> u64 {
+    mix64(z.wrapping_add(GAMMA))
+}
+
+/// SplitMix64's mix of a state it has already stepped.
+#[inline(always)]
+pub(crate) fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
@@ -76,5 +97,12 @@ mod tests {
         assert_eq!(key_bytes(&Bson::from("a")), key_bytes(&Bson::from("a")));
         assert_ne!(key_bytes(&Bson::from("a")), key_bytes(&Bson::from("b")));
         assert_ne!(key_bytes(&Bson::Int32(1)), key_bytes(&Bson::Int64(1)));
+    }
+
+    #[test]
+    fn gamma_inverse_is_its_inverse() {
+        assert_eq!(GAMMA.wrapping_mul(GAMMA_INVERSE), 1);
+        // SplitMix64's published first output for seed 0.
+        assert_eq!(splitmix64(0), 0xE220_A839_7B1D_CDAF);
     }
 }

@@ -194,21 +194,28 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> IntoFuture for Incr<'a, T, Q> 
 
     /// The hot path, inline: a sampled increment below N that does not
     /// hit is one load, a count in this thread's lane and a draw (a
-    /// seeded handle adds one atomic add). Everything else is out of line.
+    /// seeded handle adds a load and one atomic add). Everything else is
+    /// out of line.
     #[inline(always)]
     fn into_future(self) -> IncrFuture<'a> {
         let inner = &*self.counter.inner;
-        // N while sampled, valid and open; 0 otherwise (`n < 0` fails).
+        // N while sampled, unseeded, valid and open; 0 otherwise.
         let every = inner.hot.load(Ordering::Acquire);
-        if self.n < every {
+        let amount = if self.n < every {
             // n < N ≤ MAX_EVERY: no amount to refuse.
-            let amount = inner.count_and_draw(self.n, every);
-            if amount == 0 {
-                return IncrFuture::done();
+            inner.count_and_draw_unseeded(self.n, every)
+        } else {
+            // The same, seeded.
+            let every = inner.hot_seeded.load(Ordering::Acquire);
+            if self.n >= every {
+                return self.start().unwrap_or_else(IncrFuture::failed);
             }
-            return self.sampled_write(amount);
+            inner.count_and_draw(self.n, every)
+        };
+        if amount == 0 {
+            return IncrFuture::done();
         }
-        self.start().unwrap_or_else(IncrFuture::failed)
+        self.sampled_write(amount)
     }
 }
 

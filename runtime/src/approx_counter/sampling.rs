@@ -8,8 +8,9 @@
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::tally::word;
 use super::{Inner, Mode};
-use crate::util::splitmix64;
+use crate::util::{mix64, splitmix64, GAMMA};
 
 impl Inner {
     /// Counts `n` increments, and says what they write when each writes
@@ -19,10 +20,7 @@ impl Inner {
     #[inline(always)]
     pub(super) fn count_and_draw(&self, n: u64, m: u64) -> u64 {
         match &self.seed {
-            None => {
-                let at = self.increments.add(n);
-                hits(self.handle, at, n, m)
-            }
+            None => self.count_and_draw_unseeded(n, m),
             Some((seed, draws)) => {
                 if self.spec.mode != Mode::Sampled || m <= 1 {
                     self.increments.add(n);
@@ -32,12 +30,19 @@ impl Inner {
         }
     }
 
-    /// The draws of `n` increments counted at position `at` (unseeded), or
-    /// of the next `n` numbers of the seeded stream.
+    /// [`Inner::count_and_draw`] on a handle known to be unseeded.
+    #[inline(always)]
+    pub(super) fn count_and_draw_unseeded(&self, n: u64, m: u64) -> u64 {
+        hits(self.increments.add(n), n, m)
+    }
+
+    /// The draws of `n` increments whose first word is `at` (what
+    /// [`Tally::add`](super::tally::Tally::add) returned: unseeded), or of
+    /// the next `n` numbers of the seeded stream.
     #[inline]
     pub(super) fn draw(&self, at: u64, n: u64, m: u64) -> u64 {
         match &self.seed {
-            None => hits(self.handle, at, n, m),
+            None => hits(at, n, m),
             Some((seed, draws)) => self.draw_seeded(*seed, draws, n, m),
         }
     }
@@ -48,7 +53,7 @@ impl Inner {
         if m <= 1 {
             return m * n;
         }
-        hits(seed, draws.fetch_add(n, Ordering::Relaxed), n, m)
+        hits(word(seed, draws.fetch_add(n, Ordering::Relaxed)), n, m)
     }
 
     /// Increments seen: the per-thread counts, plus, on a seeded sampled
@@ -63,24 +68,27 @@ impl Inner {
     }
 }
 
-/// What `n` increments at positions `first..` of the stream `key` write
-/// when each writes `m` with probability 1/m: `m` times the draws that hit.
-/// One increment is inline; more are a loop out of line.
+/// What `n` increments whose first word is `first` write when each writes
+/// `m` with probability 1/m: `m` times the draws that hit. Number `i` of
+/// the stream `key` is SplitMix64's output after `i` steps from `key`:
+/// the mix of its word `key + (i + 1)·γ`, so that distinct positions
+/// never draw the same number. One increment is inline; more are a loop
+/// out of line.
 #[inline(always)]
-fn hits(key: u64, first: u64, n: u64, m: u64) -> u64 {
+fn hits(first: u64, n: u64, m: u64) -> u64 {
     if n == 1 && m > 1 {
-        return m * u64::from(hit(stream(key, first), m));
+        return m * u64::from(hit(mix64(first), m));
     }
-    hits_many(key, first, n, m)
+    hits_many(first, n, m)
 }
 
 #[inline(never)]
-fn hits_many(key: u64, first: u64, n: u64, m: u64) -> u64 {
+fn hits_many(first: u64, n: u64, m: u64) -> u64 {
     if m <= 1 {
         return m * n;
     }
-    let hits = (first..first.wrapping_add(n))
-        .filter(|&i| hit(stream(key, i), m))
+    let hits = (0..n)
+        .filter(|&i| hit(mix64(first.wrapping_add(i.wrapping_mul(GAMMA))), m))
         .count() as u64;
     m * hits
 }
@@ -102,13 +110,6 @@ pub(super) fn random_handle() -> u64 {
     splitmix64(h.finish())
 }
 
-/// Number `i` of the stream `key`: SplitMix64 over a counter, so that
-/// distinct positions never draw the same number.
-#[inline]
-fn stream(key: u64, i: u64) -> u64 {
-    splitmix64(key.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,7 +117,7 @@ mod tests {
     #[test]
     fn seeded_stream_is_uniform_enough() {
         let hits = (0..1_000_000_u64)
-            .filter(|&i| ((u128::from(stream(42, i)) * 100) >> 64) == 0)
+            .filter(|&i| hit(mix64(word(42, i)), 100))
             .count();
         // Binomial(10⁶, 1/100): σ ≈ 99.5.
         assert!((9_700..=10_300).contains(&hits), "{hits}");

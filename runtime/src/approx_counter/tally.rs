@@ -9,13 +9,18 @@
 //!
 //! A lane's count is also where the thread's next draw is in the handle's
 //! random stream (see `sampling`), so counting an increment and moving
-//! the random state are one store.
+//! the random state are one store. A lane holds its position as the
+//! stream's word for it, `key + (position + 1)·γ` (γ odd, so distinct
+//! positions are distinct words): the draw then mixes the lane's value as
+//! it is, and `sum` turns words back into counts with γ's inverse.
 
 use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+
+use crate::util::{GAMMA, GAMMA_INVERSE};
 
 /// Lanes per handle: one cache line each.
 const LANES: usize = 32;
@@ -30,10 +35,13 @@ struct Lane(AtomicU64);
 
 #[derive(Debug)]
 pub(super) struct Tally {
-    /// Lane `i` counts from `base(i)`, so that its count is also a
-    /// position in the handle's random stream that no other lane reaches.
+    /// Lane `i` counts from position `base(i)`, so that its count is also
+    /// a position in the handle's random stream that no other lane
+    /// reaches; it holds the position's word.
     lanes: [Lane; LANES],
+    /// The same, from position 0.
     shared: AtomicU64,
+    key: u64,
 }
 
 /// Where lane `i` counts from: `(i + 1)·2⁵⁶` (the shared atomic from 0).
@@ -41,19 +49,27 @@ const fn base(i: usize) -> u64 {
     (i as u64 + 1) << 56
 }
 
+/// The word of `position` in the stream `key`.
+#[inline(always)]
+pub(super) const fn word(key: u64, position: u64) -> u64 {
+    key.wrapping_add(position.wrapping_add(1).wrapping_mul(GAMMA))
+}
+
 impl Tally {
-    pub(super) fn new() -> Self {
+    /// A tally whose positions are words of the stream `key`.
+    pub(super) fn new(key: u64) -> Self {
         Tally {
-            lanes: std::array::from_fn(|i| Lane(AtomicU64::new(base(i)))),
-            shared: AtomicU64::new(0),
+            lanes: std::array::from_fn(|i| Lane(AtomicU64::new(word(key, base(i))))),
+            shared: AtomicU64::new(word(key, 0)),
+            key,
         }
     }
 
-    /// Counts `n` increments; returns where they start in this handle's
-    /// sequence of increments: the lane's count before them, in the
-    /// lane's own range. No two increments of one handle get the same
-    /// position while a lane counts fewer than 2⁵⁶, so the positions can
-    /// index a random stream.
+    /// Counts `n` increments; returns the word of the first one's
+    /// position in this handle's sequence of increments (the lane's
+    /// count before them, in the lane's own range). No two increments of
+    /// one handle get the same position while a lane counts fewer than
+    /// 2⁵⁶, so the words can seed a random stream.
     #[inline(always)]
     pub(super) fn add(&self, n: u64) -> u64 {
         let i = LANE.try_with(Cell::get).unwrap_or(ENDING);
@@ -61,7 +77,10 @@ impl Tally {
             // Only this thread writes this lane while it holds it.
             let Lane(lane) = &self.lanes[i];
             let before = lane.load(Ordering::Relaxed);
-            lane.store(before.wrapping_add(n), Ordering::Relaxed);
+            lane.store(
+                before.wrapping_add(n.wrapping_mul(GAMMA)),
+                Ordering::Relaxed,
+            );
             return before;
         }
         self.add_unlaned(i, n)
@@ -75,16 +94,20 @@ impl Tally {
         if i == UNCLAIMED && claim() < LANES {
             return self.add(n);
         }
-        self.shared.fetch_add(n, Ordering::Relaxed)
+        self.shared
+            .fetch_add(n.wrapping_mul(GAMMA), Ordering::Relaxed)
     }
 
+    /// Increments counted, over every lane and the shared atomic.
     pub(super) fn sum(&self) -> u64 {
-        self.lanes
-            .iter()
-            .enumerate()
-            .fold(self.shared.load(Ordering::Relaxed), |s, (i, Lane(l))| {
-                s.wrapping_add(l.load(Ordering::Relaxed).wrapping_sub(base(i)))
-            })
+        let count = |now: u64, from: u64| {
+            now.wrapping_sub(word(self.key, from))
+                .wrapping_mul(GAMMA_INVERSE)
+        };
+        self.lanes.iter().enumerate().fold(
+            count(self.shared.load(Ordering::Relaxed), 0),
+            |s, (i, Lane(l))| s.wrapping_add(count(l.load(Ordering::Relaxed), base(i))),
+        )
     }
 }
 
@@ -144,7 +167,7 @@ mod tests {
 
     #[test]
     fn threads_count_exactly() {
-        let t = std::sync::Arc::new(Tally::new());
+        let t = std::sync::Arc::new(Tally::new(0x5eed));
         let threads: Vec<_> = (0..LANES + 8)
             .map(|_| {
                 let t = t.clone();
@@ -164,7 +187,7 @@ mod tests {
 
     #[test]
     fn positions_are_never_given_twice() {
-        let t = std::sync::Arc::new(Tally::new());
+        let t = std::sync::Arc::new(Tally::new(0x5eed));
         let threads: Vec<_> = (0..LANES + 8)
             .map(|_| {
                 let t = t.clone();
@@ -174,8 +197,9 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for h in threads {
             for at in h.join().unwrap() {
-                // Each call takes two positions: `at` and `at + 1`.
-                assert!(seen.insert(at) && seen.insert(at + 1), "{at} given twice");
+                // Each call takes two positions: the words `at` and `at + γ`.
+                let next = at.wrapping_add(GAMMA);
+                assert!(seen.insert(at) && seen.insert(next), "{at} given twice");
             }
         }
         assert_eq!(t.sum(), 2 * 1000 * (LANES as u64 + 8));
