@@ -12,7 +12,9 @@ use mongo_patterns::bucket::PageRequest;
 use mongo_patterns::mongodb::Collection;
 use mongo_patterns::prelude::*;
 use mongo_patterns::Error;
-use mongo_patterns_testkit::{bounded, client, fresh_db, OwnServer, ServerOptions};
+use mongo_patterns_testkit::{
+    bounded, client, fresh_db, server_uri, with_pool, OwnServer, ServerOptions,
+};
 use tokio::time::timeout;
 
 const SIZE: i64 = 5;
@@ -1067,7 +1069,10 @@ fn hot(task: u32, seq: u32, pad: usize) -> Hot {
 /// key; returns the commands sent per push, after checking every item is
 /// stored once, in each task's order, with positions that add up.
 async fn hot_pushes(test: &str, tasks: u32, each: u32, big: Option<(u32, usize)>) -> f64 {
-    let (db, commands) = fresh_db(test).await;
+    let (db, _) = fresh_db(test).await;
+    // A connection per task, so that they all reach the server at once.
+    let (pooled, commands) = client(&with_pool(&server_uri(), tasks)).await;
+    let db = pooled.database(db.name());
     let repo = Hot::buckets(&db);
     repo.ensure_indexes().await.unwrap();
     // The key's first bucket, and the handle has seen it.
@@ -1121,6 +1126,14 @@ async fn sixty_four_tasks_push_at_one_round_trip_each() {
     // More writers than half a bucket: the next bucket must exist before
     // they fill this one, in under two round trips.
     let per = hot_pushes("bucket_hot_64", 64, 25, None).await;
+    assert!(per <= 1.1, "{per:.3} round trips per push at 64 tasks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_tasks_push_at_one_round_trip_each_over_many_rollovers() {
+    // Sustained: replies come back late and out of order, so a push's
+    // hint of the open bucket can be two buckets behind when it runs.
+    let per = hot_pushes("bucket_hot_64_long", 64, 125, None).await;
     assert!(per <= 1.1, "{per:.3} round trips per push at 64 tasks");
 }
 

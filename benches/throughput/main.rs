@@ -54,7 +54,7 @@ mod rank;
 
 use mongo_patterns::prelude::*;
 use mongo_patterns_testkit::bench::{self, describe_server, BoxResult, Flags, Runtime, Session};
-use mongo_patterns_testkit::server_uri;
+use mongo_patterns_testkit::{server_uri, with_pool};
 
 pub(crate) use cell::{Ctx, Row};
 
@@ -123,7 +123,7 @@ fn main() {
     };
     bench::main(runtime, async move {
         let pool = args.tasks.iter().copied().max().unwrap_or(1).max(10);
-        let s = Session::open("throughput", with_pool(&server_uri(), pool)).await?;
+        let s = Session::open("throughput", with_pool(&server_uri(), u32::try_from(pool)?)).await?;
         let report = run(&args, &s.db, &s.commands).await;
         s.finish(report).await
     });
@@ -180,20 +180,4 @@ async fn run(
         );
     }
     Ok(out)
-}
-
-/// `uri` with `maxPoolSize=n`, unless it sets a pool size already.
-fn with_pool(uri: &str, n: usize) -> String {
-    if uri.to_ascii_lowercase().contains("maxpoolsize") {
-        return uri.to_owned();
-    }
-    if uri.contains('?') {
-        return format!("{uri}&maxPoolSize={n}");
-    }
-    let after_scheme = uri.split_once("://").map_or(uri, |(_, rest)| rest);
-    if after_scheme.contains('/') {
-        format!("{uri}?maxPoolSize={n}")
-    } else {
-        format!("{uri}/?maxPoolSize={n}")
-    }
 }

@@ -330,6 +330,22 @@ impl Commands {
     }
 }
 
+/// `uri` with `maxPoolSize=n`, unless it sets a pool size already.
+pub fn with_pool(uri: &str, n: u32) -> String {
+    if uri.to_ascii_lowercase().contains("maxpoolsize") {
+        return uri.to_owned();
+    }
+    if uri.contains('?') {
+        return format!("{uri}&maxPoolSize={n}");
+    }
+    let after_scheme = uri.split_once("://").map_or(uri, |(_, rest)| rest);
+    if after_scheme.contains('/') {
+        format!("{uri}?maxPoolSize={n}")
+    } else {
+        format!("{uri}/?maxPoolSize={n}")
+    }
+}
+
 /// A client for `uri` with command monitoring, waiting at most 10 s for the
 /// server, so that a test never hangs on a dead one.
 pub async fn client(uri: &str) -> (Client, Commands) {
