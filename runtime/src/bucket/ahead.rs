@@ -1,7 +1,7 @@
 //! Pushes that the server places: each goes to the lowest open one of the
-//! key's bucket last seen open and the [`WINDOW`]` - 1` after it, in one
-//! `findAndModify`, and the bucket after the open one is opened ahead of
-//! time, empty, as the open one takes its first item.
+//! key's bucket last seen open and the few after it ([`WINDOW`] in all),
+//! in one `findAndModify`, and the bucket after the open one is opened
+//! ahead of time, empty, as the open one takes its first item.
 //!
 //! Writers racing at a rollover then land in that next bucket instead of
 //! failing on the full one: a push costs one round trip however many
@@ -59,10 +59,10 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// Every bucket of the window from `seq` on was full: other writers
-    /// filled them since this handle last looked (many tasks on one key). The newest
-    /// bucket says where the open one is now: one read, then the one
-    /// command again, after opening the next bucket if that one is full
-    /// too.
+    /// filled them since this handle last looked (many tasks on one key).
+    /// The newest bucket says where the open one is now: one read, then
+    /// the one command again, after opening the next bucket if that one is
+    /// full too.
     async fn push_from_newest(
         &self,
         p: &Pushed,
