@@ -86,7 +86,7 @@ use mongo_patterns_testkit::bench::{
     self, describe_server, external_server, thousands, BoxResult, Flags, Runtime, ServerCounters,
     Session,
 };
-use mongo_patterns_testkit::{server_uri, Commands};
+use mongo_patterns_testkit::{server_uri, with_pool, Commands};
 
 const COLLECTION: &str = "products";
 const EXACT_FIELD: &str = "exact_views";
@@ -244,27 +244,10 @@ fn main() {
     bench::main(runtime, async move {
         // 16 tasks, plus a buffered flush's 16 concurrent writes.
         let pool = args.tasks + 16;
-        let s = Session::open("counter", with_pool(&server_uri(), pool)).await?;
+        let s = Session::open("counter", with_pool(&server_uri(), u32::try_from(pool)?)).await?;
         let report = bench(&args, &s.uri, pool, &s.db, &s.commands).await;
         s.finish(report).await
     });
-}
-
-/// `uri` with `maxPoolSize=n` unless it sets one: the driver's default of 10
-/// connections would cap 16 tasks at 10 writes in flight.
-fn with_pool(uri: &str, n: usize) -> String {
-    if uri.to_ascii_lowercase().contains("maxpoolsize") {
-        return uri.to_owned();
-    }
-    if uri.contains('?') {
-        return format!("{uri}&maxPoolSize={n}");
-    }
-    let after_scheme = uri.split_once("://").map_or(uri, |(_, rest)| rest);
-    if after_scheme.contains('/') {
-        format!("{uri}?maxPoolSize={n}")
-    } else {
-        format!("{uri}/?maxPoolSize={n}")
-    }
 }
 
 async fn bench(
