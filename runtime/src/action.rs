@@ -398,6 +398,49 @@ pub(crate) fn raced_in_transaction(e: mongodb::error::Error) -> Error {
     Error::Raced(crate::error::with_transient_label(e))
 }
 
+/// What to do after a write sent with `run_command` failed with `e`, as
+/// the driver's retryable writes would: `None` to send it once more (the
+/// error says it was not stored: an election refused or interrupted it,
+/// and the driver selects the new primary for the next attempt), once
+/// per call and never inside a transaction (the transaction's runner
+/// reruns it whole); otherwise the error for the caller, which says the
+/// outcome is unknown where the write may be stored, since the server
+/// cannot de-duplicate a command without a transaction number.
+pub(crate) fn after_write_error(
+    operation: &'static str,
+    e: Error,
+    txn: bool,
+    resent: &mut bool,
+) -> Option<Error> {
+    use crate::error::code::{outcome, Outcome};
+    let Some(m) = e.mongo() else {
+        return Some(e);
+    };
+    match outcome(m) {
+        Outcome::NotStored if !txn && !*resent => {
+            *resent = true;
+            None
+        }
+        _ => Some(unknown_outcome(operation, e, txn)),
+    }
+}
+
+/// `e` as [`Error::OutcomeUnknown`] when it leaves a write sent with
+/// `run_command` perhaps stored (outside a transaction: inside one, the
+/// server's labels tell the transaction's runner what to do).
+pub(crate) fn unknown_outcome(operation: &'static str, e: Error, txn: bool) -> Error {
+    use crate::error::code::{outcome, Outcome};
+    if txn || !e.mongo().is_some_and(|m| outcome(m) == Outcome::Unknown) {
+        return e;
+    }
+    match e {
+        Error::Database(source) | Error::Unavailable(source) | Error::Raced(source) => {
+            Error::OutcomeUnknown { operation, source }
+        }
+        other => other,
+    }
+}
+
 /// The errors in a `run_command` write's reply, which `run_command`
 /// returns as a success: the first of `writeErrors`, else
 /// `writeConcernError`, as the driver's own error (code and labels kept).

@@ -264,8 +264,15 @@ pub struct BucketPage<T> {
 pub struct Buckets<T> {
     db: Database,
     defaults: Arc<Options>,
+    /// Writes, and the collection handed to callers.
     coll: Collection<Document>,
+    /// Every read that decides a write, and everything done under the
+    /// lease: the primary's, whatever the client's read preference (a
+    /// secondary's copy can lag behind the write being decided).
     raw: Collection<RawDocumentBuf>,
+    /// Reads for the caller (pages, streams): the caller's read
+    /// preference.
+    reads: Collection<RawDocumentBuf>,
     locks: Collection<Document>,
     spec: BucketSpec,
     paths: Arc<Paths>,
@@ -303,6 +310,7 @@ impl<T> Clone for Buckets<T> {
             defaults: self.defaults.clone(),
             coll: self.coll.clone(),
             raw: self.raw.clone(),
+            reads: self.reads.clone(),
             locks: self.locks.clone(),
             spec: self.spec,
             paths: self.paths.clone(),
@@ -351,8 +359,9 @@ impl<T: Bucketed> Buckets<T> {
             db: db.clone(),
             defaults: Arc::default(),
             coll: db.collection(T::COLLECTION),
-            raw: db.collection(T::COLLECTION),
-            locks: db.collection(&format!("{}.mp_locks", T::COLLECTION)),
+            raw: on_primary(db, T::COLLECTION, None),
+            reads: db.collection(T::COLLECTION),
+            locks: on_primary(db, &format!("{}.mp_locks", T::COLLECTION), None),
             spec: T::BUCKET,
             paths: Arc::new(Paths::new(&T::BUCKET)),
             heads: Arc::default(),
@@ -373,8 +382,9 @@ impl<T: Bucketed> Buckets<T> {
     /// open buckets it remembered, which belong to the other collection.
     pub fn with_collection(mut self, name: &str) -> Self {
         self.coll = self.db.collection(name);
-        self.raw = self.db.collection(name);
-        self.locks = self.db.collection(&format!("{name}.mp_locks"));
+        self.raw = on_primary(&self.db, name, None);
+        self.reads = self.db.collection(name);
+        self.locks = on_primary(&self.db, &format!("{name}.mp_locks"), None);
         self.heads = Arc::default();
         self
     }
@@ -389,6 +399,8 @@ impl<T: Bucketed> Buckets<T> {
     /// read concern and read preference of `o`: for the operations that
     /// are not on the hot path (removals, edits, late pushes, repairs),
     /// whose every command then gets them.
+    /// The read preference applies to the caller's reads only: the reads
+    /// behind writes and repairs stay on the primary.
     fn scoped(&self, o: &Options) -> Buckets<T> {
         if o.write_concern.is_none() && o.read_concern.is_none() && o.selection_criteria.is_none() {
             return self.clone();
@@ -401,8 +413,9 @@ impl<T: Bucketed> Buckets<T> {
         let name = self.coll.name();
         Buckets {
             coll: self.db.collection_with_options(name, co.clone()),
-            raw: self.db.collection_with_options(name, co.clone()),
-            locks: self.db.collection_with_options(self.locks.name(), co),
+            raw: on_primary(&self.db, name, Some(co.clone())),
+            reads: self.db.collection_with_options(name, co.clone()),
+            locks: on_primary(&self.db, self.locks.name(), Some(co)),
             ..self.clone()
         }
     }
@@ -440,4 +453,16 @@ impl<T: Bucketed> Buckets<T> {
         doc.remove(self.spec.key);
         Ok(doc)
     }
+}
+
+/// Collection `name` of `db` (with `co`, if given) reading from the
+/// primary, whatever the client's read preference.
+fn on_primary<D: Send + Sync>(
+    db: &Database,
+    name: &str,
+    co: Option<mongodb::options::CollectionOptions>,
+) -> Collection<D> {
+    let mut co = co.unwrap_or_default();
+    co.selection_criteria = Some(crate::util::primary());
+    db.collection_with_options(name, co)
 }

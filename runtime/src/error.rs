@@ -146,6 +146,22 @@ pub enum Error {
     #[error("the server returned an error{}", code_suffix(.0))]
     Database(#[source] mongodb::error::Error),
 
+    /// A write may or may not be stored: its connection failed after it
+    /// was sent, or it was stored on a primary that then stepped down (a
+    /// write concern error of an election), and it is one the server
+    /// cannot de-duplicate, so it was not sent again. The error
+    /// underneath keeps the driver's codes and labels. Read before
+    /// writing again, or accept that a retry may count it twice; the
+    /// operation's docs say which of its writes can end here.
+    #[error("the outcome of `{operation}` is unknown: it may or may not be stored{}", code_suffix(.source))]
+    OutcomeUnknown {
+        /// The repository method.
+        operation: &'static str,
+        /// What the driver said.
+        #[source]
+        source: mongodb::error::Error,
+    },
+
     /// A shard key repository's `update` named a document by its `_id`
     /// and a shard key value, and the document is stored under another
     /// value (`stored`). Nothing was written.
@@ -267,6 +283,7 @@ impl From<Error> for mongodb::error::Error {
     fn from(e: Error) -> Self {
         match e {
             Error::Raced(e) | Error::Unavailable(e) | Error::Database(e) => e,
+            Error::OutcomeUnknown { source, .. } => source,
             other => mongodb::error::Error::custom(other),
         }
     }
@@ -283,6 +300,7 @@ impl Error {
     pub fn mongo(&self) -> Option<&mongodb::error::Error> {
         match self {
             Error::Raced(e) | Error::Unavailable(e) | Error::Database(e) => Some(e),
+            Error::OutcomeUnknown { source, .. } => Some(source),
             _ => None,
         }
     }

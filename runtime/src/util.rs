@@ -88,6 +88,13 @@ pub(crate) fn id_of(raw: &RawDocument) -> Bson {
         .unwrap_or(Bson::Null)
 }
 
+/// The primary, whatever the client's, database's or collection's read
+/// preference: for every read that decides a write (a secondary's copy
+/// may lag behind the write it is checking).
+pub(crate) fn primary() -> mongodb::options::SelectionCriteria {
+    mongodb::options::SelectionCriteria::ReadPreference(mongodb::options::ReadPreference::Primary)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -373,10 +373,14 @@ impl Inner {
         }}];
         // The check after a refused write reads the primary: only the
         // comment and time bound apply to it.
+        // Whatever the client's read preference: a secondary's lagging copy
+        // would call a stored flush missing, or a refused one applied.
         let mut check = FindOneOptions::default();
         check.comment = opts.comment.clone();
         check.max_time = opts.max_time;
         check.projection = Some(doc! {field: 1, FLUSHES: 1});
+        check.selection_criteria = Some(crate::util::primary());
+        let mut resent = false;
         for _ in 0..TRIES {
             let res = self
                 .update(filter.clone(), update.clone().into(), opts, false, None)
@@ -389,6 +393,14 @@ impl Inner {
                 }
                 Ok(_) => {}
                 Err(e) if e.is_duplicate_key() => {}
+                // An election refused it, or its reply was lost: the flush
+                // id makes sending it again safe, once now, as the driver's
+                // retryable writes do (the driver's own retry has happened
+                // already where it applies).
+                Err(e) if !resent && resendable(&e) => {
+                    resent = true;
+                    continue;
+                }
                 Err(e) => return Err(e),
             }
             // The filter refused: find out why.
@@ -415,6 +427,14 @@ impl Inner {
             attempts: TRIES,
         })
     }
+}
+
+/// Whether a flush that failed with `e` may be sent again at once: it was
+/// not stored, or its outcome is unknown (the flush id refuses a repeat).
+fn resendable(e: &Error) -> bool {
+    use crate::error::code::{outcome, Outcome};
+    matches!(e, Error::OutcomeUnknown { .. })
+        || e.mongo().is_some_and(|m| outcome(m) != Outcome::Failed)
 }
 
 /// Whether `d`'s [`FLUSHES`] says handle `hid` applied flush `seq`.

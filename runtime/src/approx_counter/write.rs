@@ -80,8 +80,23 @@ impl Inner {
         };
         let inherited = if txn { None } else { self.coll.write_concern() };
         opts.command_fields(&mut cmd, inherited, true)?;
-        let reply = crate::action::run!(self.db.run_command(cmd), session)?;
-        crate::action::command_write_errors(&reply)?;
+        let mut session = session;
+        let mut resent = false;
+        let reply = loop {
+            // Copied for each attempt: this path (a time bound, `w: 0`) is
+            // rare, and an election can refuse the first.
+            let sent =
+                crate::action::run!(self.db.run_command(cmd.clone()), session.as_deref_mut())
+                    .map_err(Error::from)
+                    .and_then(|reply| crate::action::command_write_errors(&reply).map(|()| reply));
+            match sent {
+                Ok(reply) => break reply,
+                Err(e) => match crate::action::after_write_error("incr", e, txn, &mut resent) {
+                    None => continue,
+                    Some(e) => return Err(e),
+                },
+            }
+        };
         let upserted = reply.get_array("upserted").map_or(0, |a| a.len() as u64);
         Ok(match reply.get("n").and_then(bson_count) {
             Some(n) => Updated {

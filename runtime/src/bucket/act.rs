@@ -23,6 +23,9 @@ pub(super) struct Cx<'s> {
     /// The session has a transaction open: nothing is retried here, and
     /// write and read concern are the transaction's.
     pub(super) txn: bool,
+    /// A read for the caller (a page, a total): it follows the caller's
+    /// read preference. Everything else reads the primary.
+    pub(super) for_caller: bool,
 }
 
 impl<'s> Cx<'s> {
@@ -30,6 +33,7 @@ impl<'s> Cx<'s> {
         repo: &'s Buckets<T>,
         options: Given,
         mut session: Option<&'s mut ClientSession>,
+        for_caller: bool,
     ) -> Cx<'s> {
         // Boxed: only a call given a session asks, and inline the question
         // would take room in every operation's future.
@@ -41,7 +45,12 @@ impl<'s> Cx<'s> {
         if txn {
             opts = opts.in_transaction();
         }
-        Cx { opts, session, txn }
+        Cx {
+            opts,
+            session,
+            txn,
+            for_caller,
+        }
     }
 
     /// No options, no session: for the internals of the operations that
@@ -51,6 +60,7 @@ impl<'s> Cx<'s> {
             opts: Effective::Defaults(Options::none()),
             session: None,
             txn: false,
+            for_caller: false,
         }
     }
 
@@ -68,6 +78,20 @@ impl<'s> Cx<'s> {
         }
         Ok(())
     }
+}
+
+/// Whether an action of this kind reads for the caller (see
+/// [`Cx::for_caller`]).
+macro_rules! for_caller {
+    (read) => {
+        true
+    };
+    (write) => {
+        false
+    };
+    (both) => {
+        false
+    };
 }
 
 macro_rules! action {
@@ -94,7 +118,8 @@ macro_rules! action {
                 // Bound outside the future, so that the future holds it once.
                 let $this = self;
                 Box::pin(async move {
-                    let mut $cx = Cx::new($this.repo, $this.options, $this.session).await;
+                    let for_caller = for_caller!($kind);
+                    let mut $cx = Cx::new($this.repo, $this.options, $this.session, for_caller).await;
                     let $cx = &mut $cx;
                     $body
                 })

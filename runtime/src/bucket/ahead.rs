@@ -101,21 +101,13 @@ impl<T: Bucketed> Buckets<T> {
         // Sent as a command, which the driver does not retry: a retry could
         // land in the next bucket after this one went into a full one.
         let sent = crate::action::run!(self.db.run_command(cmd), cx.session.as_deref_mut());
-        let reply = match sent.map_err(Error::from) {
+        let sent = sent
+            .map_err(Error::from)
+            .and_then(|reply| crate::action::command_write_errors(&reply).map(|()| reply));
+        let reply = match sent {
             Ok(r) => r,
-            Err(e) if e.is_unavailable() => {
-                // The reply was lost: the write id says whether it landed.
-                // Not found, the general path sends it again.
-                return match Box::pin(self.landed(key, p.op, cx)).await {
-                    Ok(found) => Ok(found),
-                    Err(_) => Err(e),
-                };
-            }
-            Err(e) => return Err(e),
+            Err(e) => return Box::pin(self.after_failed_push(p, e, cx)).await,
         };
-        // A write concern error comes after the write: reported, as the
-        // driver's own writes do.
-        crate::action::command_write_errors(&reply)?;
         let Ok(after) = reply.get_document("value") else {
             return Ok(None);
         };
@@ -157,6 +149,29 @@ impl<T: Bucketed> Buckets<T> {
             let _ = Box::pin(self.check_opened_ahead(key, seq, start, cx)).await;
         }
         Ok(Some(seq))
+    }
+
+    /// [`Buckets::push_ahead`]'s command failed with `e`. Refused or
+    /// interrupted by an election (nothing stored), `None`: the general
+    /// path sends the item again, to the new primary. Its reply lost, or
+    /// stored on a primary that then stepped down (a write concern error
+    /// of an election): the write id says whether it stays, read on the
+    /// primary; where that read fails too, the outcome is unknown.
+    async fn after_failed_push(
+        &self,
+        p: &Pushed,
+        e: Error,
+        cx: &mut Cx<'_>,
+    ) -> Result<Option<i64>> {
+        use crate::error::code::{outcome, Outcome};
+        match e.mongo().map(outcome) {
+            Some(Outcome::NotStored) => Ok(None),
+            Some(Outcome::Unknown) => match self.landed(&p.key, p.op, cx).await {
+                Ok(found) => Ok(found),
+                Err(_) => Err(crate::action::unknown_outcome("push", e, false)),
+            },
+            _ => Err(e),
+        }
     }
 
     /// The `findAndModify` of [`Buckets::push_ahead`]. Built apart, so
@@ -315,10 +330,19 @@ impl<T: Bucketed> Buckets<T> {
     async fn landed(&self, key: &Bson, op: ObjectId, cx: &mut Cx<'_>) -> Result<Option<i64>> {
         let mut filter = id_range("k", key);
         filter.insert(OPS, op);
+        // The primary's own copy, majority-committed, whatever the
+        // caller reads with: after a step-down, what the new primary has
+        // is what stays (a write only the old one took is rolled back).
+        let mut o = cx
+            .opts
+            .driver::<mongodb::options::FindOneOptions>()
+            .unwrap_or_default();
+        o.selection_criteria = Some(crate::util::primary());
+        o.read_concern = Some(mongodb::options::ReadConcern::majority());
         let find = self
             .raw
             .find_one(filter)
-            .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
+            .with_options(o)
             .projection(doc! {"_id": 1});
         let found = crate::action::run!(find, cx.session.as_deref_mut())?;
         Ok(found.and_then(|d| match d.get("_id") {

@@ -188,7 +188,7 @@ impl<T: Bucketed> Buckets<T> {
         futures::stream::once(async move {
             let key_b = key_b?;
             let cursor = this
-                .raw
+                .reads
                 .find(id_range("k", &key_b))
                 .with_options(opts.driver::<mongodb::options::FindOptions>())
                 .sort(doc! {"_id": 1})
@@ -240,7 +240,7 @@ impl<T: Bucketed> Buckets<T> {
         let mut newest = id_range("k", key);
         newest.insert(NEXT, doc! {"$ne": true});
         let find = self
-            .raw
+            .reader(cx)
             .find_one(newest)
             .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
             .sort(doc! {"_id": -1})
@@ -262,7 +262,7 @@ impl<T: Bucketed> Buckets<T> {
         cx: &mut Cx<'_>,
     ) -> Result<Option<Head>> {
         let find = self
-            .raw
+            .reader(cx)
             .find_one(doc! {"_id": {"k": key.clone(), "s": seq}})
             .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
             .projection(self.head_projection(op));
@@ -372,6 +372,16 @@ impl<T: Bucketed> Buckets<T> {
         Ok((!stale).then_some(out))
     }
 
+    /// The handle `cx`'s reads go through: the caller's read preference
+    /// for a read of the caller's, the primary's for everything else.
+    fn reader(&self, cx: &Cx<'_>) -> &mongodb::Collection<RawDocumentBuf> {
+        if cx.for_caller {
+            &self.reads
+        } else {
+            &self.raw
+        }
+    }
+
     /// The documents `pipeline` returns, read in `cx`'s session if it has
     /// one.
     async fn aggregate(
@@ -384,9 +394,9 @@ impl<T: Bucketed> Buckets<T> {
         // across an `.await`, either would make every read's future too
         // large for a small allocation.
         Ok(match cx.session.as_deref_mut() {
-            Some(s) => Box::pin(self.aggregate_in(pipeline, opts, s)).await?,
+            Some(s) => Box::pin(self.aggregate_in(pipeline, opts, cx.for_caller, s)).await?,
             None => {
-                let cursor = self.aggregate_cursor(pipeline, opts).await?;
+                let cursor = self.aggregate_cursor(pipeline, opts, cx.for_caller).await?;
                 Box::new(cursor).try_collect().await?
             }
         })
@@ -399,11 +409,12 @@ impl<T: Bucketed> Buckets<T> {
         &self,
         pipeline: Vec<Document>,
         opts: Option<mongodb::options::AggregateOptions>,
+        for_caller: bool,
     ) -> impl std::future::Future<Output = mongodb::error::Result<mongodb::Cursor<RawDocumentBuf>>> + '_
     {
         use std::future::IntoFuture;
-        self.raw
-            .aggregate(pipeline)
+        let coll = if for_caller { &self.reads } else { &self.raw };
+        coll.aggregate(pipeline)
             .with_options(opts)
             .with_type::<RawDocumentBuf>()
             .into_future()
@@ -413,9 +424,11 @@ impl<T: Bucketed> Buckets<T> {
         &self,
         pipeline: Vec<Document>,
         opts: Option<mongodb::options::AggregateOptions>,
+        for_caller: bool,
         s: &mut mongodb::ClientSession,
     ) -> Result<Vec<RawDocumentBuf>> {
-        let agg = self.raw.aggregate(pipeline).with_options(opts);
+        let coll = if for_caller { &self.reads } else { &self.raw };
+        let agg = coll.aggregate(pipeline).with_options(opts);
         let mut cursor = agg.with_type::<RawDocumentBuf>().session(&mut *s).await?;
         let mut out = Vec::new();
         while let Some(b) = cursor.next(&mut *s).await {
@@ -545,7 +558,9 @@ impl<T: Bucketed> Buckets<T> {
                 "whenNotMatched": "discard",
             }},
         ]);
-        self.coll
+        // On the primary: `$merge` runs where the read does (a secondary
+        // since 5.0), and would write `start` from a lagging copy.
+        self.raw
             .aggregate(pipeline)
             .await?
             .try_collect::<Vec<_>>()

@@ -27,6 +27,34 @@ pub const ALREADY_INITIALIZED: i32 = 23;
 pub const INDEX_OPTIONS_CONFLICT: i32 = 85;
 /// `IndexKeySpecsConflict`: an index of this name has other keys.
 pub const INDEX_KEY_SPECS_CONFLICT: i32 = 86;
+/// `CommandNotSupported`: as the documentdb engine (Cosmos DB vCore,
+/// FerretDB 2) answers a command it lacks.
+pub const COMMAND_NOT_SUPPORTED: i32 = 115;
+/// `NotImplemented`.
+pub const NOT_IMPLEMENTED: i32 = 238;
+/// What Amazon DocumentDB answers a command or feature it lacks.
+pub const DOCUMENTDB_UNSUPPORTED: i32 = 303;
+/// `Location40415`: a field the server does not know. MongoDB 7.0 has a
+/// `bulkWrite` of its own (not the 8.0 command) and answers 8.0's with
+/// "BSON field 'bulkWrite.errorsOnly' is an unknown field".
+pub const UNKNOWN_FIELD: i32 = 40415;
+/// Every code a server answers a command it cannot run with: nothing was
+/// executed.
+pub const NOT_SUPPORTED: [i32; 4] = [
+    COMMAND_NOT_FOUND,
+    COMMAND_NOT_SUPPORTED,
+    NOT_IMPLEMENTED,
+    DOCUMENTDB_UNSUPPORTED,
+];
+/// The codes of an election, a step-down or a shutdown (the driver's
+/// retryable-write codes that a server returns; network errors are the
+/// rest): `NotWritablePrimary`, `NotPrimaryNoSecondaryOk`,
+/// `NotPrimaryOrSecondary`, `InterruptedDueToReplStateChange`,
+/// `PrimarySteppedDown`, `ShutdownInProgress`, `InterruptedAtShutdown`.
+/// As a command's or a statement's error they mean the write was refused
+/// or interrupted before it was stored; as a write concern error, that it
+/// was stored on a primary that then stepped down, and may be rolled back.
+pub const FAILOVER: [i32; 7] = [10107, 13435, 13436, 11602, 189, 91, 11600];
 /// Codes for a document over 16 MiB (BSONObjectTooLarge, and the
 /// update-result variants).
 pub const TOO_LARGE: [i32; 3] = [10334, 17419, 17420];
@@ -39,6 +67,75 @@ pub(crate) fn server_codes(e: &mongodb::error::Error) -> Vec<i32> {
         ErrorKind::Write(WriteFailure::WriteError(w)) => vec![w.code],
         ErrorKind::InsertMany(m) => m.write_errors.iter().flatten().map(|w| w.code).collect(),
         _ => Vec::new(),
+    }
+}
+
+/// Whether `e` says that the server cannot run `command` at all, so that
+/// nothing was executed: an unknown command (59, or the message of a
+/// server that sends no code), one the server does not support (115,
+/// 238, DocumentDB's 303), or a field of it the server does not know
+/// (40415, as 7.0 answers 8.0's `bulkWrite`) other than `readConcern`
+/// (which some servers refuse only on a transaction's first command: see
+/// [`refuses_read_concern`]). The one place that tells "this server cannot
+/// do that" from a failed command.
+pub(crate) fn lacks_command(e: &mongodb::error::Error, command: &str) -> bool {
+    let mongodb::error::ErrorKind::Command(c) = &*e.kind else {
+        return false;
+    };
+    let m = c.message.to_ascii_lowercase();
+    NOT_SUPPORTED.contains(&c.code)
+        || c.code == UNKNOWN_FIELD && !refuses_read_concern(e, command)
+        || m.contains("no such command")
+        || m.contains("no such cmd")
+        || m.contains("unrecognized command")
+}
+
+/// Whether `e` refuses `readConcern` on `command` as an unknown field (a
+/// server that runs the command, but not as a transaction's first).
+pub(crate) fn refuses_read_concern(e: &mongodb::error::Error, command: &str) -> bool {
+    let mongodb::error::ErrorKind::Command(c) = &*e.kind else {
+        return false;
+    };
+    c.code == UNKNOWN_FIELD
+        && c.message
+            .to_ascii_lowercase()
+            .contains(&format!("'{}.readconcern'", command.to_ascii_lowercase()))
+}
+
+/// What a failed write sent with `run_command` (which the driver never
+/// retries) left behind, as far as the error tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Not stored: never sent (no server selected, the pool was cleared
+    /// before the connection was handed out), or refused or interrupted
+    /// by an election or a shutdown. Sending it again stores it once.
+    NotStored,
+    /// Perhaps stored: the connection failed after the command was sent,
+    /// or a write concern error came after the write. Sending it again
+    /// could store it twice.
+    Unknown,
+    /// Any other error: the failure is the answer.
+    Failed,
+}
+
+/// [`Outcome`] of a write command that failed with `e` (its reply's first
+/// write error or its write concern error included, as
+/// [`crate::action::command_write_errors`] gives them).
+pub(crate) fn outcome(e: &mongodb::error::Error) -> Outcome {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    match &*e.kind {
+        ErrorKind::ServerSelection { .. } | ErrorKind::ConnectionPoolCleared { .. } => {
+            Outcome::NotStored
+        }
+        ErrorKind::Io(_) => Outcome::Unknown,
+        ErrorKind::Write(WriteFailure::WriteConcernError(w)) if FAILOVER.contains(&w.code) => {
+            Outcome::Unknown
+        }
+        ErrorKind::Command(c) if FAILOVER.contains(&c.code) => Outcome::NotStored,
+        ErrorKind::Write(WriteFailure::WriteError(w)) if FAILOVER.contains(&w.code) => {
+            Outcome::NotStored
+        }
+        _ => Outcome::Failed,
     }
 }
 
@@ -144,5 +241,67 @@ mod tests {
             assert!(!is(&Error::invalid("n", "no server code")));
         }
         assert!(command_error(DUPLICATE_KEY).is_duplicate_key());
+    }
+
+    fn refusal(code: i32, msg: &str) -> mongodb::error::Error {
+        let c: mongodb::error::CommandError =
+            crate::compat::from_document(mongodb::bson::doc! {"code": code, "errmsg": msg})
+                .unwrap();
+        mongodb::error::Error::from(mongodb::error::ErrorKind::Command(c))
+    }
+
+    /// Every answer of a server that cannot run a command, as the servers
+    /// send them; a refused `readConcern` is not one.
+    #[test]
+    fn servers_that_lack_a_command_are_recognised() {
+        let lacks = |code, msg| lacks_command(&refusal(code, msg), "bulkWrite");
+        assert!(lacks(59, "no such command: 'bulkWrite'"));
+        assert!(lacks(
+            40415,
+            "BSON field 'bulkWrite.errorsOnly' is an unknown field."
+        ));
+        assert!(lacks(115, "bulkWrite is not supported"));
+        assert!(lacks(303, "Feature not supported: bulkWrite"));
+        assert!(lacks(238, "not implemented"));
+        assert!(lacks(0, "unrecognized command: bulkWrite"));
+        let rc = refusal(
+            40415,
+            "BSON field 'bulkWrite.readConcern' is an unknown field.",
+        );
+        assert!(!lacks_command(&rc, "bulkWrite"));
+        assert!(refuses_read_concern(&rc, "bulkWrite"));
+        assert!(!refuses_read_concern(
+            &refusal(
+                40415,
+                "BSON field 'bulkWrite.errorsOnly' is an unknown field."
+            ),
+            "bulkWrite"
+        ));
+        assert!(!lacks(16, "Write batch sizes must be between 1 and 100000"));
+        assert!(!lacks(11000, "duplicate key"));
+    }
+
+    /// What an error says of a write command's outcome.
+    #[test]
+    fn failover_outcomes() {
+        use mongodb::error::{ErrorKind, WriteConcernError, WriteFailure};
+        for code in FAILOVER {
+            assert_eq!(outcome(&refusal(code, "election")), Outcome::NotStored);
+            let wce: WriteConcernError = crate::compat::from_document(
+                mongodb::bson::doc! {"code": code, "codeName": "X", "errmsg": "stepped down"},
+            )
+            .unwrap();
+            let wce =
+                mongodb::error::Error::from(ErrorKind::Write(WriteFailure::WriteConcernError(wce)));
+            assert_eq!(outcome(&wce), Outcome::Unknown, "{code}");
+        }
+        let io =
+            mongodb::error::Error::from(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+        assert_eq!(outcome(&io), Outcome::Unknown);
+        assert_eq!(outcome(&refusal(DUPLICATE_KEY, "dup")), Outcome::Failed);
+        assert_eq!(
+            outcome(&refusal(WRITE_CONFLICT, "conflict")),
+            Outcome::Failed
+        );
     }
 }

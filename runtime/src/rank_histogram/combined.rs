@@ -24,10 +24,6 @@ use crate::compat::{self, append};
 use crate::error::code::WRITE_CONFLICT;
 use crate::error::Result;
 
-/// A field the server does not know on a command: how a server that takes
-/// `bulkWrite` but not a transaction's `readConcern` on it refuses.
-const UNKNOWN_FIELD: i32 = 40415;
-
 impl<T: RankHistogram> Ranks<T> {
     /// Whether `insert` may send its two writes as one `bulkWrite` in a
     /// transaction of its own, given the call's options `o`. The first
@@ -123,13 +119,8 @@ impl<T: RankHistogram> Ranks<T> {
     }
 }
 
-/// Whether the server refused a field of the command (40415), as one that
-/// does not take `readConcern` on `bulkWrite` does.
+/// Whether the server refused `readConcern` on `bulkWrite` (40415), as a
+/// server that runs the command, but not as a transaction's first, does.
 fn refused_field(e: &mongodb::error::Error) -> bool {
-    match &*e.kind {
-        mongodb::error::ErrorKind::Command(c) => {
-            c.code == UNKNOWN_FIELD || c.message.to_ascii_lowercase().contains("unknown field")
-        }
-        _ => false,
-    }
+    crate::error::code::refuses_read_concern(e, "bulkWrite")
 }

@@ -20,7 +20,7 @@ use super::write::{backoff, refuse, Delta, Statement, Txn, RETRY_BOUND};
 use super::{RankHistogram, RankSpec, Ranks, Store, ARRAY_LIMIT};
 use crate::action::{Effective, Options};
 use crate::compat::{self, append};
-use crate::error::code::{COMMAND_NOT_FOUND, DUPLICATE_KEY, REFUSED, WRITE_CONFLICT};
+use crate::error::code::{outcome, Outcome, DUPLICATE_KEY, REFUSED, WRITE_CONFLICT};
 use crate::error::{server_codes, Error, Result};
 
 pub(super) struct DocumentStore;
@@ -150,6 +150,7 @@ async fn write<T: RankHistogram>(
     };
     let mut session = session;
     let (mut from, mut resumed, started) = (0, 0, Instant::now());
+    let mut resent = false;
     loop {
         let failed = if bulk {
             let mut these = ops(sorted)?;
@@ -168,7 +169,7 @@ async fn write<T: RankHistogram>(
                     sorted = Some(from);
                     continue;
                 }
-                other => other?,
+                other => other.map_err(|e| unknown_outcome(Error::from(e), in_transaction))?,
             }
         } else {
             let these = ops(sorted)?;
@@ -182,11 +183,20 @@ async fn write<T: RankHistogram>(
                 session.as_deref_mut(),
                 in_transaction,
             ))
-            .await?
+            .await
+            .map_err(|e| unknown_outcome(e, in_transaction))?
         };
         let Some((idx, e)) = failed else {
             return Ok(());
         };
+        if !in_transaction && !resent && outcome(&e) == Outcome::NotStored {
+            // An election refused or interrupted the statement at `idx`
+            // (or the command before it ran): what came before is stored,
+            // the rest goes once more, to the new primary.
+            resent = true;
+            from += idx;
+            continue;
+        }
         match server_codes(&e).first().copied().unwrap_or_default() {
             // Inside a transaction the server aborted it: it is rerun.
             DUPLICATE_KEY | WRITE_CONFLICT if in_transaction => return Err(Error::Raced(e)),
@@ -205,7 +215,7 @@ async fn write<T: RankHistogram>(
                 })
             }
             REFUSED => return Err(Box::pin(why_not_written(r, board, delta)).await),
-            _ => return Err(Error::Database(e)),
+            _ => return Err(Error::from(e)),
         }
     }
 }
@@ -325,7 +335,12 @@ async fn bulk_write_once<T: RankHistogram>(
     append(&mut command, "errorsOnly", RawBson::Boolean(true));
     command_options(r, &mut command, o, in_transaction)?;
     let admin = r.db.client().database("admin");
-    let reply = crate::action::run!(admin.run_raw_command(command), session)?;
+    let reply = match crate::action::run!(admin.run_raw_command(command), session) {
+        Ok(reply) => reply,
+        // Nothing of it ran: as a refusal of its first statement.
+        Err(e) if outcome(&e) == Outcome::NotStored => return Ok(Some((0, e))),
+        Err(e) => return Err(e),
+    };
     if let Some(failed) = first_bulk_error(&reply) {
         return Ok(Some(failed));
     }
@@ -425,7 +440,13 @@ async fn commands_once<T: RankHistogram>(
     for (offset, mut command) in commands {
         command_options(r, &mut command, o, in_transaction)?;
         let run = r.db.run_raw_command(command);
-        let reply = crate::action::run!(run, session.as_deref_mut())?;
+        let reply = match crate::action::run!(run, session.as_deref_mut()) {
+            Ok(reply) => reply,
+            // Nothing of this command ran: as a refusal of its first
+            // statement (the one before, if any, is stored).
+            Err(e) if outcome(&e) == Outcome::NotStored => return Ok(Some((offset, e))),
+            Err(e) => return Err(e.into()),
+        };
         if let Some((idx, e)) = first_write_error(&reply) {
             return Ok(Some((offset + idx, e)));
         }
@@ -585,20 +606,16 @@ pub(super) fn first_write_error(reply: &Document) -> Option<(usize, mongodb::err
     })
 }
 
-/// Whether the server refused `bulkWrite` as a command it does not know
-/// (CommandNotFound, code 59: "no such command: 'bulkWrite'" on mongod
-/// before 8.0).
+/// Whether the server cannot run `bulkWrite` (nothing was written):
+/// 6.0 does not know it (59), 7.0 refuses 8.0's fields (40415),
+/// DocumentDB and the documentdb engine do not support it (303, 115).
 pub(super) fn refused_bulk_write(e: &mongodb::error::Error) -> bool {
-    match &*e.kind {
-        mongodb::error::ErrorKind::Command(c) => {
-            let m = c.message.to_ascii_lowercase();
-            c.code == COMMAND_NOT_FOUND
-                || m.contains("no such command")
-                || m.contains("no such cmd")
-                || m.contains("unrecognized command")
-        }
-        _ => false,
-    }
+    crate::error::code::lacks_command(e, "bulkWrite")
+}
+
+/// [`crate::action::unknown_outcome`] for this layout's writes.
+fn unknown_outcome(e: Error, in_transaction: bool) -> Error {
+    crate::action::unknown_outcome("rank write", e, in_transaction)
 }
 
 /// Whether a document of the documents layout is well-formed: a numeric

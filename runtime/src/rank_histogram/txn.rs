@@ -313,20 +313,15 @@ impl<T: RankHistogram> Ranks<T> {
 }
 
 /// The options of a transaction of the call's own: its write concern
-/// (sent with the commit), read concern, read preference and the commit's
-/// time bound; `None` when none is set.
+/// (sent with the commit), read concern and the commit's time bound. It
+/// reads the primary whatever the call's or the client's read preference:
+/// a transaction reads nothing else, and the driver would refuse its first
+/// read under the `secondaryPreferred` a client's URI may carry.
 fn transaction_options(o: &Options) -> Option<mongodb::options::TransactionOptions> {
-    if o.write_concern.is_none()
-        && o.read_concern.is_none()
-        && o.selection_criteria.is_none()
-        && o.max_time.is_none()
-    {
-        return None;
-    }
     let mut t = mongodb::options::TransactionOptions::default();
     t.write_concern = o.write_concern.clone();
     t.read_concern = o.read_concern.clone();
-    t.selection_criteria = o.selection_criteria.clone();
+    t.selection_criteria = Some(crate::util::primary());
     t.max_commit_time = o.max_time;
     Some(t)
 }

@@ -159,8 +159,11 @@ impl<T: RankHistogram> Ranks<T> {
             doc! {"$match": {"_id": {"$gt": f64::NEG_INFINITY, "$lt": f64::INFINITY}}},
             doc! {"$sort": {"_id": dir}},
         ];
+        // The histogram is written from what this reads: the primary's
+        // players, whatever the call's or the client's read preference.
         let reads = Options {
             write_concern: None,
+            selection_criteria: Some(crate::util::primary()),
             ..(*o).clone()
         };
         let players = self.source.clone_with_type::<Document>();

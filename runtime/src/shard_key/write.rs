@@ -246,7 +246,11 @@ impl<T: ShardKeyed> Sharded<T> {
         // set to elsewhere.
         let mut lookup = cx.options.clone();
         lookup.read_concern = None;
-        lookup.selection_criteria = None;
+        // Set, not left unset: unset, the client's read preference would
+        // apply (`secondaryPreferred` in many URIs), and a secondary that
+        // has not seen the document yet would make this upsert insert a
+        // second `_id` under another shard key.
+        lookup.selection_criteria = Some(crate::util::primary());
         let o = lookup.driver::<FindOneOptions>();
         let found = run!(
             self.coll

@@ -1,0 +1,550 @@
+//! What real deployments answer that a single test server does not, given
+//! by the test server's `failCommand` fail point as `mongod` gives it:
+//! MongoDB 7.0's and 6.0's refusals of `bulkWrite`, the errors of an
+//! election (without the `RetryableWriteError` label, as `mongod` sends
+//! them to a command that carries no transaction number), a connection
+//! lost after the write was sent, a step-down reported after the write;
+//! and a client whose URI says `readPreference=secondaryPreferred`,
+//! discovered as a replica set, so that the read preference travels on the
+//! wire and the commands show where each read was sent.
+//!
+//! Each test runs on a server of its own: a fail point applies to every
+//! client of the server.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use mongo_patterns::bson::{doc, Bson, Document};
+use mongo_patterns::prelude::*;
+use mongo_patterns::Error;
+use mongo_patterns_testkit::{bounded, client, Commands, OwnServer, ServerOptions};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "dep_scores")]
+#[rank_histogram(board = "examId", score = "score", layout = "documents")]
+struct Score {
+    #[serde(rename = "_id")]
+    student: String,
+    exam_id: String,
+    score: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Model)]
+#[model(collection = "dep_items")]
+struct Item {
+    #[serde(rename = "_id")]
+    id: String,
+    #[approx_counter(every = 10, upsert = true)]
+    sampled: i64,
+    #[approx_counter(every = 10, mode = "buffered", max_delay_ms = 3600000, upsert = true)]
+    buffered: i64,
+}
+
+/// Pushed in arrival order: the one-command push.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "dep_events")]
+#[bucket(size = 3, key = "acct", items = "events")]
+struct Event {
+    acct: String,
+    n: u32,
+}
+
+/// Kept in `day` order: late items take the key's lease.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "dep_ticks")]
+#[bucket(size = 3, key = "sym", order = "day", items = "ticks")]
+struct Tick {
+    sym: String,
+    day: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "dep_logs")]
+#[shard_key(coarse = "month", from = "ts", search = "type")]
+struct Log {
+    #[serde(rename = "_id")]
+    id: i64,
+    #[serde(rename = "type")]
+    kind: String,
+    ts: i64,
+}
+
+fn server() -> OwnServer {
+    OwnServer::start(ServerOptions {
+        test_commands: true,
+        ..ServerOptions::default()
+    })
+}
+
+/// A client of `server` that checks the server every 500 ms (the least
+/// the driver takes), as an application's would in an election: the
+/// driver marks a primary that says it stepped down as unknown, and
+/// selects again once a check finds one (mongod's own step-down also
+/// wakes the driver's waiting check; a fail point's answer does not).
+async fn client_of(server: &OwnServer) -> (Client, Commands) {
+    client(&format!("{}&heartbeatFrequencyMS=500", server.uri())).await
+}
+
+/// Sets the `failCommand` fail point: `data` for the next `times` matching
+/// commands (`None`: every one, until turned off).
+async fn fail(c: &Client, times: Option<i32>, data: Document) {
+    let mode = match times {
+        Some(n) => Bson::Document(doc! {"times": n}),
+        None => Bson::String("alwaysOn".into()),
+    };
+    c.database("admin")
+        .run_command(doc! {"configureFailPoint": "failCommand", "mode": mode, "data": data})
+        .await
+        .unwrap();
+}
+
+async fn fail_off(c: &Client) {
+    c.database("admin")
+        .run_command(doc! {"configureFailPoint": "failCommand", "mode": "off"})
+        .await
+        .unwrap();
+}
+
+/// Board `b` as stored (score → count), read with the raw driver; the
+/// board's marker left out, a count below 1 refused.
+async fn stored(db: &Database, b: &str) -> BTreeMap<i64, i64> {
+    let docs: Vec<Document> = db
+        .collection::<Document>(Score::RANK.histogram)
+        .find(doc! {"_id.b": b})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let mut out = BTreeMap::new();
+    for d in docs {
+        let s = d.get_document("_id").unwrap().get("s").unwrap().clone();
+        let c = d.get_i64("count").unwrap();
+        if s == Bson::MinKey {
+            continue;
+        }
+        assert!(c >= 1, "count {c} at {s}");
+        let s = match s {
+            Bson::Int64(i) => i,
+            Bson::Int32(i) => i64::from(i),
+            Bson::Double(f) => f as i64,
+            other => panic!("score {other}"),
+        };
+        assert!(out.insert(s, c).is_none(), "score {s} stored twice");
+    }
+    out
+}
+
+/// The players of board `b`, regrouped by score.
+async fn players(db: &Database, b: &str) -> BTreeMap<i64, i64> {
+    let docs: Vec<Score> = db
+        .collection::<Score>("dep_scores")
+        .find(doc! {"examId": b})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let mut out = BTreeMap::new();
+    for p in docs {
+        *out.entry(p.score).or_insert(0) += 1;
+    }
+    out
+}
+
+fn score(student: &str, b: &str, score: i64) -> Score {
+    Score {
+        student: student.into(),
+        exam_id: b.into(),
+        score,
+    }
+}
+
+/// Every write of the documents layout, on a server that refuses
+/// `bulkWrite` with `code` on every call.
+async fn documents_layout_without_bulk_write(code: i32) {
+    let server = server();
+    let (c, _) = client_of(&server).await;
+    let db = c.database("dep");
+    fail(
+        &c,
+        None,
+        doc! {"failCommands": ["bulkWrite"], "errorCode": code},
+    )
+    .await;
+    let ranks = Score::ranks(&db);
+    let what = format!("bulkWrite refused with {code}");
+    for (i, s) in [70, 80, 80, 90].into_iter().enumerate() {
+        ranks
+            .insert(&score(&format!("p{i}"), "b", s))
+            .await
+            .unwrap_or_else(|e| panic!("{what}: insert: {e}"));
+    }
+    ranks
+        .update_score(doc! {"_id": "p0"}, 95)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: update_score: {e}"));
+    ranks
+        .delete(doc! {"_id": "p1"})
+        .await
+        .unwrap_or_else(|e| panic!("{what}: delete: {e}"));
+    assert_eq!(stored(&db, "b").await, players(&db, "b").await, "{what}");
+    assert_eq!(ranks.rank("b", 80).await.unwrap().rank, 3, "{what}");
+
+    // The histogram's own writes, on a board without players.
+    ranks.record("solo", 5).await.unwrap();
+    ranks.record("solo", 5).await.unwrap();
+    ranks.change("solo", 5, 7).await.unwrap();
+    ranks.remove("solo", 5).await.unwrap();
+    assert_eq!(
+        stored(&db, "solo").await,
+        BTreeMap::from([(7, 1)]),
+        "{what}"
+    );
+    fail_off(&c).await;
+}
+
+/// MongoDB 7.0 has a `bulkWrite` of its own, and answers 8.0's with
+/// 40415 ("BSON field 'bulkWrite.errorsOnly' is an unknown field").
+#[tokio::test]
+async fn documents_layout_works_on_mongodb_7_0() {
+    bounded(120, documents_layout_without_bulk_write(40415)).await;
+}
+
+/// MongoDB 6.0 does not know `bulkWrite` (59); the documentdb engine
+/// (Cosmos DB vCore, FerretDB 2) does not support it (115). DocumentDB's
+/// 303 is classified with them (a unit test of the classifier): the test
+/// server closes the connection instead of answering a fail point with it.
+#[tokio::test]
+async fn documents_layout_works_without_bulk_write() {
+    bounded(240, async {
+        for code in [59, 115] {
+            documents_layout_without_bulk_write(code).await;
+        }
+    })
+    .await;
+}
+
+/// The ways an election meets a write sent without a transaction number:
+/// refused (10107), interrupted (11602), both without a label, as mongod
+/// sends them; the connection closed before the reply.
+fn election_faults() -> Vec<(&'static str, Document)> {
+    vec![
+        ("NotWritablePrimary", doc! {"errorCode": 10107}),
+        ("InterruptedDueToReplStateChange", doc! {"errorCode": 11602}),
+        ("closeConnection", doc! {"closeConnection": true}),
+    ]
+}
+
+/// `data` for the next command named `command`.
+fn on(command: &str, fault: &Document) -> Document {
+    let mut d = doc! {"failCommands": [command]};
+    d.extend(fault.clone());
+    d
+}
+
+/// An error that says the outcome is unknown.
+fn unknown(r: &Result<(), Error>) -> bool {
+    matches!(r, Err(Error::OutcomeUnknown { .. }))
+}
+
+async fn count_of(db: &Database, id: &str, field: &str) -> i64 {
+    db.collection::<Document>("dep_items")
+        .find_one(doc! {"_id": id})
+        .await
+        .unwrap()
+        .and_then(|d| d.get(field).and_then(Bson::as_i64))
+        .unwrap_or(0)
+}
+
+/// A sampled counter's write with a time bound goes through
+/// `run_command`: after an election's error it is stored once, and after
+/// a lost connection it says the outcome is unknown and is not doubled.
+#[tokio::test]
+async fn counter_writes_survive_an_election() {
+    bounded(120, async {
+        let server = server();
+        let (c, _) = client_of(&server).await;
+        let db = c.database("dep");
+        let counter = Item::sampled_counter(&db);
+        for (what, fault) in election_faults() {
+            let id = format!("k-{what}");
+            fail(&c, Some(1), on("update", &fault)).await;
+            let r = counter
+                .incr_by(&id, 10)
+                .max_time(Duration::from_secs(5))
+                .await;
+            let n = count_of(&db, &id, "sampled").await;
+            assert!(
+                what == "closeConnection" || r.is_ok(),
+                "{what}: an election's refusal is sent again: {r:?}"
+            );
+            if unknown(&r) {
+                assert!(n == 0 || n == 10, "{what}: {n}");
+            } else {
+                r.unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(n, 10, "{what}: stored once");
+            }
+        }
+        // A step-down reported after the write: stored, and not sent again.
+        fail(
+            &c,
+            Some(1),
+            doc! {"failCommands": ["update"], "writeConcernError": {"code": 189, "codeName": "PrimarySteppedDown", "errmsg": "stepped down"}},
+        )
+        .await;
+        let r = counter
+            .incr_by("k-wce", 10)
+            .max_time(Duration::from_secs(5))
+            .await;
+        assert!(unknown(&r), "{r:?}");
+        assert_eq!(count_of(&db, "k-wce", "sampled").await, 10, "not doubled");
+    })
+    .await;
+}
+
+/// A buffered counter's flush carries a flush id, so that it is sent
+/// again at once after any of these and lands once.
+#[tokio::test]
+async fn buffered_flushes_survive_an_election() {
+    bounded(120, async {
+        let server = server();
+        let (c, _) = client_of(&server).await;
+        let db = c.database("dep");
+        let counter = Item::buffered_counter(&db);
+        let mut faults = election_faults();
+        faults.push((
+            "writeConcernError",
+            doc! {"writeConcernError": {"code": 189, "codeName": "PrimarySteppedDown", "errmsg": "stepped down"}},
+        ));
+        for (what, fault) in faults {
+            let id = format!("k-{what}");
+            // Below N: held in memory until the flush.
+            counter.incr_by(&id, 5).await.unwrap();
+            assert_eq!(counter.stats().pending, 5, "{what}");
+            fail(&c, Some(1), on("update", &fault)).await;
+            counter
+                .flush()
+                .max_time(Duration::from_secs(5))
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(count_of(&db, &id, "buffered").await, 5, "{what}");
+            assert_eq!(counter.stats().pending, 0, "{what}");
+        }
+    })
+    .await;
+}
+
+async fn items(db: &Database, acct: &str) -> Vec<u32> {
+    let docs: Vec<Document> = db
+        .collection::<Document>("dep_events")
+        .find(doc! {"acct": acct})
+        .sort(doc! {"_id": 1})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    docs.iter()
+        .flat_map(|d| d.get_array("events").unwrap().clone())
+        .map(|e| {
+            e.as_document()
+                .unwrap()
+                .get_i64("n")
+                .unwrap_or_else(|_| i64::from(e.as_document().unwrap().get_i32("n").unwrap()))
+                as u32
+        })
+        .collect()
+}
+
+/// The one-command push (a `findAndModify` through `run_command`) after
+/// each fault, and after a step-down reported once the item was stored:
+/// every item stored once, in order.
+#[tokio::test]
+async fn bucket_pushes_survive_an_election() {
+    bounded(120, async {
+        let server = server();
+        let (c, _) = client_of(&server).await;
+        let db = c.database("dep");
+        let events = Event::buckets(&db);
+        let mut faults = election_faults();
+        faults.push((
+            "writeConcernError",
+            doc! {"writeConcernError": {"code": 189, "codeName": "PrimarySteppedDown", "errmsg": "stepped down"}},
+        ));
+        for (what, fault) in faults {
+            let acct = format!("a-{what}");
+            let mut want = Vec::new();
+            for n in 0..5u32 {
+                if n == 2 {
+                    fail(&c, Some(1), on("findAndModify", &fault)).await;
+                }
+                let r = events.push(&Event { acct: acct.clone(), n }).await;
+                if unknown(&r) {
+                    // Only when the write id could not be read back either.
+                    panic!("{what}: the write id should have told: {r:?}");
+                }
+                r.unwrap_or_else(|e| panic!("{what}: push {n}: {e}"));
+                want.push(n);
+            }
+            assert_eq!(items(&db, &acct).await, want, "{what}: each item once, in order");
+        }
+    })
+    .await;
+}
+
+/// The documents layout's histogram writes (`bulkWrite`, or `update` and
+/// `delete` commands) after each fault: stored once, or an error that
+/// says the outcome is unknown.
+#[tokio::test]
+async fn histogram_writes_survive_an_election() {
+    bounded(120, async {
+        let server = server();
+        let (c, _) = client_of(&server).await;
+        let db = c.database("dep");
+        for bulk in [true, false] {
+            let ranks = Score::ranks(&db).bulk_write(bulk);
+            let command = if bulk { "bulkWrite" } else { "update" };
+            for (what, fault) in election_faults() {
+                let b = format!("b-{bulk}-{what}");
+                ranks.record(&b, 1).await.unwrap();
+                fail(&c, Some(1), on(command, &fault)).await;
+                let r = ranks.change(&b, 1, 2).await;
+                let held = stored(&db, &b).await;
+                if unknown(&r) {
+                    assert!(
+                        held == BTreeMap::from([(1, 1)]) || held == BTreeMap::from([(2, 1)]),
+                        "{bulk} {what}: {held:?}"
+                    );
+                    continue;
+                }
+                r.unwrap_or_else(|e| panic!("{bulk} {what}: {e}"));
+                assert_eq!(held, BTreeMap::from([(2, 1)]), "{bulk} {what}: once");
+                assert!(what != "closeConnection" || !bulk || held.len() == 1);
+            }
+        }
+    })
+    .await;
+}
+
+/// `uri` as an application writes it: no `directConnection`, so the
+/// driver discovers the replica set and sends each read's preference.
+fn secondary_preferred(uri: &str) -> String {
+    let base = uri.split('?').next().unwrap_or(uri);
+    format!("{base}?readPreference=secondaryPreferred")
+}
+
+/// The reads among `sent` (name, command) whose read preference is not
+/// the primary.
+fn off_primary(sent: &[(String, Document)]) -> Vec<String> {
+    sent.iter()
+        .filter(|(name, _)| matches!(name.as_str(), "find" | "aggregate" | "count" | "distinct"))
+        .filter_map(|(name, cmd)| {
+            let mode = cmd
+                .get_document("$readPreference")
+                .ok()
+                .and_then(|rp| rp.get_str("mode").ok())
+                .unwrap_or("primary");
+            (mode != "primary").then(|| format!("{name} ({mode}): {cmd}"))
+        })
+        .collect()
+}
+
+/// Runs `f`'s commands and fails on any read among them sent to anything
+/// but the primary.
+async fn on_primary_only(cmds: &Commands, what: &str) {
+    let sent = cmds.take();
+    let stray = off_primary(&sent);
+    assert!(
+        stray.is_empty(),
+        "{what}: reads that decide a write went elsewhere: {stray:#?}"
+    );
+}
+
+/// A client whose URI says `secondaryPreferred`: every read that decides a
+/// write goes to the primary (the shard key's stored-key lookup, the
+/// buffered counter's check, a bucket's reads under its lease, its
+/// repairs and reindex, the rank's own transactions and rebuild), while
+/// the caller's own reads (pages, ranks) keep the caller's preference.
+#[tokio::test]
+async fn reads_that_decide_writes_go_to_the_primary() {
+    bounded(120, async {
+        let server = server();
+        let uri = secondary_preferred(server.uri());
+        let (c, cmds) = client(&format!("{uri}&heartbeatFrequencyMS=500")).await;
+        let db = c.database("dep");
+
+        // The command log shows the read preference: a caller's read.
+        let ticks = Tick::buckets(&db);
+        for day in [1, 2, 3, 4, 10, 11] {
+            ticks
+                .push(&Tick {
+                    sym: "s".into(),
+                    day,
+                })
+                .await
+                .unwrap();
+        }
+        cmds.take();
+        ticks.page("s", PageRequest::new(1, 2)).await.unwrap();
+        let page = cmds.take();
+        assert!(
+            !off_primary(&page).is_empty(),
+            "a page follows the client's secondaryPreferred: {page:#?}"
+        );
+
+        // A late item: the lease, the move, the reindex.
+        ticks
+            .push(&Tick {
+                sym: "s".into(),
+                day: 5,
+            })
+            .await
+            .unwrap();
+        on_primary_only(&cmds, "late push").await;
+        ticks.remove("s", doc! {"day": 2}).await.unwrap();
+        on_primary_only(&cmds, "remove").await;
+        ticks.reindex("s").await.unwrap();
+        on_primary_only(&cmds, "reindex").await;
+        let days: Vec<i64> = ticks
+            .stream("s")
+            .map_ok(|t| t.day)
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(days, [1, 3, 4, 5, 10, 11]);
+        cmds.take();
+
+        let logs = Log::sharded(&db);
+        logs.upsert(&Log {
+            id: 1,
+            kind: "app".into(),
+            ts: 1_635_132_899,
+        })
+        .await
+        .unwrap();
+        logs.upsert(&Log {
+            id: 1,
+            kind: "app".into(),
+            ts: 1_635_132_999,
+        })
+        .await
+        .unwrap();
+        on_primary_only(&cmds, "shard key upsert").await;
+
+        let counter = Item::buffered_counter(&db);
+        counter.incr_by("k", 10).await.unwrap();
+        counter.flush().await.unwrap();
+        on_primary_only(&cmds, "buffered flush").await;
+
+        let ranks = Score::ranks(&db);
+        ranks.insert(&score("p", "b", 5)).await.unwrap();
+        ranks.update_score(doc! {"_id": "p"}, 6).await.unwrap();
+        ranks.delete(doc! {"_id": "p"}).await.unwrap();
+        ranks.rebuild("b").await.unwrap();
+        on_primary_only(&cmds, "rank writes").await;
+    })
+    .await;
+}
