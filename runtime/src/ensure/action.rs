@@ -77,7 +77,7 @@ impl<'a> IntoFuture for EnsureAction<'a> {
                 options: self.options,
                 session: self.session,
             };
-            let wanted = merge(self.declared);
+            let wanted = merge(self.declared)?;
             let plan = survey(&mut cx, &wanted).await?;
             apply(&mut cx, plan).await
         })
@@ -139,7 +139,7 @@ impl<'a> IntoFuture for PlanAction<'a> {
                 options: self.options,
                 session: self.session,
             };
-            let wanted = merge(self.declared);
+            let wanted = merge(self.declared)?;
             survey(&mut cx, &wanted).await
         })
     }
@@ -349,7 +349,8 @@ async fn create_index(
     done: &mut Ensured,
 ) -> Result<Option<Document>> {
     let db = cx.db;
-    let spec = doc! {"key": &index.keys, "name": &index.name};
+    let mut spec = doc! {"key": &index.keys, "name": &index.name};
+    spec.extend(index.options.clone());
     let command = doc! {"createIndexes": &index.collection, "indexes": [spec]};
     match cx.write(db, command).await {
         Ok(reply) => {
