@@ -92,6 +92,16 @@ pub enum Note {
         /// The collection.
         collection: String,
     },
+    /// The collection is declared sharded on a sharded cluster, but the
+    /// user may not read `config.collections` (Unauthorized, as for an
+    /// application's user without cluster read rights): whether and on
+    /// which key it is sharded is unknown, so it is neither listed to shard
+    /// nor sharded. Run `plan`/`ensure` as a user that may read the `config`
+    /// database (and run `shardCollection`) to settle it.
+    ShardingUnknown {
+        /// The collection.
+        collection: String,
+    },
 }
 
 /// What [`Model::plan`](crate::Model::plan) found: what `ensure` would
@@ -197,6 +207,10 @@ impl fmt::Display for Note {
             Note::ShardingNotApplicable { collection } => write!(
                 f,
                 "`{collection}` would be sharded, but the deployment does not shard"
+            ),
+            Note::ShardingUnknown { collection } => write!(
+                f,
+                "whether `{collection}` is sharded is unknown: this user may not read `config.collections`"
             ),
         }
     }
