@@ -9,8 +9,10 @@ use futures::TryStreamExt;
 use mongo_patterns::action::Options;
 use mongo_patterns::bson::Bson;
 use mongo_patterns::mongodb::options::{
-    Collation, CollationStrength, Hint, ReadConcern, ReadPreference, SelectionCriteria,
+    Collation, CollationStrength, Hint, IndexOptions, ReadConcern, ReadPreference,
+    SelectionCriteria,
 };
+use mongo_patterns::mongodb::IndexModel;
 use mongo_patterns::prelude::*;
 use mongo_patterns::{CursorError, Error};
 use mongo_patterns_testkit::{fresh_db, Commands};
@@ -446,4 +448,94 @@ async fn deep_page_uses_the_declared_index() {
     );
     assert!(keys <= 60, "a seek, not a scan: {keys} keys examined");
     assert!(docs <= 60, "{docs} documents examined");
+}
+
+/// The index `name` on `coll`, as `listIndexes` shows it.
+async fn listed_index(db: &Database, coll: &str, name: &str) -> Option<Document> {
+    let reply = bounded(30, db.run_command(doc! {"listIndexes": coll}))
+        .await
+        .unwrap();
+    let batch = reply
+        .get_document("cursor")
+        .and_then(|c| c.get_array("firstBatch"))
+        .unwrap_or_else(|_| panic!("{reply}"));
+    batch
+        .iter()
+        .filter_map(Bson::as_document)
+        .find(|ix| ix.get_str("name").ok() == Some(name))
+        .cloned()
+}
+
+/// A collated query's index carries the collation: `ensure` creates it
+/// with it and `plan` then finds it up to date; an index on the same keys
+/// with the simple collation does not serve it (under the declared name a
+/// conflict, under another name not taken for it), nor does a collated
+/// index serve the same query without a collation.
+#[tokio::test]
+async fn ensure_gives_the_keyset_index_the_querys_collation() {
+    use mongo_patterns::ensure::{Conflict, PlanAction};
+
+    let (db, _) = fresh_db("keyset_app_collation").await;
+    let q = Visit::keyset(&db).collation(en());
+    let done = bounded(30, q.ensure()).await.unwrap();
+    assert_eq!(done.indexes_created.len(), 1, "{done}");
+    let ix = listed_index(&db, "visits", INDEX).await.unwrap();
+    let collation = ix
+        .get_document("collation")
+        .unwrap_or_else(|_| panic!("created without the collation: {ix}"));
+    assert_eq!(collation.get_str("locale").ok(), Some("en"), "{ix}");
+    assert_eq!(num(collation.get("strength")), Some(2), "{ix}");
+    let plan = bounded(30, PlanAction::new(&db, q.declared()))
+        .await
+        .unwrap();
+    assert!(plan.is_up_to_date() && plan.notes.is_empty(), "{plan}");
+    let again = bounded(30, q.ensure()).await.unwrap();
+    assert!(again.created_nothing(), "{again}");
+    // The same keys without a collation: the collated index does not serve.
+    let plan = bounded(30, PlanAction::new(&db, Visit::keyset(&db).declared()))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&plan.conflicts[..], [Conflict::Index { declared, .. }] if declared.name == INDEX),
+        "{plan}"
+    );
+
+    // A simple-collation index under the declared name: a conflict.
+    let (db, _) = fresh_db("keyset_app_collation_simple").await;
+    create_declared(&db, &Visit::keyset(&db)).await;
+    let q = Visit::keyset(&db).collation(en());
+    let plan = bounded(30, PlanAction::new(&db, q.declared()))
+        .await
+        .unwrap();
+    assert!(!plan.is_up_to_date(), "{plan}");
+    assert!(
+        matches!(&plan.conflicts[..], [Conflict::Index { found, .. }] if !found.contains_key("collation")),
+        "{plan}"
+    );
+
+    // Under another name: not taken for the declared one, which is created.
+    let (db, _) = fresh_db("keyset_app_collation_other").await;
+    let theirs = IndexModel::builder()
+        .keys(doc! {"score": 1, "_id": 1})
+        .options(IndexOptions::builder().name("by_score".to_owned()).build())
+        .build();
+    bounded(30, db.collection::<Document>("visits").create_index(theirs))
+        .await
+        .unwrap();
+    let q = Visit::keyset(&db).collation(en());
+    let plan = bounded(30, PlanAction::new(&db, q.declared()))
+        .await
+        .unwrap();
+    assert!(plan.notes.is_empty(), "{plan}");
+    assert_eq!(plan.create_indexes.len(), 1, "{plan}");
+    let done = bounded(30, q.ensure()).await.unwrap();
+    assert_eq!(done.indexes_created.len(), 1, "{done}");
+    let ix = listed_index(&db, "visits", INDEX).await.unwrap();
+    assert_eq!(
+        ix.get_document("collation")
+            .ok()
+            .and_then(|c| c.get_str("locale").ok()),
+        Some("en"),
+        "{ix}"
+    );
 }

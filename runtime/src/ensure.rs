@@ -20,9 +20,28 @@
 //! but other keys or options is reported as a [`Conflict`] and left in
 //! place (drop it yourself if it should go). An index with the declared
 //! keys under another name serves as well, and is reported as a [`Note`].
+//!
+//! An index is declared with its options, and `createIndexes` is sent
+//! them all: a [`Keyset`] query with a
+//! [`collation`](crate::keyset::Keyset::collation) declares its index with
+//! that collation, since a collated query cannot use an index of another
+//! collation (the simple one included) for its string bounds and sort, and
+//! would sort every page in memory. For the same reason an existing index
+//! serves a declared one only with the same collation (the same locale,
+//! and every field the declaration names; strength 3 when it names none),
+//! either way round: a collated index does not serve an uncollated
+//! declaration either.
+//!
 //! Sharding applies only on a sharded cluster (`hello` answers
 //! `msg: "isdbgrid"`); elsewhere it is a [`Note`], and the shard key's
-//! index is still created, since it serves the same queries there.
+//! index is still created, since it serves the same queries there. On a
+//! sharded cluster the collection's shard key is read from
+//! `config.collections`; an entry with `unsplittable: true` (MongoDB 8.0
+//! tracks unsharded collections that way) is an unsharded collection. A
+//! user that may not read `config.collections` (an application's user
+//! without cluster read rights: Unauthorized) gets
+//! [`Note::ShardingUnknown`] for the collection, which is then neither
+//! planned for sharding nor sharded, rather than an error.
 //!
 //! Both actions take `.session()`: the commands then run in that session.
 //! A transaction refuses `listCollections` and `listIndexes`, so run them

@@ -26,6 +26,11 @@ use crate::error::Result;
 /// sharded cluster a read of `config.collections`, `enableSharding` and
 /// `shardCollection`. The write concern applies to each write (by default
 /// the `Database`'s, which `run_command` would not send by itself).
+///
+/// A `createIndexes` reply is read as `mongod` and every `mongos` shape it:
+/// counts at the top, or (a `mongos` before 7.1, or a sharded collection)
+/// each shard's under `raw`; the index counts as created by this call when
+/// any shard built it.
 #[must_use = "does nothing unless awaited"]
 pub struct EnsureAction<'a> {
     db: &'a Database,
@@ -77,7 +82,7 @@ impl<'a> IntoFuture for EnsureAction<'a> {
                 options: self.options,
                 session: self.session,
             };
-            let wanted = merge(self.declared);
+            let wanted = merge(self.declared)?;
             let plan = survey(&mut cx, &wanted).await?;
             apply(&mut cx, plan).await
         })
@@ -139,7 +144,7 @@ impl<'a> IntoFuture for PlanAction<'a> {
                 options: self.options,
                 session: self.session,
             };
-            let wanted = merge(self.declared);
+            let wanted = merge(self.declared)?;
             survey(&mut cx, &wanted).await
         })
     }
@@ -259,22 +264,16 @@ async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted]) -> Result<Plan> {
         }
         let ns = format!("{}.{}", db.name(), w.collection);
         let config = db.client().database("config");
-        let found = cx
-            .read_cursor(
-                &config,
-                doc! {"find": "collections", "filter": {"_id": &ns}, "limit": 1},
-            )
-            .await?;
-        let key = found
-            .iter()
-            .find(|c| !c.get_bool("dropped").unwrap_or(false))
-            .and_then(|c| c.get_document("key").ok());
-        match key {
-            None => plan.shard.push(shard.clone()),
-            Some(k) if same_keys(k, &shard.key) => {}
-            Some(k) => plan.conflicts.push(Conflict::ShardKey {
+        let command = doc! {"find": "collections", "filter": {"_id": &ns}, "limit": 1};
+        match sharding(cx.read_cursor(&config, command).await)? {
+            Sharding::Unsharded => plan.shard.push(shard.clone()),
+            Sharding::On(k) if same_keys(&k, &shard.key) => {}
+            Sharding::On(found) => plan.conflicts.push(Conflict::ShardKey {
                 declared: shard.clone(),
-                found: k.clone(),
+                found,
+            }),
+            Sharding::Unknown => plan.notes.push(Note::ShardingUnknown {
+                collection: w.collection.clone(),
             }),
         }
     }
@@ -301,7 +300,7 @@ async fn apply(cx: &mut Cx<'_>, plan: Plan) -> Result<Ensured> {
             Some(at) => {
                 let index = indexes.remove(at);
                 if let Some(reply) = create_index(cx, index, &mut done).await? {
-                    if reply.get_bool("createdCollectionAutomatically").ok() == Some(true) {
+                    if created_collection(&reply) {
                         done.collections_created.push(name);
                     }
                 }
@@ -349,7 +348,8 @@ async fn create_index(
     done: &mut Ensured,
 ) -> Result<Option<Document>> {
     let db = cx.db;
-    let spec = doc! {"key": &index.keys, "name": &index.name};
+    let mut spec = doc! {"key": &index.keys, "name": &index.name};
+    spec.extend(index.options.clone());
     let command = doc! {"createIndexes": &index.collection, "indexes": [spec]};
     match cx.write(db, command).await {
         Ok(reply) => {
@@ -384,18 +384,92 @@ async fn create_index(
     }
 }
 
-/// Whether a `createIndexes` reply says it built the index (rather than
-/// finding it built: `note: "all indexes already exist"`).
-fn created_one(reply: &Document) -> bool {
-    let count = |k: &str| match reply.get(k) {
-        Some(Bson::Int32(n)) => Some(i64::from(*n)),
-        Some(Bson::Int64(n)) => Some(*n),
-        _ => None,
+/// What `config.collections` says of one collection.
+#[derive(Debug, PartialEq)]
+enum Sharding {
+    /// Not sharded.
+    Unsharded,
+    /// Sharded on this key.
+    On(Document),
+    /// The user may not read it.
+    Unknown,
+}
+
+/// Reads the answer to a `find` by `_id` on `config.collections`: a
+/// collection not listed, listed `dropped: true` (before 5.0) or
+/// `unsplittable: true` (8.0 lists unsharded collections that way, with
+/// key `{_id: 1}`) is unsharded; Unauthorized (an application's user
+/// without cluster read rights) leaves it unknown.
+fn sharding(read: Result<Vec<Document>>) -> Result<Sharding> {
+    let entries = match read {
+        Ok(entries) => entries,
+        Err(e) if e.is_unauthorized() => return Ok(Sharding::Unknown),
+        Err(e) => return Err(e),
     };
-    match (count("numIndexesBefore"), count("numIndexesAfter")) {
-        (Some(before), Some(after)) => after > before,
-        _ => !reply.contains_key("note"),
+    let key = entries
+        .into_iter()
+        .filter(|c| {
+            !c.get_bool("dropped").unwrap_or(false) && !c.get_bool("unsplittable").unwrap_or(false)
+        })
+        .find_map(|mut c| match c.remove("key") {
+            Some(Bson::Document(k)) => Some(k),
+            _ => None,
+        });
+    Ok(key.map_or(Sharding::Unsharded, Sharding::On))
+}
+
+/// The replies a `createIndexes` reply holds: its own top-level counts on
+/// `mongod` (and `mongos` from 7.1 for an unsharded collection), else each
+/// shard's that succeeded under `raw` (a `mongos` before 7.1, or any
+/// `mongos` for a sharded collection: `{raw: {"<shard>/<hosts>":
+/// {numIndexesBefore, numIndexesAfter, createdCollectionAutomatically, ok},
+/// ...}, ok}`); a shard that does not own the collection may answer there
+/// with an error, which says nothing about the index.
+fn create_replies(reply: &Document) -> Vec<&Document> {
+    let counted = reply.contains_key("numIndexesBefore") || reply.contains_key("numIndexesAfter");
+    match reply.get_document("raw") {
+        Ok(raw) if !counted => raw
+            .values()
+            .filter_map(|v| v.as_document())
+            .filter(|r| number(r.get("ok")).is_some_and(|ok| ok == 1))
+            .collect(),
+        _ => vec![reply],
     }
+}
+
+/// A count in a reply, whatever its integer type.
+fn number(v: Option<&Bson>) -> Option<i64> {
+    match v? {
+        Bson::Int32(n) => Some(i64::from(*n)),
+        Bson::Int64(n) => Some(*n),
+        Bson::Double(n) => Some(*n as i64),
+        _ => None,
+    }
+}
+
+/// Whether a `createIndexes` reply says it built the index (rather than
+/// finding it built: `note: "all indexes already exist"`), on any shard.
+fn created_one(reply: &Document) -> bool {
+    let built = |r: &Document| match (
+        number(r.get("numIndexesBefore")),
+        number(r.get("numIndexesAfter")),
+    ) {
+        (Some(before), Some(after)) => after > before,
+        _ => !r.contains_key("note"),
+    };
+    let replies = create_replies(reply);
+    if replies.is_empty() {
+        return !reply.contains_key("note");
+    }
+    replies.into_iter().any(built)
+}
+
+/// Whether a `createIndexes` reply says it created the collection, on any
+/// shard.
+fn created_collection(reply: &Document) -> bool {
+    create_replies(reply)
+        .iter()
+        .any(|r| r.get_bool("createdCollectionAutomatically").ok() == Some(true))
 }
 
 #[cfg(test)]
@@ -414,5 +488,117 @@ mod tests {
             &doc! {"note": "all indexes already exist", "ok": 1}
         ));
         assert!(created_one(&doc! {"ok": 1}));
+        assert!(created_collection(
+            &doc! {"createdCollectionAutomatically": true, "numIndexesBefore": 1, "numIndexesAfter": 2, "commitQuorum": "votingMembers", "ok": 1}
+        ));
+        assert!(!created_collection(
+            &doc! {"createdCollectionAutomatically": false, "numIndexesBefore": 1, "numIndexesAfter": 2, "ok": 1}
+        ));
+    }
+
+    /// `mongos` before 7.1 (and for a sharded collection) answers with each
+    /// shard's reply under `raw`, keyed by the shard's connection string,
+    /// and no counts of its own.
+    #[test]
+    fn create_indexes_replies_from_mongos() {
+        let one = doc! {
+            "raw": {
+                "shard01/localhost:27018,localhost:27019,localhost:27020": {
+                    "createdCollectionAutomatically": true,
+                    "numIndexesBefore": 1, "numIndexesAfter": 2,
+                    "commitQuorum": "votingMembers", "ok": 1,
+                },
+            },
+            "ok": 1,
+            "$clusterTime": {"clusterTime": mongodb::bson::Timestamp { time: 1, increment: 1 }},
+            "operationTime": mongodb::bson::Timestamp { time: 1, increment: 1 },
+        };
+        assert!(created_one(&one));
+        assert!(created_collection(&one));
+
+        let existed = doc! {
+            "raw": {
+                "shard01/a:27018": {
+                    "numIndexesBefore": 2, "numIndexesAfter": 2,
+                    "note": "all indexes already exist", "ok": 1,
+                },
+            },
+            "ok": 1,
+        };
+        assert!(!created_one(&existed));
+        assert!(!created_collection(&existed));
+
+        // Two shards, one of which built it; one that does not own the
+        // collection answers with an error, which counts for nothing.
+        let sharded = doc! {
+            "raw": {
+                "shard01/a:27018": {
+                    "createdCollectionAutomatically": false,
+                    "numIndexesBefore": 2, "numIndexesAfter": 2,
+                    "note": "all indexes already exist", "ok": 1,
+                },
+                "shard02/b:27018": {
+                    "createdCollectionAutomatically": false,
+                    "numIndexesBefore": 1, "numIndexesAfter": 2, "ok": 1_i64,
+                },
+                "shard03/c:27018": {
+                    "ok": 0, "errmsg": "no", "code": 227,
+                    "codeName": "CannotImplicitlyCreateCollection",
+                },
+            },
+            "ok": 1.0,
+        };
+        assert!(created_one(&sharded));
+        assert!(!created_collection(&sharded));
+
+        // 7.1 and later put an unsharded collection's counts at the top.
+        let promoted = doc! {
+            "numIndexesBefore": 2, "numIndexesAfter": 2,
+            "note": "all indexes already exist",
+            "raw": {"shard01/a:27018": {"numIndexesBefore": 1, "numIndexesAfter": 2, "ok": 1}},
+            "ok": 1,
+        };
+        assert!(!created_one(&promoted));
+
+        // Nothing usable under `raw`: the top-level note decides.
+        assert!(!created_one(
+            &doc! {"raw": {}, "note": "all indexes already exist", "ok": 1}
+        ));
+    }
+
+    /// `config.collections` entries as `mongos` lists them, and the error
+    /// an application's user gets instead.
+    #[test]
+    fn config_collections_entries() {
+        let epoch = mongodb::bson::oid::ObjectId::new();
+        let sharded = doc! {
+            "_id": "db.logs", "lastmodEpoch": epoch,
+            "lastmod": mongodb::bson::DateTime::from_millis(0),
+            "timestamp": mongodb::bson::Timestamp { time: 1, increment: 1 },
+            "uuid": mongodb::bson::Binary { subtype: mongodb::bson::spec::BinarySubtype::Uuid, bytes: vec![0; 16] },
+            "key": {"month": 1, "type": 1}, "unique": false, "noBalance": false,
+        };
+        assert_eq!(
+            sharding(Ok(vec![sharded])).unwrap(),
+            Sharding::On(doc! {"month": 1, "type": 1})
+        );
+        assert_eq!(sharding(Ok(vec![])).unwrap(), Sharding::Unsharded);
+        // 8.0 tracks unsharded collections too, unsplittable on `_id`.
+        let tracked = doc! {
+            "_id": "db.logs", "lastmodEpoch": epoch,
+            "key": {"_id": 1}, "unique": false, "unsplittable": true,
+        };
+        assert_eq!(sharding(Ok(vec![tracked])).unwrap(), Sharding::Unsharded);
+        // Before 5.0 a dropped collection stays listed.
+        let dropped = doc! {"_id": "db.logs", "key": {"a": 1}, "dropped": true};
+        assert_eq!(sharding(Ok(vec![dropped])).unwrap(), Sharding::Unsharded);
+
+        use crate::error::code::{command_error, COMMAND_NOT_FOUND, UNAUTHORIZED};
+        assert_eq!(
+            sharding(Err(command_error(UNAUTHORIZED))).unwrap(),
+            Sharding::Unknown
+        );
+        let other = sharding(Err(command_error(COMMAND_NOT_FOUND))).unwrap_err();
+        assert_eq!(other.code(), Some(COMMAND_NOT_FOUND));
     }
 }

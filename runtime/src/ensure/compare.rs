@@ -4,6 +4,7 @@
 use mongodb::bson::{Bson, Document};
 
 use super::{Conflict, Declared, Index, Note, Plan, Shard};
+use crate::error::Result;
 
 /// One collection's declarations, merged.
 pub(super) struct Wanted {
@@ -13,9 +14,9 @@ pub(super) struct Wanted {
 }
 
 /// Declarations by collection, in the order first declared; an index
-/// declared twice (by name or by keys) is kept once, the first shard key
-/// wins.
-pub(super) fn merge(declared: Vec<Declared>) -> Vec<Wanted> {
+/// declared twice (by name, or by keys and options) is kept once, the first
+/// shard key wins.
+pub(super) fn merge(declared: Vec<Declared>) -> Result<Vec<Wanted>> {
     let mut out: Vec<Wanted> = Vec::new();
     for d in declared {
         let at = match out.iter().position(|w| w.collection == d.collection) {
@@ -31,20 +32,23 @@ pub(super) fn merge(declared: Vec<Declared>) -> Vec<Wanted> {
         };
         let w = &mut out[at];
         for model in d.indexes {
-            let name = model
-                .options
-                .as_ref()
-                .and_then(|o| o.name.clone())
-                .unwrap_or_else(|| default_name(&model.keys));
-            let dup = w
-                .indexes
-                .iter()
-                .any(|i| i.name == name || same_keys(&i.keys, &model.keys));
+            let mut options = match &model.options {
+                Some(o) => crate::compat::to_document(o)?,
+                None => Document::new(),
+            };
+            let name = match options.remove("name") {
+                Some(Bson::String(name)) => name,
+                _ => default_name(&model.keys),
+            };
+            let dup = w.indexes.iter().any(|i| {
+                i.name == name || (same_keys(&i.keys, &model.keys) && i.options == options)
+            });
             if !dup {
                 let index = Index {
                     collection: d.collection.clone(),
                     name,
                     keys: model.keys,
+                    options,
                 };
                 w.indexes.push(index);
             }
@@ -57,7 +61,7 @@ pub(super) fn merge(declared: Vec<Declared>) -> Vec<Wanted> {
             });
         }
     }
-    out
+    Ok(out)
 }
 
 /// The name the server gives an unnamed index: `a_1_b_-1`.
@@ -74,12 +78,7 @@ fn default_name(keys: &Document) -> String {
 
 /// `1` or `-1` for a numeric key, as the server reads it.
 fn direction(v: &Bson) -> Option<i32> {
-    let n = match v {
-        Bson::Int32(n) => f64::from(*n),
-        Bson::Int64(n) => *n as f64,
-        Bson::Double(n) => *n,
-        _ => return None,
-    };
+    let n = number(v)?;
     Some(if n < 0.0 { -1 } else { 1 })
 }
 
@@ -96,19 +95,114 @@ pub(super) fn same_keys(a: &Document, b: &Document) -> bool {
         })
 }
 
+/// The same value as the server compares index options: numbers by value
+/// (`1`, `1.0`, `1i64`), documents field by field in order.
+fn same_value(a: &Bson, b: &Bson) -> bool {
+    match (a, b) {
+        (Bson::Document(x), Bson::Document(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y.iter())
+                    .all(|((kx, vx), (ky, vy))| kx == ky && same_value(vx, vy))
+        }
+        (Bson::Array(x), Bson::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y.iter()).all(|(p, q)| same_value(p, q))
+        }
+        (x, y) => match (number(x), number(y)) {
+            (Some(p), Some(q)) => p == q,
+            _ => x == y,
+        },
+    }
+}
+
+fn number(v: &Bson) -> Option<f64> {
+    match v {
+        Bson::Int32(n) => Some(f64::from(*n)),
+        Bson::Int64(n) => Some(*n as f64),
+        Bson::Double(n) => Some(*n),
+        _ => None,
+    }
+}
+
+/// A collation, or `None` for the simple one (none at all, or
+/// `{locale: "simple"}`).
+fn collation(options: &Document) -> Option<&Document> {
+    options
+        .get_document("collation")
+        .ok()
+        .filter(|c| c.get_str("locale").unwrap_or("simple") != "simple")
+}
+
+/// Whether an index of collation `found` (as `listIndexes` shows it: the
+/// server fills in every field) compares strings as `declared` does. Both
+/// simple, or the same locale with every field `declared` names equal;
+/// `strength` (3), `caseLevel` and `numericOrdering` (false) default the
+/// same in every locale, so they are compared even when `declared` leaves
+/// them out; the other fields' defaults depend on the locale, which the
+/// server filled in, and `version` is the server's ICU release.
+fn same_collation(found: Option<&Document>, declared: Option<&Document>) -> bool {
+    let (found, declared) = match (found, declared) {
+        (None, None) => return true,
+        (Some(f), Some(d)) => (f, d),
+        _ => return false,
+    };
+    let defaults = [
+        ("strength", Bson::Int32(3)),
+        ("caseLevel", Bson::Boolean(false)),
+        ("numericOrdering", Bson::Boolean(false)),
+    ];
+    let field = |c: &Document, k: &str| {
+        c.get(k)
+            .or_else(|| defaults.iter().find(|(d, _)| *d == k).map(|(_, v)| v))
+            .cloned()
+    };
+    let same = |k: &str| match (field(found, k), field(declared, k)) {
+        (Some(f), Some(d)) => same_value(&f, &d),
+        (f, d) => f.is_none() && d.is_none(),
+    };
+    declared
+        .keys()
+        .filter(|k| k.as_str() != "version")
+        .all(|k| same(k))
+        && defaults.iter().all(|(k, _)| same(k))
+}
+
+/// Options that keep an index from holding every document, when the
+/// declaration does not ask for them.
+const NARROWING: [&str; 3] = ["partialFilterExpression", "sparse", "hidden"];
+
+/// Options the server ignores or reports in its own way, never compared.
+const IGNORED: [&str; 3] = ["background", "v", "collation"];
+
 /// Whether an existing index (a `listIndexes` entry) serves every query
-/// an index on `keys` would: the same keys, and no option that narrows it.
-fn serves(found: &Document, keys: &Document) -> bool {
+/// the declared one would: the same keys, the same collation, no narrowing
+/// option the declaration lacks, and every option the declaration names
+/// with the same value (a boolean option absent is `false`). Options the
+/// declaration leaves out and that narrow nothing (`unique`,
+/// `expireAfterSeconds`) do not matter for the queries it serves.
+fn serves(found: &Document, declared: &Index) -> bool {
     let Ok(found_keys) = found.get_document("key") else {
         return false;
     };
-    let narrowed = found.contains_key("partialFilterExpression")
-        || found.get_bool("sparse").unwrap_or(false)
-        || found.get_bool("hidden").unwrap_or(false)
-        || found
-            .get_document("collation")
-            .is_ok_and(|c| c.get_str("locale").unwrap_or("simple") != "simple");
-    !narrowed && same_keys(found_keys, keys)
+    let option = |d: &Document, k: &str| -> Option<Bson> {
+        match d.get(k) {
+            None | Some(Bson::Boolean(false)) => None,
+            Some(v) => Some(v.clone()),
+        }
+    };
+    let same_option = |k: &str| match (option(found, k), option(&declared.options, k)) {
+        (None, None) => true,
+        (Some(f), Some(d)) => same_value(&f, &d),
+        _ => false,
+    };
+    same_keys(found_keys, &declared.keys)
+        && same_collation(collation(found), collation(&declared.options))
+        && NARROWING.iter().all(|k| same_option(k))
+        && declared
+            .options
+            .keys()
+            .filter(|k| !IGNORED.contains(&k.as_str()))
+            .all(|k| same_option(k))
 }
 
 pub(super) fn compare_index(plan: &mut Plan, declared: &Index, existing: &[Document]) {
@@ -116,12 +210,12 @@ pub(super) fn compare_index(plan: &mut Plan, declared: &Index, existing: &[Docum
         .iter()
         .find(|ix| ix.get_str("name").ok() == Some(declared.name.as_str()));
     match by_name {
-        Some(ix) if serves(ix, &declared.keys) => {}
+        Some(ix) if serves(ix, declared) => {}
         Some(ix) => plan.conflicts.push(Conflict::Index {
             declared: declared.clone(),
             found: ix.clone(),
         }),
-        None => match existing.iter().find(|ix| serves(ix, &declared.keys)) {
+        None => match existing.iter().find(|ix| serves(ix, declared)) {
             Some(ix) => plan.notes.push(Note::IndexUnderOtherName {
                 declared: declared.clone(),
                 found: ix.get_str("name").unwrap_or_default().to_owned(),
@@ -150,13 +244,22 @@ mod tests {
         assert!(!same_keys(&doc! {"a": "hashed"}, &doc! {"a": 1}));
     }
 
+    fn declared(keys: Document, options: Document) -> Index {
+        Index {
+            collection: "c".into(),
+            name: "x".into(),
+            keys,
+            options,
+        }
+    }
+
     #[test]
     fn narrowed_indexes_do_not_serve() {
-        let keys = doc! {"a": 1};
-        assert!(serves(&doc! {"name": "x", "key": {"a": 1}}, &keys));
+        let plain = declared(doc! {"a": 1}, doc! {});
+        assert!(serves(&doc! {"name": "x", "key": {"a": 1}}, &plain));
         assert!(serves(
             &doc! {"name": "x", "key": {"a": 1}, "unique": true, "collation": {"locale": "simple"}},
-            &keys
+            &plain
         ));
         for narrowing in [
             doc! {"partialFilterExpression": {"a": {"$gt": 1}}},
@@ -166,8 +269,105 @@ mod tests {
         ] {
             let mut ix = doc! {"name": "x", "key": {"a": 1}};
             ix.extend(narrowing.clone());
-            assert!(!serves(&ix, &keys), "{narrowing}");
+            assert!(!serves(&ix, &plain), "{narrowing}");
+            // Declared with that very option, it serves.
+            let mut options = narrowing.clone();
+            if let Ok(c) = options.get_document_mut("collation") {
+                c.insert("strength", 3);
+            }
+            assert!(
+                serves(&ix, &declared(doc! {"a": 1}, options)),
+                "{narrowing}"
+            );
         }
+        // A declared option the index lacks, or has with another value.
+        let unique = declared(doc! {"a": 1}, doc! {"unique": true, "hidden": false});
+        assert!(!serves(&doc! {"name": "x", "key": {"a": 1}}, &unique));
+        assert!(serves(
+            &doc! {"name": "x", "key": {"a": 1}, "unique": true},
+            &unique
+        ));
+        let ttl = declared(doc! {"a": 1}, doc! {"expireAfterSeconds": 60});
+        assert!(serves(
+            &doc! {"name": "x", "key": {"a": 1}, "expireAfterSeconds": 60_i64},
+            &ttl
+        ));
+        assert!(!serves(
+            &doc! {"name": "x", "key": {"a": 1}, "expireAfterSeconds": 61},
+            &ttl
+        ));
+    }
+
+    /// A collated declaration is served only by an index of that collation,
+    /// as `listIndexes` shows it (every field filled in by the server).
+    #[test]
+    fn collations_must_match() {
+        let listed = |collation: Document| {
+            doc! {"v": 2, "key": {"s": 1, "_id": 1}, "name": "x", "collation": collation}
+        };
+        let en2 = listed(doc! {
+            "locale": "en", "caseLevel": false, "caseFirst": "off", "strength": 2,
+            "numericOrdering": false, "alternate": "non-ignorable",
+            "maxVariable": "punct", "normalization": false, "backwards": false,
+            "version": "57.1",
+        });
+        let en3 = listed(doc! {
+            "locale": "en", "caseLevel": false, "caseFirst": "off", "strength": 3,
+            "numericOrdering": false, "alternate": "non-ignorable",
+            "maxVariable": "punct", "normalization": false, "backwards": false,
+            "version": "57.1",
+        });
+        let simple = doc! {"v": 2, "key": {"s": 1, "_id": 1}, "name": "x"};
+        let keys = doc! {"s": 1, "_id": 1};
+        let want = |c: Document| declared(keys.clone(), doc! {"collation": c});
+        let en_secondary = want(doc! {"locale": "en", "strength": 2});
+        assert!(serves(&en2, &en_secondary));
+        // As the server echoes what it was given.
+        assert!(serves(
+            &listed(doc! {"locale": "en", "strength": 2}),
+            &en_secondary
+        ));
+        assert!(!serves(&en3, &en_secondary));
+        assert!(!serves(&simple, &en_secondary));
+        assert!(!serves(&en2, &declared(keys.clone(), doc! {})));
+        assert!(!serves(&en2, &want(doc! {"locale": "fr", "strength": 2})));
+        // Strength left out is tertiary.
+        assert!(serves(&en3, &want(doc! {"locale": "en"})));
+        assert!(!serves(&en2, &want(doc! {"locale": "en"})));
+        assert!(!serves(
+            &en2,
+            &want(doc! {"locale": "en", "strength": 2, "numericOrdering": true})
+        ));
+        // `{locale: "simple"}` is no collation at all.
+        assert!(serves(&simple, &want(doc! {"locale": "simple"})));
+    }
+
+    /// The collation a keyset query declares reaches the merged index.
+    #[test]
+    fn declared_options_are_kept() {
+        let options = mongodb::options::IndexOptions::builder()
+            .name("n".to_owned())
+            .collation(
+                mongodb::options::Collation::builder()
+                    .locale("en")
+                    .strength(mongodb::options::CollationStrength::Secondary)
+                    .build(),
+            )
+            .build();
+        let mut d = Declared::new("c");
+        d.indexes.push(
+            mongodb::IndexModel::builder()
+                .keys(doc! {"s": 1})
+                .options(options)
+                .build(),
+        );
+        let merged = merge(vec![d]).unwrap();
+        let ix = &merged[0].indexes[0];
+        assert_eq!(ix.name, "n");
+        assert_eq!(
+            ix.options,
+            doc! {"collation": {"locale": "en", "strength": 2}}
+        );
     }
 
     #[test]
@@ -182,7 +382,8 @@ mod tests {
             Declared::new("a")
                 .index(doc! {"s": 1}, "mp_s")
                 .sharded(doc! {"s": 1}, false),
-        ]);
+        ])
+        .unwrap();
         let names: Vec<(&str, Vec<&str>, bool)> = merged
             .iter()
             .map(|w| {

@@ -5,7 +5,7 @@ use std::fmt;
 
 use mongodb::bson::Document;
 
-/// An index, by collection, name and keys.
+/// An index, by collection, name, keys and options.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Index {
@@ -15,6 +15,11 @@ pub struct Index {
     pub name: String,
     /// Its keys, as `createIndexes` takes them.
     pub keys: Document,
+    /// Its other options (`collation`, `unique`, `partialFilterExpression`,
+    /// ...) as `createIndexes` takes them beside `key` and `name`; empty
+    /// for a plain index. An existing index serves a declared one only with
+    /// the same options (see [`Conflict::Index`]).
+    pub options: Document,
 }
 
 /// A collection to shard.
@@ -35,9 +40,12 @@ pub struct Shard {
 #[non_exhaustive]
 pub enum Conflict {
     /// An index has the declared name, but other keys, or options that
-    /// keep it from serving every query on its keys (`partialFilterExpression`,
-    /// `sparse`, `hidden`, a collation). Drop it to let `ensure` create the
-    /// declared one.
+    /// keep it from serving the queries the declared one serves: a
+    /// narrowing option the declaration lacks (`partialFilterExpression`,
+    /// `sparse`, `hidden`), another collation (a collated query cannot use
+    /// an index of the simple collation for its string bounds and sort, nor
+    /// the other way round), or an option the declaration names with
+    /// another value. Drop it to let `ensure` create the declared one.
     Index {
         /// What was declared.
         declared: Index,
@@ -64,9 +72,14 @@ pub enum Conflict {
 /// Something worth knowing that needs no action.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "a report holds a few notes, built once per call; boxing would only change the public field's type"
+)]
 pub enum Note {
-    /// An index on the declared keys exists under another name: it serves,
-    /// so none is created.
+    /// An index on the declared keys, with options that serve as well (the
+    /// same collation, nothing narrower), exists under another name: it
+    /// serves, so none is created.
     IndexUnderOtherName {
         /// What was declared.
         declared: Index,
@@ -76,6 +89,16 @@ pub enum Note {
     /// The collection is declared sharded, but the deployment does not shard
     /// (a replica set or a standalone): sharding does not apply.
     ShardingNotApplicable {
+        /// The collection.
+        collection: String,
+    },
+    /// The collection is declared sharded on a sharded cluster, but the
+    /// user may not read `config.collections` (Unauthorized, as for an
+    /// application's user without cluster read rights): whether and on
+    /// which key it is sharded is unknown, so it is neither listed to shard
+    /// nor sharded. Run `plan`/`ensure` as a user that may read the `config`
+    /// database (and run `shardCollection`) to settle it.
+    ShardingUnknown {
         /// The collection.
         collection: String,
     },
@@ -143,11 +166,11 @@ impl Ensured {
 
 impl fmt::Display for Index {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "index `{}` {} on `{}`",
-            self.name, self.keys, self.collection
-        )
+        write!(f, "index `{}` {}", self.name, self.keys)?;
+        if !self.options.is_empty() {
+            write!(f, " {}", self.options)?;
+        }
+        write!(f, " on `{}`", self.collection)
     }
 }
 
@@ -184,6 +207,10 @@ impl fmt::Display for Note {
             Note::ShardingNotApplicable { collection } => write!(
                 f,
                 "`{collection}` would be sharded, but the deployment does not shard"
+            ),
+            Note::ShardingUnknown { collection } => write!(
+                f,
+                "whether `{collection}` is sharded is unknown: this user may not read `config.collections`"
             ),
         }
     }

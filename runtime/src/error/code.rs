@@ -23,6 +23,9 @@ pub const NAMESPACE_NOT_FOUND: i32 = 26;
 pub const NAMESPACE_EXISTS: i32 = 48;
 /// `AlreadyInitialized`: sharding is enabled already.
 pub const ALREADY_INITIALIZED: i32 = 23;
+/// `Unauthorized`: the user lacks the privilege the command needs (an
+/// application's user reading `config.collections` on a `mongos`).
+pub const UNAUTHORIZED: i32 = 13;
 /// `IndexOptionsConflict`: an index on these keys has other options.
 pub const INDEX_OPTIONS_CONFLICT: i32 = 85;
 /// `IndexKeySpecsConflict`: an index of this name has other keys.
@@ -188,6 +191,11 @@ impl Error {
         self.code() == Some(COMMAND_NOT_FOUND)
     }
 
+    /// The user lacks the privilege the command needs.
+    pub(crate) fn is_unauthorized(&self) -> bool {
+        self.code() == Some(UNAUTHORIZED)
+    }
+
     /// `createIndexes` refused the index for one that stands in its way:
     /// the same name with other keys, or the same keys with other options.
     pub(crate) fn is_index_conflict(&self) -> bool {
@@ -198,27 +206,29 @@ impl Error {
     }
 }
 
+/// A command's error with `code`, as the driver reports it: for tests.
+#[cfg(test)]
+pub(crate) fn command_error(code: i32) -> Error {
+    let c: mongodb::error::CommandError =
+        crate::compat::from_document(mongodb::bson::doc! {"code": code, "errmsg": "no"}).unwrap();
+    mongodb::error::Error::from(mongodb::error::ErrorKind::Command(c)).into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn command_error(code: i32) -> Error {
-        let c: mongodb::error::CommandError =
-            crate::compat::from_document(mongodb::bson::doc! {"code": code, "errmsg": "no"})
-                .unwrap();
-        mongodb::error::Error::from(mongodb::error::ErrorKind::Command(c)).into()
-    }
 
     /// Each predicate answers for its own code and no other.
     #[test]
     fn predicates_name_their_codes() {
         type Predicate = fn(&Error) -> bool;
-        let predicates: [(Predicate, &[i32]); 6] = [
+        let predicates: [(Predicate, &[i32]); 7] = [
             (Error::is_type_mismatch, &[TYPE_MISMATCH]),
             (Error::is_namespace_not_found, &[NAMESPACE_NOT_FOUND]),
             (Error::is_namespace_exists, &[NAMESPACE_EXISTS]),
             (Error::is_already_initialized, &[ALREADY_INITIALIZED]),
             (Error::is_command_not_found, &[COMMAND_NOT_FOUND]),
+            (Error::is_unauthorized, &[UNAUTHORIZED]),
             (
                 Error::is_index_conflict,
                 &[INDEX_OPTIONS_CONFLICT, INDEX_KEY_SPECS_CONFLICT],
@@ -231,6 +241,7 @@ mod tests {
             NAMESPACE_EXISTS,
             ALREADY_INITIALIZED,
             COMMAND_NOT_FOUND,
+            UNAUTHORIZED,
             INDEX_OPTIONS_CONFLICT,
             INDEX_KEY_SPECS_CONFLICT,
         ];

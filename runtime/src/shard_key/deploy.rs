@@ -75,7 +75,10 @@ impl<T: ShardKeyed> Sharded<T> {
     /// collection sharded on it. The same as
     /// [`Model::ensure`](crate::Model::ensure) for this repository; unlike
     /// [`ensure_sharded`](Self::ensure_sharded) it succeeds on a replica
-    /// set (sharding noted as not applicable).
+    /// set (sharding noted as not applicable), and on a `mongos` for a user
+    /// that may not read `config.collections`
+    /// ([`Note::ShardingUnknown`](crate::ensure::Note::ShardingUnknown):
+    /// the index is created, the sharding left to a user with those rights).
     pub fn ensure(&self) -> crate::ensure::EnsureAction<'_> {
         crate::ensure::EnsureAction::new(&self.db, self.declared())
     }
