@@ -9,7 +9,10 @@
 //! the process exits, even if the process is killed.
 
 pub mod bench;
+pub mod explain;
 pub mod forge;
+
+pub use explain::Explain;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
