@@ -12,7 +12,7 @@ use mongo_patterns::keyset::{KeysetSpec, MAX_TOKEN_DEPTH, MAX_TOKEN_LEN};
 use mongo_patterns::prelude::*;
 use mongo_patterns::{CursorError, Error};
 use mongo_patterns_testkit::forge::{b64_decode, b64_encode, fnv1a64};
-use mongo_patterns_testkit::fresh_db;
+use mongo_patterns_testkit::{fresh_db, Explain};
 
 /// The test kit's time bound, for actions as well as futures.
 async fn bounded<F: IntoFuture>(secs: u64, f: F) -> F::Output {
@@ -724,9 +724,9 @@ async fn deep_pages_cost_what_bracket_local_boundaries_did() {
                     }).into_future())
                     .await
                     .unwrap();
-                    let stats = e.get_document("executionStats").unwrap().clone();
-                    let keys = stats.get("totalKeysExamined").unwrap();
-                    keys.as_i64().or(keys.as_i32().map(i64::from)).unwrap()
+                    Explain::of(&e)
+                        .keys_examined
+                        .unwrap_or_else(|| panic!("no totalKeysExamined in {e}"))
                 }
             };
             let (keys, before) = (examined(filter).await, examined(local).await);

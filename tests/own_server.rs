@@ -29,3 +29,23 @@ async fn a_killed_server_restarts_in_place_with_its_data() {
     coll.insert_one(doc! {"_id": 2}).await.unwrap();
     assert_eq!(coll.count_documents(doc! {}).await.unwrap(), 2);
 }
+
+/// `test_commands_or_skip` tells a server with test commands from one
+/// without (which refuses `configureFailPoint`, as a mongod without
+/// `enableTestCommands` or Atlas does): a fail-point test then skips,
+/// saying so, instead of failing.
+#[tokio::test]
+async fn test_commands_are_detected() {
+    use mongo_patterns_testkit::test_commands_or_skip;
+    for test_commands in [true, false] {
+        let server = OwnServer::start(ServerOptions {
+            test_commands,
+            ..ServerOptions::default()
+        });
+        let (client, _) = client(server.uri()).await;
+        assert_eq!(
+            test_commands_or_skip(&client, "test_commands_are_detected").await,
+            test_commands
+        );
+    }
+}

@@ -18,7 +18,7 @@ pub use clock::{clock_ticks_per_second, cpu_ns, cpu_ticks, Lap, Stopwatch};
 pub use flags::{num, usage, Flags};
 pub use format::{ms, opt, thousands, thousands_i};
 pub use meter::{Mark, Meter};
-pub use server::{bare, execution_stats, explain, stat_u64, Explained, ServerCounters};
+pub use server::{bare, explain, stat_u64, Explained, ServerCounters};
 pub use session::{describe_server, external_server, main, server_version, Runtime, Session};
 pub use stats::{median, median_f64, ratios, sort_median_f64, Spread};
 

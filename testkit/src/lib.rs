@@ -9,7 +9,10 @@
 //! the process exits, even if the process is killed.
 
 pub mod bench;
+pub mod explain;
 pub mod forge;
+
+pub use explain::Explain;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
@@ -296,6 +299,43 @@ impl OwnServer {
             .recv_timeout(START_TIMEOUT)
             .expect("the test server did not answer within 60 s")
     }
+}
+
+/// Whether the deployment behind `client` takes test commands
+/// (`configureFailPoint`, as mongod does with `enableTestCommands=1`, and
+/// an [`OwnServer`] with `test_commands`). Probes with a harmless
+/// `configureFailPoint failCommand {mode: "off"}`. When the server refuses
+/// it (a mongod without test commands, Atlas), prints
+/// `SKIPPED <test>: server has no test commands (...)` to stderr and returns
+/// false: the caller returns at once, so the test passes without having
+/// checked anything, and says so. Any other failure (no server) panics.
+pub async fn test_commands_or_skip(client: &Client, test: &str) -> bool {
+    use mongo_patterns::mongodb::error::ErrorKind;
+    let probe = mongo_patterns::bson::doc! {"configureFailPoint": "failCommand", "mode": "off"};
+    match client.database("admin").run_command(probe).await {
+        Ok(_) => true,
+        Err(e) => match *e.kind {
+            ErrorKind::Command(ref c) => {
+                eprintln!(
+                    "SKIPPED {test}: server has no test commands (configureFailPoint: {} {}: {})",
+                    c.code, c.code_name, c.message
+                );
+                false
+            }
+            _ => panic!("{test}: cannot ask the server for test commands: {e}"),
+        },
+    }
+}
+
+/// Whether `client` talks to a `mongos` (a sharded cluster): `hello`
+/// answers `msg: "isdbgrid"` there.
+pub async fn is_mongos(client: &Client) -> bool {
+    let hello = client
+        .database("admin")
+        .run_command(mongo_patterns::bson::doc! {"hello": 1})
+        .await
+        .expect("hello");
+    hello.get_str("msg") == Ok("isdbgrid")
 }
 
 /// Awaits `f` (a future, or an action) for at most `secs` seconds, and

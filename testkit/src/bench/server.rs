@@ -17,48 +17,29 @@ pub fn stat_u64(stats: &Document, k: &str) -> Option<u64> {
     }
 }
 
-/// The `executionStats` of an `explain` reply: at the top for a `find`, in
-/// the `$cursor` stage for an aggregate.
-pub fn execution_stats(reply: &Document) -> Option<&Document> {
-    if let Ok(s) = reply.get_document("executionStats") {
-        return Some(s);
-    }
-    reply.get_array("stages").ok()?.iter().find_map(|st| {
-        st.as_document()?
-            .get_document("$cursor")
-            .ok()?
-            .get_document("executionStats")
-            .ok()
-    })
-}
-
 /// What the server examined for one command.
 #[derive(Debug, Clone, Default)]
 pub struct Explained {
-    /// `totalKeysExamined`.
+    /// `totalKeysExamined` (summed over the shards through mongos).
     pub keys: Option<u64>,
-    /// `totalDocsExamined`.
+    /// `totalDocsExamined` (summed over the shards through mongos).
     pub docs: Option<u64>,
-    /// `queryPlanner.winningPlan`, where the reply has it at the top (a
-    /// `find`).
+    /// The winning plan's root stage, in either engine's shape made one
+    /// (the first shard's through mongos): see [`crate::Explain`].
     pub plan: Option<Document>,
 }
 
 /// `explain` with `executionStats` of `command` (a `find` or an
-/// `aggregate`, as sent: see [`bare`]).
+/// `aggregate`, as sent: see [`bare`]), read by [`crate::Explain`].
 pub async fn explain(db: &Database, command: Document) -> BoxResult<Explained> {
     let reply = db
         .run_command(doc! {"explain": command, "verbosity": "executionStats"})
         .await?;
-    let stats = execution_stats(&reply);
+    let e = crate::Explain::of(&reply);
     Ok(Explained {
-        keys: stats.and_then(|s| stat_u64(s, "totalKeysExamined")),
-        docs: stats.and_then(|s| stat_u64(s, "totalDocsExamined")),
-        plan: reply
-            .get_document("queryPlanner")
-            .and_then(|q| q.get_document("winningPlan"))
-            .ok()
-            .cloned(),
+        keys: e.keys_examined,
+        docs: e.docs_examined,
+        plan: e.plans.into_iter().next(),
     })
 }
 
