@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use mongo_patterns::bson::{doc, Bson, Document};
+use mongo_patterns::mongodb::ClientSession;
 use mongo_patterns::prelude::*;
 use mongo_patterns::Error;
 use mongo_patterns_testkit::{bounded, client, Commands, OwnServer, ServerOptions};
@@ -545,6 +546,93 @@ async fn reads_that_decide_writes_go_to_the_primary() {
         ranks.delete(doc! {"_id": "p"}).await.unwrap();
         ranks.rebuild("b").await.unwrap();
         on_primary_only(&cmds, "rank writes").await;
+    })
+    .await;
+}
+
+/// `what` left the caller's transaction in `s` aborted on the server: the
+/// next statement gets `NoSuchTransaction` (labelled transient, so an
+/// `and_run2` that went on would run the whole transaction again), and
+/// nothing of it is stored.
+async fn transaction_is_gone(db: &Database, s: &mut ClientSession, what: &str) {
+    let other = db.collection::<Document>("other");
+    let next = other
+        .insert_one(doc! {"_id": format!("after {what}")})
+        .session(&mut *s)
+        .await
+        .unwrap_err();
+    assert!(
+        next.contains_label("TransientTransactionError") && next.to_string().contains("251"),
+        "{what}: the next statement: {next}"
+    );
+    assert!(s.commit_transaction().await.is_err(), "{what}: committed");
+    let stored = other
+        .count_documents(doc! {"_id": format!("before {what}")})
+        .await
+        .unwrap();
+    assert_eq!(stored, 0, "{what}: the transaction's first write was kept");
+}
+
+/// Starts a transaction in `s` with one write of the caller's before the
+/// pattern's call.
+async fn callers_transaction(db: &Database, s: &mut ClientSession, what: &str) {
+    s.start_transaction().await.unwrap();
+    db.collection::<Document>("other")
+        .insert_one(doc! {"_id": format!("before {what}")})
+        .session(&mut *s)
+        .await
+        .unwrap();
+}
+
+/// What a pattern's refusal leaves of the caller's transaction, as the
+/// errors' docs say. A refusal by the server (a statement that failed:
+/// `ScoreNotFound`, `UnsupportedValue`) has aborted it, as mongod aborts
+/// a transaction on any failed statement. A refusal of the call's own,
+/// before it sent anything (`InvalidArgument` for an operation that cannot
+/// run inside a transaction), leaves it going.
+#[tokio::test]
+async fn refusals_inside_a_callers_transaction_say_what_is_left_of_it() {
+    bounded(60, async {
+        let server = server();
+        let (c, _) = client_of(&server).await;
+        let db = c.database("dep");
+        let ranks = Score::ranks(&db);
+        ranks.record("b", 1).await.unwrap();
+        db.collection::<Document>("dep_items")
+            .insert_one(doc! {"_id": "text", "sampled": "many"})
+            .await
+            .unwrap();
+
+        let mut s = c.start_session().await.unwrap();
+        callers_transaction(&db, &mut s, "ScoreNotFound").await;
+        let e = ranks.remove("b", 7).session(&mut s).await.unwrap_err();
+        assert!(matches!(e, Error::ScoreNotFound { .. }), "{e:?}");
+        assert!(!e.is_transient(), "not worth running again: {e}");
+        transaction_is_gone(&db, &mut s, "ScoreNotFound").await;
+
+        callers_transaction(&db, &mut s, "UnsupportedValue").await;
+        let e = Item::sampled_counter(&db)
+            .incr_by("text", 10)
+            .session(&mut s)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::UnsupportedValue { .. }), "{e:?}");
+        transaction_is_gone(&db, &mut s, "UnsupportedValue").await;
+
+        callers_transaction(&db, &mut s, "InvalidArgument").await;
+        let e = Tick::buckets(&db)
+            .remove("s", doc! {"day": 1})
+            .session(&mut s)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
+        s.commit_transaction().await.unwrap();
+        let kept = db
+            .collection::<Document>("other")
+            .count_documents(doc! {"_id": "before InvalidArgument"})
+            .await
+            .unwrap();
+        assert_eq!(kept, 1, "nothing was sent: the transaction went on");
     })
     .await;
 }

@@ -11,6 +11,23 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What can go wrong at run time. Every input a caller or a server can hand
 /// us ends here, never in a panic.
+///
+/// # Inside a caller's transaction
+///
+/// MongoDB aborts a transaction as soon as one of its statements fails;
+/// its later statements and its commit get `NoSuchTransaction` (251,
+/// labelled `TransientTransactionError`). So an error that comes from a
+/// statement the server refused ([`ScoreNotFound`](Error::ScoreNotFound),
+/// [`UnsupportedValue`](Error::UnsupportedValue),
+/// [`Damaged`](Error::Damaged), [`Database`](Error::Database)) ends the
+/// caller's transaction: return it from `and_run2`'s closure (`?`), which
+/// aborts and hands it back. Going on would send the next statement into
+/// the aborted transaction, whose transient label makes `and_run2` run
+/// the whole transaction again, and meet the same refusal each time until
+/// its 120 s bound. Races ([`is_transient`](Error::is_transient)) carry
+/// the label themselves, so that `and_run2` reruns. A refusal of the
+/// call's own ([`InvalidArgument`](Error::InvalidArgument)) fails no
+/// statement and leaves the transaction going.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -18,7 +35,10 @@ pub enum Error {
     #[error("invalid page token: {0}")]
     InvalidCursor(CursorError),
 
-    /// A caller's argument is outside what the call accepts.
+    /// A caller's argument is outside what the call accepts, or an
+    /// operation that cannot run inside a transaction was given one.
+    /// The call's own check, not a failed statement: a caller's
+    /// transaction goes on.
     #[error("invalid argument `{name}`: {reason}")]
     InvalidArgument {
         /// The argument's name, as the method spells it.
@@ -43,7 +63,8 @@ pub enum Error {
 
     /// A stored document holds a value that the pattern cannot use, such
     /// as an array in a sort key or a string in a counter. Nothing was
-    /// written, except as `dropped` says.
+    /// written, except as `dropped` says. Where the server refused the
+    /// write, a caller's transaction is aborted (see [`Error`]).
     #[error(
         "document {id} in `{collection}`: field `{field}` holds {found}, which cannot be {why}{}",
         .dropped.map(|n| format!("; {n} pending increments of it were dropped")).unwrap_or_default()
@@ -68,7 +89,8 @@ pub enum Error {
     /// A stored document breaks an invariant of its pattern (another client
     /// wrote it, or it was edited by hand): a bucket whose `count` is not its
     /// array's length, a histogram entry with a negative count, a score
-    /// listed twice. The call wrote nothing on top of it.
+    /// listed twice. The call wrote nothing on top of it. Where the server
+    /// refused the write, a caller's transaction is aborted (see [`Error`]).
     #[error("document {id} in `{collection}` is damaged: `{field}` {problem}")]
     #[non_exhaustive]
     Damaged {
@@ -111,7 +133,8 @@ pub enum Error {
     },
 
     /// A score to take off a rank board that nobody on it holds; nothing
-    /// was written.
+    /// was written. The server refused the decrement, so a caller's
+    /// transaction is aborted (see [`Error`]): not worth running again.
     #[error("nobody on rank board {board} holds score {score}")]
     ScoreNotFound {
         /// The board, as stored.
