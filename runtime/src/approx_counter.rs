@@ -90,7 +90,17 @@
 //! - A server crash, a lost connection, a timeout: `Unavailable` (retry
 //!   later). Buffered increments stay pending and the next flush re-sends
 //!   them; a write the server applied but whose reply was lost is refused
-//!   as a repeat. The bound: the document remembers the last flush of
+//!   as a repeat. A flush that an election refused, or whose reply was
+//!   lost, is sent again at once (its flush id makes that safe), and the
+//!   check after a refused flush reads the primary.
+//! - Writes with `max_time` or `w: 0` go through `run_command`, which the
+//!   driver does not retry: one an election refused or interrupted (10107,
+//!   11602, …: nothing stored) is sent once more; one whose reply was lost,
+//!   or that a step-down reported after storing it, is
+//!   [`Error::OutcomeUnknown`], never sent
+//!   twice (an `$inc` cannot be de-duplicated without the driver's
+//!   transaction number). Writes without them are the driver's own
+//!   retryable writes. The bound: the document remembers the last flush of
 //!   [`HANDLES_KEPT`] handles, so a write is applied twice only if that
 //!   many other handles wrote the same document between the lost reply
 //!   and the re-send.

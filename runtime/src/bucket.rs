@@ -35,6 +35,17 @@
 //! - Each write carries an id that the bucket keeps (its last
 //!   64): a write the driver retries after a lost reply finds its
 //!   id and is not applied twice.
+//! - In an election, the one-command push (sent with `run_command`, which
+//!   the driver does not retry) is sent again when the server refused or
+//!   interrupted it (`NotWritablePrimary`, `InterruptedDueToReplStateChange`,
+//!   …: nothing stored); when its reply was lost or a step-down came after
+//!   it (a `writeConcernError`), its write id, read on the primary with
+//!   majority read concern, says whether it stays, and only if that read
+//!   fails too is the push [`Error::OutcomeUnknown`].
+//! - Every read that decides a write (the newest bucket before a push,
+//!   everything under the lease, the `$merge` of a reindex) goes to the
+//!   primary, whatever the client's read preference; pages, totals and
+//!   streams follow the caller's.
 //! - A removal marks the key's buckets until it has recomputed `start`; a
 //!   read that meets the mark recomputes first (under the key's lease), so
 //!   a removal cut short by a crash leaves no page wrong.

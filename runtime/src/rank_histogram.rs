@@ -68,6 +68,18 @@
 //! [`Ranks::with_options`], then from the `Database`. The documents
 //! layout's `run_command` writes carry the effective write concern and
 //! `maxTimeMS` themselves, and report a `writeConcernError` as an error.
+//!
+//! On real deployments: a server without 8.0's `bulkWrite` (7.0 answers
+//! 40415, 6.0 59, the documentdb engine 115, DocumentDB 303) gets the
+//! `update` and `delete` commands instead, learnt from its first refusal,
+//! which wrote nothing. Outside a transaction, a histogram write that an
+//! election refused or interrupted is sent again from the statement it
+//! stopped at; one whose reply was lost, or that a step-down reported
+//! after storing it, is [`Error::OutcomeUnknown`]
+//! (a `+1` cannot be de-duplicated without a transaction number). The
+//! call's own transactions and `rebuild` read the primary whatever the
+//! client's read preference; `rank`, `top` and `histogram` follow the
+//! caller's.
 //! Plain methods send nothing: [`Ranks::rank_pipeline`],
 //! [`Ranks::declared`] and the builder settings.
 
