@@ -270,6 +270,9 @@ pub struct Buckets<T> {
     spec: BucketSpec,
     paths: Arc<Paths>,
     heads: Arc<Mutex<HashMap<Vec<u8>, i64>>>,
+    /// A test seam: milliseconds added to this client's clock where the
+    /// repository reads it (see [`Buckets::__skew_clock`]).
+    clock_skew_ms: i64,
     _items: PhantomData<fn() -> T>,
 }
 
@@ -307,6 +310,7 @@ impl<T> Clone for Buckets<T> {
             spec: self.spec,
             paths: self.paths.clone(),
             heads: self.heads.clone(),
+            clock_skew_ms: self.clock_skew_ms,
             _items: PhantomData,
         }
     }
@@ -356,6 +360,7 @@ impl<T: Bucketed> Buckets<T> {
             spec: T::BUCKET,
             paths: Arc::new(Paths::new(&T::BUCKET)),
             heads: Arc::default(),
+            clock_skew_ms: 0,
             _items: PhantomData,
         }
     }
@@ -376,6 +381,16 @@ impl<T: Bucketed> Buckets<T> {
         self.raw = self.db.collection(name);
         self.locks = self.db.collection(&format!("{name}.mp_locks"));
         self.heads = Arc::default();
+        self
+    }
+
+    /// A test seam, not API: the same repository on a host whose clock is
+    /// `ms` milliseconds ahead (negative: behind) of the others', so that
+    /// a test can run two application hosts with skewed clocks in one
+    /// process.
+    #[doc(hidden)]
+    pub fn __skew_clock(mut self, ms: i64) -> Self {
+        self.clock_skew_ms = ms;
         self
     }
 

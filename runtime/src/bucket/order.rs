@@ -52,7 +52,8 @@ impl<T: Bucketed> Buckets<T> {
         let mut tries = 0;
         loop {
             tries += 1;
-            let now = DateTime::now();
+            let now =
+                DateTime::from_millis(DateTime::now().timestamp_millis() + self.clock_skew_ms);
             let until = DateTime::from_millis(now.timestamp_millis() + LEASE_MS);
             let r = self
                 .locks
