@@ -80,6 +80,10 @@ async fn skewed_holders(skew_a: i64, skew_b: i64) {
         "host b (clock {skew_b} ms off) finished {b_after:?} after host a (clock {skew_a} ms \
          off) started, while the server still held a's command: both held the lease"
     );
+    assert!(
+        b_after < HELD + Duration::from_secs(5),
+        "host b took {b_after:?}: it waited for the lease to end rather than for a to give it back"
+    );
     assert_eq!(bounded(10, repo.total(&1)).await.unwrap(), 8);
     let left = bounded(10, locks.count_documents(doc! {})).await.unwrap();
     assert_eq!(left, 0, "every lease given back");

@@ -270,8 +270,10 @@ pub struct Buckets<T> {
     spec: BucketSpec,
     paths: Arc<Paths>,
     heads: Arc<Mutex<HashMap<Vec<u8>, i64>>>,
-    /// A test seam: milliseconds added to this client's clock where the
-    /// repository reads it (see [`Buckets::__skew_clock`]).
+    /// A test seam: milliseconds added to this client's clock wherever the
+    /// repository reads it (see [`Buckets::__skew_clock`]). Nothing does
+    /// now: the lease is on the server's clock.
+    #[allow(dead_code)]
     clock_skew_ms: i64,
     _items: PhantomData<fn() -> T>,
 }
@@ -387,7 +389,9 @@ impl<T: Bucketed> Buckets<T> {
     /// A test seam, not API: the same repository on a host whose clock is
     /// `ms` milliseconds ahead (negative: behind) of the others', so that
     /// a test can run two application hosts with skewed clocks in one
-    /// process.
+    /// process. The lease reads the server's clock (`$$NOW`), not this
+    /// client's, so the skew changes nothing; the skew tests
+    /// (`tests/bucket_lease.rs`) run through this seam to keep proving it.
     #[doc(hidden)]
     pub fn __skew_clock(mut self, ms: i64) -> Self {
         self.clock_skew_ms = ms;
