@@ -288,6 +288,11 @@ pub struct Buckets<T> {
     spec: BucketSpec,
     paths: Arc<Paths>,
     heads: Arc<Mutex<HashMap<Vec<u8>, i64>>>,
+    /// A test seam: milliseconds added to this client's clock wherever the
+    /// repository reads it (see [`Buckets::__skew_clock`]). Nothing does
+    /// now: the lease is on the server's clock.
+    #[allow(dead_code)]
+    clock_skew_ms: i64,
     _items: PhantomData<fn() -> T>,
 }
 
@@ -326,6 +331,7 @@ impl<T> Clone for Buckets<T> {
             spec: self.spec,
             paths: self.paths.clone(),
             heads: self.heads.clone(),
+            clock_skew_ms: self.clock_skew_ms,
             _items: PhantomData,
         }
     }
@@ -376,6 +382,7 @@ impl<T: Bucketed> Buckets<T> {
             spec: T::BUCKET,
             paths: Arc::new(Paths::new(&T::BUCKET)),
             heads: Arc::default(),
+            clock_skew_ms: 0,
             _items: PhantomData,
         }
     }
@@ -397,6 +404,18 @@ impl<T: Bucketed> Buckets<T> {
         self.reads = self.db.collection(name);
         self.locks = on_primary(&self.db, &format!("{name}.mp_locks"), None);
         self.heads = Arc::default();
+        self
+    }
+
+    /// A test seam, not API: the same repository on a host whose clock is
+    /// `ms` milliseconds ahead (negative: behind) of the others', so that
+    /// a test can run two application hosts with skewed clocks in one
+    /// process. The lease reads the server's clock (`$$NOW`), not this
+    /// client's, so the skew changes nothing; the skew tests
+    /// (`tests/bucket_lease.rs`) run through this seam to keep proving it.
+    #[doc(hidden)]
+    pub fn __skew_clock(mut self, ms: i64) -> Self {
+        self.clock_skew_ms = ms;
         self
     }
 

@@ -15,14 +15,17 @@ use std::time::{Duration, Instant};
 use futures::TryStreamExt;
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, DateTime, Document, RawBsonRef, RawDocumentBuf};
+use mongodb::options::{ReadPreference, SelectionCriteria};
 
 use super::act::Cx;
 use super::bookkeeping::as_f64;
 use super::edit::with_op;
 use super::{Bucketed, Buckets, Head, MAX_ATTEMPTS, MAX_BUCKET_BYTES, NEXT, OPS, STALE};
+use crate::action::{Effective, Options};
 use crate::error::{Error, Result};
 use crate::util::id_of;
 use crate::util::id_range;
+use crate::util::{mix64, GAMMA};
 
 /// How long a lease holds without its holder giving it back (a holder that
 /// crashed or lost the server): past it, the next writer or reader takes
@@ -46,27 +49,49 @@ impl<T: Bucketed> Buckets<T> {
     /// Says whether it took the lease over from a holder that did not
     /// give it back (it crashed, or its write failed): then what it left
     /// needs finishing.
+    ///
+    /// The lease's end is on the server's clock (`$$NOW`), never the
+    /// client's: application hosts whose clocks disagree would otherwise
+    /// both hold it (a host running behind writes an end already past for
+    /// the others; a host running ahead sees a held lease as ended).
+    /// One round trip when the lease is free: an upsert by `{_id: key, op}`,
+    /// which fails with a duplicate `_id` while another write holds the
+    /// lease. Then a second update takes it over if it has ended; it cannot
+    /// be the same command, as an upsert's filter may not use `$expr`.
     pub(super) async fn lock(&self, key: &Bson, op: ObjectId) -> Result<bool> {
         let deadline = Instant::now() + Duration::from_millis(WAIT_MS);
+        // `$toLong`/`$toDate` rather than `$add` on the date itself, which
+        // the test server does not evaluate.
+        let until = doc! {"$toDate": {"$add": [{"$toLong": "$$NOW"}, LEASE_MS]}};
+        let take = doc! {"_id": key.clone(), "op": op};
+        let renew = vec![doc! {"$set": {"until": &until}}];
+        let ended = doc! {"_id": key.clone(), "$expr": {"$lt": ["$until", "$$NOW"]}};
+        let take_over = vec![doc! {"$set": {"op": op, "until": &until}}];
+        // The waiters' jitter: a SplitMix64 stream seeded by this write's
+        // id (its process-random bytes and counter).
+        let b = op.bytes();
+        let mut seed = u64::from_le_bytes([b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11]]);
         let mut wait: u64 = 1;
         let mut tries = 0;
         loop {
             tries += 1;
-            let now = DateTime::now();
-            let until = DateTime::from_millis(now.timestamp_millis() + LEASE_MS);
             let r = self
                 .locks
-                .update_one(
-                    doc! {"_id": key.clone(), "$or": [{"until": {"$lt": now}}, {"op": op}]},
-                    doc! {"$set": {"op": op, "until": until}},
-                )
+                .update_one(take.clone(), renew.clone())
                 .upsert(true)
                 .await
                 .map_err(Error::from);
             match r {
-                Ok(r) => return Ok(r.matched_count == 1),
+                Ok(_) => return Ok(false),
                 Err(e) if e.is_duplicate_key() => {}
                 Err(e) => return Err(e),
+            }
+            let r = self
+                .locks
+                .update_one(ended.clone(), take_over.clone())
+                .await?;
+            if r.matched_count == 1 {
+                return Ok(true);
             }
             if Instant::now() > deadline {
                 return Err(Error::Contended {
@@ -74,9 +99,10 @@ impl<T: Bucketed> Buckets<T> {
                     attempts: tries,
                 });
             }
-            // Jitter from the clock: waiters do not wake in step.
-            let jitter = u64::from(Instant::now().elapsed().subsec_nanos() % 1_000) * wait / 1_000;
-            tokio::time::sleep(Duration::from_millis(wait + jitter)).await;
+            // A random share of `wait` on top: waiters do not wake in step.
+            seed = seed.wrapping_add(GAMMA);
+            let jitter = mix64(seed) % (wait * 1_000);
+            tokio::time::sleep(Duration::from_micros(wait * 1_000 + jitter)).await;
             wait = (wait * 2).min(25);
         }
     }
@@ -133,7 +159,9 @@ impl<T: Bucketed> Buckets<T> {
             self.coll
                 .update_many(mark.clone(), doc! {"$set": {STALE: true}})
                 .await?;
-            let head = self.head(key, None, &mut Cx::plain()).await?;
+            let mut cx = Cx::plain();
+            cx.opts = Effective::Merged(Box::new(Options::default().selection_criteria(primary())));
+            let head = self.head(key, None, &mut cx).await?;
             if !head.exists {
                 return Ok(());
             }
@@ -160,6 +188,7 @@ impl<T: Bucketed> Buckets<T> {
                     match self
                         .raw
                         .find_one(any)
+                        .selection_criteria(primary())
                         .sort(doc! {"_id": -1})
                         .projection(self.head_projection(None))
                         .await?
@@ -308,6 +337,7 @@ impl<T: Bucketed> Buckets<T> {
             if let Some(d) = self
                 .raw
                 .find_one(mine)
+                .selection_criteria(primary())
                 .projection(self.head_projection(Some(op)))
                 .await?
             {
@@ -326,6 +356,7 @@ impl<T: Bucketed> Buckets<T> {
         let found = self
             .raw
             .find_one(below)
+            .selection_criteria(primary())
             .sort(doc! {"_id": -1})
             .projection(self.head_projection(None))
             .await?;
@@ -339,6 +370,7 @@ impl<T: Bucketed> Buckets<T> {
                 match self
                     .raw
                     .find_one(any)
+                    .selection_criteria(primary())
                     .sort(doc! {"_id": 1})
                     .projection(self.head_projection(None))
                     .await?
@@ -347,6 +379,7 @@ impl<T: Bucketed> Buckets<T> {
                     None => {
                         self.raw
                             .find_one(id_range("k", key))
+                            .selection_criteria(primary())
                             .sort(doc! {"_id": -1})
                             .projection(self.head_projection(None))
                             .await?
@@ -436,6 +469,7 @@ impl<T: Bucketed> Buckets<T> {
         let found: Vec<RawDocumentBuf> = self
             .raw
             .find(f)
+            .selection_criteria(primary())
             .projection(doc! {MOVING: 1})
             .await?
             .try_collect()
@@ -530,6 +564,7 @@ impl<T: Bucketed> Buckets<T> {
                 let has = self
                     .raw
                     .find_one(doc! {"_id": to.clone(), OPS: op})
+                    .selection_criteria(primary())
                     .projection(doc! {"_id": 1})
                     .await?;
                 if has.is_some() {
@@ -555,6 +590,7 @@ impl<T: Bucketed> Buckets<T> {
         let found = self
             .raw
             .find_one(f)
+            .selection_criteria(primary())
             .sort(doc! {"_id": dir})
             .projection(self.head_projection(None))
             .await?;
@@ -577,4 +613,11 @@ fn between(a: &Bson, b: &Bson) -> Option<Bson> {
     }
     let m = x + (y - x) / 2.0;
     (m > x && m < y).then_some(Bson::Double(m))
+}
+
+/// Where every read under a key's lease goes, whatever the client's or the
+/// caller's read preference: what the lease serializes is decided from what
+/// it reads, and a secondary may not have the writes before it yet.
+fn primary() -> SelectionCriteria {
+    SelectionCriteria::ReadPreference(ReadPreference::Primary)
 }
