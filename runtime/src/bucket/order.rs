@@ -15,13 +15,11 @@ use std::time::{Duration, Instant};
 use futures::TryStreamExt;
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, DateTime, Document, RawBsonRef, RawDocumentBuf};
-use mongodb::options::{ReadPreference, SelectionCriteria};
 
 use super::act::Cx;
 use super::bookkeeping::as_f64;
 use super::edit::with_op;
 use super::{Bucketed, Buckets, Head, MAX_ATTEMPTS, MAX_BUCKET_BYTES, NEXT, OPS, STALE};
-use crate::action::{Effective, Options};
 use crate::error::{Error, Result};
 use crate::util::id_of;
 use crate::util::id_range;
@@ -159,9 +157,7 @@ impl<T: Bucketed> Buckets<T> {
             self.coll
                 .update_many(mark.clone(), doc! {"$set": {STALE: true}})
                 .await?;
-            let mut cx = Cx::plain();
-            cx.opts = Effective::Merged(Box::new(Options::default().selection_criteria(primary())));
-            let head = self.head(key, None, &mut cx).await?;
+            let head = self.head(key, None, &mut Cx::plain()).await?;
             if !head.exists {
                 return Ok(());
             }
@@ -188,7 +184,6 @@ impl<T: Bucketed> Buckets<T> {
                     match self
                         .raw
                         .find_one(any)
-                        .selection_criteria(primary())
                         .sort(doc! {"_id": -1})
                         .projection(self.head_projection(None))
                         .await?
@@ -337,7 +332,6 @@ impl<T: Bucketed> Buckets<T> {
             if let Some(d) = self
                 .raw
                 .find_one(mine)
-                .selection_criteria(primary())
                 .projection(self.head_projection(Some(op)))
                 .await?
             {
@@ -356,7 +350,6 @@ impl<T: Bucketed> Buckets<T> {
         let found = self
             .raw
             .find_one(below)
-            .selection_criteria(primary())
             .sort(doc! {"_id": -1})
             .projection(self.head_projection(None))
             .await?;
@@ -370,7 +363,6 @@ impl<T: Bucketed> Buckets<T> {
                 match self
                     .raw
                     .find_one(any)
-                    .selection_criteria(primary())
                     .sort(doc! {"_id": 1})
                     .projection(self.head_projection(None))
                     .await?
@@ -379,7 +371,6 @@ impl<T: Bucketed> Buckets<T> {
                     None => {
                         self.raw
                             .find_one(id_range("k", key))
-                            .selection_criteria(primary())
                             .sort(doc! {"_id": -1})
                             .projection(self.head_projection(None))
                             .await?
@@ -469,7 +460,6 @@ impl<T: Bucketed> Buckets<T> {
         let found: Vec<RawDocumentBuf> = self
             .raw
             .find(f)
-            .selection_criteria(primary())
             .projection(doc! {MOVING: 1})
             .await?
             .try_collect()
@@ -564,7 +554,6 @@ impl<T: Bucketed> Buckets<T> {
                 let has = self
                     .raw
                     .find_one(doc! {"_id": to.clone(), OPS: op})
-                    .selection_criteria(primary())
                     .projection(doc! {"_id": 1})
                     .await?;
                 if has.is_some() {
@@ -590,7 +579,6 @@ impl<T: Bucketed> Buckets<T> {
         let found = self
             .raw
             .find_one(f)
-            .selection_criteria(primary())
             .sort(doc! {"_id": dir})
             .projection(self.head_projection(None))
             .await?;
@@ -613,11 +601,4 @@ fn between(a: &Bson, b: &Bson) -> Option<Bson> {
     }
     let m = x + (y - x) / 2.0;
     (m > x && m < y).then_some(Bson::Double(m))
-}
-
-/// Where every read under a key's lease goes, whatever the client's or the
-/// caller's read preference: what the lease serializes is decided from what
-/// it reads, and a secondary may not have the writes before it yet.
-fn primary() -> SelectionCriteria {
-    SelectionCriteria::ReadPreference(ReadPreference::Primary)
 }
