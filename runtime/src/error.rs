@@ -188,14 +188,17 @@ pub enum Error {
     /// bucket removal) may have sent some before it; see each operation's
     /// docs, and [`crate::ensure::Feature`] for what each pattern needs.
     #[error(
-        "`{feature}`{} is not available on {}{}",
+        "{}{} is not available on {}{}",
+        quoted(.feature),
         .needs.map(|n| format!(" ({n})")).unwrap_or_default(),
         .server.as_deref().unwrap_or("this server"),
         .by.as_ref().map(|b| format!("; {b} needs it")).unwrap_or_default()
     )]
     #[non_exhaustive]
     Unsupported {
-        /// The operator, stage or capability: `$sortArray`.
+        /// The operator, stage or capability: `$sortArray`; where the
+        /// server's refusal names none, what its code says ("an
+        /// unrecognised aggregation operator or stage").
         feature: String,
         /// The first MongoDB release that has it, where known:
         /// `"MongoDB 5.2"`.
@@ -270,6 +273,15 @@ impl From<mongodb::error::Error> for Error {
 impl From<CursorError> for Error {
     fn from(e: CursorError) -> Self {
         Error::InvalidCursor(e)
+    }
+}
+
+/// An operator or command's name in backticks; a description as it is.
+fn quoted(feature: &str) -> String {
+    if feature.contains(' ') {
+        feature.to_owned()
+    } else {
+        format!("`{feature}`")
     }
 }
 

@@ -610,6 +610,72 @@ mod tests {
         ));
     }
 
+    /// What a bucket with `order` and a documents-layout rank board need,
+    /// against replies of MongoDB 8.0, 6.0, 5.0 and 4.4 and a standalone:
+    /// what the server lacks is unsupported, what the repository does
+    /// without is a note.
+    #[test]
+    fn needs_against_servers() {
+        use crate::ensure::{Feature, Need};
+        let declared = || {
+            merge(vec![
+                Declared::new("ticks").needs([
+                    Need::needs(Feature::IsNumber, "bucket push and page"),
+                    Need::needs(Feature::SetWindowFields, "bucket remove"),
+                    Need::needs(Feature::SortArray, "bucket update (with order)"),
+                ]),
+                Declared::new("scores").needs([
+                    Need::prefers(Feature::BulkWrite, "rank change", "two commands"),
+                    Need::prefers(Feature::Transactions, "rank insert", "NoTransactions"),
+                ]),
+            ])
+            .unwrap()
+        };
+        let check = |hello: Document, version: &str| {
+            let mut plan = Plan::default();
+            let facts = ServerFacts::from_replies(&hello, Some(&doc! {"version": version}));
+            check_needs(&mut plan, &declared(), &facts);
+            let lacking: Vec<Feature> = plan.unsupported.iter().map(|u| u.feature).collect();
+            let noted: Vec<Feature> = plan
+                .notes
+                .iter()
+                .filter_map(|n| match n {
+                    Note::WithoutFeature { feature, .. } => Some(*feature),
+                    _ => None,
+                })
+                .collect();
+            (lacking, noted, plan)
+        };
+        let rs = |wire: i32| doc! {"setName": "rs0", "maxWireVersion": wire};
+        let (lacking, noted, _) = check(rs(25), "8.0.4");
+        assert!(lacking.is_empty() && noted.is_empty());
+        let (lacking, noted, _) = check(rs(17), "6.0.19");
+        assert!(lacking.is_empty());
+        assert_eq!(noted, [Feature::BulkWrite]);
+        let (lacking, _, plan) = check(rs(13), "5.0.30");
+        assert_eq!(lacking, [Feature::SortArray]);
+        assert!(!plan.is_up_to_date());
+        assert!(
+            plan.to_string().contains(
+                "unsupported: bucket update (with order) on `ticks` needs `$sortArray` (MongoDB 5.2), which MongoDB 5.0.30 (wire version 13) lacks"
+            ),
+            "{plan}"
+        );
+        let (lacking, _, _) = check(rs(9), "4.4.29");
+        assert_eq!(lacking, [Feature::SetWindowFields, Feature::SortArray]);
+        let (lacking, noted, plan) = check(doc! {"maxWireVersion": 25}, "8.0.4");
+        assert!(lacking.is_empty());
+        assert_eq!(noted, [Feature::Transactions]);
+        assert!(plan.is_up_to_date(), "{plan}");
+        // `ensure` refuses with the first, named.
+        let (_, _, plan) = check(rs(13), "5.0.30");
+        let e = plan.unsupported[0].clone().into_error();
+        assert!(
+            matches!(&e, crate::Error::Unsupported { feature, needs: Some("MongoDB 5.2"), .. } if feature == "$sortArray"),
+            "{e:?}"
+        );
+    }
+
     /// `config.collections` entries as `mongos` lists them, and the error
     /// an application's user gets instead.
     #[test]

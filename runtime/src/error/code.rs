@@ -143,7 +143,14 @@ pub(crate) fn unknown_operator(e: &mongodb::error::Error) -> Option<String> {
     if !refused {
         return None;
     }
-    operator_in(message)
+    match operator_in(message) {
+        Some(op) => Some(op),
+        // A refusal by code alone (a proxy's, a fail point's message).
+        None if UNKNOWN_OPERATOR.contains(&code) => {
+            Some("an unrecognised aggregation operator or stage".to_owned())
+        }
+        None => None,
+    }
 }
 
 /// The `$name` a server's message names: the first quoted one ("Invalid
@@ -403,6 +410,15 @@ mod tests {
             mongodb::error::WriteFailure::WriteError(w),
         ));
         assert_eq!(unknown_operator(&w), some("$bsonSize"));
+
+        assert_eq!(
+            op(40324, "Failing command via 'failCommand' failpoint"),
+            some("an unrecognised aggregation operator or stage")
+        );
+        assert_eq!(
+            Error::from(refusal(168, "no")).to_string(),
+            "an unrecognised aggregation operator or stage is not available on this server"
+        );
 
         // Not refusals of an operator.
         assert_eq!(op(59, "no such command: 'bulkWrite'"), None);
