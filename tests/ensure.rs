@@ -333,7 +333,12 @@ async fn plan_sends_only_reads() {
     let sent = commands.take();
     let names: BTreeSet<&str> = sent.iter().map(|(n, _)| n.as_str()).collect();
     assert!(
-        names.is_subset(&BTreeSet::from(["listCollections", "listIndexes", "hello"])),
+        names.is_subset(&BTreeSet::from([
+            "listCollections",
+            "listIndexes",
+            "hello",
+            "buildInfo"
+        ])),
         "{names:?}"
     );
     assert!(names.contains("listCollections"));
@@ -349,7 +354,7 @@ async fn plan_sends_only_reads() {
     let names: BTreeSet<String> = commands.take().into_iter().map(|(n, _)| n).collect();
     assert_eq!(
         names,
-        BTreeSet::from(["listCollections", "listIndexes", "hello"].map(String::from))
+        BTreeSet::from(["listCollections", "listIndexes", "hello", "buildInfo"].map(String::from))
     );
     assert_eq!(
         plan.create_collections,

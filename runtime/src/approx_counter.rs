@@ -231,9 +231,18 @@ impl<T: ApproxCounted> Counter<T> {
     }
 
     /// What this counter needs in the deployment: its collection (keys are
-    /// `_id`s, which need no other index).
+    /// `_id`s, which need no other index); in buffered mode, pipeline
+    /// updates (MongoDB 4.2) for its flushes.
     pub fn declared(&self) -> Vec<crate::ensure::Declared> {
-        vec![crate::ensure::Declared::new(self.inner.coll.name())]
+        use crate::ensure::{Feature, Need};
+        let decl = crate::ensure::Declared::new(self.inner.coll.name());
+        if self.inner.spec.mode != Mode::Buffered {
+            return vec![decl];
+        }
+        vec![decl.needs([Need::needs(
+            Feature::PipelineUpdate,
+            "buffered counter flush",
+        )])]
     }
 
     /// Creates what [`declared`](Self::declared) lists and the deployment

@@ -466,11 +466,35 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// What this repository needs in the deployment: its collection, with
-    /// the `{key, start}` index that page reads seek on.
+    /// the `{key, start}` index that page reads seek on; and from the
+    /// server: `$isNumber` and `$bsonSize` (MongoDB 4.4) for every push and
+    /// page (the soundness checks), `$setWindowFields` (5.0) with `$merge`
+    /// into the same collection (4.4) for [`remove`](Self::remove),
+    /// [`reindex`](Self::reindex), the repair a read or a push makes after
+    /// an interrupted removal, and with `order` a late item's push; with
+    /// `order`, `$sortArray` (5.2) for [`update`](Self::update).
     pub fn declared(&self) -> Vec<crate::ensure::Declared> {
+        use crate::ensure::{Feature, Need};
         let key = self.spec.key;
+        let moves = if self.spec.order.is_some() {
+            "bucket remove, reindex and late push (with order)"
+        } else {
+            "bucket remove and reindex"
+        };
+        let mut needs = vec![
+            Need::needs(Feature::IsNumber, "bucket push and page"),
+            Need::needs(Feature::SetWindowFields, moves),
+            Need::needs(Feature::MergeIntoSelf, moves),
+        ];
+        if self.spec.order.is_some() {
+            needs.push(Need::needs(
+                Feature::SortArray,
+                "bucket update (with order)",
+            ));
+        }
         vec![crate::ensure::Declared::new(self.coll.name())
-            .index(doc! {key: 1, "start": 1}, format!("mp_bucket_{key}_start"))]
+            .index(doc! {key: 1, "start": 1}, format!("mp_bucket_{key}_start"))
+            .needs(needs)]
     }
 
     fn key_bson<Q: Serialize + ?Sized>(&self, key: &Q) -> Result<Bson> {

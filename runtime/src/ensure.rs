@@ -43,6 +43,16 @@
 //! [`Note::ShardingUnknown`] for the collection, which is then neither
 //! planned for sharding nor sharded, rather than an error.
 //!
+//! Each pattern also declares what it needs from the server ([`Need`]:
+//! `$sortArray` for a bucket's `update` with `order`, `$setWindowFields`
+//! for its removals, transactions for a rank's `insert`, ...). Where any is
+//! declared, both actions ask the server what it is (`hello`, `buildInfo`)
+//! before anything else is sent: a feature the server lacks is listed in
+//! [`Plan::unsupported`], and `ensure` then refuses with
+//! [`Error::Unsupported`](crate::Error::Unsupported) before it creates
+//! anything; a feature the repository can do without is a
+//! [`Note::WithoutFeature`]. See [`Feature`] for how a server is judged.
+//!
 //! Both actions take `.session()`: the commands then run in that session.
 //! A transaction refuses `listCollections` and `listIndexes`, so run them
 //! outside one.
@@ -54,9 +64,12 @@ use crate::keyset::{Keyset, KeysetSpec};
 
 mod action;
 mod compare;
+mod needs;
 mod report;
 
 pub use action::{EnsureAction, PlanAction};
+pub(crate) use needs::ServerFacts;
+pub use needs::{Feature, Need, Unsupported};
 pub use report::{Conflict, Ensured, Index, Note, Plan, Shard};
 
 /// What one pattern needs in one collection.
@@ -70,6 +83,9 @@ pub struct Declared {
     /// `shardCollection`'s `key` and whether it is unique, where the
     /// pattern shards the collection.
     pub shard_key: Option<(Document, bool)>,
+    /// What the pattern's repository needs from the server (see
+    /// [`Feature`]).
+    pub needs: Vec<Need>,
 }
 
 impl Declared {
@@ -79,6 +95,7 @@ impl Declared {
             collection: collection.into(),
             indexes: Vec::new(),
             shard_key: None,
+            needs: Vec::new(),
         }
     }
 
@@ -89,6 +106,12 @@ impl Declared {
             .build();
         self.indexes
             .push(IndexModel::builder().keys(keys).options(options).build());
+        self
+    }
+
+    /// Adds what the pattern needs from the server.
+    pub fn needs(mut self, needs: impl IntoIterator<Item = Need>) -> Self {
+        self.needs.extend(needs);
         self
     }
 

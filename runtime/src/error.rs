@@ -200,6 +200,43 @@ pub enum Error {
         stored: Box<bson::Document>,
     },
 
+    /// The server lacks a feature the operation needs: an operator or
+    /// stage it does not recognise (`$sortArray` before MongoDB 5.2,
+    /// `$setWindowFields` before 5.0), or one a declaration needs
+    /// ([`Model::ensure`](crate::Model::ensure) refuses before creating
+    /// anything; [`Model::plan`](crate::Model::plan) lists them all in
+    /// [`Plan::unsupported`](crate::ensure::Plan::unsupported)). At run
+    /// time it is the server's refusal of a command, classified: the
+    /// command was not run, but an operation of several commands (a
+    /// bucket removal) may have sent some before it; see each operation's
+    /// docs, and [`crate::ensure::Feature`] for what each pattern needs.
+    #[error(
+        "{}{} is not available on {}{}",
+        quoted(.feature),
+        .needs.map(|n| format!(" ({n})")).unwrap_or_default(),
+        .server.as_deref().unwrap_or("this server"),
+        .by.as_ref().map(|b| format!("; {b} needs it")).unwrap_or_default()
+    )]
+    #[non_exhaustive]
+    Unsupported {
+        /// The operator, stage or capability: `$sortArray`; where the
+        /// server's refusal names none, what its code says ("an
+        /// unrecognised aggregation operator or stage").
+        feature: String,
+        /// The first MongoDB release that has it, where known:
+        /// `"MongoDB 5.2"`.
+        needs: Option<&'static str>,
+        /// What needs it, where known: the pattern's operation and
+        /// collection.
+        by: Option<String>,
+        /// What the server said it is, where asked:
+        /// `"MongoDB 5.0.30 (wire version 13)"`.
+        server: Option<String>,
+        /// The server's refusal, where it refused at run time.
+        #[source]
+        source: Option<Box<mongodb::error::Error>>,
+    },
+
     /// A write that must change two documents together met a deployment
     /// without transactions (or one told not to use them), and the caller
     /// did not allow writing them one after the other. Nothing was written.
@@ -242,7 +279,16 @@ impl From<mongodb::error::Error> for Error {
             _ if server_codes(&e).iter().any(|c| code::TOO_LARGE.contains(c)) => {
                 Error::DocumentTooLarge { bytes: None }
             }
-            _ => Error::Database(e),
+            _ => match code::unknown_operator(&e) {
+                Some(op) => Error::Unsupported {
+                    needs: crate::ensure::Feature::of_operator(&op).map(|f| f.since()),
+                    feature: op,
+                    by: None,
+                    server: None,
+                    source: Some(Box::new(e)),
+                },
+                None => Error::Database(e),
+            },
         }
     }
 }
@@ -250,6 +296,15 @@ impl From<mongodb::error::Error> for Error {
 impl From<CursorError> for Error {
     fn from(e: CursorError) -> Self {
         Error::InvalidCursor(e)
+    }
+}
+
+/// An operator or command's name in backticks; a description as it is.
+fn quoted(feature: &str) -> String {
+    if feature.contains(' ') {
+        feature.to_owned()
+    } else {
+        format!("`{feature}`")
     }
 }
 
@@ -324,6 +379,10 @@ impl Error {
         match self {
             Error::Raced(e) | Error::Unavailable(e) | Error::Database(e) => Some(e),
             Error::OutcomeUnknown { source, .. } => Some(source),
+            Error::Unsupported {
+                source: Some(source),
+                ..
+            } => Some(source),
             _ => None,
         }
     }

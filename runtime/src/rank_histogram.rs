@@ -426,15 +426,49 @@ impl<T: RankHistogram> Ranks<T> {
 
     /// What this repository needs in the deployment: the players'
     /// collection with its `{board, score}` index (which `rebuild` and
-    /// `update_score` read through), and the histogram's collection.
+    /// `update_score` read through), and the histogram's collection. From
+    /// the server: `$isNumber` (MongoDB 4.4) in every histogram write's
+    /// checks (and pipeline updates, 4.2, on the `"array"` layout); what it
+    /// can do without is noted, not refused: the `bulkWrite` command
+    /// (8.0; see [`bulk_write`](Self::bulk_write)) on the `"documents"`
+    /// layout, and transactions for [`insert`](Self::insert),
+    /// [`update_score`](Self::update_score) and [`delete`](Self::delete)
+    /// (see [`allow_non_atomic`](Self::allow_non_atomic)).
     pub fn declared(&self) -> Vec<crate::ensure::Declared> {
+        use crate::ensure::{Feature, Need};
         let (board, score) = (self.spec.board, self.spec.score);
         let dir = if self.spec.descending { -1 } else { 1 };
+        let mut needs = vec![Need::needs(Feature::IsNumber, "rank histogram writes")];
+        match self.spec.layout {
+            Layout::Array => needs.push(Need::needs(
+                Feature::PipelineUpdate,
+                "rank histogram writes (array layout)",
+            )),
+            Layout::Documents if self.bulk_write => needs.push(Need::prefers(
+                Feature::BulkWrite,
+                "rank change and remove (documents layout)",
+                "send an update and a delete command: two round trips instead of one",
+            )),
+            Layout::Documents => {}
+        }
+        if self.transactions {
+            needs.push(Need::prefers(
+                Feature::Transactions,
+                "rank insert, update_score and delete",
+                if self.allow_non_atomic {
+                    "write the player, then the histogram, without a transaction"
+                } else {
+                    "fail with Error::NoTransactions before writing, unless allow_non_atomic"
+                },
+            ));
+        }
         vec![
-            crate::ensure::Declared::new(self.source.name()).index(
-                doc! {board: 1, score: dir},
-                format!("mp_rank_{board}_{score}"),
-            ),
+            crate::ensure::Declared::new(self.source.name())
+                .index(
+                    doc! {board: 1, score: dir},
+                    format!("mp_rank_{board}_{score}"),
+                )
+                .needs(needs),
             crate::ensure::Declared::new(self.hist.name()),
         ]
     }

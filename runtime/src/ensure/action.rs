@@ -10,7 +10,7 @@ use mongodb::bson::{doc, Bson, Document};
 use mongodb::{ClientSession, Database};
 
 use super::compare::{compare_index, merge, same_keys, Wanted};
-use super::{Conflict, Declared, Ensured, Index, Note, Plan};
+use super::{Conflict, Declared, Ensured, Index, Note, Plan, ServerFacts, Unsupported};
 use crate::action::Options;
 use crate::error::Result;
 
@@ -22,10 +22,15 @@ use crate::error::Result;
 /// Sends `listCollections` (one per 100 collections), one `listIndexes` per
 /// existing collection, one `createIndexes` per missing index (the first
 /// on a missing collection creates it), `create` per missing collection
-/// that needs no index; where a shard key is declared, `hello`, and on a
+/// that needs no index; where a shard key or a [`Need`](super::Need) is
+/// declared, `hello`; where a need is declared, `buildInfo`; and on a
 /// sharded cluster a read of `config.collections`, `enableSharding` and
 /// `shardCollection`. The write concern applies to each write (by default
 /// the `Database`'s, which `run_command` would not send by itself).
+///
+/// Refuses with [`Error::Unsupported`](crate::Error::Unsupported), before
+/// it writes anything, when the server lacks a feature a declaration
+/// needs (the first of [`Plan::unsupported`](super::Plan::unsupported)).
 ///
 /// A `createIndexes` reply is read as `mongod` and every `mongos` shape it:
 /// counts at the top, or (a `mongos` before 7.1, or a sharded collection)
@@ -84,6 +89,11 @@ impl<'a> IntoFuture for EnsureAction<'a> {
             };
             let wanted = merge(self.declared)?;
             let plan = survey(&mut cx, &wanted).await?;
+            // Before anything is created: a server that cannot run the
+            // patterns gets nothing half-prepared.
+            if let Some(u) = plan.unsupported.first() {
+                return Err(u.clone().into_error());
+            }
             apply(&mut cx, plan).await
         })
     }
@@ -92,9 +102,11 @@ impl<'a> IntoFuture for EnsureAction<'a> {
 /// Compares the deployment with a set of declarations, writing nothing:
 /// what [`Model::plan`](crate::Model::plan) returns.
 ///
-/// Sends only reads: `listCollections`, `listIndexes`, and where a shard
-/// key is declared `hello` and (on a sharded cluster) a `find` on
-/// `config.collections`.
+/// Sends only reads: `listCollections`, `listIndexes`, where a shard key
+/// or a need is declared `hello`, where a need is declared `buildInfo`,
+/// and (on a sharded cluster) a `find` on `config.collections`. A feature
+/// the server lacks is reported in
+/// [`Plan::unsupported`](super::Plan::unsupported), not as an error.
 #[must_use = "does nothing unless awaited"]
 pub struct PlanAction<'a> {
     db: &'a Database,
@@ -229,14 +241,23 @@ async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted]) -> Result<Plan> {
             }
         }
     }
-    let sharded_cluster = if wanted.iter().any(|w| w.shard.is_some()) {
-        let hello = cx.read(db, doc! {"hello": 1}).await?;
-        hello.get_str("msg").ok() == Some("isdbgrid")
+    let asks = wanted.iter().any(|w| !w.needs.is_empty());
+    let hello = if asks || wanted.iter().any(|w| w.shard.is_some()) {
+        Some(cx.read(db, doc! {"hello": 1}).await?)
     } else {
-        false
+        None
     };
+    let sharded_cluster = hello
+        .as_ref()
+        .is_some_and(|h| h.get_str("msg").ok() == Some("isdbgrid"));
 
     let mut plan = Plan::default();
+    if let (true, Some(hello)) = (asks, &hello) {
+        // A server that refuses `buildInfo` is judged by `hello` alone.
+        let build_info = cx.read(db, doc! {"buildInfo": 1}).await.ok();
+        let facts = ServerFacts::from_replies(hello, build_info.as_ref());
+        check_needs(&mut plan, wanted, &facts);
+    }
     for w in wanted {
         let existing = match kinds.get(&w.collection).map(String::as_str) {
             None => {
@@ -278,6 +299,29 @@ async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted]) -> Result<Plan> {
         }
     }
     Ok(plan)
+}
+
+/// Lists in `plan` what `wanted` needs and the server lacks: as
+/// unsupported, or as a note where the repository does without.
+fn check_needs(plan: &mut Plan, wanted: &[Wanted], facts: &ServerFacts) {
+    for w in wanted {
+        for need in w.needs.iter().filter(|n| facts.lacks(n.feature)) {
+            match need.without {
+                Some(without) => plan.notes.push(Note::WithoutFeature {
+                    collection: w.collection.clone(),
+                    feature: need.feature,
+                    by: need.by,
+                    without,
+                }),
+                None => plan.unsupported.push(Unsupported {
+                    collection: w.collection.clone(),
+                    feature: need.feature,
+                    by: need.by,
+                    server: facts.describe(),
+                }),
+            }
+        }
+    }
 }
 
 /// Creates what `plan` lists. A concurrent creator may win any step: what
@@ -564,6 +608,72 @@ mod tests {
         assert!(!created_one(
             &doc! {"raw": {}, "note": "all indexes already exist", "ok": 1}
         ));
+    }
+
+    /// What a bucket with `order` and a documents-layout rank board need,
+    /// against replies of MongoDB 8.0, 6.0, 5.0 and 4.4 and a standalone:
+    /// what the server lacks is unsupported, what the repository does
+    /// without is a note.
+    #[test]
+    fn needs_against_servers() {
+        use crate::ensure::{Feature, Need};
+        let declared = || {
+            merge(vec![
+                Declared::new("ticks").needs([
+                    Need::needs(Feature::IsNumber, "bucket push and page"),
+                    Need::needs(Feature::SetWindowFields, "bucket remove"),
+                    Need::needs(Feature::SortArray, "bucket update (with order)"),
+                ]),
+                Declared::new("scores").needs([
+                    Need::prefers(Feature::BulkWrite, "rank change", "two commands"),
+                    Need::prefers(Feature::Transactions, "rank insert", "NoTransactions"),
+                ]),
+            ])
+            .unwrap()
+        };
+        let check = |hello: Document, version: &str| {
+            let mut plan = Plan::default();
+            let facts = ServerFacts::from_replies(&hello, Some(&doc! {"version": version}));
+            check_needs(&mut plan, &declared(), &facts);
+            let lacking: Vec<Feature> = plan.unsupported.iter().map(|u| u.feature).collect();
+            let noted: Vec<Feature> = plan
+                .notes
+                .iter()
+                .filter_map(|n| match n {
+                    Note::WithoutFeature { feature, .. } => Some(*feature),
+                    _ => None,
+                })
+                .collect();
+            (lacking, noted, plan)
+        };
+        let rs = |wire: i32| doc! {"setName": "rs0", "maxWireVersion": wire};
+        let (lacking, noted, _) = check(rs(25), "8.0.4");
+        assert!(lacking.is_empty() && noted.is_empty());
+        let (lacking, noted, _) = check(rs(17), "6.0.19");
+        assert!(lacking.is_empty());
+        assert_eq!(noted, [Feature::BulkWrite]);
+        let (lacking, _, plan) = check(rs(13), "5.0.30");
+        assert_eq!(lacking, [Feature::SortArray]);
+        assert!(!plan.is_up_to_date());
+        assert!(
+            plan.to_string().contains(
+                "unsupported: bucket update (with order) on `ticks` needs `$sortArray` (MongoDB 5.2), which MongoDB 5.0.30 (wire version 13) lacks"
+            ),
+            "{plan}"
+        );
+        let (lacking, _, _) = check(rs(9), "4.4.29");
+        assert_eq!(lacking, [Feature::SetWindowFields, Feature::SortArray]);
+        let (lacking, noted, plan) = check(doc! {"maxWireVersion": 25}, "8.0.4");
+        assert!(lacking.is_empty());
+        assert_eq!(noted, [Feature::Transactions]);
+        assert!(plan.is_up_to_date(), "{plan}");
+        // `ensure` refuses with the first, named.
+        let (_, _, plan) = check(rs(13), "5.0.30");
+        let e = plan.unsupported[0].clone().into_error();
+        assert!(
+            matches!(&e, crate::Error::Unsupported { feature, needs: Some("MongoDB 5.2"), .. } if feature == "$sortArray"),
+            "{e:?}"
+        );
     }
 
     /// `config.collections` entries as `mongos` lists them, and the error

@@ -11,6 +11,7 @@ pub(super) struct Wanted {
     pub(super) collection: String,
     pub(super) indexes: Vec<Index>,
     pub(super) shard: Option<Shard>,
+    pub(super) needs: Vec<super::Need>,
 }
 
 /// Declarations by collection, in the order first declared; an index
@@ -26,6 +27,7 @@ pub(super) fn merge(declared: Vec<Declared>) -> Result<Vec<Wanted>> {
                     collection: d.collection.clone(),
                     indexes: Vec::new(),
                     shard: None,
+                    needs: Vec::new(),
                 });
                 out.len() - 1
             }
@@ -51,6 +53,11 @@ pub(super) fn merge(declared: Vec<Declared>) -> Result<Vec<Wanted>> {
                     options,
                 };
                 w.indexes.push(index);
+            }
+        }
+        for n in d.needs {
+            if !w.needs.contains(&n) {
+                w.needs.push(n);
             }
         }
         if w.shard.is_none() {

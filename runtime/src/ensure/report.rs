@@ -102,6 +102,18 @@ pub enum Note {
         /// The collection.
         collection: String,
     },
+    /// The server lacks a feature the repository can do without, and
+    /// `without` says what it does instead.
+    WithoutFeature {
+        /// The collection whose declaration prefers it.
+        collection: String,
+        /// The feature.
+        feature: super::Feature,
+        /// What prefers it.
+        by: &'static str,
+        /// What the repository does without it.
+        without: &'static str,
+    },
 }
 
 /// What [`Model::plan`](crate::Model::plan) found: what `ensure` would
@@ -117,18 +129,22 @@ pub struct Plan {
     pub shard: Vec<Shard>,
     /// What stands in the way; `ensure` leaves it alone.
     pub conflicts: Vec<Conflict>,
+    /// Features the declarations need and the server lacks: `ensure`
+    /// refuses with the first, before it creates anything.
+    pub unsupported: Vec<super::Unsupported>,
     /// What needs no action.
     pub notes: Vec<Note>,
 }
 
 impl Plan {
-    /// Nothing to create, nothing to shard, no conflict: the deployment
-    /// holds what the declarations need.
+    /// Nothing to create, nothing to shard, no conflict, nothing the
+    /// server lacks: the deployment holds what the declarations need.
     pub fn is_up_to_date(&self) -> bool {
         self.create_collections.is_empty()
             && self.create_indexes.is_empty()
             && self.shard.is_empty()
             && self.conflicts.is_empty()
+            && self.unsupported.is_empty()
     }
 }
 
@@ -212,6 +228,15 @@ impl fmt::Display for Note {
                 f,
                 "whether `{collection}` is sharded is unknown: this user may not read `config.collections`"
             ),
+            Note::WithoutFeature {
+                collection,
+                feature,
+                by,
+                without,
+            } => write!(
+                f,
+                "the server lacks {feature}: {by} on `{collection}` {without}"
+            ),
         }
     }
 }
@@ -252,6 +277,7 @@ impl fmt::Display for Plan {
             .collect();
         lines(f, "shard", &shards)?;
         lines(f, "conflict", &self.conflicts)?;
+        lines(f, "unsupported", &self.unsupported)?;
         lines(f, "note", &self.notes)
     }
 }

@@ -41,6 +41,21 @@ pub const DOCUMENTDB_UNSUPPORTED: i32 = 303;
 /// `bulkWrite` of its own (not the 8.0 command) and answers 8.0's with
 /// "BSON field 'bulkWrite.errorsOnly' is an unknown field".
 pub const UNKNOWN_FIELD: i32 = 40415;
+/// `InvalidPipelineOperator`: "Unrecognized expression '$sortArray'", as
+/// a server before the operator's release answers.
+pub const INVALID_PIPELINE_OPERATOR: i32 = 168;
+/// `Location40324`: "Unrecognized pipeline stage name: '$setWindowFields'".
+pub const UNKNOWN_STAGE: i32 = 40324;
+/// `Location15952`: "unknown group operator '$x'", an accumulator the
+/// server does not know.
+pub const UNKNOWN_ACCUMULATOR: i32 = 15952;
+/// The codes with which a server refuses an operator or stage it does not
+/// recognise, whatever the operator.
+pub const UNKNOWN_OPERATOR: [i32; 3] = [
+    INVALID_PIPELINE_OPERATOR,
+    UNKNOWN_STAGE,
+    UNKNOWN_ACCUMULATOR,
+];
 /// Every code a server answers a command it cannot run with: nothing was
 /// executed.
 pub const NOT_SUPPORTED: [i32; 4] = [
@@ -91,6 +106,66 @@ pub(crate) fn lacks_command(e: &mongodb::error::Error, command: &str) -> bool {
         || m.contains("no such command")
         || m.contains("no such cmd")
         || m.contains("unrecognized command")
+}
+
+/// The operator or stage (`$sortArray`) that `e` says the server does not
+/// recognise or support, so that the command was not run: a code of
+/// [`UNKNOWN_OPERATOR`] (MongoDB, and the servers that copy its codes), or
+/// any refusal ([`NOT_SUPPORTED`], or no code) whose message says so
+/// ("Unrecognized expression", "Unrecognized pipeline stage", "unknown
+/// group operator", "not supported") and names a `$` operator. The
+/// command's own error or a write's (an update pipeline is parsed per
+/// statement). The one place that tells "this server cannot do that
+/// operator" from a failed command.
+pub(crate) fn unknown_operator(e: &mongodb::error::Error) -> Option<String> {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    let (code, message) = match &*e.kind {
+        ErrorKind::Command(c) => (c.code, c.message.as_str()),
+        ErrorKind::Write(WriteFailure::WriteError(w)) => (w.code, w.message.as_str()),
+        ErrorKind::InsertMany(m) => {
+            let w = m.write_errors.as_ref()?.first()?;
+            (w.code, w.message.as_str())
+        }
+        _ => return None,
+    };
+    let lower = message.to_ascii_lowercase();
+    let unknown = [
+        "unrecognized expression",
+        "unrecognized pipeline stage",
+        "unknown group operator",
+    ]
+    .iter()
+    .any(|m| lower.contains(m));
+    let unsupported = lower.contains("not supported") || lower.contains("unsupported");
+    let refused = UNKNOWN_OPERATOR.contains(&code)
+        || unknown
+        || (unsupported && (code == 0 || NOT_SUPPORTED.contains(&code)));
+    if !refused {
+        return None;
+    }
+    match operator_in(message) {
+        Some(op) => Some(op),
+        // A refusal by code alone (a proxy's, a fail point's message).
+        None if UNKNOWN_OPERATOR.contains(&code) => {
+            Some("an unrecognised aggregation operator or stage".to_owned())
+        }
+        None => None,
+    }
+}
+
+/// The `$name` a server's message names: the first quoted one ("Invalid
+/// $project :: caused by :: Unrecognized expression '$sortArray'" names
+/// `$sortArray`), else the first.
+fn operator_in(message: &str) -> Option<String> {
+    let at = match message.find("'$") {
+        Some(quoted) => quoted + 1,
+        None => message.find('$')?,
+    };
+    let name: String = message[at + 1..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    (!name.is_empty()).then(|| format!("${name}"))
 }
 
 /// Whether `e` refuses `readConcern` on `command` as an unknown field (a
@@ -290,6 +365,87 @@ mod tests {
         ));
         assert!(!lacks(16, "Write batch sizes must be between 1 and 100000"));
         assert!(!lacks(11000, "duplicate key"));
+    }
+
+    /// The refusals of an operator or stage a server does not know, as
+    /// MongoDB, DocumentDB and the documentdb engine word them, become the
+    /// operator's name; other errors do not.
+    #[test]
+    fn unknown_operators_are_recognised() {
+        let op = |code, msg| unknown_operator(&refusal(code, msg));
+        let some = |s: &str| Some(s.to_owned());
+        assert_eq!(
+            op(
+                168,
+                "Invalid $project :: caused by :: Unrecognized expression '$sortArray'"
+            ),
+            some("$sortArray")
+        );
+        assert_eq!(
+            op(
+                40324,
+                "Unrecognized pipeline stage name: '$setWindowFields'"
+            ),
+            some("$setWindowFields")
+        );
+        assert_eq!(op(15952, "unknown group operator '$top'"), some("$top"));
+        assert_eq!(
+            op(303, "Feature not supported: $setWindowFields"),
+            some("$setWindowFields")
+        );
+        assert_eq!(
+            op(115, "$sortArray is not supported yet"),
+            some("$sortArray")
+        );
+        assert_eq!(
+            op(0, "Unrecognized expression '$isNumber'"),
+            some("$isNumber")
+        );
+        // As an update's write error (a pipeline update's expression).
+        let w: mongodb::error::WriteError = crate::compat::from_document(
+            mongodb::bson::doc! {"code": 168, "errmsg": "Unrecognized expression '$bsonSize'"},
+        )
+        .unwrap();
+        let w = mongodb::error::Error::from(mongodb::error::ErrorKind::Write(
+            mongodb::error::WriteFailure::WriteError(w),
+        ));
+        assert_eq!(unknown_operator(&w), some("$bsonSize"));
+
+        assert_eq!(
+            op(40324, "Failing command via 'failCommand' failpoint"),
+            some("an unrecognised aggregation operator or stage")
+        );
+        assert_eq!(
+            Error::from(refusal(168, "no")).to_string(),
+            "an unrecognised aggregation operator or stage is not available on this server"
+        );
+
+        // Not refusals of an operator.
+        assert_eq!(op(59, "no such command: 'bulkWrite'"), None);
+        assert_eq!(op(115, "bulkWrite is not supported"), None);
+        assert_eq!(op(2, "unknown operator: $foo"), None);
+        assert_eq!(op(14, "$inc on a string: not supported"), None);
+        assert_eq!(op(11000, "duplicate key"), None);
+        assert_eq!(op(241, "$convert failed"), None);
+
+        // Converted, the error names the operator and its release, and
+        // keeps the server's code.
+        let e = Error::from(refusal(168, "Unrecognized expression '$sortArray'"));
+        assert!(
+            matches!(&e, Error::Unsupported { feature, needs: Some("MongoDB 5.2"), .. } if feature == "$sortArray"),
+            "{e:?}"
+        );
+        assert_eq!(e.code(), Some(168));
+        assert_eq!(
+            e.to_string(),
+            "`$sortArray` (MongoDB 5.2) is not available on this server"
+        );
+        let other = Error::from(refusal(40324, "Unrecognized pipeline stage name: '$foo'"));
+        assert_eq!(other.to_string(), "`$foo` is not available on this server");
+        assert!(matches!(
+            Error::from(refusal(115, "bulkWrite is not supported")),
+            Error::Database(_)
+        ));
     }
 
     /// What an error says of a write command's outcome.
