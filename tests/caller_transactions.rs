@@ -41,7 +41,12 @@ struct ArrayScore {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[serde(rename_all = "camelCase")]
 #[model(collection = "cut_scores_docs")]
-#[rank_histogram(board = "examId", score = "score", precision = 0.5, layout = "documents")]
+#[rank_histogram(
+    board = "examId",
+    score = "score",
+    precision = 0.5,
+    layout = "documents"
+)]
 struct DocsScore {
     #[serde(rename = "_id")]
     student: String,
@@ -181,7 +186,10 @@ async fn cut_in_transaction(
     })
     .await;
     let took = t.elapsed();
-    assert!(r.is_ok(), "{what}: the fresh writer failed after {took:?}: {r:?}");
+    assert!(
+        r.is_ok(),
+        "{what}: the fresh writer failed after {took:?}: {r:?}"
+    );
     assert!(
         took < Duration::from_secs(2),
         "{what}: the fresh writer took {took:?}"
@@ -211,7 +219,10 @@ async fn bucket_writes_cut_in_a_callers_transaction() {
     bounded(120, async {
         let repo = Tick::buckets(&db);
         repo.ensure_indexes().await.unwrap();
-        c.database("cut_other").create_collection("other").await.unwrap();
+        c.database("cut_other")
+            .create_collection("other")
+            .await
+            .unwrap();
         let tick = |n| Tick {
             sym: "s".to_owned(),
             n,
@@ -332,7 +343,10 @@ async fn counter_writes_cut_in_a_callers_transaction() {
     let db = c.database("cut_counter");
     bounded(120, async {
         db.create_collection("cut_items").await.unwrap();
-        c.database("cut_other").create_collection("other").await.unwrap();
+        c.database("cut_other")
+            .create_collection("other")
+            .await
+            .unwrap();
         let sampled = Item::sampled_counter(&db);
         let buffered = Item::buffered_counter(&db);
         sampled.incr_by("k", 10).await.unwrap();
@@ -358,7 +372,10 @@ async fn shard_key_writes_cut_in_a_callers_transaction() {
     bounded(120, async {
         let repo = Log::sharded(&db);
         repo.ensure().await.unwrap();
-        c.database("cut_other").create_collection("other").await.unwrap();
+        c.database("cut_other")
+            .create_collection("other")
+            .await
+            .unwrap();
         repo.insert(&log(1, "one")).await.unwrap();
         let mut next = 100;
         for point in POINTS {

@@ -14,6 +14,7 @@ use mongodb::ClientSession;
 
 use super::{BucketPage, Bucketed, Buckets, PageRequest};
 use crate::action::{Effective, Given, Options};
+use crate::cut::CutGuard;
 use crate::error::{Error, Result};
 
 /// One operation's effective options and the caller's session.
@@ -26,6 +27,10 @@ pub(super) struct Cx<'s> {
     /// A read for the caller (a page, a total): it follows the caller's
     /// read preference. Everything else reads the primary.
     pub(super) for_caller: bool,
+    /// Armed while a write runs in the caller's transaction: a call cut
+    /// before its last reply has the session killed on the server (see
+    /// [`Buckets::push`]).
+    pub(super) cut: CutGuard,
 }
 
 impl<'s> Cx<'s> {
@@ -45,11 +50,13 @@ impl<'s> Cx<'s> {
         if txn {
             opts = opts.in_transaction();
         }
+        let cut = CutGuard::new(txn && !for_caller, session.as_deref());
         Cx {
             opts,
             session,
             txn,
             for_caller,
+            cut,
         }
     }
 
@@ -61,6 +68,7 @@ impl<'s> Cx<'s> {
             session: None,
             txn: false,
             for_caller: false,
+            cut: CutGuard::new(false, None),
         }
     }
 
@@ -119,9 +127,14 @@ macro_rules! action {
                 let $this = self;
                 Box::pin(async move {
                     let for_caller = for_caller!($kind);
-                    let mut $cx = Cx::new($this.repo, $this.options, $this.session, for_caller).await;
-                    let $cx = &mut $cx;
-                    $body
+                    let mut cx = Cx::new($this.repo, $this.options, $this.session, for_caller).await;
+                    let done = async {
+                        let $cx = &mut cx;
+                        $body
+                    }
+                    .await;
+                    cx.cut.disarm();
+                    done
                 })
             }
         }
