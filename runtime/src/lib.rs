@@ -34,6 +34,7 @@ pub mod action;
 pub mod approx_counter;
 pub mod bucket;
 mod compat;
+mod cut;
 pub mod ensure;
 mod error;
 pub mod keyset;

@@ -116,7 +116,29 @@ impl Inner {
     /// An `$inc` of `amount` on `id`: sampled and geometric writes, all
     /// writes after `shutdown` but buffered mode's (which keeps its flush
     /// ids), and a buffered counter's write-through.
+    ///
+    /// In the caller's transaction, a call cut before its reply has the
+    /// session killed on the server (see [`Counter::incr_by`]).
+    ///
+    /// [`Counter::incr_by`]: super::Counter::incr_by
     pub(super) async fn write(
+        &self,
+        id: &Bson,
+        amount: u64,
+        opts: &Options,
+        txn: bool,
+        session: Option<&mut ClientSession>,
+    ) -> Result<()> {
+        match session {
+            Some(s) if txn => {
+                let write = |s| self.write_in(id, amount, opts, true, Some(s));
+                Box::pin(crate::cut::guarded(s, write)).await
+            }
+            session => self.write_in(id, amount, opts, txn, session).await,
+        }
+    }
+
+    async fn write_in(
         &self,
         id: &Bson,
         amount: u64,
@@ -157,7 +179,28 @@ impl Inner {
     /// Writes and reads the new value back (geometric mode): one
     /// `findAndModify`; with `w: 0` through `run_command` (then nothing
     /// may come back).
+    /// Guarded as [`Inner::write`].
     pub(super) async fn write_returning(
+        &self,
+        id: &Bson,
+        amount: u64,
+        opts: &Options,
+        txn: bool,
+        session: Option<&mut ClientSession>,
+    ) -> Result<Option<i64>> {
+        match session {
+            Some(s) if txn => {
+                let write = |s| self.write_returning_in(id, amount, opts, true, Some(s));
+                Box::pin(crate::cut::guarded(s, write)).await
+            }
+            session => {
+                self.write_returning_in(id, amount, opts, txn, session)
+                    .await
+            }
+        }
+    }
+
+    async fn write_returning_in(
         &self,
         id: &Bson,
         amount: u64,

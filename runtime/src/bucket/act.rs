@@ -14,6 +14,7 @@ use mongodb::ClientSession;
 
 use super::{BucketPage, Bucketed, Buckets, PageRequest};
 use crate::action::{Effective, Given, Options};
+use crate::cut::CutGuard;
 use crate::error::{Error, Result};
 
 /// One operation's effective options and the caller's session.
@@ -94,8 +95,30 @@ macro_rules! for_caller {
     };
 }
 
+/// The body of an action: as it is, or, for a write that may run in the
+/// caller's transaction (`guarded`), with a [`CutGuard`] armed there, so
+/// that a call cut before its last reply has the session killed on the
+/// server (see [`crate::action`]). Only those actions pay for the guard:
+/// wrapping every one would take reads' futures past a small allocation.
+macro_rules! body {
+    ($cx:ident, $made:ident, $body:expr) => {{
+        let $cx = &mut $made;
+        $body
+    }};
+    ($cx:ident, $made:ident, $body:expr, guarded) => {{
+        let mut cut = CutGuard::new($made.txn, $made.session.as_deref());
+        let done = async {
+            let $cx = &mut $made;
+            $body
+        }
+        .await;
+        cut.disarm();
+        done
+    }};
+}
+
 macro_rules! action {
-    ($(#[$m:meta])* $name:ident<$a:lifetime, T> { $($f:ident: $t:ty),* } -> $out:ty; $kind:ident;
+    ($(#[$m:meta])* $name:ident<$a:lifetime, T> { $($f:ident: $t:ty),* } -> $out:ty; $kind:ident $(, $guard:ident)?;
      |$this:ident, $cx:ident| $body:expr) => {
         $(#[$m])*
         #[must_use = "does nothing unless awaited"]
@@ -119,9 +142,8 @@ macro_rules! action {
                 let $this = self;
                 Box::pin(async move {
                     let for_caller = for_caller!($kind);
-                    let mut $cx = Cx::new($this.repo, $this.options, $this.session, for_caller).await;
-                    let $cx = &mut $cx;
-                    $body
+                    let mut made = Cx::new($this.repo, $this.options, $this.session, for_caller).await;
+                    body!($cx, made, $body $(, $guard)?)
                 })
             }
         }
@@ -130,13 +152,13 @@ macro_rules! action {
 
 action! {
     /// [`Buckets::push`]: one `update` on the hot path.
-    Push<'a, T> { item: &'a T } -> (); write;
+    Push<'a, T> { item: &'a T } -> (); write, guarded;
     |this, cx| this.repo.push_in(this.item, cx).await
 }
 
 action! {
     /// [`Buckets::push_many`].
-    PushMany<'a, T> { key: Result<Bson>, items: &'a [T] } -> (); write;
+    PushMany<'a, T> { key: Result<Bson>, items: &'a [T] } -> (); write, guarded;
     |this, cx| this.repo.push_many_in(&this.key?, this.items, cx).await
 }
 
@@ -172,7 +194,7 @@ action! {
 
 action! {
     /// [`Buckets::update`].
-    Update<'a, T> { key: Result<Bson>, matching: Document, item: &'a T } -> bool; both;
+    Update<'a, T> { key: Result<Bson>, matching: Document, item: &'a T } -> bool; both, guarded;
     |this, cx| this.repo.update_in(&this.key?, this.matching, this.item, cx).await
 }
 

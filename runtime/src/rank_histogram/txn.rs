@@ -78,8 +78,11 @@ impl<T: RankHistogram> Ranks<T> {
         // large for a small allocation.
         let mut txn = match session {
             Some(s) if joined => {
+                // A call cut before its last reply has the session killed
+                // on the server (see `crate::cut`).
                 let o = o.in_transaction();
-                return Box::pin(self.source_op(&op, &o, s)).await;
+                let write = |s| self.source_op(&op, &o, s);
+                return Box::pin(crate::cut::guarded(s, write)).await;
             }
             Some(s) if no_txn => return Box::pin(self.non_atomic(&op, &o, Some(s))).await,
             None if no_txn => return Box::pin(self.non_atomic(&op, &o, None)).await,
@@ -395,8 +398,7 @@ impl Drop for OpenTransaction<'_> {
         };
         let fence = self.fence.clone();
         runtime.spawn(async move {
-            let kill = doc! {"killSessions": [id]};
-            let _ = client.database("admin").run_command(kill).await;
+            crate::cut::kill_session(&client, id).await;
             if let Some(mut s) = owned {
                 // Errors are ignored: the server's transaction lifetime
                 // remains the bound.

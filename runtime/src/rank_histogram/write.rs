@@ -60,13 +60,15 @@ impl<T: RankHistogram> Ranks<T> {
         match session {
             None => self.write(b, delta, &o, None, Txn::No).await,
             Some(s) => {
-                let joined = crate::action::in_transaction(s).await;
-                let (o, txn) = if joined {
-                    (o.in_transaction(), Txn::Callers)
-                } else {
-                    (o, Txn::No)
-                };
-                self.write(b, delta, &o, Some(s), txn).await
+                if crate::action::in_transaction(s).await {
+                    // The caller's transaction: a call cut before its
+                    // reply has the session killed on the server (see
+                    // `crate::cut`). Boxed: a path only transactions take.
+                    let o = o.in_transaction();
+                    let write = |s| self.write(b, delta, &o, Some(s), Txn::Callers);
+                    return Box::pin(crate::cut::guarded(s, write)).await;
+                }
+                self.write(b, delta, &o, Some(s), Txn::No).await
             }
         }
     }

@@ -12,6 +12,16 @@ use super::{Audit, KeyAnalysis, ShardKeyed, Sharded};
 use crate::action::Options;
 use crate::error::Result;
 
+/// Whether an action of this kind writes.
+macro_rules! writes {
+    (write) => {
+        true
+    };
+    (read) => {
+        false
+    };
+}
+
 /// An action of the repository: a struct holding the arguments, its
 /// options and session, with the setters that apply, run by `.await`.
 macro_rules! action {
@@ -40,7 +50,15 @@ macro_rules! action {
                 Box::pin(async move {
                     let $name { repo, $($field,)* options, session } = self;
                     let cx = repo.cx(options, session).await;
-                    repo.$run($($field,)* cx).await
+                    // A write cut in the caller's transaction has the
+                    // session killed on the server (see `crate::cut`).
+                    let mut cut = crate::cut::CutGuard::new(
+                        cx.in_transaction && writes!($kind),
+                        cx.session.as_deref(),
+                    );
+                    let done = repo.$run($($field,)* cx).await;
+                    cut.disarm();
+                    done
                 })
             }
         }

@@ -1,0 +1,415 @@
+//! A pattern's write cut inside the caller's transaction (a request
+//! timeout drops the call's future) while its command is held on the
+//! server (`failCommand` with `blockConnection`): the held command arrives
+//! after the call has gone, perhaps as the transaction's first, and would
+//! then start the transaction on the server and hold its locks for the
+//! transaction's 60 s lifetime. The call must see to it that nothing stays
+//! open: no transaction open on the server, and a fresh writer of the same
+//! key, in a transaction of its own, succeeds at once. Then the caller's
+//! session: `abort_transaction()` returns at once, and a new transaction
+//! on it runs and commits.
+//!
+//! Each test runs a server of its own (`serverStatus` counts every open
+//! transaction on it).
+
+use std::time::{Duration, Instant};
+
+use mongo_patterns::bson::Bson;
+use mongo_patterns::mongodb::ClientSession;
+use mongo_patterns::prelude::*;
+use mongo_patterns_testkit::{bounded, client, OwnServer, ServerOptions};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "cut_ticks")]
+#[bucket(size = 4, key = "sym")]
+struct Tick {
+    sym: String,
+    n: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "cut_scores")]
+#[rank_histogram(precision = 0.5)]
+struct ArrayScore {
+    #[serde(rename = "_id")]
+    student: String,
+    exam_id: String,
+    score: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "cut_scores_docs")]
+#[rank_histogram(
+    board = "examId",
+    score = "score",
+    precision = 0.5,
+    layout = "documents"
+)]
+struct DocsScore {
+    #[serde(rename = "_id")]
+    student: String,
+    exam_id: String,
+    score: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Model)]
+#[model(collection = "cut_items")]
+struct Item {
+    #[serde(rename = "_id")]
+    id: String,
+    #[approx_counter(every = 10, upsert = true)]
+    sampled: i64,
+    #[approx_counter(every = 10, mode = "buffered", max_delay_ms = 3600000, upsert = true)]
+    buffered: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "cut_logs")]
+#[shard_key(coarse = "month", from = "ts", search = "type")]
+struct Log {
+    #[serde(rename = "_id")]
+    id: i64,
+    #[serde(rename = "type")]
+    kind: String,
+    ts: i64,
+    msg: String,
+}
+
+const OCT: i64 = 1_635_132_899; // 2021-10-25T03:34:59Z
+
+fn log(id: i64, msg: &str) -> Log {
+    Log {
+        id,
+        kind: "app".to_owned(),
+        ts: OCT,
+        msg: msg.to_owned(),
+    }
+}
+
+async fn own_server() -> (OwnServer, Client) {
+    let server = OwnServer::start(ServerOptions {
+        test_commands: true,
+        ..ServerOptions::default()
+    });
+    let (c, _) = client(server.uri()).await;
+    (server, c)
+}
+
+/// Transactions open on the server now.
+async fn open_transactions(c: &Client) -> i64 {
+    let status = c
+        .database("admin")
+        .run_command(doc! {"serverStatus": 1})
+        .await
+        .unwrap();
+    let t = status.get_document("transactions").unwrap();
+    match t.get("currentOpen").unwrap() {
+        Bson::Int32(n) => i64::from(*n),
+        Bson::Int64(n) => *n,
+        other => panic!("currentOpen: {other:?}"),
+    }
+}
+
+/// Holds the next command the call sends 300 ms on the server, whichever
+/// it is (a write, or a read that decides one).
+async fn hold_next_command(c: &Client) {
+    let held = doc! {
+        "configureFailPoint": "failCommand",
+        "mode": {"times": 1},
+        "data": {
+            "failCommands": ["insert", "update", "delete", "findAndModify", "bulkWrite", "find", "aggregate"],
+            "blockConnection": true,
+            "blockTimeMS": 300,
+        },
+    };
+    c.database("admin").run_command(held).await.unwrap();
+}
+
+/// Where the call is cut.
+#[derive(Debug, Clone, Copy)]
+enum Point {
+    /// The call's command is the transaction's first.
+    First,
+    /// The caller wrote in the transaction before the call.
+    AfterCallers,
+}
+
+/// One write cut in the caller's transaction at `point`. `call(s, n)` is
+/// the write in session `s`: `n` = 0 for the cut call, 1 for the fresh
+/// writer of the same key (another session), 2 for the caller's next
+/// transaction in the session the cut call ran in.
+async fn cut_in_transaction(
+    c: &Client,
+    what: &str,
+    point: Point,
+    call: impl AsyncFn(&mut ClientSession, u32) -> mongo_patterns::Result<()>,
+) {
+    let what = format!("{what} ({point:?})");
+    let mut s = c.start_session().await.unwrap();
+    s.start_transaction().await.unwrap();
+    if let Point::AfterCallers = point {
+        c.database("cut_other")
+            .collection::<Document>("other")
+            .insert_one(doc! {"by": "caller"})
+            .session(&mut s)
+            .await
+            .unwrap();
+    }
+    hold_next_command(c).await;
+    let cut = tokio::time::timeout(Duration::from_millis(50), call(&mut s, 0)).await;
+    assert!(cut.is_err(), "{what}: not cut: {cut:?}");
+    // The held command runs now.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let t = Instant::now();
+    loop {
+        let open = open_transactions(c).await;
+        if open == 0 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{what}: {open} transactions still open 5 s after the cut"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A fresh writer of the same key, in a transaction of its own.
+    let mut fresh = c.start_session().await.unwrap();
+    let t = Instant::now();
+    let r = bounded(90, async {
+        fresh.start_transaction().await?;
+        call(&mut fresh, 1).await?;
+        fresh.commit_transaction().await?;
+        Ok::<_, mongo_patterns::Error>(())
+    })
+    .await;
+    let took = t.elapsed();
+    assert!(
+        r.is_ok(),
+        "{what}: the fresh writer failed after {took:?}: {r:?}"
+    );
+    assert!(
+        took < Duration::from_secs(2),
+        "{what}: the fresh writer took {took:?}"
+    );
+
+    // The caller's session: its abort returns at once, and its next
+    // transaction runs and commits.
+    bounded(5, s.abort_transaction()).await.unwrap();
+    bounded(10, async {
+        s.start_transaction().await?;
+        call(&mut s, 2).await?;
+        s.commit_transaction().await?;
+        Ok::<_, mongo_patterns::Error>(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{what}: the caller's next transaction: {e:?}"));
+    assert_eq!(open_transactions(c).await, 0, "{what}: left open");
+}
+
+const POINTS: [Point; 2] = [Point::First, Point::AfterCallers];
+
+/// Bucket `push`, `push_many` and `update`.
+#[tokio::test]
+async fn bucket_writes_cut_in_a_callers_transaction() {
+    let (_server, c) = own_server().await;
+    let db = c.database("cut_bucket");
+    bounded(120, async {
+        let repo = Tick::buckets(&db);
+        repo.ensure_indexes().await.unwrap();
+        c.database("cut_other")
+            .create_collection("other")
+            .await
+            .unwrap();
+        let tick = |n| Tick {
+            sym: "s".to_owned(),
+            n,
+        };
+        let one = tick(1);
+        repo.push(&one).await.unwrap();
+        for point in POINTS {
+            cut_in_transaction(&c, "push", point, async |s, n| {
+                repo.push(&tick(10 + n)).session(s).await
+            })
+            .await;
+            cut_in_transaction(&c, "push_many", point, async |s, n| {
+                let items = [tick(20 + n), tick(30 + n)];
+                repo.push_many("s", &items).session(s).await
+            })
+            .await;
+            cut_in_transaction(&c, "update", point, async |s, n| {
+                repo.update("s", doc! {"n": 1}, &tick(1))
+                    .session(s)
+                    .await
+                    .map(|found| assert!(found, "update {n}: not found"))
+            })
+            .await;
+        }
+    })
+    .await;
+}
+
+async fn rank_writes<T: RankHistogram<Board = String, Score = f64>>(
+    c: &Client,
+    db: &Database,
+    new: impl Fn(&str, f64) -> T,
+) {
+    let ranks = T::ranks(db);
+    ranks.ensure_indexes().await.unwrap();
+    for p in 0..20 {
+        ranks.insert(&new(&format!("p{p}"), 5.0)).await.unwrap();
+    }
+    for _ in 0..20 {
+        ranks.record("b", 7.0).await.unwrap();
+    }
+    let mut next = 0;
+    for point in POINTS {
+        cut_in_transaction(c, "record", point, async |s, _| {
+            ranks.record("b", 9.0).session(s).await
+        })
+        .await;
+        cut_in_transaction(c, "change", point, async |s, _| {
+            ranks.change("b", 7.0, 8.0).session(s).await
+        })
+        .await;
+        cut_in_transaction(c, "remove", point, async |s, _| {
+            ranks.remove("b", 7.0).session(s).await
+        })
+        .await;
+        let base = next;
+        cut_in_transaction(c, "insert", point, async |s, n| {
+            // The fresh writer inserts the cut call's player.
+            let who = if n < 2 { base } else { base + 1 };
+            ranks.insert(&new(&format!("n{who}"), 6.0)).session(s).await
+        })
+        .await;
+        next += 2;
+        cut_in_transaction(c, "update_score", point, async |s, n| {
+            let r = ranks
+                .update_score(doc! {"_id": "p0"}, 10.0 + f64::from(n))
+                .session(s)
+                .await?;
+            assert!(r, "update_score {n}: not found");
+            Ok(())
+        })
+        .await;
+        let gone = match point {
+            Point::First => ["p1", "p2"],
+            Point::AfterCallers => ["p3", "p4"],
+        };
+        cut_in_transaction(c, "delete", point, async |s, n| {
+            let who = if n < 2 { gone[0] } else { gone[1] };
+            let r = ranks.delete(doc! {"_id": who}).session(s).await?;
+            assert!(r, "delete {n}: not found");
+            Ok(())
+        })
+        .await;
+    }
+}
+
+/// Rank `record`, `change`, `remove`, `insert`, `update_score` and
+/// `delete`, both layouts.
+#[tokio::test]
+async fn rank_writes_cut_in_a_callers_transaction() {
+    let (_server, c) = own_server().await;
+    c.database("cut_other")
+        .create_collection("other")
+        .await
+        .unwrap();
+    bounded(240, async {
+        rank_writes(&c, &c.database("cut_rank_array"), |s, score| ArrayScore {
+            student: s.to_owned(),
+            exam_id: "b".to_owned(),
+            score,
+        })
+        .await;
+        rank_writes(&c, &c.database("cut_rank_docs"), |s, score| DocsScore {
+            student: s.to_owned(),
+            exam_id: "b".to_owned(),
+            score,
+        })
+        .await;
+    })
+    .await;
+}
+
+/// Counter `incr_by`, sampled (every call writes: n = every) and buffered
+/// (a call in a session writes through).
+#[tokio::test]
+async fn counter_writes_cut_in_a_callers_transaction() {
+    let (_server, c) = own_server().await;
+    let db = c.database("cut_counter");
+    bounded(120, async {
+        db.create_collection("cut_items").await.unwrap();
+        c.database("cut_other")
+            .create_collection("other")
+            .await
+            .unwrap();
+        let sampled = Item::sampled_counter(&db);
+        let buffered = Item::buffered_counter(&db);
+        sampled.incr_by("k", 10).await.unwrap();
+        for point in POINTS {
+            cut_in_transaction(&c, "sampled incr_by", point, async |s, _| {
+                sampled.incr_by("k", 10).session(s).await
+            })
+            .await;
+            cut_in_transaction(&c, "buffered incr_by", point, async |s, _| {
+                buffered.incr_by("k", 10).session(s).await
+            })
+            .await;
+        }
+    })
+    .await;
+}
+
+/// Shard key `insert`, `upsert`, `replace` and `update`.
+#[tokio::test]
+async fn shard_key_writes_cut_in_a_callers_transaction() {
+    let (_server, c) = own_server().await;
+    let db = c.database("cut_shard");
+    bounded(120, async {
+        let repo = Log::sharded(&db);
+        repo.ensure().await.unwrap();
+        c.database("cut_other")
+            .create_collection("other")
+            .await
+            .unwrap();
+        repo.insert(&log(1, "one")).await.unwrap();
+        let mut next = 100;
+        for point in POINTS {
+            let base = next;
+            cut_in_transaction(&c, "insert", point, async |s, n| {
+                // The fresh writer inserts the cut call's `_id`.
+                let id = if n < 2 { base } else { base + 1 };
+                repo.insert(&log(id, "new")).session(s).await
+            })
+            .await;
+            next += 2;
+            cut_in_transaction(&c, "upsert", point, async |s, n| {
+                repo.upsert(&log(1, &format!("upsert {n}")))
+                    .session(s)
+                    .await
+                    .map(drop)
+            })
+            .await;
+            cut_in_transaction(&c, "replace", point, async |s, n| {
+                repo.replace(&log(1, &format!("replace {n}")))
+                    .session(s)
+                    .await
+                    .map(drop)
+            })
+            .await;
+            cut_in_transaction(&c, "update", point, async |s, n| {
+                let at = DateTime::from_millis(OCT * 1000);
+                repo.update(at, "app", doc! {"_id": 1}, doc! {"$set": {"n": n}})
+                    .session(s)
+                    .await
+                    .map(drop)
+            })
+            .await;
+        }
+    })
+    .await;
+}
