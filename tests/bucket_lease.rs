@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use mongo_patterns::prelude::*;
-use mongo_patterns_testkit::{bounded, client, OwnServer, ServerOptions};
+use mongo_patterns_testkit::{bounded, client, fail_command, OwnServer, ServerOptions};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[serde(rename_all = "camelCase")]
@@ -46,17 +46,11 @@ async fn skewed_holders(skew_a: i64, skew_b: i64) {
     let a = repo.clone().__skew_clock(skew_a);
     let b = repo.clone().__skew_clock(skew_b);
     let hold = doc! {
-        "configureFailPoint": "failCommand",
-        "mode": {"times": 1},
-        "data": {
-            "failCommands": ["aggregate"],
-            "blockConnection": true,
-            "blockTimeMS": HELD.as_millis() as i64,
-        },
+        "failCommands": ["aggregate"],
+        "blockConnection": true,
+        "blockTimeMS": HELD.as_millis() as i64,
     };
-    bounded(10, c.database("admin").run_command(hold))
-        .await
-        .unwrap();
+    fail_command(&c, Some(1), hold).await;
     let held_at = Instant::now();
     let a_task = tokio::spawn(bounded(
         30,

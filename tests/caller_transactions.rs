@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use mongo_patterns::bson::Bson;
 use mongo_patterns::mongodb::ClientSession;
 use mongo_patterns::prelude::*;
-use mongo_patterns_testkit::{bounded, client, OwnServer, ServerOptions};
+use mongo_patterns_testkit::{bounded, client, fail_command, OwnServer, ServerOptions};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[model(collection = "cut_ticks")]
@@ -116,15 +116,11 @@ async fn open_transactions(c: &Client) -> i64 {
 /// it is (a write, or a read that decides one).
 async fn hold_next_command(c: &Client) {
     let held = doc! {
-        "configureFailPoint": "failCommand",
-        "mode": {"times": 1},
-        "data": {
-            "failCommands": ["insert", "update", "delete", "findAndModify", "bulkWrite", "find", "aggregate"],
-            "blockConnection": true,
-            "blockTimeMS": 300,
-        },
+        "failCommands": ["insert", "update", "delete", "findAndModify", "bulkWrite", "find", "aggregate"],
+        "blockConnection": true,
+        "blockTimeMS": 300,
     };
-    c.database("admin").run_command(held).await.unwrap();
+    fail_command(c, Some(1), held).await;
 }
 
 /// Where the call is cut.

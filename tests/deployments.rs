@@ -19,7 +19,9 @@ use mongo_patterns::bson::{doc, Bson, Document};
 use mongo_patterns::mongodb::ClientSession;
 use mongo_patterns::prelude::*;
 use mongo_patterns::Error;
-use mongo_patterns_testkit::{bounded, client, Commands, OwnServer, ServerOptions};
+use mongo_patterns_testkit::{
+    bounded, client, fail_command, fail_command_off, Commands, OwnServer, ServerOptions,
+};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[serde(rename_all = "camelCase")]
@@ -88,26 +90,6 @@ async fn client_of(server: &OwnServer) -> (Client, Commands) {
     client(&format!("{}&heartbeatFrequencyMS=500", server.uri())).await
 }
 
-/// Sets the `failCommand` fail point: `data` for the next `times` matching
-/// commands (`None`: every one, until turned off).
-async fn fail(c: &Client, times: Option<i32>, data: Document) {
-    let mode = match times {
-        Some(n) => Bson::Document(doc! {"times": n}),
-        None => Bson::String("alwaysOn".into()),
-    };
-    c.database("admin")
-        .run_command(doc! {"configureFailPoint": "failCommand", "mode": mode, "data": data})
-        .await
-        .unwrap();
-}
-
-async fn fail_off(c: &Client) {
-    c.database("admin")
-        .run_command(doc! {"configureFailPoint": "failCommand", "mode": "off"})
-        .await
-        .unwrap();
-}
-
 /// Board `b` as stored (score → count), read with the raw driver; the
 /// board's marker and emptied scores left out, a negative count refused.
 async fn stored(db: &Database, b: &str) -> BTreeMap<i64, i64> {
@@ -171,7 +153,7 @@ async fn documents_layout_without_bulk_write(code: i32) {
     let server = server();
     let (c, _) = client_of(&server).await;
     let db = c.database("dep");
-    fail(
+    fail_command(
         &c,
         None,
         doc! {"failCommands": ["bulkWrite"], "errorCode": code},
@@ -206,7 +188,7 @@ async fn documents_layout_without_bulk_write(code: i32) {
         BTreeMap::from([(7, 1)]),
         "{what}"
     );
-    fail_off(&c).await;
+    fail_command_off(&c).await;
 }
 
 /// MongoDB 7.0 has a `bulkWrite` of its own, and answers 8.0's with
@@ -239,6 +221,12 @@ fn election_faults() -> Vec<(&'static str, Document)> {
         ("InterruptedDueToReplStateChange", doc! {"errorCode": 11602}),
         ("closeConnection", doc! {"closeConnection": true}),
     ]
+}
+
+/// A step-down reported after the write: mongod's `writeConcernError`
+/// when the primary stepped down while waiting for its write concern.
+fn stepped_down() -> Document {
+    doc! {"writeConcernError": {"code": 189, "codeName": "PrimarySteppedDown", "errmsg": "stepped down"}}
 }
 
 /// `data` for the next command named `command`.
@@ -274,7 +262,7 @@ async fn counter_writes_survive_an_election() {
         let counter = Item::sampled_counter(&db);
         for (what, fault) in election_faults() {
             let id = format!("k-{what}");
-            fail(&c, Some(1), on("update", &fault)).await;
+            fail_command(&c, Some(1), on("update", &fault)).await;
             let r = counter
                 .incr_by(&id, 10)
                 .max_time(Duration::from_secs(5))
@@ -292,12 +280,7 @@ async fn counter_writes_survive_an_election() {
             }
         }
         // A step-down reported after the write: stored, and not sent again.
-        fail(
-            &c,
-            Some(1),
-            doc! {"failCommands": ["update"], "writeConcernError": {"code": 189, "codeName": "PrimarySteppedDown", "errmsg": "stepped down"}},
-        )
-        .await;
+        fail_command(&c, Some(1), on("update", &stepped_down())).await;
         let r = counter
             .incr_by("k-wce", 10)
             .max_time(Duration::from_secs(5))
@@ -318,16 +301,13 @@ async fn buffered_flushes_survive_an_election() {
         let db = c.database("dep");
         let counter = Item::buffered_counter(&db);
         let mut faults = election_faults();
-        faults.push((
-            "writeConcernError",
-            doc! {"writeConcernError": {"code": 189, "codeName": "PrimarySteppedDown", "errmsg": "stepped down"}},
-        ));
+        faults.push(("writeConcernError", stepped_down()));
         for (what, fault) in faults {
             let id = format!("k-{what}");
             // Below N: held in memory until the flush.
             counter.incr_by(&id, 5).await.unwrap();
             assert_eq!(counter.stats().pending, 5, "{what}");
-            fail(&c, Some(1), on("update", &fault)).await;
+            fail_command(&c, Some(1), on("update", &fault)).await;
             counter
                 .flush()
                 .max_time(Duration::from_secs(5))
@@ -373,18 +353,20 @@ async fn bucket_pushes_survive_an_election() {
         let db = c.database("dep");
         let events = Event::buckets(&db);
         let mut faults = election_faults();
-        faults.push((
-            "writeConcernError",
-            doc! {"writeConcernError": {"code": 189, "codeName": "PrimarySteppedDown", "errmsg": "stepped down"}},
-        ));
+        faults.push(("writeConcernError", stepped_down()));
         for (what, fault) in faults {
             let acct = format!("a-{what}");
             let mut want = Vec::new();
             for n in 0..5u32 {
                 if n == 2 {
-                    fail(&c, Some(1), on("findAndModify", &fault)).await;
+                    fail_command(&c, Some(1), on("findAndModify", &fault)).await;
                 }
-                let r = events.push(&Event { acct: acct.clone(), n }).await;
+                let r = events
+                    .push(&Event {
+                        acct: acct.clone(),
+                        n,
+                    })
+                    .await;
                 if unknown(&r) {
                     // Only when the write id could not be read back either.
                     panic!("{what}: the write id should have told: {r:?}");
@@ -392,7 +374,11 @@ async fn bucket_pushes_survive_an_election() {
                 r.unwrap_or_else(|e| panic!("{what}: push {n}: {e}"));
                 want.push(n);
             }
-            assert_eq!(items(&db, &acct).await, want, "{what}: each item once, in order");
+            assert_eq!(
+                items(&db, &acct).await,
+                want,
+                "{what}: each item once, in order"
+            );
         }
     })
     .await;
@@ -413,7 +399,7 @@ async fn histogram_writes_survive_an_election() {
             for (what, fault) in election_faults() {
                 let b = format!("b-{bulk}-{what}");
                 ranks.record(&b, 1).await.unwrap();
-                fail(&c, Some(1), on(command, &fault)).await;
+                fail_command(&c, Some(1), on(command, &fault)).await;
                 let r = ranks.change(&b, 1, 2).await;
                 let held = stored(&db, &b).await;
                 assert!(
@@ -435,12 +421,7 @@ async fn histogram_writes_survive_an_election() {
             // twice.
             let b = format!("b-{bulk}-wce");
             ranks.record(&b, 1).await.unwrap();
-            fail(
-                &c,
-                Some(1),
-                doc! {"failCommands": [command], "writeConcernError": {"code": 189, "codeName": "PrimarySteppedDown", "errmsg": "stepped down"}},
-            )
-            .await;
+            fail_command(&c, Some(1), on(command, &stepped_down())).await;
             let r = ranks.change(&b, 1, 2).await;
             assert!(unknown(&r), "{bulk}: {r:?}");
             assert_eq!(stored(&db, &b).await, BTreeMap::from([(2, 1)]), "{bulk}");

@@ -12,7 +12,7 @@ use mongo_patterns::bson::Bson;
 use mongo_patterns::prelude::*;
 use mongo_patterns::rank_histogram::{Layout, RankHistogram};
 use mongo_patterns::Error;
-use mongo_patterns_testkit::{bounded, client, fresh_db, OwnServer, ServerOptions};
+use mongo_patterns_testkit::{bounded, client, fail_command, fresh_db, OwnServer, ServerOptions};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[serde(rename_all = "camelCase")]
@@ -414,15 +414,11 @@ async fn open_transactions(c: &Client) -> i64 {
 /// must not wait for the server's 60 s transaction lifetime.
 async fn cut_while_held<F: IntoFuture>(c: &Client, what: &str, f: F) {
     let held = doc! {
-        "configureFailPoint": "failCommand",
-        "mode": {"times": 1},
-        "data": {
-            "failCommands": ["insert", "update", "delete", "findAndModify", "bulkWrite"],
-            "blockConnection": true,
-            "blockTimeMS": 300,
-        },
+        "failCommands": ["insert", "update", "delete", "findAndModify", "bulkWrite"],
+        "blockConnection": true,
+        "blockTimeMS": 300,
     };
-    c.database("admin").run_command(held).await.unwrap();
+    fail_command(c, Some(1), held).await;
     let cut = tokio::time::timeout(Duration::from_millis(50), f.into_future()).await;
     assert!(cut.is_err(), "{what}: not cut");
     // The held write runs now.

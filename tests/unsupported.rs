@@ -8,7 +8,9 @@ use mongo_patterns::bson::{doc, Document};
 use mongo_patterns::ensure::Note;
 use mongo_patterns::prelude::*;
 use mongo_patterns::Error;
-use mongo_patterns_testkit::{bounded, client, fresh_db, OwnServer, ServerOptions};
+use mongo_patterns_testkit::{
+    bounded, client, fail_command, fail_command_off, fresh_db, OwnServer, ServerOptions,
+};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[model(collection = "uns_ticks")]
@@ -89,22 +91,6 @@ async fn a_server_with_everything_passes() {
     .await;
 }
 
-/// Sets the `failCommand` fail point: `data` for every matching command
-/// until turned off.
-async fn fail(c: &Client, data: Document) {
-    c.database("admin")
-        .run_command(doc! {"configureFailPoint": "failCommand", "mode": "alwaysOn", "data": data})
-        .await
-        .unwrap();
-}
-
-async fn fail_off(c: &Client) {
-    c.database("admin")
-        .run_command(doc! {"configureFailPoint": "failCommand", "mode": "off"})
-        .await
-        .unwrap();
-}
-
 fn unsupported(r: &Result<impl std::fmt::Debug, Error>) -> bool {
     matches!(r, Err(Error::Unsupported { .. }))
 }
@@ -136,7 +122,12 @@ async fn a_refused_operator_is_a_typed_error() {
                     .await
                     .unwrap();
             }
-            fail(&c, doc! {"failCommands": ["aggregate"], "errorCode": code}).await;
+            fail_command(
+                &c,
+                None,
+                doc! {"failCommands": ["aggregate"], "errorCode": code},
+            )
+            .await;
             let removed = events.remove("a", doc! {"n": {"$lt": 2}}).await;
             assert!(unsupported(&removed), "{code}: {removed:?}");
             let e = removed.unwrap_err();
@@ -144,7 +135,7 @@ async fn a_refused_operator_is_a_typed_error() {
             println!("{code}: {e}");
             let page = events.page("a", PageRequest::new(1, 3)).await;
             assert!(unsupported(&page), "{code}: {page:?}");
-            fail_off(&c).await;
+            fail_command_off(&c).await;
 
             let page = events.page("a", PageRequest::new(1, 3)).await.unwrap();
             let ns: Vec<u32> = page.items.iter().map(|e| e.n).collect();

@@ -338,6 +338,30 @@ pub async fn is_mongos(client: &Client) -> bool {
     hello.get_str("msg") == Ok("isdbgrid")
 }
 
+/// Sets the `failCommand` fail point (a server started with test
+/// commands, as mongod with `enableTestCommands`): `data` for the next
+/// `times` matching commands, or for every one until
+/// [`fail_command_off`] when `None`.
+pub async fn fail_command(c: &Client, times: Option<i32>, data: mongo_patterns::bson::Document) {
+    use mongo_patterns::bson::{doc, Bson};
+    let mode = match times {
+        Some(n) => Bson::Document(doc! {"times": n}),
+        None => Bson::String("alwaysOn".into()),
+    };
+    let set = doc! {"configureFailPoint": "failCommand", "mode": mode, "data": data};
+    bounded(10, c.database("admin").run_command(set))
+        .await
+        .expect("configureFailPoint");
+}
+
+/// Turns the `failCommand` fail point off.
+pub async fn fail_command_off(c: &Client) {
+    let off = mongo_patterns::bson::doc! {"configureFailPoint": "failCommand", "mode": "off"};
+    bounded(10, c.database("admin").run_command(off))
+        .await
+        .expect("configureFailPoint");
+}
+
 /// Awaits `f` (a future, or an action) for at most `secs` seconds, and
 /// panics past that: no test may hang on a call that should have returned.
 pub async fn bounded<F: std::future::IntoFuture>(secs: u64, f: F) -> F::Output {
