@@ -152,9 +152,15 @@ async fn consistent<T: Exam>(db: &Database, board: &str, when: &str, zeros_ok: b
 /// flight, some between commands, some not at all. The scale shrinks after
 /// a call that completed and grows after one that was cut, so about half
 /// of each stage's calls are cut however fast the server answers (a window
-/// fixed by one calibration cut too few calls when the machine sped up).
+/// fixed by one calibration cut too few calls when the machine sped up);
+/// each stage starts again from the calibrated scale.
 struct Cuts {
     scale: Duration,
+    /// The calibrated scale (a one-command write's): each stage starts
+    /// from it, so that a stage of fast calls after one of slow
+    /// transactions does not begin with windows too long to cut (a record
+    /// stage after the delete stage once cut only 9 of 60).
+    base: Duration,
     /// Calls made and cut in the current stage; calls cut in all stages.
     calls: u64,
     stage: u64,
@@ -179,6 +185,7 @@ impl Cuts {
         took.sort_unstable();
         Cuts {
             scale: took[2] * 3,
+            base: took[2] * 3,
             calls: 0,
             stage: 0,
             total: 0,
@@ -205,7 +212,7 @@ impl Cuts {
         let (cut, calls) = (self.stage, self.calls);
         eprintln!("{what}: {cut} of {calls} calls cut");
         assert!(cut * 6 >= calls, "{what}: only {cut} of {calls} calls cut");
-        (self.calls, self.stage) = (0, 0);
+        (self.calls, self.stage, self.scale) = (0, 0, self.base);
     }
 }
 
