@@ -335,7 +335,7 @@ pub async fn is_mongos(client: &Client) -> bool {
         .run_command(mongo_patterns::bson::doc! {"hello": 1})
         .await
         .expect("hello");
-    hello.get_str("msg") == Ok("isdbgrid")
+    hello.get_str("msg").ok() == Some("isdbgrid")
 }
 
 /// Sets the `failCommand` fail point (a server started with test
