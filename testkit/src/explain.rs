@@ -99,7 +99,9 @@ impl Explain {
 
     /// Whether a stage of this name is in the plan.
     pub fn has_stage(&self, name: &str) -> bool {
-        self.stages.iter().any(|s| s.get_str("stage").ok() == Some(name))
+        self.stages
+            .iter()
+            .any(|s| s.get_str("stage").ok() == Some(name))
     }
 
     /// One node's explain: the reply itself, a shard's part of it, or an
