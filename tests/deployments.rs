@@ -636,3 +636,98 @@ async fn refusals_inside_a_callers_transaction_say_what_is_left_of_it() {
     })
     .await;
 }
+
+/// Writes the driver sends with its own helpers carry a transaction
+/// number, so the server labels an election's error itself, as mongod
+/// does (`RetryableWriteError`; inside a transaction,
+/// `TransientTransactionError`; no label is forced here), and the driver
+/// retries the write, or the transaction's runner reruns the
+/// transaction: each write lands once, and the log shows it sent again.
+#[tokio::test]
+async fn driver_helper_writes_survive_an_election() {
+    bounded(120, async {
+        let server = server();
+        let (c, cmds) = client_of(&server).await;
+        // The command the fail point refused, sent again: twice in the log.
+        let sent_twice = |what: &str| {
+            let sent = cmds.take();
+            let mut names: Vec<&str> = sent.iter().map(|(n, _)| n.as_str()).collect();
+            names.sort_unstable();
+            assert!(
+                names
+                    .windows(2)
+                    .any(|w| w[0] == w[1] && w[0] != "find" && w[0] != "aggregate"),
+                "{what}: no write sent again: {names:?}"
+            );
+        };
+        let db = c.database("dep");
+        let retryable = doc! {"errorCode": 10107};
+
+        // An ordered push: the general path's `update`.
+        let ticks = Tick::buckets(&db);
+        ticks
+            .push(&Tick {
+                sym: "s".into(),
+                day: 1,
+            })
+            .await
+            .unwrap();
+        fail_command(&c, Some(1), on("update", &retryable)).await;
+        cmds.take();
+        ticks
+            .push(&Tick {
+                sym: "s".into(),
+                day: 2,
+            })
+            .await
+            .unwrap();
+        sent_twice("ordered push");
+        let days: Vec<i64> = ticks
+            .stream("s")
+            .map_ok(|t| t.day)
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(days, [1, 2], "the ordered push stored once");
+
+        // A shard key upsert.
+        let logs = Log::sharded(&db);
+        let log = Log {
+            id: 7,
+            kind: "app".into(),
+            ts: 1_635_132_899,
+        };
+        let mut fault = retryable.clone();
+        fault.insert("failCommands", vec!["update", "findAndModify", "insert"]);
+        fail_command(&c, Some(1), fault).await;
+        cmds.take();
+        logs.upsert(&log).await.unwrap();
+        sent_twice("upsert");
+        let n = db
+            .collection::<Document>("dep_logs")
+            .count_documents(doc! {"_id": 7})
+            .await
+            .unwrap();
+        assert_eq!(n, 1, "the upsert stored once");
+
+        // The rank's own transaction: its statement fails as a statement
+        // of a transaction does in an election, and the transaction reruns.
+        let ranks = Score::ranks(&db);
+        ranks.insert(&score("p", "e", 5)).await.unwrap();
+        fail_command(
+            &c,
+            Some(1),
+            doc! {
+                "failCommands": ["findAndModify"],
+                "errorCode": 10107,
+            },
+        )
+        .await;
+        cmds.take();
+        ranks.update_score(doc! {"_id": "p"}, 6).await.unwrap();
+        sent_twice("update_score");
+        assert_eq!(stored(&db, "e").await, players(&db, "e").await);
+        assert_eq!(stored(&db, "e").await, BTreeMap::from([(6, 1)]));
+    })
+    .await;
+}
