@@ -659,6 +659,84 @@ async fn contention_16_tasks_on_one_counter_key() {
     );
 }
 
+/// 64 tasks on one buffered key (N = 100): the key never holds more than
+/// N − 1 acknowledged increments plus one for each call under way (163),
+/// so no flush write carries more and a crash could lose no more (before,
+/// increments piled up behind the write in flight: one write carried
+/// 126,000 of 128,000); exact after shutdown, with the rule's minimum of
+/// writes.
+#[tokio::test]
+async fn contention_64_tasks_no_write_carries_more_than_n() {
+    let (db, commands) = fresh_db("counter_hot_key").await;
+    const PER_TASK: u64 = 2_000;
+    let total = 64 * PER_TASK;
+    let views = Buffered::views_counter(&db);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Samples what the process holds while the tasks count.
+    let watcher = {
+        let (views, done) = (views.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut most = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(views.stats().pending);
+                tokio::task::yield_now().await;
+            }
+            most
+        })
+    };
+    let t = Instant::now();
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let v = views.clone();
+            tokio::spawn(async move {
+                for _ in 0..PER_TASK {
+                    v.incr(&7).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    bounded("64 tasks", async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await;
+    let elapsed = t.elapsed();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let most_held = watcher.await.unwrap();
+    bounded("shutdown", views.shutdown()).await.unwrap();
+    assert_eq!(stored(&db, "buffered", 7).await, total as i64);
+    let amounts: Vec<i64> = commands
+        .take()
+        .into_iter()
+        .filter(|(name, c)| name == "update" && c.get_str("update").ok() == Some("buffered"))
+        .map(|(_, c)| {
+            let u = c.get_array("updates").unwrap()[0].as_document().unwrap();
+            let stage = u.get_array("u").unwrap()[0].as_document().unwrap();
+            let add = stage
+                .get_document("$set")
+                .and_then(|s| s.get_document("views"))
+                .and_then(|v| v.get_array("$add"))
+                .unwrap();
+            add[1].as_i64().or(add[1].as_i32().map(i64::from)).unwrap()
+        })
+        .collect();
+    let largest = amounts.iter().copied().max().unwrap();
+    println!(
+        "64 tasks × {PER_TASK}: {elapsed:?}, {:.0} increments/s, {} writes, largest {largest}, most held {most_held}",
+        total as f64 / elapsed.as_secs_f64(),
+        amounts.len()
+    );
+    assert!(largest <= 99 + 64, "a write carried {largest} increments");
+    assert!(most_held <= 99 + 64, "the process held {most_held}");
+    assert_eq!(amounts.iter().sum::<i64>(), total as i64, "sent once each");
+    assert!(
+        amounts.len() as u64 <= total / 100 + 1,
+        "{} writes for {total}",
+        amounts.len()
+    );
+}
+
 /// The server killed (`kill -9`) and restarted in place while 8 tasks count
 /// on 5 keys in every mode: no panic, the same handles resume, and the
 /// buffered counts are exact per key after a final shutdown.

@@ -16,10 +16,16 @@
 //!   across cut calls and writes whose outcome is unknown: each write
 //!   carries a flush id that the document remembers (the field
 //!   [`FLUSHES`], about 500 bytes), so a re-sent write is applied once. A
-//!   crash of the process loses what was pending: up to N−1 per key and
-//!   process (plus what arrived in the last `max_delay_ms`). Writes: at
-//!   most one per N increments of a key, plus one per key per
-//!   `max_delay_ms`.
+//!   crash of the process loses what a key held unwritten: at most N − 1
+//!   increments whose calls returned, per key and process, at any load
+//!   (and those of calls still under way). A call that brings its key to N
+//!   returns once the key holds fewer again or a write carrying its
+//!   increments landed: it writes them itself, or waits for the call
+//!   writing them. So increments do not pile up behind a write in flight:
+//!   a write carries N − 1 plus what calls under way added (at most N + 63
+//!   with 64 tasks of `incr`, measured), and a hot key runs about N
+//!   increments per round trip of its writes. Writes: at most one per N
+//!   increments of a key, plus one per key per `max_delay_ms`.
 //! - `"geometric"`: sampled while a count is small, then a write
 //!   probability that falls as the count grows, for counts that span orders
 //!   of magnitude. With `E` the value this process last read back for the

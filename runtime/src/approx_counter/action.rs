@@ -266,18 +266,20 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
             Mode::Buffered => {
                 let id = crate::compat::to_bson(id)?;
                 let key = key_bytes(&id);
-                let (due, crowded) = inner.buffer(&key, id, n)?;
+                let (due, crowded, mark) = inner.buffer(&key, id, n)?;
                 if !due && !crowded {
                     return Ok(IncrFuture::done());
                 }
                 Ok(IncrFuture::writing(async move {
                     let opts = options.or(&inner.defaults);
                     if due {
-                        // After `shutdown`, wait for a write of this key
-                        // under way in another call, then write through;
-                        // before, leave a busy key to its writer.
-                        let closed = inner.closed.load(Ordering::Acquire);
-                        inner.drain(&key, Want::Full, closed, &opts).await?;
+                        // The key holds N or more: this call returns once it
+                        // holds fewer, writing them itself or waiting for
+                        // the call writing them. So increments do not pile
+                        // up behind a write in flight, and at most N − 1
+                        // acknowledged ones are ever unwritten. Cut while
+                        // waiting, its increments stay counted.
+                        inner.settle(&key, mark, &opts).await?;
                     }
                     if crowded {
                         inner.evict_oldest(&opts).await?;

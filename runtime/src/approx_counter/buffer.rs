@@ -65,6 +65,8 @@ pub(super) struct Slot {
     flight: Option<Flight>,
     /// A task is writing this key now.
     busy: bool,
+    /// The sequence number of the last write of this key known landed.
+    landed: Option<u64>,
     /// When the oldest of these increments arrived.
     pub(super) since: Instant,
 }
@@ -81,6 +83,11 @@ struct Flight {
     seq: u64,
     amount: u64,
 }
+
+/// Where a call's increments stand in its key's writes: the first
+/// sequence number a write that takes them can have.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Mark(u64);
 
 /// What a key's writer wants written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,9 +129,10 @@ impl Drop for Writing<'_> {
 impl Inner {
     /// Adds `n` to `id`'s pending count, refusing a total past `i64::MAX`
     /// before anything is added. Returns whether the key is now due for a
-    /// write (it may be under way in another call), and whether more than
-    /// `max_keys` keys are pending.
-    pub(super) fn buffer(&self, key: &[u8], id: Bson, n: u64) -> Result<(bool, bool)> {
+    /// write (it may be under way in another call), whether more than
+    /// `max_keys` keys are pending, and the [`Mark`] that says when these
+    /// increments are written.
+    pub(super) fn buffer(&self, key: &[u8], id: Bson, n: u64) -> Result<(bool, bool, Mark)> {
         let every = u64::from(self.spec.every);
         let mut shard = lock(&self.shards[shard_of(key)]);
         let held = shard.get(key).map_or(0, Slot::held);
@@ -143,6 +151,7 @@ impl Inner {
                     count: 0,
                     flight: None,
                     busy: false,
+                    landed: None,
                     since: Instant::now(),
                 })
             }
@@ -155,7 +164,10 @@ impl Inner {
         self.pending.fetch_add(n, Ordering::Relaxed);
         let due = slot.held() >= every || self.closed.load(Ordering::Acquire);
         let crowded = self.keys.load(Ordering::Relaxed) > self.spec.max_keys;
-        Ok((due, crowded))
+        // Under the key's lock: any write of the key picked after this one
+        // takes a number from here on, and these increments with it.
+        let mark = Mark(self.seq.load(Ordering::Relaxed));
+        Ok((due, crowded, mark))
     }
 
     /// Increments pending for `key`, in flight included.
@@ -228,6 +240,27 @@ impl Inner {
         Ok(())
     }
 
+    /// Writes `key` until it holds fewer than N increments (none after
+    /// `shutdown`), waiting for a write of it under way in another call,
+    /// or a write of it that landed carried the increments `mark` took.
+    pub(super) async fn settle(&self, key: &[u8], mark: Mark, opts: &Options) -> Result<()> {
+        let every = u64::from(self.spec.every);
+        loop {
+            self.drain(key, Want::Full, true, opts).await?;
+            let shard = lock(&self.shards[shard_of(key)]);
+            let Some(slot) = shard.get(key) else {
+                return Ok(());
+            };
+            let closed = self.closed.load(Ordering::Acquire);
+            if slot.held() == 0
+                || (slot.held() < every && !closed)
+                || slot.landed.is_some_and(|s| s >= mark.0)
+            {
+                return Ok(());
+            }
+        }
+    }
+
     /// Under the key's lock: the write to send now, marking the key busy.
     fn pick(&self, key: &[u8], want: Want) -> Pick {
         let mut shard = lock(&self.shards[shard_of(key)]);
@@ -269,6 +302,7 @@ impl Inner {
         let mut shard = lock(&self.shards[shard_of(key)]);
         if let Some(slot) = shard.get_mut(key) {
             slot.flight = None;
+            slot.landed = Some(flight.seq);
             self.pending.fetch_sub(flight.amount, Ordering::Relaxed);
         }
     }
