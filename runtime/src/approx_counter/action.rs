@@ -17,7 +17,6 @@ use mongodb::bson::doc;
 use mongodb::ClientSession;
 use serde::Serialize;
 
-use super::buffer::Want;
 use super::write::{amount_bson, number};
 use super::{ApproxCounted, Counter, Mode};
 use crate::action::{Given, Options};
