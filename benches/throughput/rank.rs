@@ -24,6 +24,23 @@ pub(crate) struct Student {
     score: f64,
 }
 
+/// The same students, on the documents layout (a document per score).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "students_docs")]
+#[rank_histogram(
+    board = "examId",
+    score = "score",
+    precision = 0.5,
+    layout = "documents"
+)]
+pub(crate) struct StudentDoc {
+    #[serde(rename = "_id")]
+    id: i64,
+    exam_id: String,
+    score: f64,
+}
+
 /// A score in half points, 0 to 100, from `x`.
 fn score(x: u64) -> f64 {
     (splitmix64(x) % 201) as f64 / 2.0
@@ -43,11 +60,46 @@ pub(crate) async fn run(ctx: &Ctx, tasks: &[usize], students: u64) -> BoxResult<
         let ranks = Arc::new(Student::ranks(&ctx.db));
         rows.push(
             ctx.cell(
-                "`Ranks::update_score` (student + histogram, one transaction)",
+                "`Ranks::update_score`, array layout (student + histogram, one transaction)",
                 false,
                 n,
                 op(move |_, i| {
                     let (ranks, scores) = (ranks.clone(), scores.clone());
+                    async move {
+                        let (s, new) = pick(i);
+                        let mut cur = scores[s].lock().await;
+                        let new = differ(new, *cur);
+                        if !ranks.update_score(doc! {"_id": s as i64}, new).await? {
+                            return Err(format!("no student {s}").into());
+                        }
+                        *cur = new;
+                        Ok(())
+                    }
+                }),
+            )
+            .await?,
+        );
+
+        let scores = load(ctx, students).await?;
+        let docs = StudentDoc::ranks(&ctx.db);
+        docs.ensure_indexes().await?;
+        let moved: Vec<StudentDoc> = (0..students)
+            .map(|id| StudentDoc {
+                id: id as i64,
+                exam_id: EXAM.to_owned(),
+                score: score(id),
+            })
+            .collect();
+        StudentDoc::collection(&ctx.db).insert_many(&moved).await?;
+        docs.rebuild(EXAM).await?;
+        let docs = Arc::new(docs);
+        rows.push(
+            ctx.cell(
+                "`Ranks::update_score`, documents layout (student + histogram, one transaction)",
+                false,
+                n,
+                op(move |_, i| {
+                    let (ranks, scores) = (docs.clone(), scores.clone());
                     async move {
                         let (s, new) = pick(i);
                         let mut cur = scores[s].lock().await;

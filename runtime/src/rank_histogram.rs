@@ -49,6 +49,17 @@
 //!   transactions they refuse ([`Error::NoTransactions`]) unless the caller
 //!   opts in with [`Ranks::allow_non_atomic`]. [`Ranks::rebuild`]
 //!   recomputes a board.
+//! - Many writers on one board: every transaction writes the board's
+//!   histogram, and two open transactions that write one document
+//!   conflict, one rerun for nothing. The calls of one handle (and its
+//!   clones) queue per board before their transaction starts, so a hot
+//!   board costs 3 round trips a call (4 for a filter the handle has not
+//!   seen while the board is busy) and runs at the rate of one task,
+//!   however many wait (64 tasks on one board: 3.9 round trips a call and
+//!   0.9 × the rate of one task, against 73 and 0.04 × before;
+//!   `benches/throughput-results.md`). Processes still conflict with each
+//!   other, one transaction each per board; a caller's transaction is not
+//!   queued.
 //! - A call dropped mid-transaction (a timeout) must not leave the
 //!   transaction holding its locks: the session is killed on the server,
 //!   and a session of the call's own is fenced with the next transaction
@@ -115,6 +126,7 @@ mod actions;
 mod array;
 mod combined;
 mod documents;
+mod queue;
 mod read;
 mod rounding;
 mod score;
@@ -281,6 +293,8 @@ pub struct Ranks<T: Send + Sync> {
     allow_non_atomic: bool,
     /// Options of every operation that does not set its own.
     defaults: Arc<Options>,
+    /// The boards' queues of the calls' own transactions (`queue`).
+    queues: Arc<queue::Queues>,
 }
 
 impl<T: Send + Sync> Clone for Ranks<T> {
@@ -299,6 +313,7 @@ impl<T: Send + Sync> Clone for Ranks<T> {
             transactions: self.transactions,
             allow_non_atomic: self.allow_non_atomic,
             defaults: self.defaults.clone(),
+            queues: self.queues.clone(),
         }
     }
 }
@@ -320,6 +335,7 @@ impl<T: RankHistogram> Ranks<T> {
             transactions: true,
             allow_non_atomic: false,
             defaults: Default::default(),
+            queues: Default::default(),
         }
     }
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::{ClientSession, Collection};
 
+use super::queue::Turn;
 use super::score::AnyScore;
 use super::write::{backoff, Delta, Txn};
 use super::{RankHistogram, Ranks};
@@ -133,6 +134,23 @@ impl<T: RankHistogram> Ranks<T> {
         let inside = o.clone().in_transaction();
         let mut stashed: Option<Error> = None;
         let mut attempts = 0;
+        // The board's queue (see `queue`): known before the first attempt
+        // for an insert, remembered for a filter, or learnt from an
+        // attempt that conflicted.
+        let (_running, contended) = self.queues.start();
+        let mut board = match op {
+            SourceOp::Insert(doc) => self.board_bson(doc.board()).ok(),
+            SourceOp::Update(filter, _) | SourceOp::Delete(filter) => {
+                match self.queues.hint(filter) {
+                    Some(b) => Some(b),
+                    // Boxed: rare, and inline it would make every call's
+                    // future too large for a small allocation.
+                    None if contended => Box::pin(self.board_of(filter, o)).await?,
+                    None => None,
+                }
+            }
+        };
+        let mut turn: Option<Turn> = None;
         let result = session
             .start_transaction()
             .with_options(transaction_options(o))
@@ -142,10 +160,26 @@ impl<T: RankHistogram> Ranks<T> {
             // action boxes this future as `Send`), even with owned captures.
             // Same retries, backoff and 120 s bound.
             .and_run(
-                (self, op, &inside, &mut stashed, &mut attempts, &mut combine),
-                |s, (this, op, inside, stashed, attempts, combine)| {
+                (
+                    self,
+                    op,
+                    &inside,
+                    &mut stashed,
+                    &mut attempts,
+                    &mut combine,
+                    (&mut board, &mut turn),
+                ),
+                |s, (this, op, inside, stashed, attempts, combine, (board, turn))| {
                     Box::pin(async move {
                         **attempts += 1;
+                        // Before the transaction's first command, which
+                        // takes its snapshot.
+                        if let Some(b) = board.as_ref() {
+                            if !turn.as_ref().is_some_and(|t| t.of(b)) {
+                                **turn = None;
+                                **turn = Some(this.queues.enter(b).await);
+                            }
+                        }
                         let done = match op {
                             SourceOp::Insert(doc) if **combine => {
                                 match this.insert_combined(doc, inside, s).await {
@@ -158,11 +192,17 @@ impl<T: RankHistogram> Ranks<T> {
                                     Err(e) => Err(e),
                                 }
                             }
-                            _ => this.source_op(op, inside, s).await,
+                            _ => this.queued_op(op, inside, s, board).await,
                         };
                         match done {
                             Ok(r) => Ok(r),
-                            Err(e) => Err(to_driver(e, stashed)),
+                            Err(e) => {
+                                let m = to_driver(e, stashed);
+                                if server_codes(&m).contains(&crate::error::code::WRITE_CONFLICT) {
+                                    this.queues.conflicted();
+                                }
+                                Err(m)
+                            }
                         }
                     })
                 },
@@ -263,6 +303,52 @@ impl<T: RankHistogram> Ranks<T> {
         let Some(m) = self.player_write(op, o, Some(&mut *session)).await? else {
             return Ok(false);
         };
+        self.write(&m.board, m.delta(), o, Some(session), Txn::AfterPlayer)
+            .await?;
+        Ok(true)
+    }
+
+    /// The board of the player `filter` matches, read on the primary
+    /// before a transaction (a hint for its queue: see `queue`).
+    async fn board_of(&self, filter: &Document, o: &Options) -> Result<Option<Bson>> {
+        let board = self.spec.board;
+        let mut find = mongodb::options::FindOneOptions::default();
+        find.projection = Some(doc! {board: 1, "_id": 0});
+        find.selection_criteria = Some(crate::util::primary());
+        find.max_time = o.max_time;
+        find.comment = o.comment.clone();
+        let found = self
+            .source
+            .clone_with_type::<Document>()
+            .find_one(filter.clone())
+            .with_options(find)
+            .await?;
+        // As the player's write will name it (through `T::Board`), so that
+        // the hint and the board found agree; a value that does not
+        // convert is no hint.
+        Ok(found
+            .and_then(|d| d.get(board).cloned())
+            .and_then(|b| crate::compat::from_bson::<T::Board>(b).ok())
+            .and_then(|b| self.board_bson(&b).ok()))
+    }
+
+    /// [`source_op`](Self::source_op) in a transaction of the call's own:
+    /// the board the player's write found is remembered, for the next
+    /// attempt's queue and the next call with the same filter.
+    async fn queued_op(
+        &self,
+        op: &SourceOp<'_, T>,
+        o: &Options,
+        session: &mut ClientSession,
+        board: &mut Option<Bson>,
+    ) -> Result<bool> {
+        let Some(m) = self.player_write(op, o, Some(&mut *session)).await? else {
+            return Ok(false);
+        };
+        if let SourceOp::Update(filter, _) | SourceOp::Delete(filter) = op {
+            self.queues.learn(filter, &m.board);
+        }
+        *board = Some(m.board.clone());
         self.write(&m.board, m.delta(), o, Some(session), Txn::AfterPlayer)
             .await?;
         Ok(true)
