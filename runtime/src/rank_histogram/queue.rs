@@ -214,7 +214,8 @@ mod tests {
         let a = q.enter(&Bson::from("a")).await;
         let b = q.enter(&Bson::from("b")).await;
         assert!(a.of(&Bson::from("a")) && !a.of(&Bson::from("b")));
-        let waiting = tokio::time::timeout(Duration::from_millis(50), q.enter(&Bson::from("a")));
+        let board = Bson::from("a");
+        let waiting = tokio::time::timeout(Duration::from_millis(50), q.enter(&board));
         assert!(waiting.await.is_err(), "a second turn of one board waits");
         drop(a);
         let again = tokio::time::timeout(Duration::from_secs(5), q.enter(&Bson::from("a")))
