@@ -40,6 +40,7 @@ mod error;
 pub mod keyset;
 mod model;
 pub mod rank_histogram;
+mod retry;
 pub mod shard_key;
 mod util;
 

@@ -7,7 +7,6 @@
 use mongodb::bson;
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
-use std::time::Instant;
 
 use futures::future::BoxFuture;
 use futures::TryStreamExt;
@@ -16,7 +15,7 @@ use mongodb::ClientSession;
 
 use super::read::read_options;
 use super::score::as_number;
-use super::write::{backoff, refuse, Delta, Statement, Txn, RETRY_BOUND};
+use super::write::{refuse, Delta, Statement, Txn};
 use super::{RankHistogram, RankSpec, Ranks, Store, ARRAY_LIMIT};
 use crate::action::{Effective, Options};
 use crate::compat::{self, append};
@@ -149,7 +148,8 @@ async fn write<T: RankHistogram>(
         Ok(ops)
     };
     let mut session = session;
-    let (mut from, mut resumed, started) = (0, 0, Instant::now());
+    let mut from = 0;
+    let mut retry = crate::retry::Retry::new("rank write");
     let mut resent = false;
     loop {
         let failed = if bulk {
@@ -203,16 +203,9 @@ async fn write<T: RankHistogram>(
             // A concurrent writer created the document first (that
             // upsert is now an update), or wrote it at the same time:
             // what came before is written, so go on from there.
-            DUPLICATE_KEY | WRITE_CONFLICT if started.elapsed() < RETRY_BOUND => {
-                from += idx;
-                Box::pin(tokio::time::sleep(backoff(resumed))).await;
-                resumed += 1;
-            }
             DUPLICATE_KEY | WRITE_CONFLICT => {
-                return Err(Error::Contended {
-                    operation: "rank write",
-                    attempts: resumed as usize + 1,
-                })
+                from += idx;
+                retry.pause().await?;
             }
             REFUSED => return Err(Box::pin(why_not_written(r, board, delta)).await),
             _ => return Err(Error::from(e)),

@@ -1,12 +1,9 @@
-use std::time::Duration;
-
 use mongodb::bson::{doc, Bson};
 use mongodb::error::TRANSIENT_TRANSACTION_ERROR;
 
 use super::array::array_problem;
 use super::documents::{document_problem, first_write_error, refused_bulk_write};
 use super::rounding::round;
-use super::write::backoff;
 use super::Rank;
 use crate::error::server_codes;
 
@@ -81,20 +78,6 @@ fn score_documents_are_checked() {
     for d in bad {
         assert!(document_problem(&d).is_some(), "{d}");
     }
-}
-
-#[test]
-fn backoff_is_jittered_and_capped() {
-    for attempt in [0, 1, 5, 20, 1000] {
-        let cap = (5.0 * 1.5_f64.powi(attempt.min(30) as i32)).min(500.0);
-        let d = backoff(attempt);
-        assert!(
-            d <= Duration::from_micros((cap * 1000.0) as u64),
-            "{attempt}: {d:?}"
-        );
-    }
-    let spread: std::collections::HashSet<Duration> = (0..20).map(|_| backoff(10)).collect();
-    assert!(spread.len() > 1, "jittered");
 }
 
 #[test]

@@ -11,10 +11,11 @@ use mongodb::{ClientSession, Collection};
 
 use super::queue::Turn;
 use super::score::AnyScore;
-use super::write::{backoff, Delta, Txn};
+use super::write::{Delta, Txn};
 use super::{RankHistogram, Ranks};
 use crate::action::{Effective, Options};
 use crate::error::{server_codes, Error, Result};
+use crate::retry::backoff;
 
 /// How long a non-atomic write waits for a concurrent writer's `+1` to
 /// land.

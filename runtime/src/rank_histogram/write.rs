@@ -2,7 +2,6 @@
 //! `rebuild`.
 
 use mongodb::bson;
-use std::time::{Duration, Instant};
 
 use mongodb::bson::{doc, Bson, Document, RawBson, RawDocumentBuf};
 use mongodb::ClientSession;
@@ -12,11 +11,6 @@ use super::{RankHistogram, Ranks};
 use crate::action::{Effective, Options};
 use crate::compat::append;
 use crate::error::{Error, Result};
-
-/// How long a write retries lost races (a concurrent upsert, a
-/// transaction's write conflict) before it returns [`Error::Contended`]:
-/// the bound of the driver's convenient transaction API.
-pub(super) const RETRY_BOUND: Duration = Duration::from_secs(120);
 
 /// Whether a histogram write runs in a transaction, and whose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,24 +89,14 @@ impl<T: RankHistogram> Ranks<T> {
                 other => other,
             };
         }
-        let start = Instant::now();
-        let mut attempt = 0;
+        let mut retry = crate::retry::Retry::new("rank write");
         loop {
             match self
                 .store()
                 .write(self, board, delta, o, session.as_deref_mut(), Txn::No)
                 .await
             {
-                Err(Error::Raced(_)) if start.elapsed() < RETRY_BOUND => {
-                    Box::pin(tokio::time::sleep(backoff(attempt))).await;
-                    attempt += 1;
-                }
-                Err(Error::Raced(_)) => {
-                    return Err(Error::Contended {
-                        operation: "rank write",
-                        attempts: attempt as usize + 1,
-                    })
-                }
+                Err(Error::Raced(_)) => retry.pause().await?,
                 other => return other,
             }
         }
@@ -193,20 +177,6 @@ impl<T: RankHistogram> Ranks<T> {
             .await?;
         Ok(total)
     }
-}
-
-/// A jittered exponential backoff, as the driver's convenient transaction
-/// API sleeps: 5 ms × 1.5^attempt, at most 500 ms, times a random factor
-/// in [0, 1).
-pub(super) fn backoff(attempt: u32) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
-    // `RandomState` is seeded afresh per instance: enough jitter to
-    // spread writers apart, without a dependency.
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(attempt);
-    let jitter = (h.finish() >> 11) as f64 / (1_u64 << 53) as f64;
-    let ms = (5.0 * 1.5_f64.powi(attempt.min(30) as i32)).min(500.0) * jitter;
-    Duration::from_micros((ms * 1000.0) as u64)
 }
 
 /// An expression that fails (ConversionFailure), so that a pipeline update

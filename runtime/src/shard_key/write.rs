@@ -189,10 +189,11 @@ impl<T: ShardKeyed> Sharded<T> {
         }
         let id = filter.get("_id").cloned().unwrap_or(Bson::Null);
         // Each round lost a race to a writer that moved, deleted or
-        // inserted the `_id` between our lookup and our write. In a
-        // transaction the lookup and the write share a snapshot: one round.
-        let rounds = if cx.in_transaction { 1 } else { WRITE_ROUNDS };
-        for _ in 0..rounds {
+        // inserted the `_id` between our lookup and our write: retried as
+        // every race is (`crate::retry`). In a transaction the lookup and
+        // the write share a snapshot: one round.
+        let mut retry = crate::retry::Retry::new(if upsert { "upsert" } else { "replace" });
+        loop {
             match self.stored_key(&id, d, &mut cx).await? {
                 Some(stored) => {
                     let r = run!(
@@ -224,11 +225,11 @@ impl<T: ShardKeyed> Sharded<T> {
                     Err(e) => return Err(e.into()),
                 },
             }
+            if cx.in_transaction {
+                return Err(retry.contended());
+            }
+            retry.pause().await?;
         }
-        Err(Error::Contended {
-            operation: if upsert { "upsert" } else { "replace" },
-            attempts: rounds,
-        })
     }
 
     /// The filter on the `_id` and the key it is stored under, or `None`
@@ -375,10 +376,6 @@ enum Written {
     Nothing,
 }
 
-/// Lookups and writes a replace or an upsert tries after its first miss,
-/// each lost to a concurrent writer of the same `_id`, before it gives up
-/// with [`Error::Contended`].
-const WRITE_ROUNDS: usize = 5;
 
 /// Fills the derived coarse field of a stored document.
 pub(super) fn fill(spec: &ShardSpec, d: &mut Document, collection: &str) -> Result<()> {

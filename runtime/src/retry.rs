@@ -1,0 +1,127 @@
+//! The one retry policy of every internal retry: a lost race (a concurrent
+//! upsert, a write conflict, a bucket that filled, a held lease) is tried
+//! again after a jittered exponential backoff, for one time bound, then
+//! reported as [`Error::Contended`].
+//!
+//! The backoff is the driver's convenient transaction API's (5 ms ×
+//! 1.5^attempt, at most 500 ms), times a random factor in [0, 1): a real
+//! random one, so that writers that lost the same race do not wake in step
+//! and lose the next one together. The bound is that API's 120 s, so a
+//! call retries its own races no longer than a transaction of its own
+//! would.
+
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+/// How long a call retries lost races before it is `Contended`.
+pub(crate) const BOUND: Duration = Duration::from_secs(120);
+
+/// A call's retries of one kind of race.
+#[derive(Debug)]
+pub(crate) struct Retry {
+    operation: &'static str,
+    started: Instant,
+    bound: Duration,
+    attempt: u32,
+}
+
+impl Retry {
+    /// Retries of `operation`, for at most [`BOUND`].
+    pub(crate) fn new(operation: &'static str) -> Self {
+        Retry::within(operation, BOUND)
+    }
+
+    /// Retries of `operation` for at most `bound` (a lease, held for
+    /// seconds, is waited for no longer than it can last).
+    pub(crate) fn within(operation: &'static str, bound: Duration) -> Self {
+        Retry {
+            operation,
+            started: Instant::now(),
+            bound,
+            attempt: 0,
+        }
+    }
+
+    /// Attempts made so far (the first counts once it failed).
+    pub(crate) fn attempts(&self) -> usize {
+        self.attempt as usize + 1
+    }
+
+    /// After a lost race: sleeps the next backoff, or returns
+    /// [`Error::Contended`] once the bound has passed.
+    pub(crate) async fn pause(&mut self) -> Result<()> {
+        if self.started.elapsed() >= self.bound {
+            return Err(self.contended());
+        }
+        // Boxed: rare, and inline it would grow every caller's future.
+        Box::pin(tokio::time::sleep(backoff(self.attempt))).await;
+        self.attempt += 1;
+        Ok(())
+    }
+
+    /// The error a call returns when it stops retrying.
+    pub(crate) fn contended(&self) -> Error {
+        Error::Contended {
+            operation: self.operation,
+            attempts: self.attempts(),
+        }
+    }
+}
+
+/// The backoff before retry `attempt` (0 for the first): 5 ms ×
+/// 1.5^attempt, at most 500 ms, times a random factor in [0, 1).
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    let ms = (5.0 * 1.5_f64.powi(attempt.min(30) as i32)).min(500.0) * unit();
+    Duration::from_micros((ms * 1000.0) as u64)
+}
+
+/// A random number in [0, 1): `RandomState` is keyed from the OS's random
+/// source once per thread and moves on at each instance, which is random
+/// enough to spread writers apart, without a dependency.
+fn unit() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(crate::util::splitmix64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+    ));
+    (h.finish() >> 11) as f64 / (1_u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_jittered_and_capped() {
+        for attempt in [0, 1, 5, 10, 30, 1_000] {
+            let d = backoff(attempt);
+            let cap = (5.0 * 1.5_f64.powi(attempt.min(30) as i32)).min(500.0);
+            assert!(
+                d <= Duration::from_secs_f64(cap / 1000.0),
+                "{attempt}: {d:?}"
+            );
+        }
+        let spread: std::collections::HashSet<Duration> = (0..20).map(|_| backoff(10)).collect();
+        assert!(spread.len() > 10, "jittered: {spread:?}");
+    }
+
+    #[tokio::test]
+    async fn contended_once_the_bound_passed() {
+        let mut r = Retry::within("op", Duration::from_millis(30));
+        let mut pauses = 0;
+        let err = loop {
+            match r.pause().await {
+                Ok(()) => pauses += 1,
+                Err(e) => break e,
+            }
+        };
+        assert!(pauses > 0);
+        assert!(
+            matches!(err, Error::Contended { operation: "op", attempts } if attempts == pauses + 1),
+            "{err:?}"
+        );
+    }
+}
