@@ -376,7 +376,6 @@ enum Written {
     Nothing,
 }
 
-
 /// Fills the derived coarse field of a stored document.
 pub(super) fn fill(spec: &ShardSpec, d: &mut Document, collection: &str) -> Result<()> {
     let (Some(coarse), Some(derived)) = (spec.coarse(), spec.derived()) else {
