@@ -518,10 +518,16 @@ fn to_driver(e: Error, stashed: &mut Option<Error>) -> mongodb::error::Error {
 }
 
 /// IllegalOperation: "Transaction numbers are only allowed on a replica set
-/// member or mongos".
+/// member or mongos", which a standalone answers to the first write; or the
+/// driver's own refusal, before anything is sent, of a deployment whose
+/// `hello` advertises no sessions or a wire version before transactions.
 fn refused_transaction(e: &Error) -> bool {
     match e {
-        Error::Database(m) => server_codes(m).contains(&crate::error::code::ILLEGAL_OPERATION),
+        Error::Database(m) => {
+            server_codes(m).contains(&crate::error::code::ILLEGAL_OPERATION)
+                || matches!(&*m.kind, mongodb::error::ErrorKind::Transaction { message, .. }
+                    if message.contains("not supported by this deployment"))
+        }
         _ => false,
     }
 }
