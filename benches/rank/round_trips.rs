@@ -158,7 +158,7 @@ pub(crate) async fn round_trips(
         median(&mut stats[0].times[1].clone()),
     );
     out += &format!(
-        "The first student write of a new `Ranks` value sends one more command first: {} (the repository asks once whether the deployment runs transactions; clones share the answer, a new `T::ranks(&db)` asks again). The calls above ran on warmed repositories.\n\n",
+        "The first student write of a new `Ranks` value sent {}: nothing is asked first (a deployment without transactions refuses the first write before writing, and the repository and its clones remember it). The calls above ran on warmed repositories.\n\n",
         names(&first_insert)
     );
     out += &format!(
