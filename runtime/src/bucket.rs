@@ -87,6 +87,7 @@
 use mongodb::bson;
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};
@@ -103,6 +104,8 @@ mod act;
 mod ahead;
 mod bookkeeping;
 mod edit;
+mod group;
+mod near;
 mod order;
 mod read;
 #[doc(hidden)]
@@ -288,6 +291,12 @@ pub struct Buckets<T> {
     spec: BucketSpec,
     paths: Arc<Paths>,
     heads: Arc<Mutex<HashMap<Vec<u8>, i64>>>,
+    /// The deployment refused a transaction (a standalone server): late
+    /// items near the end take the lease instead (see [`near`]).
+    no_transactions: Arc<AtomicBool>,
+    /// Pushes with `order` queued per key while a batch of the key is out
+    /// (see [`group`]).
+    queues: Arc<group::Queues>,
     /// A test seam: milliseconds added to this client's clock wherever the
     /// repository reads it (see [`Buckets::__skew_clock`]). Nothing does
     /// now: the lease is on the server's clock.
@@ -331,6 +340,8 @@ impl<T> Clone for Buckets<T> {
             spec: self.spec,
             paths: self.paths.clone(),
             heads: self.heads.clone(),
+            no_transactions: self.no_transactions.clone(),
+            queues: self.queues.clone(),
             clock_skew_ms: self.clock_skew_ms,
             _items: PhantomData,
         }
@@ -382,6 +393,8 @@ impl<T: Bucketed> Buckets<T> {
             spec: T::BUCKET,
             paths: Arc::new(Paths::new(&T::BUCKET)),
             heads: Arc::default(),
+            no_transactions: Arc::default(),
+            queues: Arc::default(),
             clock_skew_ms: 0,
             _items: PhantomData,
         }
