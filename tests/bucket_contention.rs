@@ -237,3 +237,146 @@ async fn sixty_four_tasks_push_dated_at_the_call_to_one_key() {
     assert!(one_rt <= 1.05, "{one_rt:.3} round trips a quiet push");
     assert!(rt <= 1.5, "{rt:.3} round trips a push at 64 tasks");
 }
+
+/// A trade in buckets of 10: rollovers every few transactions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "small")]
+#[bucket(size = 10, key = "customerId", order = "date")]
+struct Small {
+    customer_id: i64,
+    task: u32,
+    seq: u32,
+    date: DateTime,
+}
+
+/// The README's trading example under concurrency: 16 tasks, each pushing
+/// trades dated at the call, one per transaction of its own through
+/// `and_run2`. Racing transactions make some pushes late; such a push
+/// lands inside the transaction (or loses a race there, which `and_run2`
+/// runs again), and every committed trade is stored once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_callers_transactions_push_dated_at_the_call() {
+    let (db, commands) = fresh("contention_txn_16", 16).await;
+    let repo = Small::buckets(&db);
+    bounded(30, repo.ensure_indexes()).await.unwrap();
+    const KEY: i64 = 9;
+    const EACH: u32 = 25;
+    let attempts = AtomicU64::new(0);
+    let tasks: Vec<_> = (0..16_u32)
+        .map(|t| {
+            let (repo, attempts) = (&repo, &attempts);
+            let client = db.client().clone();
+            async move {
+                let mut s = client.start_session().await?;
+                for seq in 0..EACH {
+                    s.start_transaction()
+                        .and_run2(async |s| {
+                            attempts.fetch_add(1, Ordering::Relaxed);
+                            let trade = Small {
+                                customer_id: KEY,
+                                task: t,
+                                seq,
+                                date: DateTime::now(),
+                            };
+                            repo.push(&trade).session(s).await?;
+                            Ok(())
+                        })
+                        .await?;
+                }
+                Ok::<_, mongo_patterns::mongodb::error::Error>(())
+            }
+        })
+        .collect();
+    // Concurrent on the server, polled on this task (an `and_run2` closure
+    // that borrows is not `Send` for `tokio::spawn`).
+    for r in bounded(120, futures::future::join_all(tasks)).await {
+        r.unwrap();
+    }
+    // Late pushes placed inside the transactions: into the last bucket
+    // (an update allowed up to twice `size`), or into the one before with
+    // the last one's `start` moved (`$inc`).
+    let (mut in_last, mut before_last) = (0, 0);
+    for (name, c) in commands.take() {
+        let Ok(u) = c.get_array("updates") else { continue };
+        let Some(Bson::Document(u)) = u.first() else { continue };
+        if name != "update" {
+            continue;
+        }
+        let shifts = u
+            .get_document("u")
+            .ok()
+            .and_then(|u| u.get_document("$inc").ok())
+            .is_some_and(|inc| inc.contains_key("start"));
+        let lte = u
+            .get_document("q")
+            .ok()
+            .and_then(|q| q.get_document("count").ok())
+            .and_then(|c| c.get("$lte"))
+            .and_then(|n| n.as_i64().or(n.as_i32().map(i64::from)));
+        if shifts {
+            before_last += 1;
+        } else if lte == Some(19) {
+            in_last += 1;
+        }
+    }
+    let buckets: Vec<Document> = bounded(30, async {
+        db.collection::<Document>("small")
+            .find(doc! {"customerId": KEY})
+            .sort(doc! {"_id": 1})
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap()
+    })
+    .await;
+    let mut stored: Vec<(i64, i64, i64)> = Vec::new();
+    for b in &buckets {
+        let arr = b.get_array("items").unwrap();
+        let num = |f: &str| b.get(f).and_then(|v| v.as_i64().or(v.as_i32().map(i64::from)));
+        assert_eq!(num("count"), Some(arr.len() as i64), "count: {b}");
+        assert!(arr.len() <= 20, "at most twice size: {b}");
+        assert_eq!(num("start"), Some(stored.len() as i64), "start: {b}");
+        assert!(!b.get_bool("mp_stale").unwrap_or(false), "marked: {b}");
+        for t in arr {
+            let t = t.as_document().unwrap();
+            let int = |f: &str| t.get(f).and_then(|v| v.as_i64().or(v.as_i32().map(i64::from))).unwrap();
+            stored.push((t.get_datetime("date").unwrap().timestamp_millis(), int("task"), int("seq")));
+        }
+    }
+    for w in stored.windows(2) {
+        assert!(w[0].0 <= w[1].0, "{:?} before {:?}", w[0], w[1]);
+    }
+    let pushed: HashMap<i64, u64> = (0..16).map(|t| (t, u64::from(EACH))).collect();
+    once_each(&stored, &pushed);
+    for newest in [false, true] {
+        let mut got = Vec::new();
+        for page in 1.. {
+            let mut req = PageRequest::new(page, 7);
+            if newest {
+                req = req.newest_first();
+            }
+            let p = bounded(30, repo.page(&KEY, req)).await.unwrap();
+            got.extend(p.items.iter().map(|t| {
+                (t.date.timestamp_millis(), i64::from(t.task), i64::from(t.seq))
+            }));
+            if !p.has_more {
+                break;
+            }
+            assert!(page < 10_000, "paging does not end");
+        }
+        if newest {
+            got.reverse();
+        }
+        assert_eq!(got, stored, "pages of 7, newest first: {newest}");
+    }
+    println!(
+        "16 tasks, {} transactions committed in {} attempts, {} buckets; late pushes \
+         placed in them: {in_last} into the last bucket, {before_last} into the one before",
+        16 * EACH,
+        attempts.load(Ordering::Relaxed),
+        buckets.len()
+    );
+    bounded(30, db.drop()).await.unwrap();
+}
