@@ -78,14 +78,19 @@ async fn sorted_buckets(db: &Database, key: i64) -> Vec<(i64, i64, i64)> {
         assert!(!b.contains_key("mp_moving"), "bucket {id}: split half done");
         for t in arr {
             let t = t.as_document().unwrap();
-            let task = t.get("task").and_then(Bson::as_i64).unwrap_or_else(|| {
-                i64::from(t.get_i32("task").unwrap())
-            });
+            let task = t
+                .get("task")
+                .and_then(Bson::as_i64)
+                .unwrap_or_else(|| i64::from(t.get_i32("task").unwrap()));
             let seq = t
                 .get("seq")
                 .and_then(Bson::as_i64)
                 .unwrap_or_else(|| i64::from(t.get_i32("seq").unwrap()));
-            out.push((t.get_datetime("date").unwrap().timestamp_millis(), task, seq));
+            out.push((
+                t.get_datetime("date").unwrap().timestamp_millis(),
+                task,
+                seq,
+            ));
         }
     }
     for w in out.windows(2) {
@@ -125,7 +130,11 @@ async fn pages_exact(repo: &Buckets<Trade>, key: i64, want: &[(i64, i64, i64)]) 
                 }
                 let p = bounded(30, repo.page(&key, req)).await.unwrap();
                 if p.has_more {
-                    assert_eq!(p.items.len(), per as usize, "a page before the last is full");
+                    assert_eq!(
+                        p.items.len(),
+                        per as usize,
+                        "a page before the last is full"
+                    );
                 }
                 got.extend(p.items.iter().map(|t| {
                     (
@@ -260,6 +269,8 @@ async fn sixteen_callers_transactions_push_dated_at_the_call() {
     let (db, commands) = fresh("contention_txn_16", 16).await;
     let repo = Small::buckets(&db);
     bounded(30, repo.ensure_indexes()).await.unwrap();
+    // Collections are not created inside a transaction.
+    bounded(30, db.create_collection("orders")).await.unwrap();
     const KEY: i64 = 9;
     const EACH: u32 = 25;
     let attempts = AtomicU64::new(0);
@@ -267,6 +278,7 @@ async fn sixteen_callers_transactions_push_dated_at_the_call() {
         .map(|t| {
             let (repo, attempts) = (&repo, &attempts);
             let client = db.client().clone();
+            let orders = db.collection::<Document>("orders");
             async move {
                 let mut s = client.start_session().await?;
                 for seq in 0..EACH {
@@ -279,7 +291,17 @@ async fn sixteen_callers_transactions_push_dated_at_the_call() {
                                 seq,
                                 date: DateTime::now(),
                             };
-                            repo.push(&trade).session(s).await?;
+                            // The application's work between taking the
+                            // date and writing (a price check, say): other
+                            // transactions commit trades dated later.
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            repo.push(&trade).session(&mut *s).await?;
+                            // The order the trade fills, in the same
+                            // transaction.
+                            orders
+                                .insert_one(doc! {"task": t, "seq": seq, "date": trade.date})
+                                .session(s)
+                                .await?;
                             Ok(())
                         })
                         .await?;
@@ -298,8 +320,12 @@ async fn sixteen_callers_transactions_push_dated_at_the_call() {
     // the last one's `start` moved (`$inc`).
     let (mut in_last, mut before_last) = (0, 0);
     for (name, c) in commands.take() {
-        let Ok(u) = c.get_array("updates") else { continue };
-        let Some(Bson::Document(u)) = u.first() else { continue };
+        let Ok(u) = c.get_array("updates") else {
+            continue;
+        };
+        let Some(Bson::Document(u)) = u.first() else {
+            continue;
+        };
         if name != "update" {
             continue;
         }
@@ -334,15 +360,26 @@ async fn sixteen_callers_transactions_push_dated_at_the_call() {
     let mut stored: Vec<(i64, i64, i64)> = Vec::new();
     for b in &buckets {
         let arr = b.get_array("items").unwrap();
-        let num = |f: &str| b.get(f).and_then(|v| v.as_i64().or(v.as_i32().map(i64::from)));
+        let num = |f: &str| {
+            b.get(f)
+                .and_then(|v| v.as_i64().or(v.as_i32().map(i64::from)))
+        };
         assert_eq!(num("count"), Some(arr.len() as i64), "count: {b}");
         assert!(arr.len() <= 20, "at most twice size: {b}");
         assert_eq!(num("start"), Some(stored.len() as i64), "start: {b}");
         assert!(!b.get_bool("mp_stale").unwrap_or(false), "marked: {b}");
         for t in arr {
             let t = t.as_document().unwrap();
-            let int = |f: &str| t.get(f).and_then(|v| v.as_i64().or(v.as_i32().map(i64::from))).unwrap();
-            stored.push((t.get_datetime("date").unwrap().timestamp_millis(), int("task"), int("seq")));
+            let int = |f: &str| {
+                t.get(f)
+                    .and_then(|v| v.as_i64().or(v.as_i32().map(i64::from)))
+                    .unwrap()
+            };
+            stored.push((
+                t.get_datetime("date").unwrap().timestamp_millis(),
+                int("task"),
+                int("seq"),
+            ));
         }
     }
     for w in stored.windows(2) {
@@ -359,7 +396,11 @@ async fn sixteen_callers_transactions_push_dated_at_the_call() {
             }
             let p = bounded(30, repo.page(&KEY, req)).await.unwrap();
             got.extend(p.items.iter().map(|t| {
-                (t.date.timestamp_millis(), i64::from(t.task), i64::from(t.seq))
+                (
+                    t.date.timestamp_millis(),
+                    i64::from(t.task),
+                    i64::from(t.seq),
+                )
             }));
             if !p.has_more {
                 break;
@@ -377,6 +418,158 @@ async fn sixteen_callers_transactions_push_dated_at_the_call() {
         16 * EACH,
         attempts.load(Ordering::Relaxed),
         buckets.len()
+    );
+    bounded(30, db.drop()).await.unwrap();
+}
+
+fn small(day: i64, seq: u32) -> Small {
+    Small {
+        customer_id: 5,
+        task: 0,
+        seq,
+        date: DateTime::from_millis(day * 86_400_000),
+    }
+}
+
+/// Every bucket of key 5 in `small`, checked as above; the items' days.
+async fn small_days(db: &Database) -> Vec<i64> {
+    let buckets: Vec<Document> = bounded(30, async {
+        db.collection::<Document>("small")
+            .find(doc! {"customerId": 5_i64})
+            .sort(doc! {"_id": 1})
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap()
+    })
+    .await;
+    let mut days = Vec::new();
+    for b in &buckets {
+        let arr = b.get_array("items").unwrap();
+        let num = |f: &str| {
+            b.get(f)
+                .and_then(|v| v.as_i64().or(v.as_i32().map(i64::from)))
+        };
+        assert_eq!(num("count"), Some(arr.len() as i64), "count: {b}");
+        assert_eq!(num("start"), Some(days.len() as i64), "start: {b}");
+        assert!(!b.get_bool("mp_stale").unwrap_or(false), "marked: {b}");
+        for t in arr {
+            let d = t.as_document().unwrap().get_datetime("date").unwrap();
+            days.push(d.timestamp_millis() / 86_400_000);
+        }
+    }
+    days
+}
+
+/// Pages of 3 both ways, and the total, give `want`.
+async fn small_pages(repo: &Buckets<Small>, want: &[i64]) {
+    for newest in [false, true] {
+        let mut got = Vec::new();
+        for page in 1.. {
+            let mut req = PageRequest::new(page, 3);
+            if newest {
+                req = req.newest_first();
+            }
+            let p = bounded(30, repo.page(&5, req)).await.unwrap();
+            got.extend(
+                p.items
+                    .iter()
+                    .map(|t| t.date.timestamp_millis() / 86_400_000),
+            );
+            if !p.has_more {
+                break;
+            }
+            assert!(page < 1000);
+        }
+        if newest {
+            got.reverse();
+        }
+        assert_eq!(got, want, "pages, newest first: {newest}");
+    }
+    assert_eq!(
+        bounded(10, repo.total(&5)).await.unwrap(),
+        want.len() as u64
+    );
+}
+
+/// Late items near the end, outside and inside a caller's transaction:
+/// below a full last bucket, between the bucket just closed and the one
+/// just opened (its floor), and below the bucket just opened. Each lands
+/// without the lease (no lease document is ever written) and, inside the
+/// transaction, in it: an abort leaves nothing, a commit everything.
+#[tokio::test]
+async fn late_items_near_the_end_land_without_the_lease_and_inside_transactions() {
+    let (db, commands) = fresh("contention_near", 10).await;
+    let repo = Small::buckets(&db);
+    bounded(30, repo.ensure_indexes()).await.unwrap();
+    // Bucket 0: days 0, 2, …, 18 (full).
+    for i in 0..10 {
+        bounded(10, repo.push(&small(2 * i, 0))).await.unwrap();
+    }
+    commands.take();
+    // Below the full last bucket's last item: into it, one update.
+    bounded(10, repo.push(&small(7, 0))).await.unwrap();
+    let sent: Vec<String> = commands.take().into_iter().map(|(n, _)| n).collect();
+    println!("below a full last bucket: {sent:?}");
+    assert!(sent.len() <= 3, "{sent:?}");
+    // Day 30 opens bucket 1, its floor 18. Day 25: above the floor, below
+    // the bucket's first item: into bucket 1.
+    bounded(10, repo.push(&small(30, 0))).await.unwrap();
+    commands.take();
+    bounded(10, repo.push(&small(25, 0))).await.unwrap();
+    let sent: Vec<String> = commands.take().into_iter().map(|(n, _)| n).collect();
+    println!("between the floor and the first item: {sent:?}");
+    assert_eq!(sent, ["update"], "one update");
+    // Day 9: below bucket 1's floor, into bucket 0 with bucket 1's
+    // `start` moved, in a transaction of the push's own.
+    bounded(10, repo.push(&small(9, 0))).await.unwrap();
+    let sent: Vec<String> = commands.take().into_iter().map(|(n, _)| n).collect();
+    println!("below the floor of the last bucket: {sent:?}");
+    let mut want = vec![0, 2, 4, 6, 7, 8, 9, 10, 12, 14, 16, 18, 25, 30];
+    assert_eq!(small_days(&db).await, want);
+    small_pages(&repo, &want).await;
+
+    // Inside a caller's transaction: aborted, nothing stays.
+    let client = db.client().clone();
+    let mut s = client.start_session().await.unwrap();
+    s.start_transaction().await.unwrap();
+    bounded(10, repo.push(&small(11, 1)).session(&mut s))
+        .await
+        .unwrap();
+    bounded(10, repo.push(&small(26, 1)).session(&mut s))
+        .await
+        .unwrap();
+    bounded(10, s.abort_transaction()).await.unwrap();
+    assert_eq!(small_days(&db).await, want);
+    // Committed, both stay: day 11 in bucket 0 (and bucket 1's `start`
+    // moved), day 26 in bucket 1.
+    s.start_transaction().await.unwrap();
+    bounded(10, repo.push(&small(11, 2)).session(&mut s))
+        .await
+        .unwrap();
+    bounded(10, repo.push(&small(26, 2)).session(&mut s))
+        .await
+        .unwrap();
+    bounded(10, s.commit_transaction()).await.unwrap();
+    want = vec![0, 2, 4, 6, 7, 8, 9, 10, 11, 12, 14, 16, 18, 25, 26, 30];
+    assert_eq!(small_days(&db).await, want);
+    small_pages(&repo, &want).await;
+    let leases = bounded(
+        10,
+        db.collection::<Document>("small.mp_locks")
+            .count_documents(doc! {}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(leases, 0, "no lease taken");
+    assert!(
+        bounded(10, db.list_collection_names())
+            .await
+            .unwrap()
+            .iter()
+            .all(|c| c != "small.mp_locks"),
+        "the lease's collection was never written"
     );
     bounded(30, db.drop()).await.unwrap();
 }
