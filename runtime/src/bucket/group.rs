@@ -201,7 +201,10 @@ impl<T: Bucketed> Buckets<T> {
             return Ok(false);
         }
         let op = ObjectId::new();
-        let v = self.spec.order.map(|o| first.doc.get(o).cloned().unwrap_or(Bson::Null));
+        let v = self
+            .spec
+            .order
+            .map(|o| first.doc.get(o).cloned().unwrap_or(Bson::Null));
         let mut expr = vec![Bson::Document(self.sound())];
         if let Some(v) = &v {
             expr.push(Bson::Document(

@@ -222,12 +222,7 @@ impl<T: Bucketed> Buckets<T> {
 
     /// The update inserting the item sorted into `prev`, the bucket before
     /// the last, if it is as read.
-    fn into_prev(
-        &self,
-        p: &Pushed,
-        v: &Bson,
-        prev: &Head,
-    ) -> mongodb::action::Update<'_> {
+    fn into_prev(&self, p: &Pushed, v: &Bson, prev: &Head) -> mongodb::action::Update<'_> {
         let mut filter = self.late_filter(p, v, &prev.id);
         filter.insert("count", doc! {"$lte": self.cap() - 1});
         self.coll
@@ -274,8 +269,9 @@ impl<T: Bucketed> Buckets<T> {
 /// A deployment that has no transactions (a standalone server) refused one.
 fn refused(e: &Error) -> bool {
     match e {
-        Error::Database(m) => crate::error::code::server_codes(m)
-            .contains(&crate::error::code::ILLEGAL_OPERATION),
+        Error::Database(m) => {
+            crate::error::code::server_codes(m).contains(&crate::error::code::ILLEGAL_OPERATION)
+        }
         _ => false,
     }
 }
