@@ -573,3 +573,110 @@ async fn late_items_near_the_end_land_without_the_lease_and_inside_transactions(
     );
     bounded(30, db.drop()).await.unwrap();
 }
+
+/// The same trade kept in arrival order (no `order`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "arrivals")]
+#[bucket(size = 100, key = "customerId")]
+struct Arrival {
+    customer_id: i64,
+    task: u32,
+    seq: u32,
+    date: DateTime,
+}
+
+/// 64 tasks push without `order` to one key the repository has not seen,
+/// for 5 s: every item stored once, each task's in the order it pushed,
+/// positions exact, and at most 1.05 round trips a push.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_tasks_push_in_arrival_order_to_a_new_key() {
+    let (db, commands) = fresh("contention_arrival_64", 64).await;
+    let repo = Arrival::buckets(&db);
+    bounded(30, repo.ensure_indexes()).await.unwrap();
+    commands.take();
+    const KEY: i64 = 3;
+    let start = Instant::now();
+    let until = start + Duration::from_secs(5);
+    let handles: Vec<_> = (0..64_u32)
+        .map(|t| {
+            let repo = repo.clone();
+            tokio::spawn(async move {
+                let mut seq = 0;
+                while Instant::now() < until {
+                    let a = Arrival {
+                        customer_id: KEY,
+                        task: t,
+                        seq,
+                        date: DateTime::now(),
+                    };
+                    repo.push(&a).await.unwrap();
+                    seq += 1;
+                }
+                (t, seq)
+            })
+        })
+        .collect();
+    let pushed: HashMap<i64, u64> = bounded(120, async {
+        let mut out = HashMap::new();
+        for h in handles {
+            let (t, n) = h.await.unwrap();
+            out.insert(i64::from(t), u64::from(n));
+        }
+        out
+    })
+    .await;
+    let took = start.elapsed().as_secs_f64();
+    let sent = commands.take_count() as f64;
+    let n: u64 = pushed.values().sum();
+    let buckets: Vec<Document> = bounded(60, async {
+        db.collection::<Document>("arrivals")
+            .find(doc! {"customerId": KEY})
+            .sort(doc! {"_id": 1})
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap()
+    })
+    .await;
+    let mut stored: Vec<(i64, i64, i64)> = Vec::new();
+    let mut next: HashMap<i64, i64> = HashMap::new();
+    for b in &buckets {
+        let arr = b.get_array("items").unwrap();
+        let num = |f: &str| {
+            b.get(f)
+                .and_then(|v| v.as_i64().or(v.as_i32().map(i64::from)))
+        };
+        assert_eq!(num("count"), Some(arr.len() as i64), "count: {b}");
+        assert!(arr.len() as i64 <= SIZE, "over size: {b}");
+        if b.get_bool("mp_next").unwrap_or(false) {
+            assert!(arr.is_empty(), "opened ahead, and not empty: {b}");
+            continue;
+        }
+        assert_eq!(num("start"), Some(stored.len() as i64), "start: {b}");
+        for a in arr {
+            let a = a.as_document().unwrap();
+            let int = |f: &str| {
+                a.get(f)
+                    .and_then(|v| v.as_i64().or(v.as_i32().map(i64::from)))
+                    .unwrap()
+            };
+            let (t, s) = (int("task"), int("seq"));
+            let want = next.entry(t).or_insert(0);
+            assert_eq!(s, *want, "task {t}: in the order it pushed");
+            *want += 1;
+            stored.push((0, t, s));
+        }
+    }
+    once_each(&stored, &pushed);
+    assert_eq!(bounded(30, repo.total(&KEY)).await.unwrap(), n);
+    let per = sent / n as f64;
+    println!(
+        "64 tasks, {n} pushes without `order` to a new key in {took:.1} s: {per:.3} round trips \
+         a push, {:.0} pushes/s",
+        n as f64 / took
+    );
+    assert!(per <= 1.05, "{per:.3} round trips a push at 64 tasks");
+    bounded(30, db.drop()).await.unwrap();
+}

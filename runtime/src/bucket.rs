@@ -51,8 +51,12 @@
 //!   a removal cut short by a crash leaves no page wrong.
 //! - With `order`, pages follow it across all buckets, also for late items
 //!   (equal values in arrival order). A push not below the last bucket's
-//!   items is in order: one update that inserts it sorted, as before. A
-//!   late one goes into the bucket that covers its value, which may grow to
+//!   items is in order: one update that inserts it sorted, as before. Each
+//!   bucket opened with `order` keeps its floor (`mp_floor`, the highest
+//!   value before it), and an item not below it belongs there even below
+//!   the bucket's first item. A late item near the end (in the last bucket
+//!   or the one before) lands without the lease: see `near` below. A
+//!   late one further back goes into the bucket that covers its value, which may grow to
 //!   twice `size` before it is split; since that shifts the `start` of every
 //!   later bucket, it runs under the key's lease with the buckets it moves
 //!   marked, as a removal does. Why a lease: two writers recomputing
@@ -65,6 +69,33 @@
 //!   would do the same on servers that have them; the lease and marks work
 //!   on any server.
 //!
+//! Hot keys (`group` and `near`, in this module's source): many tasks
+//! pushing to one key, each item dated when its push is called, used to
+//! meet at every rollover: items dated a moment before the one that filled
+//! a bucket, or opened the next, arrived after it and took the late path
+//! (lease, marks, recount: about ten round trips, and every push meeting
+//! the marks waited), 13 round trips a push at 64 tasks. Two changes:
+//! - Pushes of one process to one key queue while a command for the key is
+//!   out and go together, sorted, when it returns: they reach the server
+//!   in the order they were called, and a batch is one update. This takes
+//!   away most late items and most round trips; it is the design's main
+//!   answer because the cause is the race itself, which no placement rule
+//!   at the server can avoid paying for.
+//! - What is still late (racing processes, callers' transactions) and
+//!   belongs in the last bucket or the one before lands without the
+//!   lease: in the last, one update (no position after it moves; the
+//!   writer opening the next bucket closes this one first by a write
+//!   naming its `count` and `start`, and takes the next `start` from
+//!   them); in the one before, two updates in one transaction, the second
+//!   moving the last bucket's `start`. The issue's own suggestion, a
+//!   `$push` with `$sort` into whichever of the last two buckets covers
+//!   the item as one command, leaves the last bucket's `start` wrong when
+//!   the item goes into the one before: positions after a write must move
+//!   with it, which takes a second document, hence the transaction. Under
+//!   load from one process that transaction is rarely needed: it holds the
+//!   hottest document until it commits, and 64 tasks sending one each
+//!   were slower than the lease.
+//!
 //! Every operation that reads or writes returns an action ([`Push`],
 //! [`PushMany`], [`FetchPage`], [`Total`], [`Reindex`], [`Remove`],
 //! [`Update`]; [`ItemStream`] for `stream`), configured by setters
@@ -72,9 +103,11 @@
 //! and run by `.await`. Each operation's doc says which commands it sends
 //! and what it does in a caller's session and transaction: in-order pushes,
 //! pages, totals and updates join the transaction, and a race they would
-//! retry is handed back as transient; late pushes, removals and reindexing
-//! move positions under the key's lease, which a caller's transaction could
-//! not hold until it commits, so they are refused there. `page_pipeline`
+//! retry is handed back as transient; a late push near the end joins the
+//! transaction too (its two writes, or one); late pushes further back,
+//! removals and reindexing move positions under the key's lease, which a
+//! caller's transaction could not hold until it commits, so they are
+//! refused there. `page_pipeline`
 //! sends nothing and stays a plain method.
 //!
 //! When to choose a time-series collection instead: when items are
@@ -294,7 +327,7 @@ pub struct Buckets<T> {
     /// The deployment refused a transaction (a standalone server): late
     /// items near the end take the lease instead (see [`near`]).
     no_transactions: Arc<AtomicBool>,
-    /// Pushes with `order` queued per key while a batch of the key is out
+    /// Pushes queued per key while a batch of the key is out
     /// (see [`group`]).
     queues: Arc<group::Queues>,
     /// A test seam: milliseconds added to this client's clock wherever the

@@ -272,10 +272,30 @@ impl<T: Bucketed> Buckets<T> {
     /// transaction again. What the repository remembers of the open bucket
     /// is only a hint that every write's filter checks: after an aborted
     /// transaction it costs one `find` more, never a wrong write. A late
-    /// item (with `order`, below what the last bucket holds) is refused
-    /// there with `InvalidArgument`, before anything is written: it moves
-    /// positions under the key's lease, which a transaction cannot hold
-    /// until it commits. Push it outside the transaction.
+    /// item (with `order`, below what the last bucket holds) that belongs
+    /// in the key's last bucket or the one before lands in the transaction
+    /// too (see below); one further back is refused there with
+    /// `InvalidArgument`, before anything is written: it moves positions
+    /// under the key's lease, which a transaction cannot hold until it
+    /// commits. Push that one outside the transaction.
+    ///
+    /// Many tasks on one key: pushes through clones of one repository with
+    /// no session and no options of their own queue per key while a
+    /// command for that key is out, and what queued goes in one update
+    /// when it returns (sorted by `order`, if any): a push then costs well
+    /// under one round trip, and a key takes more pushes per second from
+    /// many tasks than from one (`tests/bucket_contention.rs`: 64 tasks
+    /// with `order`, dates taken at the call, 0.6 round trips a push, 1.8
+    /// times the pushes per second of one task). A push still returns only
+    /// once its item is stored, and its item is stored once even if the
+    /// caller stops waiting. A late item (with `order`: dated before an
+    /// item already stored in a later bucket, as items dated at the call
+    /// from racing tasks or processes are at a rollover) lands in one
+    /// update when it belongs in the last bucket (up to twice `size`
+    /// items), and in one transaction of two updates with the last
+    /// bucket's `start` when it belongs in the one before; only further
+    /// back, on a deployment without transactions, or where a bucket must
+    /// split does it take the key's lease. See the module docs.
     pub fn push<'a>(&'a self, item: &'a T) -> Push<'a, T> {
         Push {
             repo: self,

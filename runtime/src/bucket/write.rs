@@ -7,7 +7,10 @@
 //! says why (full, closed, gone, or this very write applied already) and the
 //! push goes on from there. Only an insert opens the next bucket, so two
 //! writers racing to open it meet on its unique `_id`. A late item (below
-//! what the last bucket holds) goes to [`order`](super::order) instead.
+//! what the last bucket holds) goes to [`near`](super::near) when it
+//! belongs in the last bucket or the one before, else to
+//! [`order`](super::order). A push without a session or options of its
+//! own goes through its key's queue first ([`group`](super::group)).
 
 use futures::TryStreamExt;
 use mongodb::bson::oid::ObjectId;
