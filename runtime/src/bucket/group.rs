@@ -67,18 +67,25 @@ pub(super) struct Waiting {
 /// none: the next push sends at once).
 pub(super) type Queues = std::sync::Mutex<HashMap<Vec<u8>, Vec<Waiting>>>;
 
-/// Takes the key's queue out of [`Queues`] when the task sending it ends,
-/// however it ends: pushes queued after a panic are told, not left waiting.
+/// Takes the key's queue out of [`Queues`] if the task sending it ends
+/// before emptying it (a panic, the runtime shutting down): the pushes
+/// queued are told, not left waiting. Disarmed when the task takes the
+/// empty queue out itself, so that it cannot take out the queue of a task
+/// started after it.
 struct Running<'a> {
     queues: &'a Queues,
     slot: &'a [u8],
+    armed: bool,
 }
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        if let Ok(mut q) = self.queues.lock() {
-            q.remove(self.slot);
+        if !self.armed {
+            return;
         }
+        // Poisoned or not: nothing here leaves the map half changed.
+        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        q.remove(self.slot);
     }
 }
 
@@ -97,10 +104,7 @@ impl<T: Bucketed> Buckets<T> {
         let (done, outcome) = oneshot::channel();
         let slot = p.slot.clone();
         let first = {
-            let mut q = self
-                .queues
-                .lock()
-                .map_err(|_| Error::invalid("push", "a push panicked"))?;
+            let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
             match q.get_mut(&slot) {
                 Some(waiting) => {
                     waiting.push(Waiting { p, done });
@@ -127,24 +131,23 @@ impl<T: Bucketed> Buckets<T> {
     /// Sends `first`, then what queued on its key meanwhile, batch after
     /// batch, until the queue is empty.
     async fn send_queue(&self, slot: Vec<u8>, first: Waiting) {
-        let _running = Running {
+        let mut running = Running {
             queues: &self.queues,
             slot: &slot,
+            armed: true,
         };
         let mut batch = vec![first];
         loop {
             self.send_batch(batch).await;
-            let next = match self.queues.lock() {
-                Ok(mut q) => match q.get_mut(&slot) {
-                    Some(w) if !w.is_empty() => std::mem::take(w),
-                    _ => {
-                        q.remove(&slot);
-                        return;
-                    }
-                },
-                Err(_) => return,
+            let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+            batch = match q.get_mut(&slot) {
+                Some(w) if !w.is_empty() => std::mem::take(w),
+                _ => {
+                    q.remove(&slot);
+                    running.armed = false;
+                    return;
+                }
             };
-            batch = next;
         }
     }
 

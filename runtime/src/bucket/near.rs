@@ -84,16 +84,21 @@ impl<T: Bucketed> Buckets<T> {
         let below = |b: &Head| order_cmp(Some(v), b.lo.as_ref()) == std::cmp::Ordering::Less;
         if !below(head) {
             if head.sealed {
-                // Closed by the push opening the next bucket: that one is
-                // the item's.
-                return Ok(Near::Again);
+                // Closed: by a removal, by bytes, by a split, or by the
+                // push opening the next bucket. The lease's way finds where
+                // the item goes.
+                return Ok(Near::Far);
             }
-            let landed = self.insert_in_last(p, v, head, cx).await?;
-            return Ok(if landed {
-                Near::Landed(head.seq)
-            } else {
-                Near::Again
-            });
+            if self.insert_in_last(p, v, head, cx).await? {
+                return Ok(Near::Landed(head.seq));
+            }
+            // Changed since it was read (or at twice `size`, splitting,
+            // marked): in a caller's transaction a race to run again,
+            // else the lease's way.
+            if cx.txn {
+                return Err(super::write::raced(super::write::contended("push")));
+            }
+            return Ok(Near::Far);
         }
         if self.no_transactions.load(Ordering::Relaxed)
             || cx.opts.unacknowledged(self.coll.write_concern())
@@ -170,8 +175,10 @@ impl<T: Bucketed> Buckets<T> {
         match done {
             Ok(true) => Ok(Near::Landed(last.seq)),
             Ok(false) => {
+                // A bucket not as read: the lease's way, which decides
+                // from what it reads under the lease.
                 let _ = s.abort_transaction().await;
-                Ok(Near::Again)
+                Ok(Near::Far)
             }
             Err(e) => {
                 let _ = s.abort_transaction().await;
