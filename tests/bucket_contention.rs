@@ -117,10 +117,12 @@ fn once_each(stored: &[(i64, i64, i64)], pushed: &HashMap<i64, u64>) {
     assert!(seen.is_empty(), "items of no task: {seen:?}");
 }
 
-/// Pages of 100 (and of 7, which straddle buckets), both ways, list the
-/// stored items exactly.
+/// Pages of 100 and of a size that straddles buckets (7 for a short
+/// history, 250 for a long one, to keep the reads bounded), both ways,
+/// list the stored items exactly.
 async fn pages_exact(repo: &Buckets<Trade>, key: i64, want: &[(i64, i64, i64)]) {
-    for per in [100_u32, 7] {
+    let straddle = if want.len() <= 3_000 { 7 } else { 250 };
+    for per in [100_u32, straddle] {
         for newest in [false, true] {
             let mut got = Vec::new();
             for page in 1.. {
@@ -678,5 +680,98 @@ async fn sixty_four_tasks_push_in_arrival_order_to_a_new_key() {
         n as f64 / took
     );
     assert!(per <= 1.05, "{per:.3} round trips a push at 64 tasks");
+    bounded(30, db.drop()).await.unwrap();
+}
+
+/// Clones on other collections (tenants) or with other options queue
+/// apart: 16 tasks pushing to the same key through two tenants' handles,
+/// and a third with a write concern of its own, store each item in its
+/// own tenant's collection, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_and_options_queue_apart() {
+    let (db, commands) = fresh("contention_tenants", 16).await;
+    let repo = Arrival::buckets(&db);
+    let a = repo.clone().with_collection("tenant_a");
+    let b = repo.clone().with_collection("tenant_b");
+    let majority = repo.clone().with_options(
+        mongo_patterns::action::Options::new()
+            .write_concern(mongo_patterns::mongodb::options::WriteConcern::majority()),
+    );
+    bounded(30, a.ensure_indexes()).await.unwrap();
+    bounded(30, b.ensure_indexes()).await.unwrap();
+    bounded(30, repo.ensure_indexes()).await.unwrap();
+    commands.take();
+    let tasks: Vec<_> = (0..24_u32)
+        .map(|t| {
+            let r = match t % 3 {
+                0 => a.clone(),
+                1 => b.clone(),
+                _ => majority.clone(),
+            };
+            tokio::spawn(async move {
+                for seq in 0..30 {
+                    let item = Arrival {
+                        customer_id: 1,
+                        task: t,
+                        seq,
+                        date: DateTime::now(),
+                    };
+                    r.push(&item).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    bounded(120, async {
+        for h in tasks {
+            h.await.unwrap();
+        }
+    })
+    .await;
+    for (coll, rest) in [("tenant_a", 0), ("tenant_b", 1), ("arrivals", 2)] {
+        let docs: Vec<Document> = bounded(30, async {
+            db.collection::<Document>(coll)
+                .find(doc! {})
+                .await
+                .unwrap()
+                .try_collect()
+                .await
+                .unwrap()
+        })
+        .await;
+        let mut stored = Vec::new();
+        for b in &docs {
+            for i in b.get_array("items").unwrap() {
+                let i = i.as_document().unwrap();
+                let int = |f: &str| {
+                    i.get(f)
+                        .and_then(|v| v.as_i64().or(v.as_i32().map(i64::from)))
+                        .unwrap()
+                };
+                stored.push((0, int("task"), int("seq")));
+            }
+        }
+        let pushed: HashMap<i64, u64> =
+            (0..24).filter(|t| t % 3 == rest).map(|t| (t, 30)).collect();
+        once_each(&stored, &pushed);
+    }
+    // The third handle's writes (the only ones to `arrivals`) carry its
+    // write concern.
+    let sent = commands.take();
+    let writes: Vec<&Document> = sent
+        .iter()
+        .filter(|(n, c)| {
+            matches!(n.as_str(), "update" | "findAndModify" | "insert" | "delete")
+                && c.get_str(n.as_str()).ok() == Some("arrivals")
+        })
+        .map(|(_, c)| c)
+        .collect();
+    assert!(!writes.is_empty());
+    for c in writes {
+        assert_eq!(
+            c.get_document("writeConcern").ok(),
+            Some(&doc! {"w": "majority"}),
+            "{c}"
+        );
+    }
     bounded(30, db.drop()).await.unwrap();
 }

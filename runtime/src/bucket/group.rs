@@ -153,7 +153,11 @@ impl<T: Bucketed> Buckets<T> {
 
     /// One batch: sorted by `order` (equal values in the order queued), in
     /// one update when it fits the open bucket as remembered and is not
-    /// below it; otherwise item by item through the one-push path.
+    /// below it. Otherwise one read of that bucket says how many fit: those
+    /// go in one update, the item that finds the bucket full goes alone
+    /// (through the one-push path, which opens the next bucket), and the
+    /// rest go in one update to the new bucket; a late item (below the
+    /// bucket) goes alone too.
     async fn send_batch(&self, mut batch: Vec<Waiting>) {
         let mut cx = Cx {
             opts: Effective::Defaults(&self.defaults),
@@ -161,23 +165,41 @@ impl<T: Bucketed> Buckets<T> {
             txn: false,
             for_caller: false,
         };
-        if batch.len() > 1 {
-            if let Some(order) = self.spec.order {
-                // Stable: equal values keep the order queued.
-                batch.sort_by(|a, b| order_cmp(a.p.doc.get(order), b.p.doc.get(order)));
+        if let Some(order) = self.spec.order.filter(|_| batch.len() > 1) {
+            // Stable: equal values keep the order queued.
+            batch.sort_by(|a, b| order_cmp(a.p.doc.get(order), b.p.doc.get(order)));
+        }
+        let mut rest = batch.into_iter().peekable();
+        let mut queued: Vec<Waiting> = Vec::new();
+        // How many of the rest the remembered bucket takes, once read.
+        let mut room: Option<usize> = None;
+        let mut reads = 0;
+        loop {
+            queued.extend(rest.by_ref());
+            if queued.is_empty() {
+                return;
             }
-            if let Some(seq) = self.remembered(&batch[0].p.slot) {
-                match self.append_batch(&batch, seq, &mut cx).await {
+            let slot = queued[0].p.slot.clone();
+            let seq = self.remembered(&slot);
+            let n = room.unwrap_or(queued.len()).min(queued.len());
+            if let (Some(seq), true) = (seq, n > 1) {
+                match self.append_batch(&queued[..n], seq, &mut cx).await {
                     Ok(true) => {
-                        for w in batch {
+                        for w in queued.drain(..n) {
                             let _ = w.done.send(Ok(()));
                         }
-                        return;
+                        room = None;
+                        continue;
                     }
-                    // Not applied: each item on its own below.
+                    Ok(false) if room.is_none() && reads < 4 => {
+                        // What the bucket has room for.
+                        reads += 1;
+                        room = Some(self.room(&queued, seq, &mut cx).await);
+                        continue;
+                    }
                     Ok(false) => {}
                     Err(e) => {
-                        for w in batch {
+                        for w in queued {
                             let _ = w.done.send(Err(Error::OutcomeUnknown {
                                 operation: "push",
                                 source: e.clone(),
@@ -187,11 +209,42 @@ impl<T: Bucketed> Buckets<T> {
                     }
                 }
             }
-        }
-        for w in batch {
+            // One alone: it finds the bucket full and opens the next, or is
+            // late, or the batch could not go.
+            let w = queued.remove(0);
             let r = self.push_one(&w.p, &mut cx).await;
             let _ = w.done.send(r);
+            room = None;
         }
+    }
+
+    /// How many of `queued` (sorted) bucket `seq` takes in one update: none
+    /// if it is closed, marked, gone or above the first item, else as many
+    /// as its count and bytes leave room for.
+    async fn room(&self, queued: &[Waiting], seq: i64, cx: &mut Cx<'_>) -> usize {
+        let Ok(Some(head)) = self.bucket(&queued[0].p.key, seq, None, cx).await else {
+            return 0;
+        };
+        if head.sealed || head.stale {
+            return 0;
+        }
+        if let Some(order) = self.spec.order {
+            let v = queued[0].p.doc.get(order).cloned().unwrap_or(Bson::Null);
+            if order_cmp(Some(&v), head.hi.as_ref()) == std::cmp::Ordering::Less {
+                return 0;
+            }
+        }
+        let size = (i64::from(self.spec.size) - head.count).max(0) as usize;
+        let mut bytes = head.bytes;
+        let mut n = 0;
+        for w in queued.iter().take(size) {
+            if bytes + w.p.len > MAX_BUCKET_BYTES {
+                break;
+            }
+            bytes += w.p.len;
+            n += 1;
+        }
+        n
     }
 
     /// The batch appended in one update to bucket `seq` of its key, if that
