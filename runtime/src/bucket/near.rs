@@ -125,7 +125,7 @@ impl<T: Bucketed> Buckets<T> {
         if below(&prev) || prev.count + 1 > self.cap() || prev.bytes + p.len > MAX_BUCKET_BYTES {
             return Ok(Near::Far);
         }
-        let into_prev = self.into_prev(p, v, &prev);
+        let insert_in_prev = self.insert_in_prev(p, v, &prev);
         let shift = self.coll.update_one(
             doc! {
                 "_id": last.id.clone(),
@@ -142,7 +142,7 @@ impl<T: Bucketed> Buckets<T> {
             };
             let first = shift.session(&mut *s).await?;
             let second = if first.matched_count == 1 {
-                into_prev.session(&mut *s).await?.matched_count
+                insert_in_prev.session(&mut *s).await?.matched_count
             } else {
                 0
             };
@@ -170,7 +170,7 @@ impl<T: Bucketed> Buckets<T> {
             if shift.session(&mut s).await?.matched_count != 1 {
                 return Ok(false);
             }
-            if into_prev.session(&mut s).await?.matched_count != 1 {
+            if insert_in_prev.session(&mut s).await?.matched_count != 1 {
                 return Ok(false);
             }
             s.commit_transaction().await?;
@@ -234,7 +234,7 @@ impl<T: Bucketed> Buckets<T> {
 
     /// The update inserting the item sorted into `prev`, the bucket before
     /// the last, if it is as read.
-    fn into_prev(&self, p: &Pushed, v: &Bson, prev: &Head) -> mongodb::action::Update<'_> {
+    fn insert_in_prev(&self, p: &Pushed, v: &Bson, prev: &Head) -> mongodb::action::Update<'_> {
         let mut filter = self.late_filter(p, v, &prev.id);
         filter.insert("count", doc! {"$lte": self.cap() - 1});
         self.coll
