@@ -261,7 +261,10 @@ impl<T: Bucketed> Buckets<T> {
     /// a new key) and moves on to an indexed read of the newest; a bucket
     /// closed by bytes, and pushes with `order` or in a transaction, take the
     /// path below: an `update` of the open bucket by `_id`, and, once every
-    /// `size` pushes, a `find` of the full bucket and an `insert` of the next.
+    /// `size` pushes, a `find` of the full bucket and an `insert` of the next
+    /// (with `order`, also an `update` closing the full bucket first, by a
+    /// filter naming its `count` and `start`: a late item may land in the
+    /// last bucket until then, see the module docs).
     /// Clones share what the repository remembers.
     ///
     /// In a caller's session every command runs in it. Inside the caller's
