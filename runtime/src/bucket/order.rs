@@ -10,7 +10,7 @@
 //! recompute `start` first, so no page is cut by stale positions. Pushes in
 //! order never take the lease: they change the last bucket only.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::TryStreamExt;
 use mongodb::bson::oid::ObjectId;
@@ -23,7 +23,6 @@ use super::{Bucketed, Buckets, Head, MAX_ATTEMPTS, MAX_BUCKET_BYTES, NEXT, OPS, 
 use crate::error::{Error, Result};
 use crate::util::id_of;
 use crate::util::id_range;
-use crate::util::{mix64, GAMMA};
 
 /// How long a lease holds without its holder giving it back (a holder that
 /// crashed or lost the server): past it, the next writer or reader takes
@@ -66,7 +65,7 @@ impl<T: Bucketed> Buckets<T> {
     /// lease. Then a second update takes it over if it has ended; it cannot
     /// be the same command, as an upsert's filter may not use `$expr`.
     pub(super) async fn lock(&self, key: &Bson, op: ObjectId) -> Result<bool> {
-        let deadline = Instant::now() + Duration::from_millis(WAIT_MS);
+        let mut retry = crate::retry::Retry::within("lease", Duration::from_millis(WAIT_MS));
         // `$toLong`/`$toDate` rather than `$add` on the date itself, which
         // the test server does not evaluate.
         let until = doc! {"$toDate": {"$add": [{"$toLong": "$$NOW"}, LEASE_MS]}};
@@ -74,14 +73,7 @@ impl<T: Bucketed> Buckets<T> {
         let renew = vec![doc! {"$set": {"until": &until}}];
         let ended = doc! {"_id": key.clone(), "$expr": {"$lt": ["$until", "$$NOW"]}};
         let take_over = vec![doc! {"$set": {"op": op, "until": &until}}];
-        // The waiters' jitter: a SplitMix64 stream seeded by this write's
-        // id (its process-random bytes and counter).
-        let b = op.bytes();
-        let mut seed = u64::from_le_bytes([b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11]]);
-        let mut wait: u64 = 1;
-        let mut tries = 0;
         loop {
-            tries += 1;
             let r = self
                 .locks
                 .update_one(take.clone(), renew.clone())
@@ -100,17 +92,9 @@ impl<T: Bucketed> Buckets<T> {
             if r.matched_count == 1 {
                 return Ok(true);
             }
-            if Instant::now() > deadline {
-                return Err(Error::Contended {
-                    operation: "lease",
-                    attempts: tries,
-                });
-            }
-            // A random share of `wait` on top: waiters do not wake in step.
-            seed = seed.wrapping_add(GAMMA);
-            let jitter = mix64(seed) % (wait * 1_000);
-            tokio::time::sleep(Duration::from_micros(wait * 1_000 + jitter)).await;
-            wait = (wait * 2).min(25);
+            // Held: waited for as every race is (`crate::retry`: random
+            // jitter, so waiters do not wake in step), up to `WAIT_MS`.
+            retry.pause().await?;
         }
     }
 
