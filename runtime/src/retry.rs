@@ -16,6 +16,8 @@ use crate::error::{Error, Result};
 
 /// How long a call retries lost races before it is `Contended`.
 pub(crate) const BOUND: Duration = Duration::from_secs(120);
+/// The longest pause.
+const CAP: Duration = Duration::from_millis(500);
 
 /// A call's retries of one kind of race.
 #[derive(Debug)]
@@ -24,6 +26,8 @@ pub(crate) struct Retry {
     started: Instant,
     bound: Duration,
     attempt: u32,
+    /// The longest one pause may be (500 ms unless set).
+    cap: Duration,
 }
 
 impl Retry {
@@ -40,7 +44,15 @@ impl Retry {
             started: Instant::now(),
             bound,
             attempt: 0,
+            cap: CAP,
         }
+    }
+
+    /// Pauses of at most `cap`: a lease held for milliseconds is worth
+    /// asking for again sooner than a transaction that conflicted.
+    pub(crate) fn capped(mut self, cap: Duration) -> Self {
+        self.cap = cap.min(CAP);
+        self
     }
 
     /// Attempts made so far (the first counts once it failed).
@@ -55,7 +67,7 @@ impl Retry {
             return Err(self.contended());
         }
         // Boxed: rare, and inline it would grow every caller's future.
-        Box::pin(tokio::time::sleep(backoff(self.attempt))).await;
+        Box::pin(tokio::time::sleep(backoff(self.attempt).min(self.cap))).await;
         self.attempt += 1;
         Ok(())
     }

@@ -65,7 +65,10 @@ impl<T: Bucketed> Buckets<T> {
     /// lease. Then a second update takes it over if it has ended; it cannot
     /// be the same command, as an upsert's filter may not use `$expr`.
     pub(super) async fn lock(&self, key: &Bson, op: ObjectId) -> Result<bool> {
-        let mut retry = crate::retry::Retry::within("lease", Duration::from_millis(WAIT_MS));
+        // Pauses of 25 ms at most: the lease is held for the milliseconds
+        // of one late write.
+        let mut retry = crate::retry::Retry::within("lease", Duration::from_millis(WAIT_MS))
+            .capped(Duration::from_millis(25));
         // `$toLong`/`$toDate` rather than `$add` on the date itself, which
         // the test server does not evaluate.
         let until = doc! {"$toDate": {"$add": [{"$toLong": "$$NOW"}, LEASE_MS]}};
