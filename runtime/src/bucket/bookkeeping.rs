@@ -91,11 +91,10 @@ impl<T: Bucketed> Buckets<T> {
         doc! {"$cond": [{"$isArray": [items]}, items, []]}
     }
 
-    /// The lowest order value a bucket takes: its floor when it has one
-    /// (the highest value of the buckets before it, set as it opened; see
-    /// [`FLOOR`](super::order::FLOOR)), else its first item's.
+    /// The order value of a bucket's first item (its lowest), or its floor
+    /// when it is empty.
     pub(super) fn lo_expr(&self) -> Document {
-        doc! {"$ifNull": [FLOOR_PATH, self.end_expr(0)]}
+        self.end_expr(0)
     }
 
     /// The order value of a bucket's last item (its highest).
