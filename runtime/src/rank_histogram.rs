@@ -55,7 +55,7 @@
 //!   clones) queue per board before their transaction starts, so a hot
 //!   board costs 3 round trips a call (4 for a filter the handle has not
 //!   seen while the board is busy) and runs at the rate of one task,
-//!   however many wait (64 tasks on one board: 3.9 round trips a call and
+//!   however many wait (64 tasks on one board: 3.8 round trips a call and
 //!   0.9 × the rate of one task, against 73 and 0.04 × before;
 //!   `benches/throughput-results.md`). Processes still conflict with each
 //!   other, one transaction each per board; a caller's transaction is not

@@ -67,7 +67,7 @@ impl Retry {
             return Err(self.contended());
         }
         // Boxed: rare, and inline it would grow every caller's future.
-        Box::pin(tokio::time::sleep(backoff(self.attempt).min(self.cap))).await;
+        Box::pin(tokio::time::sleep(backoff_within(self.attempt, self.cap))).await;
         self.attempt += 1;
         Ok(())
     }
@@ -84,8 +84,14 @@ impl Retry {
 /// The backoff before retry `attempt` (0 for the first): 5 ms ×
 /// 1.5^attempt, at most 500 ms, times a random factor in [0, 1).
 pub(crate) fn backoff(attempt: u32) -> Duration {
-    let ms = (5.0 * 1.5_f64.powi(attempt.min(30) as i32)).min(500.0) * unit();
-    Duration::from_micros((ms * 1000.0) as u64)
+    backoff_within(attempt, CAP)
+}
+
+/// [`backoff`] with its ceiling at `cap`, the random factor applied below
+/// it (so waiters with a low cap still do not wake in step).
+fn backoff_within(attempt: u32, cap: Duration) -> Duration {
+    let ceiling = (5.0 * 1.5_f64.powi(attempt.min(30) as i32)).min(cap.as_secs_f64() * 1000.0);
+    Duration::from_micros((ceiling * unit() * 1000.0) as u64)
 }
 
 /// A random number in [0, 1): `RandomState` is keyed from the OS's random
@@ -118,6 +124,11 @@ mod tests {
         }
         let spread: std::collections::HashSet<Duration> = (0..20).map(|_| backoff(10)).collect();
         assert!(spread.len() > 10, "jittered: {spread:?}");
+        let capped: std::collections::HashSet<Duration> = (0..20)
+            .map(|_| backoff_within(20, Duration::from_millis(25)))
+            .collect();
+        assert!(capped.iter().all(|d| *d <= Duration::from_millis(25)));
+        assert!(capped.len() > 10, "jittered under a cap too: {capped:?}");
     }
 
     #[tokio::test]
