@@ -4,10 +4,11 @@ use std::sync::Arc;
 
 use mongo_patterns::mongodb::{Collection, IndexModel};
 use mongo_patterns::prelude::*;
+use mongo_patterns::rank_histogram::{RankHistogram, Ranks};
 use mongo_patterns_testkit::bench::{splitmix64, BoxResult};
 use tokio::sync::Mutex;
 
-use crate::cell::op;
+use crate::cell::{op, Op};
 use crate::{Ctx, Row};
 
 const EXAM: &str = "exam_001";
@@ -57,25 +58,12 @@ pub(crate) async fn run(ctx: &Ctx, tasks: &[usize], students: u64) -> BoxResult<
     let pick = move |i: u64| ((splitmix64(i ^ 0xbeef) % students) as usize, score(i ^ 7));
     for &n in tasks {
         let scores = load(ctx, students).await?;
-        let ranks = Arc::new(Student::ranks(&ctx.db));
         rows.push(
             ctx.cell(
                 "`Ranks::update_score`, array layout (student + histogram, one transaction)",
                 false,
                 n,
-                op(move |_, i| {
-                    let (ranks, scores) = (ranks.clone(), scores.clone());
-                    async move {
-                        let (s, new) = pick(i);
-                        let mut cur = scores[s].lock().await;
-                        let new = differ(new, *cur);
-                        if !ranks.update_score(doc! {"_id": s as i64}, new).await? {
-                            return Err(format!("no student {s}").into());
-                        }
-                        *cur = new;
-                        Ok(())
-                    }
-                }),
+                update_score(Student::ranks(&ctx.db), scores, pick),
             )
             .await?,
         );
@@ -92,25 +80,12 @@ pub(crate) async fn run(ctx: &Ctx, tasks: &[usize], students: u64) -> BoxResult<
             .collect();
         StudentDoc::collection(&ctx.db).insert_many(&moved).await?;
         docs.rebuild(EXAM).await?;
-        let docs = Arc::new(docs);
         rows.push(
             ctx.cell(
                 "`Ranks::update_score`, documents layout (student + histogram, one transaction)",
                 false,
                 n,
-                op(move |_, i| {
-                    let (ranks, scores) = (docs.clone(), scores.clone());
-                    async move {
-                        let (s, new) = pick(i);
-                        let mut cur = scores[s].lock().await;
-                        let new = differ(new, *cur);
-                        if !ranks.update_score(doc! {"_id": s as i64}, new).await? {
-                            return Err(format!("no student {s}").into());
-                        }
-                        *cur = new;
-                        Ok(())
-                    }
-                }),
+                update_score(docs, scores, pick),
             )
             .await?,
         );
@@ -160,6 +135,32 @@ pub(crate) async fn run(ctx: &Ctx, tasks: &[usize], students: u64) -> BoxResult<
         );
     }
     Ok(rows)
+}
+
+/// Operation `i` of a layout's `update_score` cell: moves student
+/// `pick(i)` to its new score, the student locked meanwhile.
+fn update_score<M>(
+    ranks: Ranks<M>,
+    scores: Scores,
+    pick: impl Fn(u64) -> (usize, f64) + Copy + Send + Sync + 'static,
+) -> Op
+where
+    M: RankHistogram<Score = f64> + Send + Sync + 'static,
+{
+    let ranks = Arc::new(ranks);
+    op(move |_, i| {
+        let (ranks, scores) = (ranks.clone(), scores.clone());
+        async move {
+            let (s, new) = pick(i);
+            let mut cur = scores[s].lock().await;
+            let new = differ(new, *cur);
+            if !ranks.update_score(doc! {"_id": s as i64}, new).await? {
+                return Err(format!("no student {s}").into());
+            }
+            *cur = new;
+            Ok(())
+        }
+    })
 }
 
 /// `new`, or the next score when it equals `old`: every change moves.

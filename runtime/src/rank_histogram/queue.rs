@@ -58,7 +58,7 @@ pub(super) struct Queues {
     /// When a transaction of this handle last conflicted (ms after
     /// `epoch`, 0: never).
     conflicted: AtomicU64,
-    epoch: Option<Instant>,
+    epoch: Instant,
     /// Transactions of the calls' own under way.
     running: AtomicUsize,
 }
@@ -110,7 +110,7 @@ impl Default for Queues {
             boards: Default::default(),
             hints: Default::default(),
             conflicted: AtomicU64::new(0),
-            epoch: Some(Instant::now()),
+            epoch: Instant::now(),
             running: AtomicUsize::new(0),
         }
     }
@@ -146,7 +146,7 @@ impl Queues {
     /// A transaction of this handle conflicted with another and was rerun,
     /// or waited for another's turn.
     pub(super) fn conflicted(&self) {
-        let since = self.epoch.map_or(0, |e| e.elapsed().as_millis() as u64);
+        let since = self.epoch.elapsed().as_millis() as u64;
         self.conflicted.store(since.max(1), Ordering::Relaxed);
     }
 
@@ -161,7 +161,7 @@ impl Queues {
 
     fn contended(&self) -> bool {
         let at = self.conflicted.load(Ordering::Relaxed);
-        let now = self.epoch.map_or(0, |e| e.elapsed().as_millis() as u64);
+        let now = self.epoch.elapsed().as_millis() as u64;
         at != 0 && now.saturating_sub(at) < CONTENDED.as_millis() as u64
     }
 
