@@ -91,8 +91,9 @@ fn is_invalid(e: &Error) -> bool {
 
 /// Pushes in a caller's transaction, one of which opens a new bucket:
 /// aborted, nothing is stored; committed, each item is stored once. A late
-/// item there is refused before anything is written, and the transaction
-/// goes on. Keys are borrowed: a `String` key takes `"s-1"`.
+/// item near the end joins the transaction (and goes with its abort); one
+/// further back is refused before anything is written, and the
+/// transaction goes on. Keys are borrowed: a `String` key takes `"s-1"`.
 #[tokio::test]
 async fn pushes_in_a_transaction_abort_to_nothing_and_commit_once() {
     let (db, _) = fresh_db("bucket_app_txn").await;
@@ -115,11 +116,20 @@ async fn pushes_in_a_transaction_abort_to_nothing_and_commit_once() {
         .await
         .unwrap();
     assert_eq!(inside, 5, "the transaction sees its own pushes");
-    // A late item (below the last bucket's days) in the transaction.
-    let late = bounded(30, repo.push(&tick("s-1", 15, 99)).session(&mut s)).await;
+    // A late item near the end (below the last bucket's days, in the
+    // bucket before) joins the transaction.
+    bounded(30, repo.push(&tick("s-1", 15, 99)).session(&mut s))
+        .await
+        .unwrap();
+    let inside = bounded(30, repo.total("s-1").session(&mut s))
+        .await
+        .unwrap();
+    assert_eq!(inside, 6, "the transaction sees the late item");
+    // One further back (below the first bucket's first item) is refused.
+    let late = bounded(30, repo.push(&tick("s-1", 5, 98)).session(&mut s)).await;
     assert!(
         late.as_ref().is_err_and(is_invalid),
-        "a late push in a transaction is refused: {late:?}"
+        "a late push further back in a transaction is refused: {late:?}"
     );
     s.abort_transaction().await.unwrap();
     assert!(
@@ -438,24 +448,49 @@ async fn options_reach_every_command() {
     let sent = commands.take();
     check_writes(&sent, &["findAndModify"], true);
     assert!(sent[0].1.contains_key("maxTimeMS"), "{:?}", sent[0]);
-    // A late push and a removal: lease, marks, rewrites, $merge.
+    // A late push near the end (below the last bucket, into the one
+    // before): a transaction of the push's own, whose commit carries the
+    // write concern (the statements inside may not).
     bounded(
         30,
-        repo.push(&tick("s-1", 15, 99)).write_concern(majority()),
+        repo.push(&tick("s-1", 35, 98)).write_concern(majority()),
     )
     .await
     .unwrap();
+    let sent = commands.take();
+    let names: Vec<&str> = sent.iter().map(|(n, _)| n.as_str()).collect();
+    println!("late push near the end: {names:?}");
+    assert!(names.contains(&"commitTransaction"), "{names:?}");
+    for (name, cmd) in &sent {
+        if cmd.contains_key("txnNumber") && name != "commitTransaction" {
+            continue;
+        }
+        if matches!(name.as_str(), "update" | "commitTransaction") {
+            assert_eq!(
+                cmd.get_document("writeConcern").ok(),
+                Some(&doc! {"w": "majority"}),
+                "{name}: {cmd}"
+            );
+        }
+    }
+    // A late push further back and a removal: lease, marks, rewrites,
+    // $merge.
+    bounded(30, repo.push(&tick("s-1", 5, 99)).write_concern(majority()))
+        .await
+        .unwrap();
     let names = check_writes(&commands.take(), &["update", "aggregate"], false);
     println!("late push: {names:?}");
-    assert_eq!(
-        bounded(
-            30,
-            repo.remove("s-1", doc! {"n": 99}).write_concern(majority())
-        )
-        .await
-        .unwrap(),
-        1
-    );
+    for n in [99, 98] {
+        assert_eq!(
+            bounded(
+                30,
+                repo.remove("s-1", doc! {"n": n}).write_concern(majority())
+            )
+            .await
+            .unwrap(),
+            1
+        );
+    }
     let names = check_writes(&commands.take(), &["update", "aggregate", "delete"], false);
     println!("remove: {names:?}");
     bounded(30, repo.reindex("s-1").write_concern(majority()))

@@ -51,8 +51,12 @@
 //!   a removal cut short by a crash leaves no page wrong.
 //! - With `order`, pages follow it across all buckets, also for late items
 //!   (equal values in arrival order). A push not below the last bucket's
-//!   items is in order: one update that inserts it sorted, as before. A
-//!   late one goes into the bucket that covers its value, which may grow to
+//!   items is in order: one update that inserts it sorted, as before. Each
+//!   bucket opened with `order` keeps its floor (`mp_floor`, the highest
+//!   value before it), and an item not below it belongs there even below
+//!   the bucket's first item. A late item near the end (in the last bucket
+//!   or the one before) lands without the lease: see `near` below. A
+//!   late one further back goes into the bucket that covers its value, which may grow to
 //!   twice `size` before it is split; since that shifts the `start` of every
 //!   later bucket, it runs under the key's lease with the buckets it moves
 //!   marked, as a removal does. Why a lease: two writers recomputing
@@ -65,6 +69,35 @@
 //!   would do the same on servers that have them; the lease and marks work
 //!   on any server.
 //!
+//! Hot keys (`group` and `near`, in this module's source): many tasks
+//! pushing to one key, each item dated when its push is called, used to
+//! meet at every rollover: items dated a moment before the one that filled
+//! a bucket, or opened the next, arrived after it and took the late path
+//! (lease, marks, recount: about ten round trips, and every push meeting
+//! the marks waited), 13 round trips a push at 64 tasks. Two changes:
+//! - Pushes of one process to one key queue while a command for the key is
+//!   out and go together, sorted, when it returns: they reach the server
+//!   in the order they were called, and a batch is one update. This takes
+//!   away most late items and most round trips; it is the design's main
+//!   answer because the cause is the race itself, which no placement rule
+//!   at the server can avoid paying for.
+//! - What is still late (racing processes, callers' transactions) and
+//!   belongs in the last bucket or the one before lands without the
+//!   lease: in the last, one update (no position after it moves; the
+//!   writer opening the next bucket closes this one first by a write
+//!   naming its `count` and `start`, and takes the next `start` from
+//!   them); in the one before, two updates in one transaction, the second
+//!   moving the last bucket's `start`. The issue's own suggestion, a
+//!   `$push` with `$sort` into whichever of the last two buckets covers
+//!   the item as one command, leaves the last bucket's `start` wrong when
+//!   the item goes into the one before: positions after a write must move
+//!   with it, which takes a second document, hence the transaction. Under
+//!   load from one process that transaction is rarely needed, and it could
+//!   not carry the load alone: it holds the hottest document until it
+//!   commits, and with 64 tasks each sending its own push (no queue) it
+//!   cut the round trips a push from 13 to 6 but not the time (90 pushes
+//!   a second against 143 with the lease, in one run).
+//!
 //! Every operation that reads or writes returns an action ([`Push`],
 //! [`PushMany`], [`FetchPage`], [`Total`], [`Reindex`], [`Remove`],
 //! [`Update`]; [`ItemStream`] for `stream`), configured by setters
@@ -72,9 +105,11 @@
 //! and run by `.await`. Each operation's doc says which commands it sends
 //! and what it does in a caller's session and transaction: in-order pushes,
 //! pages, totals and updates join the transaction, and a race they would
-//! retry is handed back as transient; late pushes, removals and reindexing
-//! move positions under the key's lease, which a caller's transaction could
-//! not hold until it commits, so they are refused there. `page_pipeline`
+//! retry is handed back as transient; a late push near the end joins the
+//! transaction too (its two writes, or one); late pushes further back,
+//! removals and reindexing move positions under the key's lease, which a
+//! caller's transaction could not hold until it commits, so they are
+//! refused there. `page_pipeline`
 //! sends nothing and stays a plain method.
 //!
 //! When to choose a time-series collection instead: when items are
@@ -87,6 +122,7 @@
 use mongodb::bson;
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};
@@ -103,6 +139,8 @@ mod act;
 mod ahead;
 mod bookkeeping;
 mod edit;
+mod group;
+mod near;
 mod order;
 mod read;
 #[doc(hidden)]
@@ -288,6 +326,12 @@ pub struct Buckets<T> {
     spec: BucketSpec,
     paths: Arc<Paths>,
     heads: Arc<Mutex<HashMap<Vec<u8>, i64>>>,
+    /// The deployment refused a transaction (a standalone server): late
+    /// items near the end take the lease instead (see [`near`]).
+    no_transactions: Arc<AtomicBool>,
+    /// Pushes queued per key while a batch of the key is out
+    /// (see [`group`]).
+    queues: Arc<group::Queues>,
     /// A test seam: milliseconds added to this client's clock wherever the
     /// repository reads it (see [`Buckets::__skew_clock`]). Nothing does
     /// now: the lease is on the server's clock.
@@ -331,6 +375,8 @@ impl<T> Clone for Buckets<T> {
             spec: self.spec,
             paths: self.paths.clone(),
             heads: self.heads.clone(),
+            no_transactions: self.no_transactions.clone(),
+            queues: self.queues.clone(),
             clock_skew_ms: self.clock_skew_ms,
             _items: PhantomData,
         }
@@ -382,6 +428,8 @@ impl<T: Bucketed> Buckets<T> {
             spec: T::BUCKET,
             paths: Arc::new(Paths::new(&T::BUCKET)),
             heads: Arc::default(),
+            no_transactions: Arc::default(),
+            queues: Arc::default(),
             clock_skew_ms: 0,
             _items: PhantomData,
         }
@@ -392,6 +440,9 @@ impl<T: Bucketed> Buckets<T> {
     /// `Database`). Clones share them.
     pub fn with_options(mut self, options: Options) -> Self {
         self.defaults = Arc::new(options);
+        // Its pushes queue apart: a queue sends with its repository's
+        // options.
+        self.queues = Arc::default();
         self
     }
 
@@ -404,6 +455,8 @@ impl<T: Bucketed> Buckets<T> {
         self.reads = self.db.collection(name);
         self.locks = on_primary(&self.db, &format!("{name}.mp_locks"), None);
         self.heads = Arc::default();
+        // A queue sends to its repository's collection.
+        self.queues = Arc::default();
         self
     }
 

@@ -327,7 +327,12 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// Whether write `op` is in one of the key's buckets; its `seq` if so.
-    async fn landed(&self, key: &Bson, op: ObjectId, cx: &mut Cx<'_>) -> Result<Option<i64>> {
+    pub(super) async fn landed(
+        &self,
+        key: &Bson,
+        op: ObjectId,
+        cx: &mut Cx<'_>,
+    ) -> Result<Option<i64>> {
         let mut filter = id_range("k", key);
         filter.insert(OPS, op);
         // The primary's own copy, majority-committed, whatever the

@@ -91,10 +91,11 @@ impl<T: Bucketed> Buckets<T> {
         doc! {"$cond": [{"$isArray": [items]}, items, []]}
     }
 
-    /// The order value of a bucket's first item (its lowest), or its floor
-    /// when it is empty.
+    /// The lowest order value a bucket takes: its floor when it has one
+    /// (the highest value of the buckets before it, set as it opened; see
+    /// [`FLOOR`](super::order::FLOOR)), else its first item's.
     pub(super) fn lo_expr(&self) -> Document {
-        self.end_expr(0)
+        doc! {"$ifNull": [FLOOR_PATH, self.end_expr(0)]}
     }
 
     /// The order value of a bucket's last item (its highest).

@@ -188,10 +188,15 @@ impl<T: Bucketed> Buckets<T> {
         let bytes = doc! {"$add": [{"$ifNull": ["$bytes", 0]}, len, {"$multiply": [-1, old_len]}]};
         let op = ObjectId::new();
         filter.insert(OPS, doc! {"$ne": op});
-        let set = vec![
+        let mut set = vec![
             doc! {"$set": {self.spec.items: new_items, "bytes": bytes}},
             with_op(op),
         ];
+        if self.spec.order.is_some() {
+            // A changed order value may fall below the bucket's floor: its
+            // first item bounds it from now on.
+            set.push(doc! {"$unset": super::order::FLOOR});
+        }
         let fam = self
             .raw
             .find_one_and_update(filter, set)

@@ -34,8 +34,17 @@ const WAIT_MS: u64 = 60_000;
 /// Items a split is moving out of a bucket, until they are in their new
 /// place: `{to: _id, op, items}`.
 pub(super) const MOVING: &str = "mp_moving";
-/// An empty bucket's lower bound for `order` (the previous bucket's last
-/// value), so that a push in order does not land below it.
+/// A bucket's lower bound for `order`: the highest value of the buckets
+/// before it when it was opened (their last bucket was full or closed by
+/// then, so none of their items can be above it). An item not below it
+/// belongs in this bucket, even below the bucket's first item: a push that
+/// races the one that opened the bucket, with a value between the two,
+/// lands here in one update instead of taking the late path. An empty
+/// bucket's floor also keeps a push in order from landing below the
+/// buckets before it. Whatever moves items across buckets (a split) or
+/// changes an order value (`update`) takes it away from the buckets whose
+/// lowest item it may no longer bound; they fall back to their first
+/// item's value.
 pub(super) const FLOOR: &str = "mp_floor";
 /// `FLOOR` as a path in an expression.
 pub(super) const FLOOR_PATH: &str = "$mp_floor";
@@ -433,6 +442,9 @@ impl<T: Bucketed> Buckets<T> {
                 // Only the last bucket takes pushes in order.
                 "sealed": true,
             }},
+            // Given its lower half away, `c`'s floor no longer bounds the
+            // buckets before it: its first item does.
+            doc! {"$unset": FLOOR},
         ];
         self.coll.update_one(filter, update).await?;
         self.finish_moves(key).await?;
@@ -499,7 +511,7 @@ impl<T: Bucketed> Buckets<T> {
         } else {
             doc! {"$concatArrays": [&lit, &arr]}
         };
-        let update = vec![
+        let mut update = vec![
             doc! {"$set": {
                 self.spec.items: joined,
                 "count": {"$add": ["$count", n]},
@@ -507,6 +519,11 @@ impl<T: Bucketed> Buckets<T> {
             }},
             with_op(op),
         ];
+        if !lower {
+            // Items put before a bucket's own may be below its floor: the
+            // first of them bounds it now.
+            update.push(doc! {"$unset": FLOOR});
+        }
         let r = self
             .coll
             .update_one(

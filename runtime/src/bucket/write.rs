@@ -7,7 +7,10 @@
 //! says why (full, closed, gone, or this very write applied already) and the
 //! push goes on from there. Only an insert opens the next bucket, so two
 //! writers racing to open it meet on its unique `_id`. A late item (below
-//! what the last bucket holds) goes to [`order`](super::order) instead.
+//! what the last bucket holds) goes to [`near`](super::near) when it
+//! belongs in the last bucket or the one before, else to
+//! [`order`](super::order). A push without a session or options of its
+//! own goes through its key's queue first ([`group`](super::group)).
 
 use futures::TryStreamExt;
 use mongodb::bson::oid::ObjectId;
@@ -16,11 +19,14 @@ use mongodb::bson::{doc, Bson, Document, RawBsonRef};
 use super::act::Cx;
 use super::bookkeeping::{order_cmp, raw_int};
 use super::edit::with_op;
+use super::near::Near;
+use super::order::FLOOR;
 use super::{Bucketed, Buckets, Head, MAX_ATTEMPTS, MAX_BUCKET_BYTES, NEXT, OPS, OPS_KEPT, STALE};
 use crate::error::{Error, Result};
 use crate::util::{id_range, key_bytes};
 
 /// A push's item, prepared once for every attempt.
+#[derive(Debug)]
 pub(super) struct Pushed {
     pub(super) key: Bson,
     pub(super) doc: Document,
@@ -50,19 +56,27 @@ impl<T: Bucketed> Buckets<T> {
             // One id for every attempt: once one is applied, no other can be.
             op: ObjectId::new(),
         });
+        if self.groups(cx) {
+            return Box::pin(self.push_grouped(p)).await;
+        }
+        self.push_one(&p, cx).await
+    }
+
+    /// One push's commands, its own: the first inline, the rest boxed.
+    pub(super) async fn push_one(&self, p: &Pushed, cx: &mut Cx<'_>) -> Result<()> {
         let known = self.remembered(&p.slot);
         if let Some(seq) = known.filter(|_| self.ahead(cx)) {
-            let (landed, looked) = self.push_hinted(&p, seq, cx).await?;
+            let (landed, looked) = self.push_hinted(p, seq, cx).await?;
             if let Some(seq) = landed {
                 self.remember(&p.slot, seq);
                 return Ok(());
             }
-            return Box::pin(self.push_general(&p, Some(looked), None, cx)).await;
+            return Box::pin(self.push_general(p, Some(looked), None, cx)).await;
         }
         // The general path's first update, when the key's open bucket is
         // known: the whole push, most of the time.
         let first = match known {
-            Some(seq) => Some((seq, self.append_to(&p, seq, cx).await)),
+            Some(seq) => Some((seq, self.append_to(p, seq, cx).await)),
             None => None,
         };
         if let Some((_, Ok(true))) = first {
@@ -70,7 +84,7 @@ impl<T: Bucketed> Buckets<T> {
             // may have remembered a newer one since).
             return Ok(());
         }
-        Box::pin(self.push_general(&p, None, first, cx)).await
+        Box::pin(self.push_general(p, None, first, cx)).await
     }
 
     /// One update appending the pushed item to bucket `seq` of its key, if
@@ -204,6 +218,18 @@ impl<T: Bucketed> Buckets<T> {
                 // Below what the last bucket holds: it goes into the bucket
                 // that covers it (an item in order never lands behind it).
                 // Another writer's copy of this push may have landed first.
+                // Near the end (racing pushes dated a moment apart), one of
+                // the last two buckets takes it without the lease.
+                if let (Some(v), false) = (v.as_ref(), unbounded) {
+                    match Box::pin(self.push_near(p, v, &head, cx)).await? {
+                        Near::Landed(seq) => {
+                            self.remember(slot, seq);
+                            return Ok(());
+                        }
+                        Near::Again => continue,
+                        Near::Far => {}
+                    }
+                }
                 cx.outside_transaction("a late push")?;
                 let scoped = self.scoped(&cx.opts);
                 return Box::pin(scoped.push_late(key, doc.clone(), len, op)).await;
@@ -243,7 +269,7 @@ impl<T: Bucketed> Buckets<T> {
             .map(|o| doc.get(o).cloned().unwrap_or(Bson::Null))
     }
 
-    fn remembered(&self, slot: &[u8]) -> Option<i64> {
+    pub(super) fn remembered(&self, slot: &[u8]) -> Option<i64> {
         self.heads.lock().ok()?.get(slot).copied()
     }
 
@@ -378,6 +404,8 @@ impl<T: Bucketed> Buckets<T> {
             let mut buckets = Vec::new();
             let mut taken = 0;
             let op = ObjectId::new();
+            // Each new bucket's floor: the last value before it.
+            let mut floor = if head.exists { head.hi.clone() } else { None };
             while taken < rest.len() {
                 // Never 0: `item_len` refused items that fit no bucket.
                 let n = self.fits(&Head::default(), &rest[taken..]).max(1);
@@ -390,6 +418,10 @@ impl<T: Bucketed> Buckets<T> {
                     // Opened from a marked bucket: marked too.
                     b.insert(STALE, true);
                 }
+                if let (Some(f), Some(_)) = (floor.take(), self.spec.order) {
+                    b.insert(FLOOR, f);
+                }
+                floor = chunk.last().and_then(|(d, _)| self.order_of(d));
                 b.insert(
                     self.spec.items,
                     chunk
@@ -492,7 +524,7 @@ impl<T: Bucketed> Buckets<T> {
         }
     }
 
-    fn append(&self, items: Vec<Document>, len: i64, op: ObjectId) -> Document {
+    pub(super) fn append(&self, items: Vec<Document>, len: i64, op: ObjectId) -> Document {
         let n = items.len() as i64;
         // With `order`, callers append only items not below the bucket's
         // last (and sorted): the array stays sorted, and equal values keep
@@ -574,6 +606,11 @@ impl<T: Bucketed> Buckets<T> {
         bucket.insert("bytes", len);
         bucket.insert(self.spec.items, items);
         bucket.insert(OPS, vec![op]);
+        if let (true, Some(hi)) = (self.spec.order.is_some(), head.hi.as_ref()) {
+            // Nothing before it is above the head's last value (the head is
+            // closed now): items from there on belong here.
+            bucket.insert(FLOOR, hi.clone());
+        }
         if head.stale {
             // Opened from a marked bucket: marked too, until the write that
             // marked them has recomputed `start`.
@@ -597,7 +634,12 @@ impl<T: Bucketed> Buckets<T> {
     /// Seals `head` if it is still as read (count and mark), and says
     /// whether it is closed now; a full bucket needs no seal.
     async fn seal_if_unchanged(&self, head: &Head, cx: &mut Cx<'_>) -> Result<bool> {
-        if head.count < i64::from(self.spec.size) {
+        // With `order`, a full bucket is closed too, by a write naming the
+        // `start` and `count` read: a late item may still land in the last
+        // bucket, full or not, or shift its `start` (see [`near`](super::near)),
+        // until this write closes it; the next bucket's `start` is taken
+        // from what it names.
+        if head.count < i64::from(self.spec.size) || self.spec.order.is_some() {
             // A bucket opened ahead after it assumed it would fill: it
             // follows the count it closes at instead, set first, while no
             // push can reach it.
@@ -617,6 +659,7 @@ impl<T: Bucketed> Buckets<T> {
                     doc! {
                         "_id": head.id.clone(),
                         "count": head.count,
+                        "start": head.start,
                         "sealed": Bson::Null,
                         STALE: stale,
                         "$expr": self.sound(),
@@ -691,7 +734,7 @@ pub(super) fn item_len(doc: &Document) -> Result<i64> {
 }
 
 /// A race lost inside a caller's transaction, labelled for its `and_run2`.
-fn raced(e: Error) -> Error {
+pub(super) fn raced(e: Error) -> Error {
     match e {
         Error::Database(e) => crate::action::raced_in_transaction(e),
         other => {
@@ -700,7 +743,7 @@ fn raced(e: Error) -> Error {
     }
 }
 
-fn contended(operation: &'static str) -> Error {
+pub(super) fn contended(operation: &'static str) -> Error {
     Error::Contended {
         operation,
         attempts: MAX_ATTEMPTS,
