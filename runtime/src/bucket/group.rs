@@ -298,13 +298,13 @@ impl<T: Bucketed> Buckets<T> {
             Ok(r) if r.matched_count == 1 => Ok(true),
             Ok(_) => Ok(false),
             Err(e) => {
-                use crate::error::code::{outcome, Outcome};
-                if outcome(&e) == Outcome::NotStored {
-                    return Ok(false);
-                }
-                // Applied or not? Its write id says. Where that read fails
-                // too, sending the items one by one (each with an id of its
-                // own) could store them twice: their outcome is unknown.
+                // Applied or not? Its write id says, whatever the error: the
+                // driver retries this update once, and the retry's error
+                // (no server yet, a pool cleared) says nothing of the first
+                // attempt, which may have been applied before its reply was
+                // lost. Where that read fails too, sending the items one by
+                // one (each with an id of its own) could store them twice:
+                // their outcome is unknown.
                 match self.landed(key, op, cx).await {
                     Ok(found) => Ok(found.is_some()),
                     Err(_) => Err(e),

@@ -125,24 +125,18 @@ impl<T: Bucketed> Buckets<T> {
         if below(&prev) || prev.count + 1 > self.cap() || prev.bytes + p.len > MAX_BUCKET_BYTES {
             return Ok(Near::Far);
         }
-        let insert_in_prev = self.insert_in_prev(p, v, &prev);
-        let shift = self.coll.update_one(
-            doc! {
-                "_id": last.id.clone(),
-                "sealed": Bson::Null,
-                STALE: {"$ne": true},
-                "$expr": {"$gt": [self.lo_expr(), {"$literal": v}]},
-            },
-            doc! {"$inc": {"start": 1_i64}},
-        );
+        let (shift_filter, shift_update) = self.shift_last(&last, v);
+        let (prev_filter, prev_update) = self.insert_in_prev(p, v, &prev);
         if cx.txn {
             // The caller's transaction: both writes join it.
             let Some(s) = cx.session.as_deref_mut() else {
                 return Ok(Near::Far);
             };
+            let shift = self.coll.update_one(shift_filter, shift_update);
             let first = shift.session(&mut *s).await?;
             let second = if first.matched_count == 1 {
-                insert_in_prev.session(&mut *s).await?.matched_count
+                let insert = self.coll.update_one(prev_filter, prev_update);
+                insert.session(&mut *s).await?.matched_count
             } else {
                 0
             };
@@ -154,7 +148,12 @@ impl<T: Bucketed> Buckets<T> {
             let _ = s.abort_transaction().await;
             return Err(super::write::raced(super::write::contended("push")));
         }
-        let mut s = self.db.client().start_session().await?;
+        // A transaction of the push's own runs as a task of its own: a
+        // caller that stops waiting must not cut it after its first write
+        // reached the server, which would leave the transaction open with
+        // the last bucket locked (the driver does not abort a transaction
+        // whose first reply it has not seen) and every push of the key
+        // waiting for the server's transaction lifetime to run out.
         let mut to = mongodb::options::TransactionOptions::default();
         to.write_concern = cx
             .opts
@@ -162,31 +161,45 @@ impl<T: Bucketed> Buckets<T> {
             .clone()
             .or_else(|| self.coll.write_concern().cloned());
         to.selection_criteria = Some(crate::util::primary());
-        s.start_transaction().with_options(to).await?;
-        let done: Result<bool> = async {
-            // The last bucket first: it is the one other pushes write, so
-            // the transaction takes it before it can change under the
-            // snapshot (they wait for the commit, a round trip).
-            if shift.session(&mut s).await?.matched_count != 1 {
-                return Ok(false);
+        let (client, coll) = (self.db.client().clone(), self.coll.clone());
+        let task = tokio::spawn(async move {
+            let mut s = client.start_session().await?;
+            s.start_transaction().with_options(to).await?;
+            let done: Result<bool> = async {
+                // The last bucket first: it is the one other pushes write,
+                // so the transaction takes it before it can change under
+                // the snapshot (they wait for the commit, a round trip).
+                let shift = coll.update_one(shift_filter, shift_update);
+                if shift.session(&mut s).await?.matched_count != 1 {
+                    return Ok(false);
+                }
+                let insert = coll.update_one(prev_filter, prev_update);
+                if insert.session(&mut s).await?.matched_count != 1 {
+                    return Ok(false);
+                }
+                s.commit_transaction().await?;
+                Ok(true)
             }
-            if insert_in_prev.session(&mut s).await?.matched_count != 1 {
-                return Ok(false);
+            .await;
+            if !matches!(done, Ok(true)) {
+                let _ = s.abort_transaction().await;
             }
-            s.commit_transaction().await?;
-            Ok(true)
-        }
-        .await;
+            done
+        });
+        let done = match task.await {
+            Ok(r) => r,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(Error::invalid(
+                "runtime",
+                "the runtime shut down while a late push ran; it may have been stored",
+            )),
+        };
         match done {
             Ok(true) => Ok(Near::Landed(last.seq)),
-            Ok(false) => {
-                // A bucket not as read: the lease's way, which decides
-                // from what it reads under the lease.
-                let _ = s.abort_transaction().await;
-                Ok(Near::Far)
-            }
+            // A bucket not as read: the lease's way, which decides from
+            // what it reads under the lease.
+            Ok(false) => Ok(Near::Far),
             Err(e) => {
-                let _ = s.abort_transaction().await;
                 if refused(&e) {
                     self.no_transactions.store(true, Ordering::Relaxed);
                     return Ok(Near::Far);
@@ -233,12 +246,23 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// The update inserting the item sorted into `prev`, the bucket before
-    /// the last, if it is as read.
-    fn insert_in_prev(&self, p: &Pushed, v: &Bson, prev: &Head) -> mongodb::action::Update<'_> {
+    /// the last, if it is as read: filter and update.
+    fn insert_in_prev(&self, p: &Pushed, v: &Bson, prev: &Head) -> (Document, Vec<Document>) {
         let mut filter = self.late_filter(p, v, &prev.id);
         filter.insert("count", doc! {"$lte": self.cap() - 1});
-        self.coll
-            .update_one(filter, self.insert_sorted(&p.doc, v, p.len, p.op))
+        (filter, self.insert_sorted(&p.doc, v, p.len, p.op))
+    }
+
+    /// The update moving `last`'s `start` by one for an item placed before
+    /// it, if it is still open, unmarked and above `v`: filter and update.
+    fn shift_last(&self, last: &Head, v: &Bson) -> (Document, Document) {
+        let filter = doc! {
+            "_id": last.id.clone(),
+            "sealed": Bson::Null,
+            STALE: {"$ne": true},
+            "$expr": {"$gt": [self.lo_expr(), {"$literal": v}]},
+        };
+        (filter, doc! {"$inc": {"start": 1_i64}})
     }
 
     /// What both writes require of their bucket: this one, unmarked, not

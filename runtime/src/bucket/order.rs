@@ -164,6 +164,14 @@ impl<T: Bucketed> Buckets<T> {
             if !head.sealed && head.count < i64::from(self.spec.size) {
                 return Ok(());
             }
+            if self.spec.order.is_some() && !head.sealed {
+                // Closed before the fence makes it not the last: a late
+                // item is placed without the lease only in an open last
+                // bucket (see `near`), and one read before the mark would
+                // otherwise land behind the fence once the mark is gone.
+                let close = doc! {"$set": {"sealed": true}};
+                self.coll.update_one(doc! {"_id": head.id.clone()}, close).await?;
+            }
             let mut fence = self.new_bucket(key, head.seq + 1, head.total());
             fence.insert("count", 0_i64);
             fence.insert("bytes", 0_i64);
