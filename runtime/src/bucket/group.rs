@@ -52,7 +52,7 @@ use tokio::sync::oneshot;
 use super::act::Cx;
 use super::bookkeeping::order_cmp;
 use super::write::Pushed;
-use super::{Bucketed, Buckets, MAX_BUCKET_BYTES, NEXT, OPS};
+use super::{Bucketed, Buckets, Head, MAX_BUCKET_BYTES, NEXT, OPS};
 use crate::action::Effective;
 use crate::error::{Error, Result};
 
@@ -61,6 +61,13 @@ use crate::error::{Error, Result};
 pub(super) struct Waiting {
     p: Box<Pushed>,
     done: oneshot::Sender<Result<()>>,
+}
+
+/// What became of a batch offered to one bucket.
+enum Appended {
+    Yes,
+    /// Not stored; the bucket as read since, when it was.
+    No(Option<Head>),
 }
 
 /// Each key's queue while a batch of it is out (a key with no entry has
@@ -184,20 +191,20 @@ impl<T: Bucketed> Buckets<T> {
             let n = room.unwrap_or(queued.len()).min(queued.len());
             if let (Some(seq), true) = (seq, n > 1) {
                 match self.append_batch(&queued[..n], seq, &mut cx).await {
-                    Ok(true) => {
+                    Ok(Appended::Yes) => {
                         for w in queued.drain(..n) {
                             let _ = w.done.send(Ok(()));
                         }
                         room = None;
                         continue;
                     }
-                    Ok(false) if room.is_none() && reads < 4 => {
+                    Ok(Appended::No(head)) if room.is_none() && reads < 4 => {
                         // What the bucket has room for.
                         reads += 1;
-                        room = Some(self.room(&queued, seq, &mut cx).await);
+                        room = Some(self.room(&queued, head));
                         continue;
                     }
-                    Ok(false) => {}
+                    Ok(Appended::No(_)) => {}
                     Err(e) => {
                         for w in queued {
                             let _ = w.done.send(Err(Error::OutcomeUnknown {
@@ -218,11 +225,11 @@ impl<T: Bucketed> Buckets<T> {
         }
     }
 
-    /// How many of `queued` (sorted) bucket `seq` takes in one update: none
-    /// if it is closed, marked, gone or above the first item, else as many
-    /// as its count and bytes leave room for.
-    async fn room(&self, queued: &[Waiting], seq: i64, cx: &mut Cx<'_>) -> usize {
-        let Ok(Some(head)) = self.bucket(&queued[0].p.key, seq, None, cx).await else {
+    /// How many of `queued` (sorted) the bucket `head` (as just read) takes
+    /// in one update: none if it is closed, marked, gone or above the first
+    /// item, else as many as its count and bytes leave room for.
+    fn room(&self, queued: &[Waiting], head: Option<Head>) -> usize {
+        let Some(head) = head else {
             return 0;
         };
         if head.sealed || head.stale {
@@ -251,19 +258,20 @@ impl<T: Bucketed> Buckets<T> {
     /// bucket is open, sound, has room for all of it, and holds nothing
     /// above its first item: whether it was (an update that matched
     /// nothing, or failed, is looked up by its write id, so that a batch a
-    /// lost reply hid is not sent again item by item).
+    /// lost reply hid is not sent again item by item), and if not, the
+    /// bucket as that lookup read it.
     async fn append_batch(
         &self,
         batch: &[Waiting],
         seq: i64,
         cx: &mut Cx<'_>,
-    ) -> std::result::Result<bool, mongodb::error::Error> {
+    ) -> std::result::Result<Appended, mongodb::error::Error> {
         let first = &batch[0].p;
         let key = &first.key;
         let n = batch.len() as i64;
         let len: i64 = batch.iter().map(|w| w.p.len).sum();
         if n > i64::from(self.spec.size) || len > MAX_BUCKET_BYTES {
-            return Ok(false);
+            return Ok(Appended::No(None));
         }
         let op = ObjectId::new();
         let v = self
@@ -295,8 +303,21 @@ impl<T: Bucketed> Buckets<T> {
             .update_one(filter, self.append(docs, len, op))
             .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>());
         match crate::action::run!(update, cx.session.as_deref_mut()) {
-            Ok(r) if r.matched_count == 1 => Ok(true),
-            Ok(_) => Ok(false),
+            Ok(r) if r.matched_count == 1 => Ok(Appended::Yes),
+            Ok(_) => {
+                // Matched nothing: the bucket changed, or this is the
+                // driver's retry of an attempt that was applied and whose
+                // reply was lost, run anew by a server that restarted in
+                // between (its write id, now in the bucket, refuses it).
+                // Its write id says which: sent again item by item, the
+                // batch would be stored twice.
+                match self.bucket(key, seq, Some(op), cx).await {
+                    Ok(Some(h)) if h.mine => Ok(Appended::Yes),
+                    Ok(found) => Ok(Appended::No(found)),
+                    Err(Error::Database(e)) => Err(e),
+                    Err(other) => Err(mongodb::error::Error::custom(other.to_string())),
+                }
+            }
             Err(e) => {
                 // Applied or not? Its write id says, whatever the error: the
                 // driver retries this update once, and the retry's error
@@ -306,7 +327,8 @@ impl<T: Bucketed> Buckets<T> {
                 // one (each with an id of its own) could store them twice:
                 // their outcome is unknown.
                 match self.landed(key, op, cx).await {
-                    Ok(found) => Ok(found.is_some()),
+                    Ok(Some(_)) => Ok(Appended::Yes),
+                    Ok(None) => Ok(Appended::No(None)),
                     Err(_) => Err(e),
                 }
             }
