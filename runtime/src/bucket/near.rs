@@ -132,11 +132,12 @@ impl<T: Bucketed> Buckets<T> {
             let Some(s) = cx.session.as_deref_mut() else {
                 return Ok(Near::Far);
             };
-            let shift = self.coll.update_one(shift_filter, shift_update);
-            let first = shift.session(&mut *s).await?;
+            // In `_id` order, as the push's own transaction (see there).
+            let insert = self.coll.update_one(prev_filter, prev_update);
+            let first = insert.session(&mut *s).await?;
             let second = if first.matched_count == 1 {
-                let insert = self.coll.update_one(prev_filter, prev_update);
-                insert.session(&mut *s).await?.matched_count
+                let shift = self.coll.update_one(shift_filter, shift_update);
+                shift.session(&mut *s).await?.matched_count
             } else {
                 0
             };
@@ -166,15 +167,19 @@ impl<T: Bucketed> Buckets<T> {
             let mut s = client.start_session().await?;
             s.start_transaction().with_options(to).await?;
             let done: Result<bool> = async {
-                // The last bucket first: it is the one other pushes write,
-                // so the transaction takes it before it can change under
-                // the snapshot (they wait for the commit, a round trip).
-                let shift = coll.update_one(shift_filter, shift_update);
-                if shift.session(&mut s).await?.matched_count != 1 {
-                    return Ok(false);
-                }
+                // In `_id` order (the earlier bucket first), the order in
+                // which the lease's many-bucket writes (marks, recounts)
+                // take them: a server that makes a write wait for another
+                // rather than fail at once (a conflict) cannot then hold
+                // each waiting for the other. In the other order one in 10
+                // to 15 runs of `cancelled_late_pushes…` stalled until the
+                // transaction's lifetime ran out.
                 let insert = coll.update_one(prev_filter, prev_update);
                 if insert.session(&mut s).await?.matched_count != 1 {
+                    return Ok(false);
+                }
+                let shift = coll.update_one(shift_filter, shift_update);
+                if shift.session(&mut s).await?.matched_count != 1 {
                     return Ok(false);
                 }
                 s.commit_transaction().await?;
