@@ -37,6 +37,7 @@ mod compat;
 mod cut;
 pub mod ensure;
 mod error;
+pub mod guide;
 pub mod keyset;
 mod model;
 pub mod rank_histogram;
