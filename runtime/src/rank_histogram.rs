@@ -93,6 +93,8 @@
 //! caller's.
 //! Plain methods send nothing: [`Ranks::rank_pipeline`],
 //! [`Ranks::declared`] and the builder settings.
+//!
+#![doc = include_str!("rank_histogram/details.md")]
 
 use std::borrow::Borrow;
 use std::sync::atomic::AtomicBool;
