@@ -48,8 +48,10 @@
 //!   √((N−1)/n), so 1% at N = 100 and n = 10⁶, but 30% at n = 1,000: small
 //!   counts are noisy. Writes: n/N on average.
 //! - `"buffered"`: counts in memory and writes `$inc: pending` when a key
-//!   reaches N, when its oldest pending increment is `max_delay_ms` old, when
-//!   more than `max_keys` keys are pending (the oldest go first), and on
+//!   reaches N, when its oldest pending increment is `max_delay_ms` old
+//!   (default [`DEFAULT_MAX_DELAY_MS`], 1 s), when more than `max_keys` keys
+//!   are pending (default [`DEFAULT_MAX_KEYS`], 10,000; the oldest go
+//!   first), and on
 //!   [`Counter::flush`] / [`Counter::shutdown`]. Exact once flushed, also
 //!   across cut calls and writes whose outcome is unknown: each write
 //!   carries a flush id that the document remembers (the field

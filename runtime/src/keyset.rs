@@ -35,10 +35,9 @@
 //! `.stream()` ([`ItemStream`]) gives every item to the end and `.pages()`
 //! ([`PageStream`]) the pages with their checkpoint tokens: both are
 //! `futures::Stream`s, one `find` a page, one page in memory at a time and no
-//! cursor held open between pages. All four take `.session(&mut s)`,
-//! `.read_concern(..)`, `.selection_criteria(..)`, `.comment(..)`,
-//! `.max_time(..)`, `.hint(..)` and `.collation(..)` (what they do in a
-//! session, and the defaults: the [guide](crate::guide#keyset)).
+//! cursor held open between pages. All four take a session and the read
+//! options, `.hint(..)` and `.collation(..)` included (which, what they do
+//! in a session, and the defaults: the [guide](crate::guide#keyset)).
 //!
 //! ```no_run
 //! # use mongo_patterns::prelude::*;

@@ -112,19 +112,13 @@
 //! | `analyze(key, n)` | one `$sample` of `n` documents: distinct values, the most common values and their frequency, monotonicity (Spearman's correlation of key order with `_id` order, monotonic at 0.7 or more, as `analyzeShardKey` decides), the same correlation within each value of the key's prefix, and a verdict in words: `{type, ts}` is "one ascending stream per {type} value" (inserts go to one chunk per type), `{month, type}` "coarse and ascending" |
 //!
 //! Every call in that table that sends something returns an action, as the
-//! driver's calls do: `.session(&mut s)`, `.comment(..)`, `.max_time(..)`,
-//! plus `.write_concern(..)` on writes (`insert`, `insert_many`, `replace`,
-//! `upsert`, `update`, `ensure_sharded`) and `.read_concern(..)`,
-//! `.selection_criteria(..)` on reads (`find`, `find_by_hashed`, `scatter`,
-//! `audit`, `analyze`), then `.await`. `find`, `find_by_hashed` and `scatter`
-//! give a `BoxStream<Result<T>>` when awaited, as the driver's `find` gives a
-//! cursor: the `find` is sent, and a refused query fails, at the `.await`; the
-//! stream then holds the cursor (and the session, if one was given, until it
-//! is dropped) and reads further batches as it is polled. The lookup by `_id`
-//! inside `replace`, `upsert` and `update` always reads the primary, whatever
-//! reads are set to: it decides the write. `ensure_sharded` takes no session
-//! (neither admin command may run in a transaction). Sessions, options and collection names: the
-//! [guide](crate::guide#shard-key).
+//! driver's calls do: setters, then `.await`. `find`, `find_by_hashed` and
+//! `scatter` give a `BoxStream<Result<T>>` when awaited, as the driver's
+//! `find` gives a cursor: the `find` is sent, and a refused query fails, at
+//! the `.await`; the stream then holds the cursor (and the session, if one
+//! was given, until it is dropped) and reads further batches as it is
+//! polled. Which setters each call takes, sessions, and collections per
+//! tenant: the [guide](crate::guide#shard-key).
 //!
 //! How candidate keys compare on a model of a cluster (inserts per shard,
 //! jumbo chunks, migrations, shards per query): `benches/shard_sim-results.md`
