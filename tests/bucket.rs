@@ -87,7 +87,7 @@ struct Dated {
 /// Every operation a store runs all the time (push, page, total, remove)
 /// has a future that fits a small allocation (`SMALL_FUTURE`): a larger
 /// one would cost the operation after it more than the generated code may
-/// (see the README's client-cost tables). The maintenance ones
+/// (see the client-cost tables in `benches/*-results.md`). The maintenance ones
 /// (`push_many`, `reindex`, `update`), which hold their leases and
 /// rewrites inline, are held to four times that. Nothing is sent: the
 /// futures are built, measured and dropped.

@@ -24,7 +24,7 @@ struct Visit {
 
 /// A page's and a count's futures fit a small allocation (`SMALL_FUTURE`):
 /// a larger one would cost the operation after it more than the generated
-/// code may (see the README's client-cost tables). Nothing is sent.
+/// code may (see the client-cost tables in `benches/*-results.md`). Nothing is sent.
 #[tokio::test]
 async fn operation_futures_fit_a_small_allocation() {
     let client = mongo_patterns::mongodb::Client::with_uri_str(

@@ -1028,7 +1028,7 @@ async fn standalone_without_transactions() {
 /// the `-1` at 5 to become possible, not fail and leave the board wrong for
 /// good. Then eight writers at once (each with players of its own: the
 /// test server's `findAndModify` is not atomic between two writers of one
-/// document, see the README).
+/// document, see the failure behaviour in the `rank_histogram` module docs).
 async fn non_atomic_writers<T: Exam>(db: &Database, bulk: bool) {
     let ranks = T::ranks(db)
         .transactions(false)

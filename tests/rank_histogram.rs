@@ -95,8 +95,8 @@ async fn counts<T: Exam>(ranks: &Ranks<T>, board: &str) -> BTreeMap<i64, u64> {
 
 /// Every one-command operation's future, in both layouts, fits a small
 /// allocation (`SMALL_FUTURE`): a larger one would cost the operation
-/// after it more than the generated code may (see the README's
-/// client-cost tables). The transactional ones hold the driver's
+/// after it more than the generated code may (see the client-cost
+/// tables in `benches/rank-results.md`). The transactional ones hold the driver's
 /// convenient transaction API's future, most of their size: they are
 /// held to twice that. Nothing is sent: the futures are built, measured
 /// and dropped.

@@ -24,7 +24,7 @@
 //! | `--cost-only` | off | load, then only the generated-vs-hand section (run so under callgrind, its samples are instructions) |
 //!
 //! The server is `MONGODB_URI` if set, otherwise the surrogate `secantusd-rs`
-//! that the testkit starts (README, "The test server"). The surrogate walks
+//! that the testkit starts (CONTRIBUTING.md, "The test server"). The surrogate walks
 //! whole collections on range queries, so read round trips and `explain`
 //! figures first, and wall times only as ratios.
 //!

@@ -28,7 +28,7 @@
 //! | `--cost-only` | off | only the client-cost comparison (run so under callgrind, its samples are instructions) |
 //!
 //! The server is `MONGODB_URI` if set, otherwise the surrogate `secantusd-rs`
-//! that the testkit starts (README, "The test server"). It shares the
+//! that the testkit starts (CONTRIBUTING.md, "The test server"). It shares the
 //! machine with this client, so its wall times are ratios, never absolute
 //! claims about `mongod`.
 //!

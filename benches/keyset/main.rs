@@ -4,7 +4,8 @@
 //!
 //! A program, not a test: it prints markdown tables to stdout (progress goes
 //! to stderr), so `cargo bench --bench keyset -- --docs 1000000 > out.md`
-//! keeps only what can be pasted into the README.
+//! keeps only the tables (`scripts/bench` writes them to
+//! `benches/keyset-results.md`).
 //!
 //! ```text
 //! cargo bench --bench keyset                        # quick: 200k visits
@@ -27,7 +28,7 @@
 //! | `--cost-only` | off | load, then only the scan's client cost (run so under callgrind, its samples are instructions) |
 //!
 //! The server is `MONGODB_URI` if set, otherwise the surrogate `secantusd-rs`
-//! that the testkit starts (README, "The test server"). On the surrogate,
+//! that the testkit starts (CONTRIBUTING.md, "The test server"). On the surrogate,
 //! any range/sort/limit `find` walks the whole collection, so its wall times
 //! say little about `mongod`: read the round trips and the `explain` figures
 //! (`totalKeysExamined`, `totalDocsExamined`) first, and wall times only as

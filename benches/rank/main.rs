@@ -26,7 +26,7 @@
 //! | `--cost-only` | off | load, then only the generated-vs-hand section (run so under callgrind, its samples are instructions) |
 //!
 //! The server is `MONGODB_URI` if set, otherwise the surrogate `secantusd-rs`
-//! that the testkit starts (README, "The test server"). The surrogate walks
+//! that the testkit starts (CONTRIBUTING.md, "The test server"). The surrogate walks
 //! whole collections on range, sort and count queries, whatever the index, so
 //! its wall times say little about `mongod`: read round trips, `explain`
 //! figures and documents written first, and wall times only as ratios.
@@ -261,7 +261,7 @@ async fn bench(args: &Args, uri: &str, db: &Database, commands: &Commands) -> Bo
         args.command,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
-    out += "The surrogate server walks whole collections on range and sort queries whatever the index (counts follow the index bounds; README, \"The test server\"): read round trips, keys/docs examined and documents written first; wall times are its, not mongod's, so compare them as ratios only.\n\n";
+    out += "The surrogate server walks whole collections on range and sort queries whatever the index (counts follow the index bounds; CONTRIBUTING.md, \"The test server\"): read round trips, keys/docs examined and documents written first; wall times are its, not mongod's, so compare them as ratios only.\n\n";
 
     let middle = (2..args.students)
         .find(|&i| half_points(i) == 140)

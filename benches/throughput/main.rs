@@ -21,7 +21,7 @@
 //! | `--threads N` | cores | worker threads of the client's runtime |
 //!
 //! The server is `MONGODB_URI` if set, otherwise the surrogate `secantusd-rs`
-//! that the testkit starts (README, "The test server"). It shares the
+//! that the testkit starts (CONTRIBUTING.md, "The test server"). It shares the
 //! machine with this client, so read the round trips and server writes
 //! first, and operations per second only as ratios.
 //!

@@ -16,52 +16,9 @@
 //!
 //! Every action takes `.session(&mut ClientSession)`: it then runs in the
 //! caller's session, and inside the caller's transaction when one is open.
-//! Inside a caller's transaction a pattern never retries on its own: a race
-//! it would have retried is returned with the driver's
-//! `TransientTransactionError` label, so that the caller's `and_run2` runs
-//! the whole transaction again (the server has aborted it anyway). Write
-//! and read concerns then come from the transaction, as the driver
-//! requires; the ones set on the action are not sent.
-//!
-//! # A write cut inside the caller's transaction
-//!
-//! A write of any pattern whose future is dropped inside the caller's
-//! transaction before its last reply arrived (a request timeout, a
-//! `select!`) has the server kill the session's server side
-//! (`killSessions`, sent from a spawned task at once and once more a
-//! second later, for a command that reached the server after the first).
-//! Without it, a write that was the transaction's first command would
-//! start the transaction on the server after the driver had given up on
-//! it: the driver's `abort_transaction()` then sends nothing, and the
-//! transaction would keep what it wrote locked for the server's
-//! transaction lifetime (60 s by default), failing or stalling every other
-//! writer of the same documents. The driver's own `update_one` cut the
-//! same way leaves exactly that. Which command was the first the driver
-//! does not say, so any write cut in a transaction kills it: the
-//! transaction is lost either way, and a write cut half way must not be
-//! committed.
-//!
-//! The caller's session afterwards:
-//! - its transaction is gone on the server and cannot commit: never
-//!   commit a transaction one of whose writes was cut. When the cut write
-//!   was its first command the driver believes nothing was sent, and its
-//!   `commit_transaction()` then returns `Ok` without sending anything
-//!   (nothing is stored); otherwise the commit, like any further command
-//!   in the transaction, fails with `NoSuchTransaction` (labelled
-//!   `TransientTransactionError`);
-//! - `abort_transaction()` returns at once (the driver sends nothing, or
-//!   an abort the server answers at once), and dropping the session is
-//!   fine;
-//! - a new transaction in it (`start_transaction()`, or `and_run2`'s next
-//!   attempt) runs normally; one started within a second of the cut may
-//!   be killed by the second `killSessions` and then fails with the same
-//!   transient error, which `and_run2` retries;
-//! - commands outside a transaction run normally.
-//!
-//! The server session goes back to the driver's pool with the
-//! `ClientSession`; another session that takes it from the pool within
-//! that second may see one command interrupted. Outside a transaction
-//! nothing of this runs and nothing is sent.
+//! What that means for each pattern, what a write cut inside the caller's
+//! transaction does to it, and which options reach which commands, is said
+//! once, in the [guide](crate::guide).
 //!
 //! [`Options`] set on a repository are its defaults; an action's setters
 //! override them field by field, and what neither sets comes from the

@@ -53,9 +53,76 @@
 //! anything; a feature the repository can do without is a
 //! [`Note::WithoutFeature`]. See [`Feature`] for how a server is judged.
 //!
+//! # What it creates
+//!
+//! Per model ([`Model::declared`](crate::Model::declared) lists it):
+//!
+//! | attribute | collections | indexes | sharding |
+//! | --- | --- | --- | --- |
+//! | every model | its collection | | |
+//! | `#[keyset(sort = ...)]` | | `mp_keyset_<keys>`: `{sort keys..., _id}` in the declared direction | |
+//! | `#[bucket]` | | `mp_bucket_<key>_start`: `{key: 1, start: 1}` | |
+//! | `#[rank_histogram]` | the histogram's | `mp_rank_<board>_<score>`: `{board: 1, score: ±1}` | |
+//! | `#[shard_key]` | | `mp_shard_<fields>`: the shard key | `shardCollection`, on a sharded cluster |
+//! | `#[approx_counter]` | | (keys are `_id`s) | |
+//!
+//! Every keyset figure in `benches/` assumes the keyset index: without it,
+//! each page sorts the whole filtered collection.
+//!
+//! - **Idempotent, and never destructive.** What exists is left alone; a
+//!   second run creates nothing ([`Ensured::created_nothing`]). [`Ensured`]
+//!   lists by name what this call created (`collections_created`,
+//!   `indexes_created`, `sharded`), not what existed or what a concurrent
+//!   call created first.
+//! - **Conflicts are reported, not fixed.** An index with the declared name
+//!   but other keys, or with an option that keeps it from serving every
+//!   query on its keys (`partialFilterExpression`, `sparse`, `hidden`, a
+//!   collation), is a [`Conflict::Index`] carrying what `listIndexes`
+//!   shows; a view under the collection's name is
+//!   [`Conflict::NotACollection`]; a collection sharded on another key is
+//!   [`Conflict::ShardKey`]. The rest is still created. Drop what conflicts
+//!   yourself if it should go (unlike ODMs that drop undeclared indexes,
+//!   this never does).
+//! - **The same keys under another name satisfy**: nothing is created, and
+//!   a [`Note::IndexUnderOtherName`] says which index serves.
+//! - **Sharding only where the deployment shards**: `enableSharding`, then
+//!   `shardCollection`. On a replica set or a standalone it is
+//!   [`Note::ShardingNotApplicable`].
+//! - `plan` returns a [`Plan`]: `create_collections`, `create_indexes`,
+//!   `shard`, `conflicts`, `notes`, and [`Plan::is_up_to_date`] for a CI
+//!   check.
+//!
+//! ```no_run
+//! # use mongo_patterns::prelude::*;
+//! # use mongo_patterns::mongodb::options::WriteConcern;
+//! # #[derive(Serialize, Deserialize, Model)]
+//! # #[keyset(sort = "at")]
+//! # struct Visit { at: DateTime }
+//! # #[derive(Serialize, Deserialize, Model)]
+//! # #[bucket(size = 100, key = "customer")]
+//! # struct Trade { customer: i64, qty: i32 }
+//! # async fn f(db: Database) -> mongo_patterns::Result<()> {
+//! let done = Trade::ensure(&db)            // creates what is missing, drops nothing
+//!     .write_concern(WriteConcern::majority())
+//!     .comment("deploy 42")
+//!     .await?;
+//! assert!(done.conflicts.is_empty(), "{done}");
+//! // Several models, or repositories of your own, in one call:
+//! use mongo_patterns::ensure::EnsureAction;
+//! EnsureAction::new(&db, Visit::declared(&db)).and(Trade::declared(&db)).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Every repository has the same call for its own declarations, under its
+//! run-time collection names: `repo.ensure()` (for example one per
+//! tenant's collection; `ensure_indexes` is its older name).
+//! [`Sharded::ensure_sharded`](crate::shard_key::Sharded::ensure_sharded)
+//! is the strict form for the shard key: it fails with `NotSharded` on a
+//! replica set, where `ensure` notes sharding as not applicable.
+//!
 //! Both actions take `.session()`: the commands then run in that session.
 //! A transaction refuses `listCollections` and `listIndexes`, so run them
-//! outside one.
+//! outside one. Their options: the [guide](crate::guide#options).
 
 use mongodb::bson::Document;
 use mongodb::{Database, IndexModel};

@@ -21,6 +21,184 @@
 //! preference, comment, time bound, hint and collation, each per read or
 //! as the query's defaults. [`Keyset::command`] and [`Keyset::declared`]
 //! send nothing, so they stay plain.
+//!
+//! # Queries and reads
+//!
+//! `Model::keyset(&db)` returns a builder: `.filter(doc)` (or
+//! `.untrusted_filter(doc)?`), `.page_size(n)` (1 to 100,000), `.ascending()` /
+//! `.descending()`, `.by_id()`, `.signing_key(key)`, `.after(&token)`,
+//! `.before(&token)`, `.hint(..)`, `.collation(..)`, `.with_options(..)`,
+//! `.with_collection(name)`. Its reads are driver-style actions, run by
+//! `.await`: `.page()` ([`FetchPage`], one `find`) for one
+//! `Page { items, next, prev }`, and `.count()` ([`CountDocuments`], one
+//! `aggregate`), a separate `countDocuments` that paging never runs.
+//! `.stream()` ([`ItemStream`]) gives every item to the end and `.pages()`
+//! ([`PageStream`]) the pages with their checkpoint tokens: both are
+//! `futures::Stream`s, one `find` a page, one page in memory at a time and no
+//! cursor held open between pages. All four take a session and the read
+//! options, `.hint(..)` and `.collation(..)` included (which, what they do
+//! in a session, and the defaults: the [guide](crate::guide#keyset)).
+//!
+//! ```no_run
+//! # use mongo_patterns::prelude::*;
+//! # use mongo_patterns::mongodb::options::Hint;
+//! # use futures::TryStreamExt;
+//! # use std::time::Duration;
+//! #[derive(Debug, Serialize, Deserialize, Model)]
+//! #[serde(rename_all = "camelCase")]
+//! #[model(collection = "visits")]
+//! #[keyset(sort = "visitedAt", order = "desc")]
+//! struct Visit {
+//!     #[serde(rename = "_id")]
+//!     id: ObjectId,
+//!     uuid: String,
+//!     visited_at: DateTime,
+//! }
+//!
+//! # async fn f(db: Database, token: PageToken, mut session: mongodb::ClientSession) -> mongo_patterns::Result<()> {
+//! let page = Visit::keyset(&db)
+//!     .filter(doc! {"uuid": "u-1"})
+//!     .after(&token)
+//!     .page()
+//!     .comment("visits page")
+//!     .max_time(Duration::from_secs(2))
+//!     .await?;
+//! let n = Visit::keyset(&db).count().hint(Hint::Name("mp_keyset_visitedAt".into())).await?;
+//! let query = Visit::keyset(&db);
+//! let mut all = query.stream().session(&mut session); // borrows `session`
+//! while let Some(visit) = all.try_next().await? { /* ... */ }
+//! # Ok(()) }
+//! ```
+//!
+//! # Order, boundaries, tokens
+//!
+//! - **Order.** Sort keys from `#[keyset(sort = "a")]` or
+//!   `sort = ["a", "b"]`, then `_id` as the tie-break, all in one direction.
+//! - **Boundaries.** A page after key `(v, id)` is
+//!   `{$and: [{a: from(v)}, {$or: [{a: after(v)}, {a: {$eq: v}, _id: after(id)}]}]}`:
+//!   strict, so duplicate sort values are neither repeated nor skipped.
+//!   `from(v)` (at or after `v`) allows nothing the `$or` does not; it is
+//!   there for the plan: one range on the index's first key, read in order
+//!   (`LIMIT ← FETCH ← IXSCAN`: 54 keys for a page of 50 at depth 1,500 of
+//!   2,000 on the test server), where the `$or` alone was planned as one index
+//!   scan per branch, merged and sorted in memory (503 keys and 500 documents:
+//!   every document after the boundary; `deep_page_uses_the_declared_index`).
+//!   By `_id` alone the boundary is `{_id: after(id)}`. `limit(n + 1)`
+//!   tells whether a next page exists, so the last page has `next: None` and no
+//!   count is ever needed. The batch size equals the limit: one round trip per
+//!   page.
+//! - **Type brackets.** Pages follow MongoDB's own sort order across types
+//!   (MinKey, null and missing, numbers with NaN lowest, strings, documents,
+//!   binary, ObjectId, bool, date, timestamp, regex, MaxKey). `$gt`/`$lt` only
+//!   match inside one type, and never match NaN, so `after(v)` is the
+//!   complement of what sorts at or before `v`:
+//!   `{$not: {$lte: v}, $nin: [null, NaN]}`, plus `{$not: {$gte: <smallest
+//!   value of the type>}}` for each type that sorts before `v`'s (mirrored
+//!   descending). Measured on the test server: `$gt: NaN` and `$lt: NaN` match
+//!   nothing, `$eq`/`$gte`/`$lte: NaN` match every NaN (double or decimal),
+//!   `$lt: 1` and `$gte: -Infinity` never match NaN, `$eq: null` matches null
+//!   and missing. These conditions plan as one index range there, as `$gt`
+//!   did: a deep page by `_id` examines 52 keys for 50 items (51 with `$gt`),
+//!   where an `$or` of `$gt` and `$type` branches scanned the whole index (see
+//!   `deep_pages_cost_what_bracket_local_boundaries_did`). So a float key with
+//!   NaNs, or mixed types in one key, pages in `find().sort()` order, each
+//!   document once, at every page size and both ways; strings in an `f64`
+//!   field fail with the same `UnexpectedDocument` (naming the `_id`) on every
+//!   page size. `SortKey` is implemented for integers, floats, `String`,
+//!   `bool`, `ObjectId`, `DateTime`, `Decimal128`, `Uuid` and `Option`s of
+//!   them; implement it for a newtype that serializes to one.
+//! - **Values without a position.** An array (it sorts by an element), code, a
+//!   regex, MinKey/MaxKey, a document nested deeper than 8, or sort values over
+//!   2 KB together (`MAX_KEY_BYTES`: their token would pass the length limit)
+//!   are `UnsupportedValue` naming the document. Every returned document's
+//!   sort values are checked, on the raw bytes, not only a page's edges, so
+//!   the error comes on every page size alike.
+//! - **Tokens.** `PageToken` is versioned, URL-safe base64 of the boundary
+//!   values, a fingerprint of the database, collection, sort keys, **direction**
+//!   and collation (if any), and a checksum. A token is refused (`InvalidCursor`) before
+//!   anything is sent when tampered, truncated (`Corrupted`, `Truncated`) or
+//!   issued by another query (`Foreign`: another database, collection, sort
+//!   order, or an ascending token given to `.descending()` or to a model with
+//!   `order = "desc"`). `before(&prev)` pages back in the query's own
+//!   direction, so `prev` tokens keep working. Version 2 (this layout) refuses
+//!   tokens of version 1 as `UnsupportedVersion(1)`: a client holding one
+//!   starts again from the first page. The values are BSON scalars only
+//!   (documents without `$` keys, for compound `_id`s), always operands of
+//!   comparison operators, never operators.
+//! - **Token modes.** *Unsigned* (the default): the checksum (FNV-1a 64) guards
+//!   against accidents (a cut or mangled token), not against a forger, who can
+//!   write a well-formed token and so choose where a page starts, within the
+//!   caller's filter and nothing more. *Signed* (`.signing_key(key)`, at least
+//!   16 bytes, HMAC-SHA-256): the MAC covers the token and the BSON of the
+//!   query's filter, so a forged or edited token, one replayed against another
+//!   filter (another tenant's) or made with another key is
+//!   `InvalidCursor(BadSignature)`; an unsigned token given to a signed query
+//!   is refused the same way, and a signed token given to a query without a
+//!   key is `Foreign`. The filter is compared as BSON bytes, so build it the
+//!   same way (same field order) on each request. Rotate a key by accepting
+//!   that old tokens fail: there is no key list. Signing adds one HMAC per
+//!   token written or read; the unsigned path is unchanged.
+//! - **Limits.** A token string longer than `MAX_TOKEN_LEN` (4,096 bytes) is
+//!   `InvalidCursor(TooLong)`, checked before base64 decoding: a 10 MB token
+//!   costs one comparison. A value nested deeper than `MAX_TOKEN_DEPTH` (8) is
+//!   `InvalidCursor(TooDeep)`, checked by walking the raw bytes with an
+//!   explicit stack before anything is decoded recursively (a 150-deep
+//!   document once overflowed the stack inside the BSON decoder and aborted the
+//!   process). `tests/token_fuzz.rs` feeds the decoder 10⁶ generated inputs on
+//!   a 512 KiB stack.
+//! - **Trusted filters.** `.filter(doc)` is trusted code: it is sent as given,
+//!   and `$where`, `$function` and `$accumulator` run JavaScript on the server.
+//!   For a filter built from user input, `.untrusted_filter(doc)` walks it
+//!   (iteratively, at most `MAX_FILTER_DEPTH` = 32 levels) and refuses
+//!   `$where`, `$function`, `$accumulator` and JavaScript code values with
+//!   `InvalidArgument` before anything is sent. It does not judge other
+//!   operators (`$regex`, `$expr`): choose which fields a user may name.
+//! - **Time ranges.** An ObjectId carries its creation second:
+//!   `keyset::created_between(from, to)` and `created_since(from)` give `_id`
+//!   range filters. Seconds are whole, so bounds round outwards and nothing in
+//!   range is missed.
+//! - **The index.** Every figure in `benches/keyset-results.md` assumes the index `{sort keys…, _id}`
+//!   in the query's direction (named `mp_keyset_<keys>`, with the query's
+//!   collation if it has one); `Model::ensure` creates it, and
+//!   `Model::keyset(&db).declared()` lists it. Without it each page sorts the
+//!   whole filtered collection. By `_id` alone the `_id` index serves.
+//!
+//! # Errors
+//!
+//! Errors are typed ([`Error`](crate::Error)): `InvalidCursor`,
+//! `InvalidArgument` (page size, signing key, untrusted filter),
+//! `UnexpectedDocument` (a stored document that does not fit the model, with
+//! its `_id`), `UnsupportedValue`, `Unavailable` (connection lost or no server;
+//! `is_unavailable()`), `Database`.
+//!
+//! # Failure behaviour
+//!
+//! Figures from `tests/keyset_faults.rs` and `tests/token_fuzz.rs`, on the
+//! test server.
+//!
+//! - **Cancelled calls.** Paging only reads: a dropped `page()` or `stream()`
+//!   leaves nothing behind (no cursor is kept between pages; a dropped
+//!   in-flight `find` is closed by the driver). Resume from the last token the
+//!   caller kept.
+//! - **Server crash or lost connection.** `Unavailable` (or `Database` for a
+//!   server-side error); nothing was written. Retry the same call with the same
+//!   token: a token names a position, not a cursor, so it survives restarts,
+//!   failovers and days of delay. Items inserted or deleted meanwhile are seen
+//!   or not according to their key; an item whose sort key is changed between
+//!   pages can be seen twice or not at all (pages are positions, not a
+//!   snapshot).
+//! - **Retry or not.** Retry `Unavailable`. Do not retry `InvalidCursor`,
+//!   `InvalidArgument`, `UnexpectedDocument` or `UnsupportedValue`: the same
+//!   input gives the same answer.
+//! - **Damaged data.** A document that another client wrote with a sort value
+//!   of an unexpected type is paged in MongoDB's order and then fails to
+//!   decode (`UnexpectedDocument` with its `_id`) or has no position
+//!   (`UnsupportedValue` with its `_id` and field), on every page size, in both
+//!   directions; items before it in the order were returned, in whole pages,
+//!   and none after. Never a silent skip.
+//! - **Hostile tokens.** Refused as `InvalidCursor` before anything is sent,
+//!   cheaply (length first, depth without recursion); with a signing key, also
+//!   forgeries and replays against another filter.
 
 mod boundary;
 mod filter;

@@ -1,33 +1,8 @@
-//! MongoDB schema-design patterns as derive macros over the official driver.
-//!
-//! Annotate a plain serde struct; the derive checks the annotation against
-//! the struct at compile time and wires it to the behaviour in this crate.
-//!
-//! ```no_run
-//! use mongo_patterns::prelude::*;
-//!
-//! #[derive(Debug, Serialize, Deserialize, Model)]
-//! #[serde(rename_all = "camelCase")]
-//! #[model(collection = "visits")]
-//! #[keyset(sort = "initTime", order = "desc")]
-//! struct Visit {
-//!     uuid: String,
-//!     init_time: DateTime,
-//! }
-//!
-//! # async fn tour(db: mongodb::Database) -> mongo_patterns::Result<()> {
-//! let first = Visit::keyset(&db).page_size(50).page().await?;
-//! if let Some(next) = &first.next {
-//!     let second = Visit::keyset(&db).page_size(50).after(next).page().await?;
-//! }
-//! # Ok(()) }
-//! ```
-//!
-//! The patterns, one module each: [`keyset`] pagination and the
-//! [`bucket`] pattern, the [`rank_histogram`], the
-//! [`approx_counter`] and the [`shard_key`]. [`Model::ensure`] creates
-//! what a model's attributes need in the deployment (see [`ensure`]).
-
+// The crate's front page is the repository's README (runtime/README.md is
+// a link to it, which `cargo package` follows), so every snippet in it is a
+// doc test. The modules are listed in its pattern table; the guide module
+// holds what every pattern shares.
+#![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
 pub mod action;
@@ -37,6 +12,7 @@ mod compat;
 mod cut;
 pub mod ensure;
 mod error;
+pub mod guide;
 pub mod keyset;
 mod model;
 pub mod rank_histogram;

@@ -70,15 +70,9 @@
 //!   so nothing is written on top of it.
 //!
 //! Every call that reads or writes returns an action ([`Record`],
-//! [`RankOf`], [`UpdateScore`], …): set `session`, `comment`, `max_time`,
-//! and `write_concern` or `read_concern` + `selection_criteria` on it, then
-//! `.await` it. Given a session, a call runs in it, and in its transaction
-//! when one is open; there it never retries a lost race but returns it
-//! labelled `TransientTransactionError`, for the caller's `and_run2` to
-//! rerun the transaction. Options the action leaves unset come from
-//! [`Ranks::with_options`], then from the `Database`. The documents
-//! layout's `run_command` writes carry the effective write concern and
-//! `maxTimeMS` themselves, and report a `writeConcernError` as an error.
+//! [`RankOf`], [`UpdateScore`], …): setters, then `.await`. Which setters
+//! each takes, what a call does in the caller's session and transaction,
+//! and where options come from: the [guide](crate::guide#rank-histogram).
 //!
 //! On real deployments: a server without 8.0's `bulkWrite` (7.0 answers
 //! 40415, 6.0 59, the documentdb engine 115, DocumentDB 303) gets the
@@ -93,6 +87,8 @@
 //! caller's.
 //! Plain methods send nothing: [`Ranks::rank_pipeline`],
 //! [`Ranks::declared`] and the builder settings.
+//!
+#![doc = include_str!("rank_histogram/details.md")]
 
 use std::borrow::Borrow;
 use std::sync::atomic::AtomicBool;

@@ -39,6 +39,158 @@
 //! [`Sharded::key_filter`], [`Sharded::targeted_filter`] and
 //! [`Sharded::declared`] send nothing, so no option could apply to them:
 //! they stay plain methods.
+//!
+//! # Using it
+//!
+//! ```no_run
+//! # use mongo_patterns::prelude::*;
+//! # use mongo_patterns::mongodb::options::{ReadPreference, SelectionCriteria, WriteConcern};
+//! # use futures::TryStreamExt;
+//! #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+//! #[model(collection = "logs")]
+//! #[shard_key(coarse = "month", from = "ts", search = "type")]   // {month: 1, type: 1}
+//! pub struct Log {
+//!     #[serde(rename = "_id")] pub id: ObjectId,
+//!     #[serde(rename = "type")] pub kind: String,
+//!     pub ts: i64,                                   // epoch seconds
+//!     pub msg: String,
+//! }
+//!
+//! # async fn f(db: Database, log: Log) -> mongo_patterns::Result<()> {
+//! let logs = Log::sharded(&db);
+//! logs.insert(&log).await?;                          // `month` derived from `ts` on every write
+//! let mut recent = logs                              // targeted: a stream of `Log`
+//!     .find("app", TimeRange::last_days(30), doc! {})
+//!     .selection_criteria(SelectionCriteria::ReadPreference(ReadPreference::SecondaryPreferred {
+//!         options: None,
+//!     }))
+//!     .await?;
+//! while let Some(log) = recent.try_next().await? { /* ... */ }
+//! let everything: Vec<Log> = logs                    // named apart
+//!     .scatter(doc! {"msg": "Database crash"})
+//!     .await?
+//!     .try_collect()
+//!     .await?;
+//! logs.upsert(&log).write_concern(WriteConcern::majority()).await?;
+//! logs.ensure_sharded().await?;                      // index, enableSharding, shardCollection
+//! println!("{}", logs.mongosh_script());             // the same, for a DBA
+//! let report = logs.analyze(&["type"], 10_000).await?;  // on any deployment, by $sample
+//! # Ok(()) }
+//! ```
+//!
+//! `coarse` names the coarse ascending field. With `from` (a `DateTime` field, or
+//! an integer field of epoch seconds) the repository derives it on every write,
+//! rounded down to the `granularity` (`hour`, `day`, `week` (ISO, Monday),
+//! `month`, `quarter`, `year`; by default the coarse field's own name when it
+//! is one of those), as a BSON date. The struct need not
+//! have the field; if it has one, it must be a `DateTime` (or
+//! `Option<DateTime>`), and it reads the derived value back. `search` is the
+//! field queries filter by. `hashed = "id"` is the explicit alternative,
+//! `{id: "hashed"}`. The model must have a field stored as `_id` (a compile
+//! error otherwise): `upsert` and `replace` find a document by its `_id` and
+//! its full shard key.
+//!
+//! | lint (compile error) | when | opt-out |
+//! | --- | --- | --- |
+//! | `monotonic` | a lone key on a `DateTime`, `ObjectId` or `Timestamp`, or on an integer named like a time or a counter (`ts`, `*_at`, `seq`, …): every insert goes to the last chunk | `allow(monotonic)` |
+//! | `low_cardinality` | a lone key on a `bool`, or on any type of one byte (a fieldless enum, `u8`), checked by `size_of` at compile time: no more chunks than values, jumbo chunks | `allow(low_cardinality)` |
+//! | `coarse_not_derived` | `coarse` names a stored field and there is no `from`: nothing keeps it coarse and ascending | `allow(coarse_not_derived)` |
+//! | `missing_search` | no `search` field: a period's documents share one key value | `allow(missing_search)` |
+//!
+//! | call | what it sends |
+//! | --- | --- |
+//! | `insert`, `insert_many` | the documents with the coarse field filled |
+//! | `upsert(&item)`, `replace(&item)` | `replaceOne` whose filter is `_id` plus the full shard key (MongoDB 4.2+ requires it on a sharded collection). On a miss: a `find` by `_id` (every shard), then a `replaceOne` on the stored key, which moves a document whose key changed, or (upsert) the insert. A replace under an unchanged key is 1 round trip; a move or an upsert that inserts, 3 |
+//! | `update(at, search, filter, update)` | `updateMany` within one key value; refuses updates that change a key field, the timestamp it derives from, or `_id`. When `filter` names one `_id` and nothing matched, a `find` by it: `ShardKeyMismatch` if it is stored under another key |
+//! | `find(search, range, extra)` | `find` on `{month: {$gte, $lte}, type, ts: {$gte, $lt}, ...extra}`: the key's prefix, so `mongos` targets the shards that hold that range; the bound on `ts` is exact to the millisecond (epoch seconds: a log at second `s` is at `s × 1000` ms) |
+//! | `audit(max)` | one `find` over the whole collection, projected to the key: documents whose coarse field is missing, not a date, or not their timestamp's period (targeted queries cannot see them), as `Damaged`, up to `max` |
+//! | `find_by_hashed(value)` | `find` on the hashed field's value: one shard |
+//! | `scatter(filter)` | any `find`: every shard (named so that it is never an accident) |
+//! | `ensure_sharded()` | `createIndexes` on the key, then on the `admin` database of the repository's client `enableSharding` (MongoDB before 6.0 needs it; harmless after) and `shardCollection`, each with the effective write concern in its body (`run_command` inherits none) and its `writeConcernError` read; `NotSharded` on a replica set or a standalone (CommandNotFound), after the index |
+//! | `shard_commands()`, `mongosh_script()` | the same commands, as documents and as a script |
+//! | `shard_spec()`, `to_document`, `key_filter`, `targeted_filter`, `declared()` | nothing: pure computations, plain methods (no options could apply) |
+//! | `analyze(key, n)` | one `$sample` of `n` documents: distinct values, the most common values and their frequency, monotonicity (Spearman's correlation of key order with `_id` order, monotonic at 0.7 or more, as `analyzeShardKey` decides), the same correlation within each value of the key's prefix, and a verdict in words: `{type, ts}` is "one ascending stream per {type} value" (inserts go to one chunk per type), `{month, type}` "coarse and ascending" |
+//!
+//! Every call in that table that sends something returns an action, as the
+//! driver's calls do: setters, then `.await`. `find`, `find_by_hashed` and
+//! `scatter` give a `BoxStream<Result<T>>` when awaited, as the driver's
+//! `find` gives a cursor: the `find` is sent, and a refused query fails, at
+//! the `.await`; the stream then holds the cursor (and the session, if one
+//! was given, until it is dropped) and reads further batches as it is
+//! polled. Which setters each call takes, sessions, and collections per
+//! tenant: the [guide](crate::guide#shard-key).
+//!
+//! How candidate keys compare on a model of a cluster (inserts per shard,
+//! jumbo chunks, migrations, shards per query): `benches/shard_sim-results.md`
+//! and `benches/README.md`.
+//!
+//! # Failure behaviour
+//!
+//! The repository keeps no state between calls, so a cancelled call, a
+//! server crash or a failover leaves at most the commands already sent; there
+//! is nothing to resume or release.
+//!
+//! - **Cancelled calls.** `insert` and `update` are one command each;
+//!   `insert_many` one `insertMany` (ordered: a cut or failed batch may have
+//!   stored a prefix, and a retry gets a duplicate key on those). `replace`
+//!   and `upsert` are up to three commands (the write under the new key; on a
+//!   miss, the lookup by `_id`; the write under the stored key, or the
+//!   insert), and each writes the whole document: a cut call leaves the old
+//!   document or the new one, never a mix, never two with one `_id`, and
+//!   calling again completes it (`cancelled_moves_leave_one_whole_document`
+//!   cuts 200 moves at 0–3 ms).
+//! - **A changed key** (the timestamp moved to another month, the search value
+//!   changed) is moved, not refused: after the miss, the document is replaced
+//!   by a filter on the key it is stored under, and MongoDB 4.2+ moves it to
+//!   the new key's chunk in that one write, when it is a retryable write (the
+//!   driver's default) or in a transaction. This is what Spring Data's
+//!   `@Sharded` does. A delete and an insert by the client would need a
+//!   transaction to not lose the document on a crash between them, and a
+//!   typed error would make every caller write the same lookup. With
+//!   `retryWrites=false`, `mongos` refuses the change (`Database`) and nothing
+//!   is written. What no client can prevent: two concurrent upserts of one
+//!   new `_id` under two keys on a sharded cluster may both insert, on two
+//!   shards (MongoDB enforces `_id` uniqueness per shard only); serialize the
+//!   creation of an `_id` in the application, or start the key with it.
+//! - **A server crash** during moves costs nothing but the write in flight:
+//!   the only write of a move is its last command, so a crash before it
+//!   leaves the old document, after it the new one
+//!   (`crash_during_moves_leaves_one_whole_document` kills the server after 8
+//!   rounds of 20 moves: each `_id` stored once, whole, at the last
+//!   acknowledged version or the one in flight). That is why an upsert runs no
+//!   transaction of its own: there is no second document write to protect.
+//! - **In a caller's transaction** the lookup and the write see one snapshot,
+//!   so no round repeats. A concurrent writer of the same `_id` surfaces as the
+//!   server's `WriteConflict` (112, labelled `TransientTransactionError`), or,
+//!   on a server that reports a duplicate key there, as `Raced` carrying that
+//!   label: the repository never retries inside a transaction it does not
+//!   own, and `is_transient()` tells the caller to run it again (`and_run2`
+//!   does).
+//! - **Retry** `Unavailable` (after a backoff; the outcome of the write in
+//!   flight is unknown). `replace` and `upsert` are safe to repeat; an
+//!   `insert` repeated after it landed is a duplicate key (`Database`, code
+//!   11000), which means it is stored; an `update` is as safe to repeat as its
+//!   operators (`$set` is, `$inc` is not: `updateMany` is not a retryable
+//!   write). `Contended` (5 rounds lost to concurrent writers of one `_id`
+//!   during a move) may be retried. Do not retry `Damaged`,
+//!   `UnexpectedDocument`, `ShardKeyMismatch` or `InvalidArgument`: the same
+//!   call fails the same way.
+//!
+//! ## Damaged data
+//!
+//! Written by another client:
+//!
+//! | stored document | `find` | `scatter`, `find_by_hashed` | `replace`, `upsert`, `update` by `_id` |
+//! | --- | --- | --- | --- |
+//! | no coarse field, or one that is not a date or not its timestamp's period | not returned: its key is in no range (see `audit`) | returned, or `UnexpectedDocument` if the model cannot read it | `Damaged` naming the `_id` and field; nothing written |
+//! | a key field missing or of another type than the model writes, a timestamp that is not one | returned only if the stored key matches the query (then `UnexpectedDocument`) | `UnexpectedDocument` | `Damaged`; nothing written |
+//! | any field that does not deserialize into the model | `UnexpectedDocument { id }` | `UnexpectedDocument { id }` | written over (a replace sends the whole model) |
+//! | stored under another key than `update` named | — | — | `ShardKeyMismatch { id, stored }` |
+//!
+//! A targeted query cannot see a document that lacks its key, and nothing but
+//! a scan can: `audit(max)` is that scan. The library installs no server-side
+//! validator; a `$jsonSchema` requiring the coarse field is the way to make the
+//! server refuse such writes.
 
 mod actions;
 pub mod analyze;

@@ -4,7 +4,7 @@
 //!
 //! `MONGODB_URI` wins when set, so the same suite runs against a real
 //! `mongod` or Atlas. Otherwise the pinned surrogate server (`secantusd-rs`,
-//! see the README, "The test server") is started once per process on a free port with a
+//! see CONTRIBUTING.md, "The test server") is started once per process on a free port with a
 //! temporary storage directory; it stops, and its directory is removed, when
 //! the process exits, even if the process is killed.
 

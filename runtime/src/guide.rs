@@ -1,0 +1,415 @@
+//! Using the patterns in an application: the derive's rules, actions,
+//! sessions and transactions, options, collection names, errors, and what
+//! every pattern does under failure.
+//!
+//! This module holds no code. Every pattern's repository follows the rules
+//! below; each pattern's module docs say what its own calls send and how
+//! they behave under failure, and this page says, once for all of them,
+//! how those calls meet your sessions, options and collections.
+//!
+//! # `#[derive(Model)]`
+//!
+//! - `#[model(collection = "...")]` names the collection; without it the
+//!   name is the struct's in snake_case (`PageView` is `page_view`, no
+//!   plural).
+//! - Field names in every attribute resolve through serde: the Rust name or
+//!   the stored (BSON) name both work, with `rename` and `rename_all`
+//!   applied. A `#[serde(skip)]` or `flatten` field cannot be named: it is
+//!   not stored under its name.
+//! - Enums, tuple and unit structs, and structs that borrow (lifetime
+//!   parameters) are compile errors; type parameters are fine.
+//! - Every mistake is reported at once, at the user's own tokens (a typo in
+//!   `sort = "visitedAT"` says ``help: did you mean `visitedAt`?``; a sort
+//!   key of a type with no single BSON order is an error at the field's
+//!   type), and the derive still emits a stub impl so that one bad
+//!   attribute does not bury the rest of the crate in follow-on errors.
+//! - [`Model::ensure`](crate::Model::ensure) creates the collections,
+//!   indexes and sharding the attributes declare; see [`crate::ensure`].
+//!
+//! # Actions
+//!
+//! Every repository speaks the driver's language, so a pattern's call sits
+//! next to your own `coll.update_one(...)` without ceremony. Each call
+//! returns an action: chained setters configure it and `.await` runs it
+//! (`#[must_use]`: an action that is not awaited does nothing, and the
+//! compiler says so), as in `coll.find(f).session(&mut s).await`. One
+//! allocation per call (the boxed future, as the driver's own actions);
+//! nothing else is added on the hot path. Pure computations
+//! (`page_pipeline`, `shard_spec`, `stats`, `declared`, `collection`) stay
+//! plain methods: no option could apply to them. The [`action`](crate::action)
+//! module holds the machinery ([`Options`](crate::action::Options)).
+//!
+//! # Sessions and transactions
+//!
+//! `.session(&mut s)` runs the call in your session, and inside your
+//! transaction when one is open. Inside your transaction a pattern never
+//! retries on its own: a race it would retry outside (two pushes opening
+//! the same bucket, two first increments of a key) is returned with the
+//! driver's `TransientTransactionError` label
+//! ([`Error::is_transient`](crate::Error::is_transient)), because the
+//! server has aborted your transaction; the driver's `and_run2` then runs
+//! the whole transaction again. Write and read concerns then come from the
+//! transaction, as the driver requires; the ones set on the action are not
+//! sent. Calls that need two documents changed together (rank `insert`,
+//! `update_score`, `delete`) join your transaction, or without one run
+//! their own.
+//!
+//! ```no_run
+//! # use mongo_patterns::prelude::*;
+//! # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+//! # #[serde(rename_all = "camelCase")]
+//! # #[bucket(size = 1000, key = "customerId")]
+//! # struct Trade { customer_id: i64, ticker: String, qty: i32 }
+//! # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+//! # #[serde(rename_all = "camelCase")]
+//! # #[rank_histogram]
+//! # struct Trader { #[serde(rename = "_id")] id: String, desk: String, profit: i64 }
+//! # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+//! # struct Ticker { #[serde(rename = "_id")] id: String, #[approx_counter(every = 100)] volume: i64 }
+//! # async fn f(client: Client, db: Database, trade: Trade) -> mongodb::error::Result<()> {
+//! # let (id, cost, board, old, new) = (1, 10, "desk-1", 5, 6);
+//! let accounts = db.collection::<Document>("accounts");
+//! let trades = Trade::buckets(&db);
+//! let ranks = Trader::ranks(&db);
+//! let volume = Ticker::volume_counter(&db);
+//!
+//! let mut s = client.start_session().await?;
+//! s.start_transaction().and_run2(async |s| {
+//!     accounts.update_one(doc! {"_id": id}, doc! {"$inc": {"cash": -cost}}).session(&mut *s).await?;
+//!     trades.push(&trade).session(&mut *s).await?;            // a bucket
+//!     ranks.change(board, old, new).session(&mut *s).await?;  // a rank histogram
+//!     volume.incr(&trade.ticker).session(&mut *s).await?;     // a counter, written through
+//!     Ok(())
+//! }).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! `?` works inside the closure because
+//! `mongodb::error::Error: From<mongo_patterns::Error>` (see *Errors*
+//! below): the labels survive, so a transient error reruns the closure.
+//!
+//! What joins your transaction, per pattern:
+//!
+//! | pattern | in your transaction | refused there, or not taking a session |
+//! | --- | --- | --- |
+//! | keyset | `page`, `count`, every page of `stream` and `pages` | — |
+//! | bucket | in-order `push`, `push_many`, `page`, `total`, `update` | a late push (with `order`), `remove`, `reindex`: `InvalidArgument`; `stream` takes no session |
+//! | rank histogram | every call | — |
+//! | approximate counter | `incr`, `incr_by`, `estimate` (a buffered counter writes through, exact) | `flush`, `shutdown` take no session |
+//! | shard key | every call | `ensure_sharded` takes no session |
+//! | [`ensure`](crate::ensure) | — | a transaction refuses `listCollections` and `listIndexes`: run `ensure` and `plan` outside one |
+//!
+//! ## Keyset
+//!
+//! Inside your transaction, `page`, `count` and every page of a `stream`
+//! see the transaction's own uncommitted writes, and take its read concern
+//! (one set on the action or the query is not sent there). Paging only
+//! reads, so there is never a retry to hand back. A `stream` or `pages`
+//! given a session borrows it until the stream is dropped; configure a
+//! stream before its first poll.
+//!
+//! ## Bucket
+//!
+//! Inside your transaction a push sends what it sends outside (an `update`
+//! by `_id`; at a rollover a `find` and an `insert`; for a key this
+//! repository has not seen, a `find` of the newest bucket first, because a
+//! failed insert would abort your transaction), all in the transaction,
+//! with its write and read concern. A race the push would retry (its
+//! insert of the next bucket losing to another writer, or its bucket
+//! changing under it) is returned instead, labelled
+//! `TransientTransactionError` (on the test server usually `WriteConflict`
+//! 112, already labelled; a duplicate key is labelled by the repository),
+//! so `and_run2` runs your closure again: 16 tasks, each pushing to one key
+//! of `size = 3` in its own transactions, all committed through `and_run2`
+//! with `?` (123 attempts for 32 transactions), every item once, `count`
+//! and `start` exact (`tests/bucket_app.rs`). What the repository remembers
+//! of a key's open bucket is a hint that every write's filter checks: after
+//! an aborted transaction it costs one `find`, never a wrong write.
+//!
+//! What a transaction refuses: a late push (below the last bucket's items,
+//! with `order`), `remove` and `reindex` move positions under the key's
+//! lease. A lease taken inside your transaction would be released before
+//! you commit, and another writer could then recompute `start` from a
+//! snapshot without your writes; so inside a transaction they return
+//! `InvalidArgument` before writing anything (your transaction goes on).
+//! Run them outside it. Given a session outside a transaction, `remove`,
+//! `reindex` and late pushes run as without one (as a task of their own, so
+//! a dropped call still finishes).
+//!
+//! ## Rank histogram
+//!
+//! `record`, `change`, `remove`, `rank`, `top`, `histogram` and `rebuild`
+//! run inside your transaction when one is open; `insert`, `update_score`
+//! and `delete` join your transaction (two round trips, you commit), or, in
+//! a session without one, run a transaction of their own in it; without a
+//! session they run their own through the driver's convenient API
+//! (`and_run`: jittered backoff, 120 s; `and_run2` does not compile there,
+//! rust-lang/rust#96865). Inside your transaction a call never retries: a
+//! write conflict or a lost upsert race comes back with
+//! `TransientTransactionError`, so `?` in your `and_run2` closure reruns
+//! the whole transaction (`tests/rank_app.rs` provokes one). In a
+//! transaction of the call's own, the write concern goes with
+//! `commitTransaction` and `max_time` bounds the commit. Inside your
+//! transaction the documents layout's `change` and `remove` send
+//! `update` and `delete` (2 round trips) rather than `bulkWrite`, which the test
+//! server refuses as a transaction's first command (`IDLUnknownField`: the
+//! driver adds `readConcern` there).
+//!
+//! ## Approximate counter
+//!
+//! A **sampled** increment draws as ever and, if it writes, writes in the
+//! session, inside its transaction when one is open; a **geometric** one
+//! too (a value read back inside a transaction is not remembered for the
+//! next write size, as it may be rolled back); a **buffered** counter
+//! cannot flush from its background task in your session, so an increment
+//! in a session is written through at once in it (`$inc: n`, exact),
+//! bypassing the buffer. Aborted, nothing of it is stored. `estimate` reads
+//! in the session. Two first increments of a new key (`upsert = true`) can
+//! race: outside a transaction the loser is retried once as an update;
+//! inside yours it is returned with `TransientTransactionError`
+//! (`is_transient()`), so
+//! `session.start_transaction().and_run2(async |s| { views.incr(k).session(s).await?; Ok(()) })`
+//! runs the transaction again. `flush` and `shutdown` take no session
+//! (their writes carry every caller's increments).
+//!
+//! ## Shard key
+//!
+//! Pass the session to every call (`logs.upsert(&log).session(s).await?`
+//! inside `and_run2`): the `?` converts to the driver's error with its
+//! labels, so a lost race runs the transaction again. In your transaction
+//! the lookup and the write of a move see one snapshot. `ensure_sharded`
+//! takes no session (neither admin command may run in a transaction).
+//!
+//! ## A write cut inside your transaction
+//!
+//! A write of any pattern whose future is dropped inside your transaction
+//! before its last reply arrived (a request timeout, a `select!`) has the
+//! server kill the session's server side (`killSessions`, sent from a
+//! spawned task at once and once more a second later, for a command that
+//! reached the server after the first). Without it, a write that was the
+//! transaction's first command would start the transaction on the server
+//! after the driver had given up on it: the driver's `abort_transaction()`
+//! then sends nothing, and the transaction would keep what it wrote locked
+//! for the server's transaction lifetime (60 s by default), failing or
+//! stalling every other writer of the same documents. The driver's own
+//! `update_one` cut the same way leaves exactly that. Which command was
+//! the first the driver does not say, so any write cut in a transaction
+//! kills it: the transaction is lost either way, and a write cut half way
+//! must not be committed.
+//!
+//! Your session afterwards:
+//! - its transaction is gone on the server and cannot commit: never commit
+//!   a transaction one of whose writes was cut. When the cut write was its
+//!   first command the driver believes nothing was sent, and its
+//!   `commit_transaction()` then returns `Ok` without sending anything
+//!   (nothing is stored); otherwise the commit, like any further command in
+//!   the transaction, fails with `NoSuchTransaction` (labelled
+//!   `TransientTransactionError`);
+//! - `abort_transaction()` returns at once (the driver sends nothing, or an
+//!   abort the server answers at once), and dropping the session is fine;
+//! - a new transaction in it (`start_transaction()`, or `and_run2`'s next
+//!   attempt) runs normally; one started within a second of the cut may be
+//!   killed by the second `killSessions` and then fails with the same
+//!   transient error, which `and_run2` retries;
+//! - commands outside a transaction run normally.
+//!
+//! The server session goes back to the driver's pool with the
+//! `ClientSession`; another session that takes it from the pool within
+//! that second may see one command interrupted. Outside a transaction
+//! nothing of this runs and nothing is sent.
+//!
+//! # Options
+//!
+//! Writes take `.write_concern()`, reads `.read_concern()` and
+//! `.selection_criteria()` (`$readPreference`), every call `.comment()` and
+//! `.max_time()` (`maxTimeMS`); keyset reads also `.hint()` and
+//! `.collation()`. `with_options(Options::new()...)` on a repository sets
+//! its defaults; an action's setters override them field by field, and
+//! what neither sets comes from the `Database` (or the `Client`), as in the
+//! driver. Inside a transaction the transaction's concerns apply.
+//!
+//! Paths that send `run_command` (the documents-layout histogram's
+//! `bulkWrite`, `ensure_sharded`, a counter write with `max_time` or
+//! `w: 0`, the one-command bucket push) inherit nothing from the
+//! collection: they write the effective write concern (the action's, the
+//! repository's, else the collection's) and `maxTimeMS` into the command
+//! themselves, and read `writeConcernError` as well as `writeErrors` (an
+//! error with the server's code and labels). The driver (3.9) refuses
+//! `w: 0` on every operation it builds, before sending anything
+//! ("Unacknowledged write concerns are not supported"): such a call returns
+//! that driver error and writes nothing; only the `run_command` paths send
+//! it. The driver refuses `w: 0` for a transaction too.
+//!
+//! Per pattern:
+//!
+//! - **Keyset.** `read_concern`, `selection_criteria`, `comment` and
+//!   `max_time` on each action (`page`, `count`, `stream`, `pages`), or as
+//!   the query's defaults with `.with_options(..)`. `hint` and `collation`
+//!   are keyset-only: on the builder they apply to every page (set a
+//!   collation there: it changes the order, so the token fingerprint covers
+//!   it and a token read under another collation is `Foreign`), on an
+//!   action to that read alone. `command()` and `declared()` send nothing,
+//!   so they take no options.
+//! - **Bucket.** `write_concern` reaches every write command (`update`,
+//!   `insert`, `findAndModify`, the lease's `update`/`delete`, the `$merge`
+//!   aggregation); `read_concern`, `selection_criteria`, `comment` and
+//!   `max_time` reach `page`, `total` and `stream`; `comment` reaches the
+//!   writes of pushes and `update`, and `maxTimeMS` the `findAndModify`
+//!   (the driver has none for `update` and `insert`). A removal, a reindex
+//!   and a late push take write concern, read concern and read preference
+//!   but not `comment` or `max_time`.
+//! - **Rank histogram.** `session`, `comment`, `max_time` on every call;
+//!   `write_concern` on the writes, `read_concern` and
+//!   `selection_criteria` on `rank`, `top` and `histogram`; all of them on
+//!   `rebuild`. The documents layout sends its writes with `run_command`
+//!   (`bulkWrite`, or `update` + `delete`), with the effective write
+//!   concern and `maxTimeMS` in each command. `w: 0` reaches those
+//!   commands; the driver refuses an unacknowledged write concern on every
+//!   command it sends itself (the array layout's `update`, the players'
+//!   writes: `InvalidArgument`) and on transactions (`insert`,
+//!   `update_score`, `delete`), and sends nothing. `max_time` reaches every
+//!   read, `findAndModify`, the `run_command` writes and a commit; the
+//!   driver has no such option for the `update`, `insert` and `delete`
+//!   commands it sends.
+//! - **Approximate counter.** `write_concern`, `comment` and `max_time`
+//!   reach every write (`update`, geometric `findAndModify`);
+//!   `read_concern`, `selection_criteria`, `comment` and `max_time` reach
+//!   `estimate`'s `find`. A write concern on one buffered `incr` writes it
+//!   through at once with that concern (a later flush could not honour
+//!   it). `flush` and `shutdown` take `write_concern`, `comment` and
+//!   `max_time`. A handle's defaults (`with_options`) are carried by its
+//!   background flushes too. The driver sends neither `maxTimeMS` on an
+//!   update nor `w: 0` at all, so a write with either goes as the same
+//!   command through `run_command`, with the effective write concern
+//!   written into it (the driver does not retry that one on a lost
+//!   connection; a buffered flush is still applied once, by its flush id).
+//!   A `w: 0` write counts in `stats().writes` only if the reply still
+//!   reports it applied.
+//! - **Shard key.** `.write_concern(..)` on writes (`insert`,
+//!   `insert_many`, `replace`, `upsert`, `update`, `ensure_sharded`),
+//!   `.read_concern(..)` and `.selection_criteria(..)` on reads (`find`,
+//!   `find_by_hashed`, `scatter`, `audit`, `analyze`), `comment` and
+//!   `max_time` on every call. The lookup by `_id` inside `replace`,
+//!   `upsert` and `update` always reads the primary, whatever reads are set
+//!   to: it decides the write. `ensure_sharded` writes the effective write
+//!   concern into each admin command.
+//! - **[`ensure`](crate::ensure).** `ensure` takes `.write_concern()` (sent
+//!   on every `create`, `createIndexes`, `enableSharding` and
+//!   `shardCollection`; by default the `Database`'s), `.comment()`,
+//!   `.max_time()`, `.session()`; `plan` takes `.selection_criteria()`,
+//!   `.comment()`, `.max_time()`, `.session()`.
+//!
+//! # Collection names
+//!
+//! The compile-time name (`#[model(collection = ...)]`) is the default;
+//! `with_collection(name)` points a repository at another collection of
+//! the same database, for one collection per tenant. `collection()` gives
+//! the driver's collection, for your own commands, and `declared()` names
+//! what the repository uses, for [`ensure`](crate::ensure)
+//! (`repo.ensure()` creates it, under the run-time names).
+//!
+//! - **Keyset.** `Model::keyset(&db)` pages the model's collection;
+//!   `.with_collection("visits_tenant_a")` pages another. Tokens name their
+//!   database and collection: tenant A's token is `InvalidCursor(Foreign)`
+//!   on tenant B's collection, before anything is sent.
+//! - **Bucket.** `.with_collection("history_tenant_a")` (leases in
+//!   `history_tenant_a.mp_locks`); it forgets the open buckets it
+//!   remembered. `.declared()` names the collection and its `{key, start}`
+//!   index.
+//! - **Rank histogram.**
+//!   `Exam::ranks(&db).with_collection("t1_scores").with_histogram_collection("t1_ranks")`;
+//!   `collection()` and `histogram_collection()` give the driver
+//!   collections. Board keys are borrowed (`"exam_001"` for a `String`
+//!   board).
+//! - **Approximate counter.** `Counter::with_collection("tenant_a")` gives
+//!   a handle over another collection (its own buffer and statistics; call
+//!   it, and `with_options`, on a fresh handle and clone the result).
+//! - **Shard key.** `.with_collection("logs_acme")` puts a tenant in its
+//!   own (`declared()`, `shard_commands()` and `ensure_sharded()` follow
+//!   it). `collection()` is the typed `Collection<T>`, for reads of your
+//!   own; a write of your own must store the derived field
+//!   (`to_document(&item)` through
+//!   `collection().clone_with_type::<Document>()`), or targeted queries
+//!   will not see it.
+//!
+//! # Errors
+//!
+//! One type, [`Error`](crate::Error), for every pattern.
+//! [`Error::mongo`](crate::Error::mongo) is the driver's error underneath,
+//! with `code()`, `contains_label()`, `is_duplicate_key()`,
+//! `is_transient()` and `is_unavailable()`.
+//! `mongodb::error::Error: From<mongo_patterns::Error>` gives back the
+//! driver's own error (codes and labels kept) or a custom one holding ours
+//! (`get_custom::<mongo_patterns::Error>()`), so `?` works inside an
+//! `and_run2` callback and transient errors are retried. Each error prints
+//! its own message; the cause is its `source()`, not repeated.
+//!
+//! What to retry: `Unavailable` and `Contended` may succeed later
+//! (`Error::is_unavailable`); `InvalidArgument`, `InvalidCursor`,
+//! `Damaged`, `UnexpectedDocument`, `UnsupportedValue`, `NoTransactions`
+//! and `ShardKeyMismatch` give the same answer again. Inside your
+//! transaction, an error with `is_transient()` means: run the whole
+//! transaction again.
+//!
+//! # bson 2 and bson 3
+//!
+//! The crate uses the driver's `bson` (`mongo_patterns::bson`). An
+//! application on the driver's bson 3 turns on the same feature here:
+//! `mongo-patterns = { version = "0.1", features = ["bson-3"] }` beside
+//! `mongodb = { version = "3", features = ["bson-3"] }`.
+//!
+//! # Failure behaviour common to every pattern
+//!
+//! Each pattern's module docs end with its own *Failure behaviour*,
+//! measured by its fault suite (`tests/<pattern>_faults.rs`, plus
+//! `tests/token_fuzz.rs`). What holds for all of them:
+//!
+//! - **Cancellation.** Any call may be dropped at any `.await` (a timeout,
+//!   `select!`, a client that went away). Nothing taken out of shared state
+//!   is lost: a buffered counter keeps a cut write pending and re-sends it
+//!   with the same flush id; a cut rank transaction is killed on the server
+//!   at once, so its locks do not outlive the call; a cut bucket `remove`
+//!   finishes on its own task. Single-command writes are applied whole or
+//!   not at all.
+//! - **Unknown outcomes.** A write whose reply was lost (`Unavailable`, a
+//!   server killed mid-write) may or may not have been applied. Bucket
+//!   writes and buffered counter flushes carry an id that the document
+//!   remembers, so a re-send is refused as a repeat (within the bound each
+//!   pattern gives); rank transactions are rerun by the driver's
+//!   transaction API. Elsewhere the pattern's docs say what a retry can
+//!   cost.
+//! - **Contention.** Sixteen tasks on one document (one bucket key, one
+//!   board, one counter key) finish exactly, without `Contended`; retries
+//!   back off with jitter within a 120 s bound.
+//! - **Damaged documents.** A document another client wrote that breaks a
+//!   pattern's invariant is `Error::Damaged`, one that does not fit the
+//!   model `UnexpectedDocument`, a value the pattern cannot use
+//!   `UnsupportedValue`: each names the document by its `_id` as BSON, and
+//!   nothing is written on top of it. Never a silently wrong answer.
+//! - **Hostile input.** Page tokens are bounded before decoding (length,
+//!   then nesting depth without recursion) and can be signed; filters from
+//!   users can be checked for server-side JavaScript
+//!   (`Keyset::untrusted_filter`); amounts, precisions and page sizes out
+//!   of range are `InvalidArgument` before anything is sent. No input
+//!   reaches a panic.
+//! - **Cut inside your transaction.** See *A write cut inside your
+//!   transaction* above: the transaction and its locks do not outlive the
+//!   call; the transaction is lost: abort it or let `and_run2` retry, never
+//!   commit it.
+//! - **Elections and secondary reads.** Writes sent with `run_command` (the
+//!   one-command bucket push, the documents-layout histogram, counter
+//!   writes with `max_time` or `w: 0`) carry no transaction number, so
+//!   neither the driver nor the server retries or de-duplicates them. After
+//!   an election's refusal (`NotWritablePrimary`,
+//!   `InterruptedDueToReplStateChange`, …: nothing stored) they are sent
+//!   once more; where the outcome is unknown (a lost reply, a step-down
+//!   reported after the write) the bucket push reads its write id on the
+//!   primary, a buffered flush is re-sent under its flush id, and the
+//!   others return `Error::OutcomeUnknown` rather than risk a double count.
+//!   Every read that decides a write goes to the primary whatever the
+//!   client's `readPreference`; the caller's own reads follow it.
+//!   `tests/deployments.rs` gives each case with the test server's
+//!   `failCommand`, as `mongod` answers it.
+
+#[doc = include_str!("bucket_guide.md")]
+pub mod bucket {}
