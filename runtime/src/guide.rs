@@ -126,9 +126,11 @@
 //! of a key's open bucket is a hint that every write's filter checks: after
 //! an aborted transaction it costs one `find`, never a wrong write.
 //!
-//! What a transaction refuses: a late push (below the last bucket's items,
-//! with `order`), `remove` and `reindex` move positions under the key's
-//! lease. A lease taken inside your transaction would be released before
+//! What a transaction refuses: a late push further back than the key's last
+//! two buckets (with `order`), `remove` and `reindex` move positions under
+//! the key's lease. (A late item that belongs in the last bucket or the one
+//! before joins your transaction; a race it loses there aborts it with
+//! `TransientTransactionError`, which `and_run2` runs again.) A lease taken inside your transaction would be released before
 //! you commit, and another writer could then recompute `start` from a
 //! snapshot without your writes; so inside a transaction they return
 //! `InvalidArgument` before writing anything (your transaction goes on).

@@ -170,7 +170,9 @@ impl<T: Bucketed> Buckets<T> {
                 // bucket (see `near`), and one read before the mark would
                 // otherwise land behind the fence once the mark is gone.
                 let close = doc! {"$set": {"sealed": true}};
-                self.coll.update_one(doc! {"_id": head.id.clone()}, close).await?;
+                self.coll
+                    .update_one(doc! {"_id": head.id.clone()}, close)
+                    .await?;
             }
             let mut fence = self.new_bucket(key, head.seq + 1, head.total());
             fence.insert("count", 0_i64);

@@ -430,7 +430,8 @@ impl<T: Bucketed> Buckets<T> {
                         .collect::<Vec<_>>(),
                 );
                 taken += n;
-                if taken < rest.len() && ((n as u32) < self.spec.size || self.spec.order.is_some()) {
+                if taken < rest.len() && ((n as u32) < self.spec.size || self.spec.order.is_some())
+                {
                     // Closed by bytes before it was full, or (with order)
                     // closed as every bucket that is not the last is: a
                     // late item lands without the lease only in an open
