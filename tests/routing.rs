@@ -10,8 +10,8 @@ use futures::FutureExt;
 use mongo_patterns::bucket::PageRequest;
 use mongo_patterns::prelude::*;
 use mongo_patterns::rank_histogram::RankHistogram;
-use mongo_patterns_testkit::routing::{Counts, Finding, Kind, Routing, ShardKey, Verdict};
 use mongo_patterns_testkit::fresh_db_with;
+use mongo_patterns_testkit::routing::{Counts, Finding, Kind, Routing, ShardKey, Verdict};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[serde(rename_all = "camelCase")]
@@ -121,7 +121,10 @@ async fn conforming_writes_pass() {
         .await
         .unwrap();
     orders
-        .update_one(doc! {"customerId": 7, "_id": 1}, doc! {"$inc": {"total": 1}})
+        .update_one(
+            doc! {"customerId": 7, "_id": 1},
+            doc! {"$inc": {"total": 1}},
+        )
         .upsert(true)
         .await
         .unwrap();
@@ -130,7 +133,10 @@ async fn conforming_writes_pass() {
         .await
         .unwrap();
     orders
-        .update_many(doc! {"customerId": {"$in": [7, 8]}}, doc! {"$set": {"seen": true}})
+        .update_many(
+            doc! {"customerId": {"$in": [7, 8]}},
+            doc! {"$set": {"seen": true}},
+        )
         .await
         .unwrap();
     orders.delete_one(doc! {"customerId": 7}).await.unwrap();
@@ -173,7 +179,10 @@ async fn conforming_writes_pass() {
         .await
         .unwrap();
     orders
-        .update_one(doc! {"customerId": {"$in": [7, 8]}}, doc! {"$set": {"customerId": 9}})
+        .update_one(
+            doc! {"customerId": {"$in": [7, 8]}},
+            doc! {"$set": {"customerId": 9}},
+        )
         .await
         .unwrap();
     orders.insert_one(doc! {"_id": 2}).await.unwrap();

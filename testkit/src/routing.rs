@@ -615,7 +615,11 @@ fn array<'a>(d: &'a Document, k: &str) -> &'a [Bson] {
 /// The collection a command names (the first of a `bulkWrite`'s).
 fn target_coll(db: &str, name: &str, cmd: &Document) -> Option<String> {
     if name == "bulkWrite" {
-        let ns = array(cmd, "nsInfo").first()?.as_document()?.get_str("ns").ok()?;
+        let ns = array(cmd, "nsInfo")
+            .first()?
+            .as_document()?
+            .get_str("ns")
+            .ok()?;
         return Some(ns.split_once('.').map_or(ns, |(_, c)| c).to_owned());
     }
     if ignored_db(db) {
@@ -628,18 +632,19 @@ fn target_coll(db: &str, name: &str, cmd: &Document) -> Option<String> {
 /// documents, `$setOnInsert`.
 fn statements<'a>(name: &str, cmd: &'a Document) -> Vec<Vec<&'a Document>> {
     let mut out = Vec::new();
-    let push_update = |out: &mut Vec<Vec<&'a Document>>, q: Option<&'a Document>, u: Option<&'a Bson>| {
-        let mut v: Vec<&Document> = q.into_iter().collect();
-        if let Some(Bson::Document(u)) = u {
-            if let Ok(s) = u.get_document("$setOnInsert") {
-                v.push(s);
+    let push_update =
+        |out: &mut Vec<Vec<&'a Document>>, q: Option<&'a Document>, u: Option<&'a Bson>| {
+            let mut v: Vec<&Document> = q.into_iter().collect();
+            if let Some(Bson::Document(u)) = u {
+                if let Ok(s) = u.get_document("$setOnInsert") {
+                    v.push(s);
+                }
+                if !u.keys().any(|k| k.starts_with('$')) {
+                    v.push(u);
+                }
             }
-            if !u.keys().any(|k| k.starts_with('$')) {
-                v.push(u);
-            }
-        }
-        out.push(v);
-    };
+            out.push(v);
+        };
     match name {
         "insert" => {
             for d in array(cmd, "documents").iter().filter_map(Bson::as_document) {
@@ -656,9 +661,7 @@ fn statements<'a>(name: &str, cmd: &'a Document) -> Vec<Vec<&'a Document>> {
                 out.extend(s.get_document("q").ok().map(|q| vec![q]));
             }
         }
-        "findAndModify" => {
-            push_update(&mut out, cmd.get_document("query").ok(), cmd.get("update"))
-        }
+        "findAndModify" => push_update(&mut out, cmd.get_document("query").ok(), cmd.get("update")),
         "find" | "count" | "distinct" => {
             for k in ["filter", "query"] {
                 out.extend(cmd.get_document(k).ok().map(|q| vec![q]));
@@ -708,11 +711,12 @@ fn mentions_bucket_id(d: &Document) -> bool {
     fn is_bucket_id(b: &Bson) -> bool {
         match b {
             Bson::Document(d) => {
-                (d.contains_key("k") && d.contains_key("s"))
-                    || d.values().any(|v| match v {
-                        Bson::Array(a) => a.iter().any(is_bucket_id),
-                        v => matches!(v, Bson::Document(x) if x.contains_key("k") && x.contains_key("s")),
-                    })
+                (d.contains_key("k") && d.contains_key("s")) || d.values().any(|v| match v {
+                    Bson::Array(a) => a.iter().any(is_bucket_id),
+                    v => {
+                        matches!(v, Bson::Document(x) if x.contains_key("k") && x.contains_key("s"))
+                    }
+                })
             }
             _ => false,
         }
@@ -1048,8 +1052,22 @@ fn touched_key_fields(update: &Bson, key: &ShardKey) -> Vec<String> {
                                 out.extend(touches(f));
                             }
                         }
-                        ("$replaceRoot" | "$replaceWith" | "$project", _) => {
+                        ("$replaceRoot" | "$replaceWith", _) => {
                             out.extend(key.fields().map(str::to_owned))
+                        }
+                        ("$project", Bson::Document(p)) => {
+                            let keeps = |v: &Bson| {
+                                matches!(v, Bson::Boolean(true) | Bson::Int32(1) | Bson::Int64(1))
+                                    || matches!(v, Bson::Double(x) if *x == 1.0)
+                            };
+                            let inclusion = p.iter().any(|(f, v)| f != "_id" && keeps(v));
+                            for f in key.fields() {
+                                match p.get(f) {
+                                    Some(v) if !keeps(v) => out.push(f.to_owned()),
+                                    None if inclusion => out.push(f.to_owned()),
+                                    _ => {}
+                                }
+                            }
                         }
                         _ => {}
                     }
@@ -1058,6 +1076,8 @@ fn touched_key_fields(update: &Bson, key: &ShardKey) -> Vec<String> {
         }
         _ => {}
     }
+    // No update changes `_id`: the server refuses it, sharded or not.
+    out.retain(|f| f != "_id");
     out.sort();
     out.dedup();
     out
@@ -1114,7 +1134,7 @@ fn judge(op: &Op, key: &ShardKey) -> (Verdict, String) {
             op.kind,
             OpKind::UpdateOne { .. } | OpKind::FindAndModify { .. }
         );
-        if !touched.is_empty() && !(full && single) {
+        if !touched.is_empty() && (!full || !single) {
             return (
                 Verdict::Refused,
                 format!(
