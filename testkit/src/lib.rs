@@ -11,8 +11,10 @@
 pub mod bench;
 pub mod explain;
 pub mod forge;
+pub mod routing;
 
 pub use explain::Explain;
+pub use routing::{Routing, ShardKey};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
@@ -380,9 +382,16 @@ fn unique() -> u64 {
 #[derive(Clone, Default)]
 pub struct Commands {
     log: Arc<Mutex<Vec<(String, mongo_patterns::bson::Document)>>>,
+    routing: Option<Routing>,
 }
 
 impl Commands {
+    /// The routing checker watching this client's commands, if one is
+    /// installed ([`client_with`], or `MP_ROUTING`: see [`routing`]).
+    pub fn routing(&self) -> Option<&Routing> {
+        self.routing.as_ref()
+    }
+
     /// Everything sent since the last `take`, in order, as (name, command).
     pub fn take(&self) -> Vec<(String, mongo_patterns::bson::Document)> {
         std::mem::take(&mut *self.log.lock().unwrap())
@@ -411,16 +420,30 @@ pub fn with_pool(uri: &str, n: u32) -> String {
 }
 
 /// A client for `uri` with command monitoring, waiting at most 10 s for the
-/// server, so that a test never hangs on a dead one.
+/// server, so that a test never hangs on a dead one. With `MP_ROUTING` set,
+/// the routing checker watches its commands ([`routing`]).
 pub async fn client(uri: &str) -> (Client, Commands) {
+    client_with(uri, Routing::from_env()).await
+}
+
+/// [`client`], with `routing` (when given) judging every command it sends,
+/// through the same command monitoring hook that counts them.
+pub async fn client_with(uri: &str, routing: Option<Routing>) -> (Client, Commands) {
     let mut opts = ClientOptions::parse(uri).await.expect("valid MONGODB_URI");
     opts.server_selection_timeout
         .get_or_insert(Duration::from_secs(10));
     opts.connect_timeout.get_or_insert(Duration::from_secs(10));
-    let commands = Commands::default();
+    let commands = Commands {
+        log: Arc::default(),
+        routing,
+    };
     let log = commands.log.clone();
+    let routing = commands.routing.clone();
     opts.command_event_handler = Some(EventHandler::callback(move |ev: CommandEvent| {
         if let CommandEvent::Started(ev) = ev {
+            if let Some(r) = &routing {
+                r.observe(&ev.db, &ev.command_name, &ev.command);
+            }
             log.lock().unwrap().push((ev.command_name, ev.command));
         }
     }));
@@ -455,8 +478,13 @@ pub fn assert_small_futures(sizes: &[(&str, usize)]) {
 }
 
 pub async fn fresh_db(test: &str) -> (Database, Commands) {
+    fresh_db_with(test, Routing::from_env()).await
+}
+
+/// [`fresh_db`], with `routing` (when given) judging every command sent.
+pub async fn fresh_db_with(test: &str, routing: Option<Routing>) -> (Database, Commands) {
     let uri = server_uri();
-    let (client, commands) = client(&uri).await;
+    let (client, commands) = client_with(&uri, routing).await;
     let name: String = format!("mp_{}_{}_{}", test, std::process::id(), unique())
         .chars()
         .map(|c| {
