@@ -400,6 +400,30 @@ impl Error {
         self.contains_label(mongodb::error::TRANSIENT_TRANSACTION_ERROR)
     }
 
+    /// True when sending the same call again, as it is, may succeed and
+    /// cannot store anything twice: the deployment was unreachable, an
+    /// election refused the command before running it, a concurrent writer
+    /// won a race (`Contended`, `Raced`, `WriteConflict`), or the error
+    /// carries `TransientTransactionError` (run the whole transaction
+    /// again) or `RetryableWriteError`. False for
+    /// [`Error::OutcomeUnknown`] (read before writing again: a retry may
+    /// count it twice) and for everything the call itself refused (bad
+    /// input, a damaged document, an unsupported server), which fails the
+    /// same way again.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Unavailable(_) | Error::Raced(_) | Error::Contended { .. } => true,
+            Error::Database(e) => {
+                e.contains_label(mongodb::error::TRANSIENT_TRANSACTION_ERROR)
+                    || e.contains_label(mongodb::error::RETRYABLE_WRITE_ERROR)
+                    || server_codes(e)
+                        .iter()
+                        .any(|c| *c == code::WRITE_CONFLICT || code::FAILOVER.contains(c))
+            }
+            _ => false,
+        }
+    }
+
     /// A [`Error::Damaged`] for document `id` of `collection`.
     pub(crate) fn damaged(
         collection: &str,
@@ -531,6 +555,39 @@ impl std::error::Error for CursorError {}
 
 #[cfg(test)]
 mod tests {
+    /// `is_retryable` is the retry advice of the docs: races, elections
+    /// and transient labels yes; an unknown outcome and the call's own
+    /// refusals no.
+    #[test]
+    fn retryable_is_what_a_retry_cannot_double() {
+        use super::Error;
+        use mongodb::error::{ErrorKind, WriteFailure};
+        let write = |code: i32| -> mongodb::error::Error {
+            ErrorKind::Write(WriteFailure::WriteError(
+                crate::compat::from_document(mongodb::bson::doc! {"code": code, "errmsg": "x"})
+                    .unwrap(),
+            ))
+            .into()
+        };
+        assert!(Error::Database(write(112)).is_retryable());
+        assert!(Error::Database(write(11602)).is_retryable());
+        assert!(Error::Contended {
+            operation: "push",
+            attempts: 3
+        }
+        .is_retryable());
+        assert!(crate::action::raced_in_transaction(write(11000)).is_retryable());
+        assert!(!Error::Database(write(11000)).is_retryable());
+        assert!(!Error::OutcomeUnknown {
+            operation: "push",
+            source: write(11602)
+        }
+        .is_retryable());
+        assert!(!Error::invalid("key", "wrong").is_retryable());
+        let labelled = super::with_transient_label(write(11000));
+        assert!(Error::Database(labelled).is_retryable());
+    }
+
     /// A `Result<T, Error>` stays cheap to return: payloads that would make
     /// it large (a document's `_id`) are boxed.
     #[test]
