@@ -346,8 +346,10 @@
 //! `and_run2` callback and transient errors are retried. Each error prints
 //! its own message; the cause is its `source()`, not repeated.
 //!
-//! What to retry: `Unavailable` and `Contended` may succeed later
-//! (`Error::is_unavailable`); `InvalidArgument`, `InvalidCursor`,
+//! What to retry, as code: [`Error::is_retryable`](crate::Error::is_retryable).
+//! `Unavailable` and `Contended` may succeed later, as may an election's
+//! refusal or a write conflict; `OutcomeUnknown` is not to be sent again
+//! as it is (read first); `InvalidArgument`, `InvalidCursor`,
 //! `Damaged`, `UnexpectedDocument`, `UnsupportedValue`, `NoTransactions`
 //! and `ShardKeyMismatch` give the same answer again. Inside your
 //! transaction, an error with `is_transient()` means: run the whole
