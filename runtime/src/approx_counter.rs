@@ -205,7 +205,9 @@
 //!   pending); `Contended` from `flush` (another call held a key's write for
 //!   30 s, as a future kept but never polled again does; the key stays
 //!   pending; measured: `Contended` after 30 s, then exact once that future
-//!   was dropped). Do not retry `InvalidArgument`: an `n` past `i64::MAX`, or
+//!   was dropped; or 4 tries of one write lost to concurrent changes of its
+//!   document, its increments likewise pending). Do not retry
+//!   `InvalidArgument`: an `n` past `i64::MAX`, or
 //!   one that would take a key's pending count past it, is refused before it
 //!   enters the buffer (before: `u64::MAX` panicked with "attempt to add with
 //!   overflow", and an amount past `i64::MAX` stayed pending and failed every

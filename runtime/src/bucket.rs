@@ -186,8 +186,6 @@ const STALE: &str = "mp_stale";
 const NEXT: &str = "mp_next";
 /// `NEXT` as a path in an expression.
 const NEXT_PATH: &str = "$mp_next";
-/// Attempts at a push that keeps losing races before it gives up.
-const MAX_ATTEMPTS: usize = 64;
 
 /// What `#[bucket(...)]` declares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,6 +9,28 @@
 //! and lose the next one together. The bound is that API's 120 s, so a
 //! call retries its own races no longer than a transaction of its own
 //! would.
+//!
+//! A loop pauses only after a race it lost (a write that matched nothing
+//! because another writer changed the document, a duplicate key on an
+//! insert another writer won, a held lease); a round that made progress
+//! neither pauses nor counts. Its users:
+//!
+//! - the rank histogram: `rank_histogram/write.rs` and `documents.rs`
+//!   (`Retry`), and `txn.rs`'s wait for a non-atomic write's `+1`
+//!   ([`backoff`]);
+//! - the shard key's `upsert` and `replace` (`shard_key/write.rs`);
+//! - buckets: `push` and `push_many` (`bucket/write.rs`); the wait for the
+//!   key's lease (60 s, pauses of 25 ms at most); and, within a fraction
+//!   of the lease so that its holder gives it back before it can end,
+//!   `mark` and the late push (`bucket/order.rs`) and `remove`
+//!   (`bucket/edit.rs`);
+//! - a buffered counter's flush write (`approx_counter/buffer.rs`), which
+//!   gives up after a few tries by design ([`Retry::at_most`]).
+//!
+//! Inside a caller's transaction nothing waits out the bound: a push or
+//! `push_many` there retries a few rounds without pausing (it would read
+//! the same snapshot again), then returns a transient error that the
+//! caller's `and_run2` reruns.
 
 use std::time::{Duration, Instant};
 
@@ -28,6 +50,8 @@ pub(crate) struct Retry {
     attempt: u32,
     /// The longest one pause may be (500 ms unless set).
     cap: Duration,
+    /// Attempts after which it gives up whatever the time (none unless set).
+    most: Option<usize>,
 }
 
 impl Retry {
@@ -45,6 +69,7 @@ impl Retry {
             bound,
             attempt: 0,
             cap: CAP,
+            most: None,
         }
     }
 
@@ -55,15 +80,23 @@ impl Retry {
         self
     }
 
+    /// At most `attempts` attempts too, for a retry that gives up early by
+    /// design (a counter flush leaves its increments pending for the next).
+    pub(crate) fn at_most(mut self, attempts: usize) -> Self {
+        self.most = Some(attempts);
+        self
+    }
+
     /// Attempts made so far (the first counts once it failed).
     pub(crate) fn attempts(&self) -> usize {
         self.attempt as usize + 1
     }
 
     /// After a lost race: sleeps the next backoff, or returns
-    /// [`Error::Contended`] once the bound has passed.
+    /// [`Error::Contended`] once the bound has passed (or the attempts
+    /// set with [`Retry::at_most`] are spent).
     pub(crate) async fn pause(&mut self) -> Result<()> {
-        if self.started.elapsed() >= self.bound {
+        if self.started.elapsed() >= self.bound || self.most.is_some_and(|m| self.attempts() >= m) {
             return Err(self.contended());
         }
         // Boxed: rare, and inline it would grow every caller's future.
@@ -129,6 +162,25 @@ mod tests {
             .collect();
         assert!(capped.iter().all(|d| *d <= Duration::from_millis(25)));
         assert!(capped.len() > 10, "jittered under a cap too: {capped:?}");
+    }
+
+    #[tokio::test]
+    async fn contended_after_at_most_attempts() {
+        let mut r = Retry::new("op").at_most(4);
+        for _ in 0..3 {
+            r.pause().await.unwrap();
+        }
+        let err = r.pause().await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Contended {
+                    operation: "op",
+                    attempts: 4
+                }
+            ),
+            "{err:?}"
+        );
     }
 
     #[tokio::test]

@@ -41,6 +41,7 @@ use super::write::{amount_bson, number};
 use super::{lock, shard_of, Inner, FLUSH_CONCURRENCY, SHARDS};
 use crate::action::Options;
 use crate::error::{Error, Result};
+use crate::retry::Retry;
 
 /// The field a buffered counter adds to the documents it writes: the last
 /// flush each recent handle applied, `[{h: <handle>, s: <seq>}, ...]`.
@@ -49,7 +50,11 @@ pub const FLUSHES: &str = "_mp_flushes";
 pub const HANDLES_KEPT: i64 = 16;
 /// Rounds one call writes a key before it leaves the rest to the next.
 const ROUNDS: usize = 4;
-/// Tries of one flush write against a document that changed under it.
+/// Tries of one flush write against a document that changed under it, a
+/// few only by design: the key stays busy meanwhile (another flush waits
+/// for it at most [`BUSY_WAIT`]), and a flush that gives up keeps its
+/// increments in flight for the next flush to send again. The pauses
+/// between them are the one retry policy's ([`crate::retry`]).
 const TRIES: usize = 4;
 /// The longest a flush waits for a key another call is writing (a future
 /// kept but no longer polled would hold it for ever).
@@ -415,7 +420,8 @@ impl Inner {
         check.projection = Some(doc! {field: 1, FLUSHES: 1});
         check.selection_criteria = Some(crate::util::primary());
         let mut resent = false;
-        for _ in 0..TRIES {
+        let mut retry = Retry::new("flush").at_most(TRIES);
+        loop {
             let res = self
                 .update(filter.clone(), update.clone().into(), opts, false, None)
                 .await;
@@ -443,23 +449,21 @@ impl Inner {
                 .find_one(doc! {"_id": id})
                 .with_options(check.clone())
                 .await?;
-            let Some(d) = found else {
-                if self.spec.upsert {
-                    continue; // deleted in between: create it
-                }
+            match found {
+                // Deleted in between: create it.
+                None if self.spec.upsert => {}
                 // Missing and not to be created: nothing to count.
-                return Ok(());
-            };
-            if applied(&d, hid, seq) {
-                return Ok(());
+                None => return Ok(()),
+                Some(d) if applied(&d, hid, seq) => return Ok(()),
+                // Changed in between (another client fixed the field).
+                Some(d) => {
+                    number(&d, field, self.coll.name())?;
+                }
             }
-            number(&d, field, self.coll.name())?;
-            // Changed in between (another client fixed the field): again.
+            // A race lost (or a concurrent upsert's duplicate key): again,
+            // after a pause, while tries are left.
+            retry.pause().await?;
         }
-        Err(Error::Contended {
-            operation: "flush",
-            attempts: TRIES,
-        })
     }
 }
 

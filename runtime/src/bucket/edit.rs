@@ -17,7 +17,7 @@ use mongodb::options::ReturnDocument;
 use super::act::Cx;
 use super::bookkeeping::raw_int;
 use super::write::item_len;
-use super::{Bucketed, Buckets, LEN, MAX_ATTEMPTS, OPS, OPS_KEPT, OPS_PATH, TYPE};
+use super::{Bucketed, Buckets, LEN, OPS, OPS_KEPT, OPS_PATH, TYPE};
 use crate::error::{Error, Result};
 use crate::util::id_of;
 use crate::util::id_range;
@@ -60,9 +60,10 @@ impl<T: Bucketed> Buckets<T> {
             doc! {"$set": {"count": {"$size": &items}, "sealed": true}},
         ];
         let mut removed = 0;
-        let mut done = false;
         let mut marked = false;
-        for _ in 0..MAX_ATTEMPTS {
+        // Under the lease: retried within a fraction of it (`leased_retry`).
+        let mut retry = Self::leased_retry("remove");
+        let done = loop {
             let pipeline = vec![
                 doc! {"$match": id_range("k", key)},
                 doc! {"$project": {
@@ -94,8 +95,7 @@ impl<T: Bucketed> Buckets<T> {
                 }
             }
             if found.is_empty() {
-                done = true;
-                break;
+                break Ok(());
             }
             // Positions after the first changed bucket go stale until the
             // recomputation below: mark the key's buckets, so that a read
@@ -132,20 +132,19 @@ impl<T: Bucketed> Buckets<T> {
                 }
             }
             if all {
-                done = true;
-                break;
+                break Ok(());
             }
-        }
+            // A bucket changed since it was read (a push in order, which
+            // takes no lease, won): read again after a pause, or give up,
+            // recomputing positions first either way.
+            if let Err(e) = retry.pause().await {
+                break Err(e);
+            }
+        };
         if marked {
             self.reindex_now(key, None).await?;
         }
-        if !done {
-            return Err(Error::Contended {
-                operation: "remove",
-                attempts: MAX_ATTEMPTS,
-            });
-        }
-        Ok(removed)
+        done.map(|()| removed)
     }
 
     /// [`Buckets::update`], in `cx`.

@@ -66,8 +66,9 @@ pub(super) struct Waiting {
 /// What became of a batch offered to one bucket.
 enum Appended {
     Yes,
-    /// Not stored; the bucket as read since, when it was.
-    No(Option<Head>),
+    /// Not stored; the bucket as read since, when it was (boxed: the rare
+    /// case, and inline it would make every outcome hundreds of bytes).
+    No(Option<Box<Head>>),
 }
 
 /// Each key's queue while a batch of it is out (a key with no entry has
@@ -201,7 +202,7 @@ impl<T: Bucketed> Buckets<T> {
                     Ok(Appended::No(head)) if room.is_none() && reads < 4 => {
                         // What the bucket has room for.
                         reads += 1;
-                        room = Some(self.room(&queued, head));
+                        room = Some(self.room(&queued, head.map(|h| *h)));
                         continue;
                     }
                     Ok(Appended::No(_)) => {}
@@ -313,7 +314,7 @@ impl<T: Bucketed> Buckets<T> {
                 // batch would be stored twice.
                 match self.bucket(key, seq, Some(op), cx).await {
                     Ok(Some(h)) if h.mine => Ok(Appended::Yes),
-                    Ok(found) => Ok(Appended::No(found)),
+                    Ok(found) => Ok(Appended::No(found.map(Box::new))),
                     Err(Error::Database(e)) => Err(e),
                     Err(other) => Err(mongodb::error::Error::custom(other.to_string())),
                 }

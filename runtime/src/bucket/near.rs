@@ -101,7 +101,7 @@ impl<T: Bucketed> Buckets<T> {
             // marked): in a caller's transaction a race to run again,
             // else the lease's way.
             if cx.txn {
-                return Err(super::write::raced(super::write::contended("push")));
+                return Err(super::write::raced(super::write::contended("push", 1)));
             }
             return Ok(Near::Far);
         }
@@ -147,7 +147,7 @@ impl<T: Bucketed> Buckets<T> {
             // A race: abort, so that a caller who ignored the error
             // cannot commit half of it; `and_run2` runs it again.
             let _ = s.abort_transaction().await;
-            return Err(super::write::raced(super::write::contended("push")));
+            return Err(super::write::raced(super::write::contended("push", 1)));
         }
         // A transaction of the push's own runs as a task of its own: a
         // caller that stops waiting must not cut it after its first write

@@ -19,8 +19,9 @@ use mongodb::bson::{doc, Bson, DateTime, Document, RawBsonRef, RawDocumentBuf};
 use super::act::Cx;
 use super::bookkeeping::as_f64;
 use super::edit::with_op;
-use super::{Bucketed, Buckets, Head, MAX_ATTEMPTS, MAX_BUCKET_BYTES, NEXT, OPS, STALE};
+use super::{Bucketed, Buckets, Head, MAX_BUCKET_BYTES, NEXT, OPS, STALE};
 use crate::error::{Error, Result};
+use crate::retry::Retry;
 use crate::util::id_of;
 use crate::util::id_range;
 
@@ -31,6 +32,14 @@ pub(super) const LEASE_MS: i64 = 10_000;
 /// How long a writer or a read that needs the lease waits for it before
 /// giving up with `Contended`.
 const WAIT_MS: u64 = 60_000;
+/// How long a write that moves positions retries a race it keeps losing
+/// (to pushes in order, which take no lease): a fraction of the lease, so
+/// that its holder gives the lease back before the lease can end under it
+/// and a second writer take it.
+const LEASED_BOUND: Duration = Duration::from_millis(LEASE_MS as u64 / 5);
+/// The longest pause in such a retry, as while waiting for the lease: the
+/// holder keeps every other such write waiting meanwhile.
+const LEASED_CAP: Duration = Duration::from_millis(25);
 /// Items a split is moving out of a bucket, until they are in their new
 /// place: `{to: _id, op, items}`.
 pub(super) const MOVING: &str = "mp_moving";
@@ -67,8 +76,7 @@ impl<T: Bucketed> Buckets<T> {
     pub(super) async fn lock(&self, key: &Bson, op: ObjectId) -> Result<bool> {
         // Pauses of 25 ms at most: the lease is held for the milliseconds
         // of one late write.
-        let mut retry = crate::retry::Retry::within("lease", Duration::from_millis(WAIT_MS))
-            .capped(Duration::from_millis(25));
+        let mut retry = Retry::within("lease", Duration::from_millis(WAIT_MS)).capped(LEASED_CAP);
         // `$toLong`/`$toDate` rather than `$add` on the date itself, which
         // the test server does not evaluate.
         let until = doc! {"$toDate": {"$add": [{"$toLong": "$$NOW"}, LEASE_MS]}};
@@ -116,6 +124,13 @@ impl<T: Bucketed> Buckets<T> {
         Ok(())
     }
 
+    /// The retry of a race lost under the key's lease (or by a write that
+    /// marks positions): within [`LEASED_BOUND`], pauses up to
+    /// [`LEASED_CAP`].
+    pub(super) fn leased_retry(operation: &'static str) -> Retry {
+        Retry::within(operation, LEASED_BOUND).capped(LEASED_CAP)
+    }
+
     /// Runs `body` under the key's lease (`body` learns whether the lease
     /// was taken over), and gives the lease back whatever it returned.
     pub(super) async fn leased<R, F>(&self, key: &Bson, body: impl FnOnce(bool) -> F) -> Result<R>
@@ -149,7 +164,8 @@ impl<T: Bucketed> Buckets<T> {
                 vec![Bson::Document(doc! {"_id": {"$gte": from.clone()}})],
             );
         }
-        for _ in 0..MAX_ATTEMPTS {
+        let mut retry = Self::leased_retry("mark");
+        loop {
             self.coll
                 .update_many(mark.clone(), doc! {"$set": {STALE: true}})
                 .await?;
@@ -158,7 +174,9 @@ impl<T: Bucketed> Buckets<T> {
                 return Ok(());
             }
             if !head.stale {
-                // Opened since the mark: mark it too, and look again.
+                // Opened since the mark by a push (a race lost): mark it
+                // too, and look again.
+                retry.pause().await?;
                 continue;
             }
             if !head.sealed && head.count < i64::from(self.spec.size) {
@@ -213,14 +231,12 @@ impl<T: Bucketed> Buckets<T> {
                     if self.coll.update_one(ahead, set).await?.matched_count == 1 {
                         return Ok(());
                     }
+                    // A push opened it (a race lost): look again.
+                    retry.pause().await?;
                 }
                 Err(e) => return Err(e),
             }
         }
-        Err(Error::Contended {
-            operation: "mark",
-            attempts: MAX_ATTEMPTS,
-        })
     }
 
     /// What a read does on meeting a mark: under the lease, finish any
@@ -288,10 +304,13 @@ impl<T: Bucketed> Buckets<T> {
         };
         let v = item.get(order).cloned().unwrap_or(Bson::Null);
         let mut from: Option<Bson> = None;
-        for round in 0..MAX_ATTEMPTS {
-            // Only a round after a write that did not match can find this
-            // write applied (the driver retried it after a lost reply).
-            let c = self.covering(key, &v, (round > 0).then_some(op)).await?;
+        let mut retry = Self::leased_retry("push");
+        // Whether an insert was sent and matched nothing: only then can a
+        // round find this write applied (the driver retried it after a
+        // lost reply).
+        let mut sent = false;
+        loop {
+            let c = self.covering(key, &v, sent.then_some(op)).await?;
             let Some(c) = c else {
                 return Err(Error::invalid("key", "no bucket to insert into"));
             };
@@ -303,9 +322,14 @@ impl<T: Bucketed> Buckets<T> {
                 from = Some(c.id.clone());
             }
             if c.count + 1 > self.cap() || c.bytes + len > MAX_BUCKET_BYTES {
-                if let Some(lower) = self.split(key, &c).await? {
+                let (split, lower) = self.split(key, &c).await?;
+                if let Some(lower) = lower {
                     // A new first bucket: positions from it on.
                     from = Some(lower);
+                }
+                if !split {
+                    // Changed by a push in order since it was read.
+                    retry.pause().await?;
                 }
                 continue;
             }
@@ -320,13 +344,11 @@ impl<T: Bucketed> Buckets<T> {
             if r.matched_count == 1 {
                 return Ok(from);
             }
-            // Changed by a push in order (the last bucket), or applied
-            // already: the next round reads it again.
+            // Changed by a push in order (the last bucket: a race lost), or
+            // applied already: the next round reads it again.
+            sent = true;
+            retry.pause().await?;
         }
-        Err(Error::Contended {
-            operation: "push",
-            attempts: MAX_ATTEMPTS,
-        })
     }
 
     /// The bucket an item of order value `v` belongs in; `mine` says
@@ -395,8 +417,11 @@ impl<T: Bucketed> Buckets<T> {
     /// itself, in the write that takes them out, then delivered: a crash
     /// between the two leaves them in `c`'s [`MOVING`], which the next
     /// repair delivers. Nothing is lost or shown twice.
-    /// Returns the new bucket's `_id` when it was put before `c`.
-    async fn split(&self, key: &Bson, c: &Head) -> Result<Option<Bson>> {
+    /// Returns whether its write matched (not: `c` changed since it was
+    /// read, or a retry by the driver found it applied), and the new
+    /// bucket's `_id` when it goes before `c` (either way: that bucket's
+    /// positions need recomputing if the split was applied).
+    async fn split(&self, key: &Bson, c: &Head) -> Result<(bool, Option<Bson>)> {
         let half = (c.count / 2).max(1);
         let prev = self.neighbour(key, &c.id, -1).await?;
         let next = self.neighbour(key, &c.id, 1).await?;
@@ -456,9 +481,9 @@ impl<T: Bucketed> Buckets<T> {
             // buckets before it: its first item does.
             doc! {"$unset": FLOOR},
         ];
-        self.coll.update_one(filter, update).await?;
+        let r = self.coll.update_one(filter, update).await?;
         self.finish_moves(key).await?;
-        Ok(lower.then_some(to))
+        Ok((r.matched_count == 1, lower.then_some(to)))
     }
 
     /// Delivers the items that splits set aside and have not delivered yet

@@ -21,8 +21,9 @@ use super::bookkeeping::{order_cmp, raw_int};
 use super::edit::with_op;
 use super::near::Near;
 use super::order::FLOOR;
-use super::{Bucketed, Buckets, Head, MAX_ATTEMPTS, MAX_BUCKET_BYTES, NEXT, OPS, OPS_KEPT, STALE};
+use super::{Bucketed, Buckets, Head, MAX_BUCKET_BYTES, NEXT, OPS, OPS_KEPT, STALE};
 use crate::error::{Error, Result};
+use crate::retry::Retry;
 use crate::util::{id_range, key_bytes};
 
 /// A push's item, prepared once for every attempt.
@@ -121,7 +122,14 @@ impl<T: Bucketed> Buckets<T> {
         let (key, doc, len, slot, op) = (&p.key, &p.doc, p.len, &p.slot, p.op);
         let v = self.order_of(doc);
         let mut hops = 0;
-        for _ in 0..MAX_ATTEMPTS {
+        let mut retry = Retry::new("push");
+        // Whether the next write can fail only by a race: it goes to a
+        // bucket just read with room, or just opened by another writer.
+        // Then a failure pauses; one against a bucket this handle had
+        // wrongly remembered as open (a rollover, most of the time) does
+        // not.
+        let mut contested = false;
+        loop {
             // A key not seen yet starts by creating its first bucket: for a
             // new key that is the whole push. Writes to a bucket that exists
             // are updates whose filter refuses a damaged bucket; an upsert
@@ -162,14 +170,24 @@ impl<T: Bucketed> Buckets<T> {
             }
             if cx.txn && hops >= 3 {
                 // The bucket keeps changing under the transaction's
-                // snapshot: another writer's; the caller runs it again.
-                return Err(raced(contended("push")));
+                // snapshot: another writer's; the caller runs it again (a
+                // few hops only: a caller's transaction must not wait out
+                // the retry's bound, and pausing in it reads the same
+                // snapshot again).
+                return Err(raced(contended("push", hops)));
+            }
+            if std::mem::take(&mut contested) && !cx.txn {
+                // A race lost: the write matched nothing, or its insert met
+                // another writer's bucket.
+                retry.pause().await?;
             }
             // Full, closed, or not there, late, or this very write applied
             // already (a retry by the driver found its id). A point read
             // says which; after a few hops forward, ask for the newest
             // bucket instead.
             hops += 1;
+            // Whether `head` is the key's newest bucket, read by the index.
+            let mut newest = known.is_none();
             let head = if known.is_none() {
                 // The key has buckets this handle had not seen: go to its
                 // newest, by the index.
@@ -187,7 +205,10 @@ impl<T: Bucketed> Buckets<T> {
                 }
                 match at {
                     Some(h) if hops <= 2 => h,
-                    _ => Box::pin(self.head(key, None, cx)).await?,
+                    _ => {
+                        newest = true;
+                        Box::pin(self.head(key, None, cx)).await?
+                    }
                 }
             };
             if head.exists && !cx.txn {
@@ -212,6 +233,7 @@ impl<T: Bucketed> Buckets<T> {
                 // The bucket has room (another writer opened it, or this
                 // repository had not seen the key): append to it.
                 self.remember(slot, head.seq);
+                contested = true;
                 continue;
             }
             if head.exists && (late(&head.hi) || unbounded) {
@@ -226,7 +248,13 @@ impl<T: Bucketed> Buckets<T> {
                             self.remember(slot, seq);
                             return Ok(());
                         }
-                        Near::Again => continue,
+                        Near::Again => {
+                            // A concurrent write changed what it read.
+                            if !cx.txn {
+                                retry.pause().await?;
+                            }
+                            continue;
+                        }
                         Near::Far => {}
                     }
                 }
@@ -249,16 +277,25 @@ impl<T: Bucketed> Buckets<T> {
                     self.remember(slot, seq);
                     return Ok(());
                 }
-                Ok(None) => {}
+                Ok(None) => {
+                    // The head changed since it was read: a race lost.
+                    if !cx.txn {
+                        retry.pause().await?;
+                    }
+                }
                 Err(e) if e.is_duplicate_key() && cx.txn => return Err(raced(e)),
                 Err(e) if e.is_duplicate_key() => {
-                    // Another writer opened it first: append to theirs.
+                    // Another writer opened it first: append to theirs at
+                    // once. After the key's newest bucket, that one was
+                    // just opened, so failing there too is a race lost;
+                    // after a bucket this handle remembered, it may be
+                    // behind by several.
                     self.remember(slot, head.seq + 1);
+                    contested = newest;
                 }
                 Err(e) => return Err(e),
             }
         }
-        Err(contended("push"))
     }
 
     /// An item's `order` value (null when it has none), if the model has
@@ -311,15 +348,19 @@ impl<T: Bucketed> Buckets<T> {
             docs.sort_by(|(a, _), (b, _)| order_cmp(a.get(order), b.get(order)));
         }
         let mut rest: &[(Document, i64)] = &docs;
-        let mut attempts = 0;
+        // Outside a transaction, rounds that lost a race pause and are
+        // counted by `retry`; rounds that stored items do neither.
+        let mut retry = Retry::new("push_many");
+        // In a caller's transaction, a few rounds of any kind, then a
+        // transient error so that its `and_run2` runs it again: a caller's
+        // transaction must not wait out the retry's bound, and it would
+        // read the same snapshot again.
+        let mut rounds = 0;
         let mut known: Option<Head> = None;
         while !rest.is_empty() {
-            attempts += 1;
-            if attempts > MAX_ATTEMPTS {
-                return Err(contended("push_many"));
-            }
-            if cx.txn && attempts > 4 {
-                return Err(raced(contended("push_many")));
+            rounds += 1;
+            if cx.txn && rounds > 4 {
+                return Err(raced(contended("push_many", rounds - 1)));
             }
             let head = match known.take() {
                 Some(h) => h,
@@ -385,14 +426,20 @@ impl<T: Bucketed> Buckets<T> {
                             hi: self.order_of(&hi).or(head.hi.clone()),
                             ..head
                         });
+                    } else if !cx.txn {
+                        // A concurrent push changed the bucket: look again.
+                        retry.pause().await?;
                     }
-                    // Otherwise a concurrent push changed the bucket: look again.
                     continue;
                 }
             }
             // The open bucket has no room for the next item: close it if
             // only bytes filled it, so that nothing lands behind the new ones.
             if head.exists && !head.sealed && !self.seal_if_unchanged(&head, cx).await? {
+                // Changed since it was read: a race lost.
+                if !cx.txn {
+                    retry.pause().await?;
+                }
                 continue;
             }
             // New buckets for the rest, in one ordered insert.
@@ -494,6 +541,11 @@ impl<T: Bucketed> Buckets<T> {
                         })
                         .map(|(_, n)| n)
                         .sum();
+                    if stored == 0 {
+                        // None of them went in: another writer's bucket
+                        // was first, a race lost.
+                        retry.pause().await?;
+                    }
                     rest = &rest[stored..];
                 }
             }
@@ -747,9 +799,11 @@ pub(super) fn raced(e: Error) -> Error {
     }
 }
 
-pub(super) fn contended(operation: &'static str) -> Error {
+/// `Contended` after `attempts` in a caller's transaction, which a push
+/// retries a few times only (see `push_general`), then leaves to the caller.
+pub(super) fn contended(operation: &'static str, attempts: usize) -> Error {
     Error::Contended {
         operation,
-        attempts: MAX_ATTEMPTS,
+        attempts,
     }
 }
