@@ -124,47 +124,54 @@ async fn pages_exact(repo: &Buckets<Trade>, key: i64, want: &[(i64, i64, i64)]) 
     let straddle = if want.len() <= 3_000 { 7 } else { 250 };
     for per in [100_u32, straddle] {
         for newest in [false, true] {
-            let mut got = Vec::new();
-            for page in 1.. {
-                let mut req = PageRequest::new(page, per);
-                if newest {
-                    req = req.newest_first();
-                }
-                let p = bounded(30, repo.page(&key, req)).await.unwrap();
-                if p.has_more {
-                    assert_eq!(
-                        p.items.len(),
-                        per as usize,
-                        "a page before the last is full"
-                    );
-                }
-                got.extend(p.items.iter().map(|t| {
-                    (
-                        t.date.timestamp_millis(),
-                        i64::from(t.task),
-                        i64::from(t.seq),
-                    )
-                }));
-                if !p.has_more {
-                    break;
-                }
-                assert!(page < 1_000_000, "paging does not end");
-            }
-            if newest {
-                got.reverse();
-            }
+            let got = paged(repo, key, per, newest, |t| {
+                (
+                    t.date.timestamp_millis(),
+                    i64::from(t.task),
+                    i64::from(t.seq),
+                )
+            })
+            .await;
             assert_eq!(got, want, "pages of {per}, newest first: {newest}");
         }
     }
-    assert_eq!(
-        bounded(30, repo.total(&key)).await.unwrap(),
-        want.len() as u64
-    );
 }
 
-/// `tasks` tasks push to one key for `secs` seconds, each item dated at its
-/// call. Returns (round trips per push, pushes per second), after checking
-/// every item stored once and every page exact.
+/// Every page of `per` of `key`, oldest first (a newest-first walk is
+/// turned around), as (date, task, seq); every page before the last full.
+async fn paged<T: mongo_patterns::bucket::Bucketed<Key = i64>>(
+    repo: &Buckets<T>,
+    key: i64,
+    per: u32,
+    newest: bool,
+    row: impl Fn(&T) -> (i64, i64, i64),
+) -> Vec<(i64, i64, i64)> {
+    let mut got = Vec::new();
+    for page in 1.. {
+        let mut req = PageRequest::new(page, per);
+        if newest {
+            req = req.newest_first();
+        }
+        let p = bounded(30, repo.page(&key, req)).await.unwrap();
+        if p.has_more {
+            assert_eq!(
+                p.items.len(),
+                per as usize,
+                "a page before the last is full"
+            );
+        }
+        got.extend(p.items.iter().map(&row));
+        if !p.has_more {
+            break;
+        }
+        assert!(page < 1_000_000, "paging does not end");
+    }
+    if newest {
+        got.reverse();
+    }
+    got
+}
+
 async fn hot_dated(test: &str, tasks: u32, secs: f64) -> (f64, f64) {
     let (db, commands) = fresh(test, tasks.max(10)).await;
     let repo = Trade::buckets(&db);
@@ -390,28 +397,14 @@ async fn sixteen_callers_transactions_push_dated_at_the_call() {
     let pushed: HashMap<i64, u64> = (0..16).map(|t| (t, u64::from(EACH))).collect();
     once_each(&stored, &pushed);
     for newest in [false, true] {
-        let mut got = Vec::new();
-        for page in 1.. {
-            let mut req = PageRequest::new(page, 7);
-            if newest {
-                req = req.newest_first();
-            }
-            let p = bounded(30, repo.page(&KEY, req)).await.unwrap();
-            got.extend(p.items.iter().map(|t| {
-                (
-                    t.date.timestamp_millis(),
-                    i64::from(t.task),
-                    i64::from(t.seq),
-                )
-            }));
-            if !p.has_more {
-                break;
-            }
-            assert!(page < 10_000, "paging does not end");
-        }
-        if newest {
-            got.reverse();
-        }
+        let got = paged(&repo, KEY, 7, newest, |t| {
+            (
+                t.date.timestamp_millis(),
+                i64::from(t.task),
+                i64::from(t.seq),
+            )
+        })
+        .await;
         assert_eq!(got, stored, "pages of 7, newest first: {newest}");
     }
     println!(
