@@ -135,19 +135,29 @@ use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::util::impls;
 
+// Submodules in layers, bottom up; each imports only from the layers
+// below it (`scripts/modgraph runtime/src/bucket` checks it):
+// `stored`, `filter`, `cx` (what a bucket holds, filters, a call's
+// context) < `read` < `lease` < `fresh` (reads that repair first),
+// `ahead`, `late` < `near` < `write` < `many`, `group` < `edit` < `act`.
 mod act;
 mod ahead;
-mod bookkeeping;
+mod cx;
 mod edit;
+mod filter;
+mod fresh;
 mod group;
+mod late;
+mod lease;
 mod near;
-mod order;
 mod read;
-#[doc(hidden)]
-pub use read::{key_of, KeyInItem};
+mod stored;
 mod write;
+mod many;
+
 pub use act::{FetchPage, ItemStream, Push, PushMany, Reindex, Remove, Total, Update};
-pub use edit::{FIELD_OPERATORS, LOGICAL_OPERATORS};
+pub use filter::{FIELD_OPERATORS, LOGICAL_OPERATORS};
+pub use read::{key_of, KeyInItem};
 
 /// Largest bucket `#[bucket(size = ...)]` accepts. Past it, documents grow
 /// into megabytes that every page read has to load: use a time-series
@@ -158,35 +168,6 @@ pub const MAX_PER_PAGE: u32 = 10_000;
 /// A bucket's items stop short of this many bytes, leaving room under
 /// MongoDB's 16 MiB for the bucket's own fields.
 pub const MAX_BUCKET_BYTES: i64 = 16 * 1024 * 1024 - 64 * 1024;
-/// Fields the repository's reads compute beside a bucket's own: the
-/// array's length, and its BSON type.
-const LEN: &str = "mp_len";
-const TYPE: &str = "mp_type";
-/// Whether the bucket holds the write id a read asks about.
-const MINE: &str = "mp_mine";
-/// The order values of a bucket's first and last items, as reads compute
-/// them.
-const LO: &str = "mp_lo";
-const HI: &str = "mp_hi";
-/// Each bucket keeps the ids of the last writes that changed it, so that a
-/// write the driver retries after a lost reply (it does so once, for
-/// example across a server restart) is recognised and not applied twice.
-const OPS: &str = "mp_ops";
-/// `OPS` as a path in an expression.
-const OPS_PATH: &str = "$mp_ops";
-/// How many write ids a bucket keeps: more than the writes that can land
-/// between a write and its retry (one per concurrent writer).
-const OPS_KEPT: i32 = 64;
-/// Set on every bucket of a key while a `remove` changes counts and has not
-/// yet recomputed `start`: a read that meets it recomputes them first, so a
-/// removal cut short by a crash leaves no page wrong.
-const STALE: &str = "mp_stale";
-/// Set on an empty bucket opened ahead of the pushes that will fill it
-/// (see [`ahead`]): reads of the newest bucket pass over it.
-const NEXT: &str = "mp_next";
-/// `NEXT` as a path in an expression.
-const NEXT_PATH: &str = "$mp_next";
-
 /// What `#[bucket(...)]` declares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BucketSpec {
@@ -377,38 +358,6 @@ impl<T> Clone for Buckets<T> {
             queues: self.queues.clone(),
             clock_skew_ms: self.clock_skew_ms,
             _items: PhantomData,
-        }
-    }
-}
-
-/// The newest bucket of a key, as a push or a page needs it.
-#[derive(Debug, Clone, Default)]
-struct Head {
-    /// The bucket's `_id`, and its `seq` as stored (a double between two
-    /// integers after a split); `seq` is its integer part.
-    id: Bson,
-    raw_seq: Bson,
-    /// The order values of its first and last items (its floor when empty).
-    lo: Option<Bson>,
-    hi: Option<Bson>,
-    seq: i64,
-    start: i64,
-    count: i64,
-    bytes: i64,
-    sealed: bool,
-    exists: bool,
-    /// The bucket holds the write id the read asked about.
-    mine: bool,
-    /// A removal has not finished recomputing `start` (see [`STALE`]).
-    stale: bool,
-}
-
-impl Head {
-    fn total(&self) -> i64 {
-        if self.exists {
-            self.start + self.count
-        } else {
-            0
         }
     }
 }

@@ -17,10 +17,9 @@
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, Document, RawBsonRef};
 
-use super::act::Cx;
-use super::bookkeeping::raw_int;
-use super::write::Pushed;
-use super::{Bucketed, Buckets, MAX_BUCKET_BYTES, NEXT, NEXT_PATH, OPS, OPS_KEPT, OPS_PATH, STALE};
+use super::cx::{Cx, Pushed};
+use super::stored::{raw_int, NEXT, NEXT_PATH, OPS, OPS_KEPT, OPS_PATH, STALE};
+use super::{Bucketed, Buckets, MAX_BUCKET_BYTES};
 use crate::error::{Error, Result};
 use crate::util::id_range;
 

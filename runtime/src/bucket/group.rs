@@ -49,12 +49,12 @@ use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, Document};
 use tokio::sync::oneshot;
 
-use super::act::Cx;
-use super::bookkeeping::order_cmp;
-use super::write::Pushed;
-use super::{Bucketed, Buckets, Head, MAX_BUCKET_BYTES, NEXT, OPS};
+use super::cx::{Cx, Pushed};
+use super::stored::{item_len, order_cmp, Head, NEXT, OPS};
+use super::{Bucketed, Buckets, MAX_BUCKET_BYTES};
 use crate::action::Effective;
 use crate::error::{Error, Result};
+use crate::util::key_bytes;
 
 /// A queued push: its item, and where its outcome goes.
 #[derive(Debug)]
@@ -98,6 +98,27 @@ impl Drop for Running<'_> {
 }
 
 impl<T: Bucketed> Buckets<T> {
+    /// [`Buckets::push`], in `cx`: the first command inline, the rest
+    /// (reads, rollovers, retries) boxed when it runs: inline, it would
+    /// make every push's future too large for a small allocation.
+    pub(super) async fn push_in(&self, item: &T, cx: &mut Cx<'_>) -> Result<()> {
+        let key = self.key_bson(item.bucket_key())?;
+        let doc = self.item_doc(item)?;
+        // Boxed: a push's future holds it across every `.await`.
+        let p = Box::new(Pushed {
+            len: item_len(&doc)?,
+            slot: key_bytes(&key),
+            key,
+            doc,
+            // One id for every attempt: once one is applied, no other can be.
+            op: ObjectId::new(),
+        });
+        if self.groups(cx) {
+            return Box::pin(self.push_grouped(p)).await;
+        }
+        self.push_one(&p, cx).await
+    }
+
     /// Whether the push `p` in `cx` goes through the key's queue.
     pub(super) fn groups(&self, cx: &Cx<'_>) -> bool {
         cx.session.is_none()

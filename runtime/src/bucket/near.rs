@@ -14,7 +14,7 @@
 //! are cheap to write:
 //!
 //! - In the **last** bucket (its value not below the bucket's floor, see
-//!   [`FLOOR`](super::order::FLOOR)): no position after it moves, so one
+//!   [`FLOOR`](FLOOR)): no position after it moves, so one
 //!   update inserts it sorted, even when the bucket is full (it may hold
 //!   up to twice `size`, as late items always could). What makes this
 //!   safe against the writer opening the next bucket: with `order`, that
@@ -36,7 +36,7 @@
 //! Anything further back (below the floor of the bucket before the last),
 //! a bucket that would have to split, a last bucket closed (by bytes, a
 //! removal, a split), a bucket no longer as read, or a deployment without
-//! transactions goes the lease's way, as before ([`order`](super::order));
+//! transactions goes the lease's way, as before ([`late`](super::late));
 //! inside a caller's transaction, a bucket no longer as read is a race
 //! handed back as transient, and anything further back is refused. The
 //! items that reach this module at all are few once pushes of one process
@@ -53,11 +53,9 @@ use std::sync::atomic::Ordering;
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};
 
-use super::act::Cx;
-use super::bookkeeping::order_cmp;
-use super::order::MOVING;
-use super::write::Pushed;
-use super::{Bucketed, Buckets, Head, MAX_BUCKET_BYTES, OPS, STALE};
+use super::cx::{contended, raced, Cx, Pushed};
+use super::stored::{order_cmp, Head, MOVING, OPS, STALE};
+use super::{Bucketed, Buckets, MAX_BUCKET_BYTES};
 use crate::error::{Error, Result};
 use crate::util::id_range;
 
@@ -101,7 +99,7 @@ impl<T: Bucketed> Buckets<T> {
             // marked): in a caller's transaction a race to run again,
             // else the lease's way.
             if cx.txn {
-                return Err(super::write::raced(super::write::contended("push", 1)));
+                return Err(raced(contended("push", 1)));
             }
             return Ok(Near::Far);
         }
@@ -147,7 +145,7 @@ impl<T: Bucketed> Buckets<T> {
             // A race: abort, so that a caller who ignored the error
             // cannot commit half of it; `and_run2` runs it again.
             let _ = s.abort_transaction().await;
-            return Err(super::write::raced(super::write::contended("push", 1)));
+            return Err(raced(contended("push", 1)));
         }
         // A transaction of the push's own runs as a task of its own: a
         // caller that stops waiting must not cut it after its first write

@@ -2,8 +2,7 @@
 //! and the recomputation of `start` that a read runs first when a removal
 //! left positions stale.
 
-use futures::stream::BoxStream;
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use mongodb::bson;
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, Document, RawArray, RawBsonRef, RawDocument, RawDocumentBuf};
@@ -17,65 +16,63 @@ pub use keyed::{key_of, KeyInItem};
 
 use newest::{PAGE, P_END, P_FROM};
 
-use super::act::Cx;
-use super::bookkeeping::{is_stale, raw_int};
-use super::{
-    BucketPage, Bucketed, Buckets, Head, PageRequest, HI, LEN, LO, MINE, NEXT, OPS_PATH, STALE,
-    TYPE,
-};
-use crate::action::Options;
+use super::cx::Cx;
+use super::stored::{is_stale, raw_int, Head, LEN, NEXT, STALE, TYPE};
+use super::{BucketPage, Bucketed, Buckets, PageRequest};
 use crate::error::{Error, Result};
 use crate::util::id_of;
 use crate::util::id_range;
 
+/// Keys whose open bucket a repository remembers; past it, it forgets all.
+const MAX_REMEMBERED: usize = 100_000;
+
 impl<T: Bucketed> Buckets<T> {
-    /// [`Buckets::page`], in `cx`.
-    pub(super) async fn page_in(
-        &self,
-        key_b: &Bson,
-        req: PageRequest,
-        cx: &mut Cx<'_>,
-    ) -> Result<BucketPage<T>> {
-        req.check()?;
-        // A read that meets a removal's mark recomputes `start` and reads
-        // again, once: a page is never cut by stale positions.
-        let mut page = self.page_once(key_b, req, cx).await?;
-        if page.is_none() {
-            // Boxed, as every repair below: inline, it would make every
-            // read's future too large for a small allocation.
-            page = Box::pin(self.page_repaired(key_b, req, cx)).await?;
+    /// An error naming the first damaged bucket of `key`, if it has one.
+    pub(super) async fn refuse_damaged(&self, key: &Bson) -> Result<()> {
+        let mut filter = id_range("k", key);
+        filter.insert("$expr", doc! {"$not": [self.sound()]});
+        let found = self
+            .raw
+            .find_one(filter)
+            .sort(doc! {"_id": 1})
+            .projection(self.head_projection(None))
+            .await?;
+        match found {
+            Some(b) => self.refuse_found(&b),
+            None => Ok(()),
         }
-        // Marked again at once: a removal is running on this key.
-        page.ok_or(Error::Contended {
-            operation: "page",
-            attempts: 2,
-        })
     }
 
-    /// The page, read again after `start` is recomputed: `None` if the
-    /// key was marked again meanwhile.
-    async fn page_repaired(
-        &self,
-        key_b: &Bson,
-        req: PageRequest,
-        cx: &mut Cx<'_>,
-    ) -> Result<Option<BucketPage<T>>> {
-        cx.outside_transaction("repairing positions a removal left")?;
-        // Under the lease, no write can mark the key again before the
-        // page is read.
-        let scoped = self.scoped(&cx.opts);
-        let (scoped, cx) = (&scoped, &mut *cx);
-        scoped
-            .leased(key_b, |_| async move {
-                scoped.finish_moves(key_b).await?;
-                scoped.reindex_now(key_b, None).await?;
-                self.page_once(key_b, req, cx).await
-            })
-            .await
+    /// The error naming damaged bucket `b`, as read.
+    pub(super) fn refuse_found(&self, b: &RawDocumentBuf) -> Result<()> {
+        self.head_of(b)?;
+        Err(Error::damaged(
+            self.coll.name(),
+            id_of(b),
+            "count",
+            "does not agree with the bucket's items",
+        ))
+    }
+
+    pub(super) fn remembered(&self, slot: &[u8]) -> Option<i64> {
+        self.heads.lock().ok()?.get(slot).copied()
+    }
+
+    pub(super) fn remember(&self, slot: &[u8], seq: i64) {
+        if let Ok(mut heads) = self.heads.lock() {
+            if let Some(known) = heads.get_mut(slot) {
+                *known = seq;
+                return;
+            }
+            if heads.len() >= MAX_REMEMBERED {
+                heads.clear();
+            }
+            heads.insert(slot.to_vec(), seq);
+        }
     }
 
     /// The page, or `None` if a bucket it read was marked stale.
-    async fn page_once(
+    pub(super) async fn page_once(
         &self,
         key: &Bson,
         req: PageRequest,
@@ -146,69 +143,6 @@ impl<T: Bucketed> Buckets<T> {
         }))
     }
 
-    /// [`Buckets::total`], in `cx`.
-    pub(super) async fn total_in(&self, key_b: &Bson, cx: &mut Cx<'_>) -> Result<u64> {
-        Ok(self.fresh_head(key_b, cx).await?.total() as u64)
-    }
-
-    /// The newest bucket, with `start` recomputed first if a removal left
-    /// it stale.
-    pub(super) async fn fresh_head(&self, key: &Bson, cx: &mut Cx<'_>) -> Result<Head> {
-        let head = self.head(key, None, cx).await?;
-        if !head.stale {
-            return Ok(head);
-        }
-        // Boxed: inline, the repair would make every read's future too
-        // large for a small allocation.
-        Box::pin(self.head_repaired(key, cx)).await
-    }
-
-    /// The newest bucket, after `start` is recomputed under the key's
-    /// lease.
-    async fn head_repaired(&self, key: &Bson, cx: &mut Cx<'_>) -> Result<Head> {
-        cx.outside_transaction("repairing positions a removal left")?;
-        let scoped = self.scoped(&cx.opts);
-        let scoped = &scoped;
-        scoped
-            .leased(key, |_| async move {
-                scoped.finish_moves(key).await?;
-                scoped.reindex_now(key, None).await?;
-                self.head(key, None, cx).await
-            })
-            .await
-    }
-
-    /// [`Buckets::stream`] with options `opts`.
-    pub(super) fn stream_in(
-        &self,
-        key_b: Result<Bson>,
-        opts: Options,
-    ) -> BoxStream<'static, Result<T>> {
-        let this = self.scoped(&opts);
-        futures::stream::once(async move {
-            let key_b = key_b?;
-            let cursor = this
-                .reads
-                .find(id_range("k", &key_b))
-                .with_options(opts.driver::<mongodb::options::FindOptions>())
-                .sort(doc! {"_id": 1})
-                .await?;
-            let items = cursor.map_err(Error::from).map(move |bucket| {
-                let bucket = bucket?;
-                let len = match bucket.get(this.spec.items) {
-                    Ok(Some(RawBsonRef::Array(a))) => Some(a.into_iter().count() as i64),
-                    _ => None,
-                };
-                this.check(&bucket, len)?;
-                let items = this.items_of(&bucket, &key_b, i64::MAX)?;
-                Ok::<_, Error>(futures::stream::iter(items.into_iter().map(Ok)))
-            });
-            Ok::<_, Error>(items.try_flatten())
-        })
-        .try_flatten()
-        .boxed()
-    }
-
     /// The aggregation a page sends: its only command, unless it meets
     /// positions a removal left stale. Newest first, it also reads the
     /// newest bucket, whose total places the page.
@@ -268,67 +202,6 @@ impl<T: Bucketed> Buckets<T> {
             .projection(self.head_projection(op));
         let found = crate::action::run!(find, cx.session.as_deref_mut())?;
         found.map(|d| self.head_of(&d)).transpose()
-    }
-
-    pub(super) fn head_projection(&self, op: Option<ObjectId>) -> Document {
-        let mut p = doc! {
-            "start": 1, "count": 1, "bytes": 1, "sealed": 1, STALE: 1,
-            LEN: self.len_expr(),
-            TYPE: {"$type": self.paths.items.as_str()},
-        };
-        if self.spec.order.is_some() {
-            p.insert(LO, self.lo_expr());
-            p.insert(HI, self.hi_expr());
-        }
-        if let Some(op) = op {
-            p.insert(
-                MINE,
-                doc! {"$in": [op, {"$cond": [{"$isArray": [OPS_PATH]}, OPS_PATH, []]}]},
-            );
-        }
-        p
-    }
-
-    pub(super) fn head_of(&self, d: &RawDocument) -> Result<Head> {
-        let seq = match d.get("_id") {
-            Ok(Some(RawBsonRef::Document(id))) => match id.get("s") {
-                Ok(Some(RawBsonRef::Double(v))) if v.is_finite() && v.abs() < 9.0e15 => {
-                    Some((v.floor() as i64, Bson::Double(v)))
-                }
-                _ => raw_int(id, "s").ok().map(|s| (s, Bson::Int64(s))),
-            },
-            _ => None,
-        }
-        .ok_or_else(|| {
-            Error::damaged(
-                self.coll.name(),
-                id_of(d),
-                "_id",
-                "is not {k: key, s: integer}",
-            )
-        })?;
-        let len = raw_int(d, LEN).ok();
-        let (start, count) = self.check(d, len)?;
-        let value = |f: &str| {
-            d.get(f)
-                .ok()
-                .flatten()
-                .and_then(|v| Bson::try_from(crate::compat::to_raw_bson(v)).ok())
-        };
-        Ok(Head {
-            id: id_of(d),
-            raw_seq: seq.1,
-            lo: value(LO),
-            hi: value(HI),
-            seq: seq.0,
-            start,
-            count,
-            bytes: raw_int(d, "bytes").unwrap_or(0),
-            sealed: matches!(d.get("sealed"), Ok(Some(RawBsonRef::Boolean(true)))),
-            exists: true,
-            mine: matches!(d.get(MINE), Ok(Some(RawBsonRef::Boolean(true)))),
-            stale: is_stale(d),
-        })
     }
 
     /// Items `[from, from + n)` of `key`, oldest first, in one aggregation;
@@ -477,7 +350,7 @@ impl<T: Bucketed> Buckets<T> {
     /// Up to `take` items of a bucket, typed, with the key put back.
     /// Errors name the bucket by its `_id`, and the item by its index in
     /// the array as sent (the page's slice for a page).
-    fn items_of(&self, bucket: &RawDocument, key: &Bson, take: i64) -> Result<Vec<T>> {
+    pub(super) fn items_of(&self, bucket: &RawDocument, key: &Bson, take: i64) -> Result<Vec<T>> {
         let take = take.max(0) as usize;
         // One pass over the bucket's bytes; on any error, again item by
         // item, to name the item and the problem.
@@ -524,47 +397,5 @@ impl<T: Bucketed> Buckets<T> {
             );
         }
         Ok(out)
-    }
-
-    /// Recomputes `start` of the key's buckets from the counts before them,
-    /// and clears a removal's mark. Refuses a key with a damaged bucket
-    /// first: positions summed from a damaged count would be wrong for every
-    /// later bucket. With `from`, writes only the buckets from that `_id` on
-    /// (the others' positions did not change).
-    pub(super) async fn reindex_now(&self, key: &Bson, from: Option<&Bson>) -> Result<()> {
-        self.refuse_damaged(key).await?;
-        // A bucket opened ahead assumes the one before fills to `size`,
-        // which the sum below does not: it goes, and a push opens it again.
-        let mut ahead = id_range("k", key);
-        ahead.extend(doc! {NEXT: true, "count": 0});
-        self.coll.delete_many(ahead).await?;
-        let mut pipeline = vec![
-            doc! {"$match": id_range("k", key)},
-            doc! {"$setWindowFields": {
-                "sortBy": {"_id": 1},
-                "output": {"start": {"$sum": "$count", "window": {"documents": ["unbounded", -1]}}},
-            }},
-        ];
-        if let Some(from) = from {
-            pipeline.push(doc! {"$match": {"_id": {"$gte": from.clone()}}});
-        }
-        pipeline.extend([
-            // Clears a removal's mark: positions are right again.
-            doc! {"$project": {"start": 1, STALE: {"$literal": false}}},
-            doc! {"$merge": {
-                "into": self.coll.name(),
-                "on": "_id",
-                "whenMatched": "merge",
-                "whenNotMatched": "discard",
-            }},
-        ]);
-        // On the primary: `$merge` runs where the read does (a secondary
-        // since 5.0), and would write `start` from a lagging copy.
-        self.raw
-            .aggregate(pipeline)
-            .await?
-            .try_collect::<Vec<_>>()
-            .await?;
-        Ok(())
     }
 }

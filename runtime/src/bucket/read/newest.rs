@@ -4,8 +4,8 @@
 
 use mongodb::bson::{doc, Bson, Document, RawDocument};
 
-use super::super::bookkeeping::raw_int;
-use super::super::{Bucketed, Buckets, LEN, NEXT, STALE, TYPE};
+use super::super::stored::{raw_int, LEN, NEXT, STALE, TYPE};
+use super::super::{Bucketed, Buckets};
 use crate::error::Result;
 use crate::util::id_range;
 

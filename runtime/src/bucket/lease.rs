@@ -1,5 +1,5 @@
-//! `order` across buckets: late items, the per-key lease that serializes
-//! every write that moves positions, and the repair a read runs first.
+//! The per-key lease that serializes every write that moves positions,
+//! the marks it sets, the moves it finishes and the recount of `start`.
 //!
 //! A write that changes the count of a bucket before the key's last (a
 //! late item, a split, a removal) shifts the `start` of every later bucket.
@@ -16,10 +16,9 @@ use futures::TryStreamExt;
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, DateTime, Document, RawBsonRef, RawDocumentBuf};
 
-use super::act::Cx;
-use super::bookkeeping::as_f64;
-use super::edit::with_op;
-use super::{Bucketed, Buckets, Head, MAX_BUCKET_BYTES, NEXT, OPS, STALE};
+use super::cx::Cx;
+use super::stored::{between, item_len, seq_id, with_op, Head, FLOOR, MOVING, NEXT, OPS, STALE};
+use super::{Bucketed, Buckets, MAX_BUCKET_BYTES};
 use crate::error::{Error, Result};
 use crate::retry::Retry;
 use crate::util::id_of;
@@ -40,23 +39,6 @@ const LEASED_BOUND: Duration = Duration::from_millis(LEASE_MS as u64 / 5);
 /// The longest pause in such a retry, as while waiting for the lease: the
 /// holder keeps every other such write waiting meanwhile.
 const LEASED_CAP: Duration = Duration::from_millis(25);
-/// Items a split is moving out of a bucket, until they are in their new
-/// place: `{to: _id, op, items}`.
-pub(super) const MOVING: &str = "mp_moving";
-/// A bucket's lower bound for `order`: the highest value of the buckets
-/// before it when it was opened (their last bucket was full or closed by
-/// then, so none of their items can be above it). An item not below it
-/// belongs in this bucket, even below the bucket's first item: a push that
-/// races the one that opened the bucket, with a value between the two,
-/// lands here in one update instead of taking the late path. An empty
-/// bucket's floor also keeps a push in order from landing below the
-/// buckets before it. Whatever moves items across buckets (a split) or
-/// changes an order value (`update`) takes it away from the buckets whose
-/// lowest item it may no longer bound; they fall back to their first
-/// item's value.
-pub(super) const FLOOR: &str = "mp_floor";
-/// `FLOOR` as a path in an expression.
-pub(super) const FLOOR_PATH: &str = "$mp_floor";
 
 impl<T: Bucketed> Buckets<T> {
     /// Takes the key's lease for `op`, waiting (with jittered backoff) while
@@ -249,166 +231,6 @@ impl<T: Bucketed> Buckets<T> {
         .await
     }
 
-    /// A late push (its order value below what the key's last bucket
-    /// holds): run as a task of its own, so that a caller that stops
-    /// waiting does not cut it between its writes.
-    pub(super) async fn push_late(
-        &self,
-        key: &Bson,
-        item: Document,
-        len: i64,
-        op: ObjectId,
-    ) -> Result<()> {
-        let this = self.clone();
-        let key = key.clone();
-        let task = tokio::spawn(async move {
-            let (this, key, item) = (&this, &key, &item);
-            this.leased(key, |taken_over| async move {
-                if taken_over {
-                    this.finish_moves(key).await?;
-                    this.reindex_now(key, None).await?;
-                }
-                match this.insert_late(key, item, len, op).await? {
-                    Some(from) => this.reindex_now(key, Some(&from)).await,
-                    None => Ok(()),
-                }
-            })
-            .await
-        });
-        match task.await {
-            Ok(r) => r,
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(_) => Err(Error::invalid(
-                "runtime",
-                "the runtime shut down while a late push ran; it may have been stored",
-            )),
-        }
-    }
-
-    /// Inserts `item` sorted into the bucket that covers its order value:
-    /// the last bucket (by `_id`) whose first item is not above it, or the
-    /// first bucket when it is below them all. A bucket may grow to twice
-    /// `size`; past that (or past the byte limit) it is split first.
-    /// Marks the buckets from the covering one on first; returns the
-    /// `_id` from which positions must be recomputed (`None`: nothing was
-    /// written).
-    async fn insert_late(
-        &self,
-        key: &Bson,
-        item: &Document,
-        len: i64,
-        op: ObjectId,
-    ) -> Result<Option<Bson>> {
-        let Some(order) = self.spec.order else {
-            return Err(Error::invalid("order", "a late push needs `order`"));
-        };
-        let v = item.get(order).cloned().unwrap_or(Bson::Null);
-        let mut from: Option<Bson> = None;
-        let mut retry = Self::leased_retry("push");
-        // Whether an insert was sent and matched nothing: only then can a
-        // round find this write applied (the driver retried it after a
-        // lost reply).
-        let mut sent = false;
-        loop {
-            let c = self.covering(key, &v, sent.then_some(op)).await?;
-            let Some(c) = c else {
-                return Err(Error::invalid("key", "no bucket to insert into"));
-            };
-            if c.mine {
-                return Ok(from);
-            }
-            if from.is_none() {
-                self.mark(key, Some(&c.id)).await?;
-                from = Some(c.id.clone());
-            }
-            if c.count + 1 > self.cap() || c.bytes + len > MAX_BUCKET_BYTES {
-                let (split, lower) = self.split(key, &c).await?;
-                if let Some(lower) = lower {
-                    // A new first bucket: positions from it on.
-                    from = Some(lower);
-                }
-                if !split {
-                    // Changed by a push in order since it was read.
-                    retry.pause().await?;
-                }
-                continue;
-            }
-            let filter = doc! {
-                "_id": c.id.clone(),
-                "count": c.count,
-                OPS: {"$ne": op},
-                "$expr": self.sound(),
-            };
-            let update = self.insert_sorted(item, &v, len, op);
-            let r = self.coll.update_one(filter, update).await?;
-            if r.matched_count == 1 {
-                return Ok(from);
-            }
-            // Changed by a push in order (the last bucket: a race lost), or
-            // applied already: the next round reads it again.
-            sent = true;
-            retry.pause().await?;
-        }
-    }
-
-    /// The bucket an item of order value `v` belongs in; `mine` says
-    /// whether write `op` is among its last writes.
-    async fn covering(&self, key: &Bson, v: &Bson, op: Option<ObjectId>) -> Result<Option<Head>> {
-        if let Some(op) = op {
-            let mut mine = id_range("k", key);
-            mine.insert(OPS, op);
-            if let Some(d) = self
-                .raw
-                .find_one(mine)
-                .projection(self.head_projection(Some(op)))
-                .await?
-            {
-                return Ok(Some(self.head_of(&d)?));
-            }
-        }
-        let lo = self.lo_expr();
-        let mut below = id_range("k", key);
-        below.insert(
-            "$expr",
-            doc! {"$and": [
-                {"$gt": [{"$size": self.safe_items()}, 0]},
-                {"$lte": [&lo, {"$literal": v}]},
-            ]},
-        );
-        let found = self
-            .raw
-            .find_one(below)
-            .sort(doc! {"_id": -1})
-            .projection(self.head_projection(None))
-            .await?;
-        let found = match found {
-            Some(d) => Some(d),
-            None => {
-                // Below every item: the first bucket that holds any, else
-                // the last bucket.
-                let mut any = id_range("k", key);
-                any.insert("count", doc! {"$gt": 0});
-                match self
-                    .raw
-                    .find_one(any)
-                    .sort(doc! {"_id": 1})
-                    .projection(self.head_projection(None))
-                    .await?
-                {
-                    Some(d) => Some(d),
-                    None => {
-                        self.raw
-                            .find_one(id_range("k", key))
-                            .sort(doc! {"_id": -1})
-                            .projection(self.head_projection(None))
-                            .await?
-                    }
-                }
-            }
-        };
-        found.map(|d| self.head_of(&d)).transpose()
-    }
-
     /// Splits bucket `c` in two. The first bucket gives its lower half to a
     /// new bucket before it (so items arriving ever earlier, a backfill,
     /// never run out of room); any other bucket gives its upper half to the
@@ -421,7 +243,7 @@ impl<T: Bucketed> Buckets<T> {
     /// read, or a retry by the driver found it applied), and the new
     /// bucket's `_id` when it goes before `c` (either way: that bucket's
     /// positions need recomputing if the split was applied).
-    async fn split(&self, key: &Bson, c: &Head) -> Result<(bool, Option<Bson>)> {
+    pub(super) async fn split(&self, key: &Bson, c: &Head) -> Result<(bool, Option<Bson>)> {
         let half = (c.count / 2).max(1);
         let prev = self.neighbour(key, &c.id, -1).await?;
         let next = self.neighbour(key, &c.id, 1).await?;
@@ -573,7 +395,7 @@ impl<T: Bucketed> Buckets<T> {
         let bytes: i64 = items
             .iter()
             .map(|i| match i {
-                Bson::Document(d) => super::write::item_len(d).unwrap_or(0),
+                Bson::Document(d) => item_len(d).unwrap_or(0),
                 _ => 0,
             })
             .sum();
@@ -623,21 +445,46 @@ impl<T: Bucketed> Buckets<T> {
             .await?;
         found.map(|d| self.head_of(&d)).transpose()
     }
-}
 
-fn seq_id(key: &Bson, s: Bson) -> Bson {
-    Bson::Document(doc! {"k": key.clone(), "s": s})
-}
-
-/// A `seq` strictly between `a` and `b`: an integer when one fits, else the
-/// midpoint as a double; `None` when doubles have no room left.
-fn between(a: &Bson, b: &Bson) -> Option<Bson> {
-    let (x, y) = (as_f64(a)?, as_f64(b)?);
-    if let (Bson::Int64(i), Bson::Int64(j)) = (a, b) {
-        if j - i >= 2 {
-            return Some(Bson::Int64(i + (j - i) / 2));
+    /// Recomputes `start` of the key's buckets from the counts before them,
+    /// and clears a removal's mark. Refuses a key with a damaged bucket
+    /// first: positions summed from a damaged count would be wrong for every
+    /// later bucket. With `from`, writes only the buckets from that `_id` on
+    /// (the others' positions did not change).
+    pub(super) async fn reindex_now(&self, key: &Bson, from: Option<&Bson>) -> Result<()> {
+        self.refuse_damaged(key).await?;
+        // A bucket opened ahead assumes the one before fills to `size`,
+        // which the sum below does not: it goes, and a push opens it again.
+        let mut ahead = id_range("k", key);
+        ahead.extend(doc! {NEXT: true, "count": 0});
+        self.coll.delete_many(ahead).await?;
+        let mut pipeline = vec![
+            doc! {"$match": id_range("k", key)},
+            doc! {"$setWindowFields": {
+                "sortBy": {"_id": 1},
+                "output": {"start": {"$sum": "$count", "window": {"documents": ["unbounded", -1]}}},
+            }},
+        ];
+        if let Some(from) = from {
+            pipeline.push(doc! {"$match": {"_id": {"$gte": from.clone()}}});
         }
+        pipeline.extend([
+            // Clears a removal's mark: positions are right again.
+            doc! {"$project": {"start": 1, STALE: {"$literal": false}}},
+            doc! {"$merge": {
+                "into": self.coll.name(),
+                "on": "_id",
+                "whenMatched": "merge",
+                "whenNotMatched": "discard",
+            }},
+        ]);
+        // On the primary: `$merge` runs where the read does (a secondary
+        // since 5.0), and would write `start` from a lagging copy.
+        self.raw
+            .aggregate(pipeline)
+            .await?
+            .try_collect::<Vec<_>>()
+            .await?;
+        Ok(())
     }
-    let m = x + (y - x) / 2.0;
-    (m > x && m < y).then_some(Bson::Double(m))
 }

@@ -1,0 +1,124 @@
+//! Reads that see no stale positions: a read that meets a mark finishes
+//! what the write that set it left, under the key's lease, then reads
+//! again.
+
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use mongodb::bson::{doc, Bson, RawBsonRef};
+
+use super::cx::Cx;
+use super::stored::Head;
+use super::{BucketPage, Bucketed, Buckets, PageRequest};
+use crate::action::Options;
+use crate::error::{Error, Result};
+use crate::util::id_range;
+
+impl<T: Bucketed> Buckets<T> {
+    /// [`Buckets::page`], in `cx`.
+    pub(super) async fn page_in(
+        &self,
+        key_b: &Bson,
+        req: PageRequest,
+        cx: &mut Cx<'_>,
+    ) -> Result<BucketPage<T>> {
+        req.check()?;
+        // A read that meets a removal's mark recomputes `start` and reads
+        // again, once: a page is never cut by stale positions.
+        let mut page = self.page_once(key_b, req, cx).await?;
+        if page.is_none() {
+            // Boxed, as every repair below: inline, it would make every
+            // read's future too large for a small allocation.
+            page = Box::pin(self.page_repaired(key_b, req, cx)).await?;
+        }
+        // Marked again at once: a removal is running on this key.
+        page.ok_or(Error::Contended {
+            operation: "page",
+            attempts: 2,
+        })
+    }
+
+    /// The page, read again after `start` is recomputed: `None` if the
+    /// key was marked again meanwhile.
+    async fn page_repaired(
+        &self,
+        key_b: &Bson,
+        req: PageRequest,
+        cx: &mut Cx<'_>,
+    ) -> Result<Option<BucketPage<T>>> {
+        cx.outside_transaction("repairing positions a removal left")?;
+        // Under the lease, no write can mark the key again before the
+        // page is read.
+        let scoped = self.scoped(&cx.opts);
+        let (scoped, cx) = (&scoped, &mut *cx);
+        scoped
+            .leased(key_b, |_| async move {
+                scoped.finish_moves(key_b).await?;
+                scoped.reindex_now(key_b, None).await?;
+                self.page_once(key_b, req, cx).await
+            })
+            .await
+    }
+
+    /// [`Buckets::total`], in `cx`.
+    pub(super) async fn total_in(&self, key_b: &Bson, cx: &mut Cx<'_>) -> Result<u64> {
+        Ok(self.fresh_head(key_b, cx).await?.total() as u64)
+    }
+
+    /// The newest bucket, with `start` recomputed first if a removal left
+    /// it stale.
+    pub(super) async fn fresh_head(&self, key: &Bson, cx: &mut Cx<'_>) -> Result<Head> {
+        let head = self.head(key, None, cx).await?;
+        if !head.stale {
+            return Ok(head);
+        }
+        // Boxed: inline, the repair would make every read's future too
+        // large for a small allocation.
+        Box::pin(self.head_repaired(key, cx)).await
+    }
+
+    /// The newest bucket, after `start` is recomputed under the key's
+    /// lease.
+    async fn head_repaired(&self, key: &Bson, cx: &mut Cx<'_>) -> Result<Head> {
+        cx.outside_transaction("repairing positions a removal left")?;
+        let scoped = self.scoped(&cx.opts);
+        let scoped = &scoped;
+        scoped
+            .leased(key, |_| async move {
+                scoped.finish_moves(key).await?;
+                scoped.reindex_now(key, None).await?;
+                self.head(key, None, cx).await
+            })
+            .await
+    }
+
+    /// [`Buckets::stream`] with options `opts`.
+    pub(super) fn stream_in(
+        &self,
+        key_b: Result<Bson>,
+        opts: Options,
+    ) -> BoxStream<'static, Result<T>> {
+        let this = self.scoped(&opts);
+        futures::stream::once(async move {
+            let key_b = key_b?;
+            let cursor = this
+                .reads
+                .find(id_range("k", &key_b))
+                .with_options(opts.driver::<mongodb::options::FindOptions>())
+                .sort(doc! {"_id": 1})
+                .await?;
+            let items = cursor.map_err(Error::from).map(move |bucket| {
+                let bucket = bucket?;
+                let len = match bucket.get(this.spec.items) {
+                    Ok(Some(RawBsonRef::Array(a))) => Some(a.into_iter().count() as i64),
+                    _ => None,
+                };
+                this.check(&bucket, len)?;
+                let items = this.items_of(&bucket, &key_b, i64::MAX)?;
+                Ok::<_, Error>(futures::stream::iter(items.into_iter().map(Ok)))
+            });
+            Ok::<_, Error>(items.try_flatten())
+        })
+        .try_flatten()
+        .boxed()
+    }
+}
