@@ -1,4 +1,5 @@
-//! The bucket lease between application hosts whose clocks disagree.
+//! The bucket lease between application hosts whose clocks disagree, and
+//! under a call cut while it holds the lease.
 //!
 //! A test cannot move the machine's clock, so a skewed host is a
 //! repository made with the runtime's test seam `__skew_clock`, which adds
@@ -101,4 +102,76 @@ async fn a_host_whose_clock_runs_behind_does_not_share_its_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_whose_clock_runs_ahead_does_not_take_over_a_held_lease() {
     bounded(90, skewed_holders(0, 30_000)).await;
+}
+
+/// How long the server holds the first `find` a read sends under the lease
+/// in [`a_read_cut_under_the_lease_ends_it_at_once`].
+const FIND_HELD: Duration = Duration::from_secs(4);
+
+/// A page read that meets a removal's mark repairs positions under the
+/// key's lease. A caller that stops waiting inside that repair (a request
+/// timeout) must not leave the lease held until it runs out (10 s), which
+/// would keep every other write and read of the key waiting: the cut
+/// call's lease ends about a second later, and the next writer takes it
+/// over and finishes the repair.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_cut_under_the_lease_ends_it_at_once() {
+    bounded(90, async {
+        let server = OwnServer::start(ServerOptions {
+            test_commands: true,
+            ..ServerOptions::default()
+        });
+        let (c, _) = client(server.uri()).await;
+        let db = c.database("lease_cut");
+        let repo = Trade::buckets(&db);
+        let items: Vec<Trade> = (0..10)
+            .map(|seq| Trade {
+                customer_id: 1,
+                seq,
+            })
+            .collect();
+        repo.push_many(&1, &items).await.unwrap();
+        // A removal cut after its mark: every bucket of the key stale.
+        let raw = db.collection::<Document>("trades");
+        raw.update_many(doc! {"_id.k": 1_i64}, doc! {"$set": {"mp_stale": true}})
+            .await
+            .unwrap();
+        // The repair's first read (finish the moves a split left) waits
+        // on the server; the caller gives up before it returns.
+        let hold = doc! {
+            "failCommands": ["find"],
+            "blockConnection": true,
+            "blockTimeMS": FIND_HELD.as_millis() as i64,
+        };
+        fail_command(&c, Some(1), hold).await;
+        let cut = tokio::time::timeout(
+            Duration::from_millis(1500),
+            repo.page(&1, PageRequest::new(1, 5)),
+        )
+        .await;
+        assert!(cut.is_err(), "the page returned before the held find: {cut:?}");
+        let cut_at = Instant::now();
+        let locks = db.collection::<Document>("trades.mp_locks");
+        assert!(
+            locks.find_one(doc! {"_id": 1_i64}).await.unwrap().is_some(),
+            "the cut read did not hold the lease: the test cut it elsewhere"
+        );
+        // Another writer of the key: it waits for the lease, which the cut
+        // call's guard ends a second after the cut, not 10 s.
+        let removed = repo.remove(&1, doc! {"seq": 3}).await.unwrap();
+        let waited = cut_at.elapsed();
+        assert_eq!(removed, 1);
+        assert!(
+            waited < Duration::from_secs(5),
+            "the next writer waited {waited:?} after the cut: the cut call's lease was left \
+             to run out"
+        );
+        let page = repo.page(&1, PageRequest::new(2, 5)).await.unwrap();
+        let seqs: Vec<u32> = page.items.iter().map(|t| t.seq).collect();
+        assert_eq!(seqs, [6, 7, 8, 9]);
+        assert_eq!(repo.total(&1).await.unwrap(), 9);
+        let left = locks.count_documents(doc! {}).await.unwrap();
+        assert_eq!(left, 0, "every lease given back");
+    })
+    .await;
 }

@@ -149,11 +149,11 @@ mod fresh;
 mod group;
 mod late;
 mod lease;
+mod many;
 mod near;
 mod read;
 mod stored;
 mod write;
-mod many;
 
 pub use act::{FetchPage, ItemStream, Push, PushMany, Reindex, Remove, Total, Update};
 pub use filter::{FIELD_OPERATORS, LOGICAL_OPERATORS};

@@ -15,6 +15,7 @@ use std::time::Duration;
 use futures::TryStreamExt;
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, DateTime, Document, RawBsonRef, RawDocumentBuf};
+use mongodb::Collection;
 
 use super::cx::Cx;
 use super::stored::{between, item_len, seq_id, with_op, Head, FLOOR, MOVING, NEXT, OPS, STALE};
@@ -39,6 +40,54 @@ const LEASED_BOUND: Duration = Duration::from_millis(LEASE_MS as u64 / 5);
 /// The longest pause in such a retry, as while waiting for the lease: the
 /// holder keeps every other such write waiting meanwhile.
 const LEASED_CAP: Duration = Duration::from_millis(25);
+
+/// How long after a cut the lease of the cut call ends: time for a
+/// command the call had already sent to reach the server and finish
+/// before another writer can take the lease over and repair around it.
+pub(super) const CUT_GRACE_MS: i64 = 1_000;
+
+/// A lease the running call has not given back yet. Dropped armed (the
+/// call's future was dropped between taking the lease and giving it back,
+/// or giving it back failed), it ends the lease [`CUT_GRACE_MS`] after the
+/// cut, in a task of its own, instead of leaving every other writer and
+/// every read that meets a mark on the key waiting out the whole
+/// [`LEASE_MS`]. The next holder finds the lease ended and finishes what
+/// the cut call left, as it does after a crash. Outside a tokio runtime
+/// there is nothing to run that on, and the lease runs out as before.
+#[must_use = "a guard disarmed at once guards nothing"]
+pub(super) struct Held(Option<(Collection<Document>, Bson, ObjectId)>);
+
+impl Held {
+    fn new(locks: &Collection<Document>, key: &Bson, op: ObjectId) -> Held {
+        Held(Some((locks.clone(), key.clone(), op)))
+    }
+
+    /// The lease is given back: nothing to end.
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let Some((locks, key, op)) = self.0.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            // Only this call's lease (`op`); nothing if it was never taken
+            // or was taken over meanwhile. On the server's clock, as every
+            // end of a lease is.
+            let until = doc! {"$toDate": {"$add": [{"$toLong": "$$NOW"}, CUT_GRACE_MS]}};
+            let end = vec![doc! {"$set": {"until": until}}];
+            // Ignored on failure: the lease then runs out as it would
+            // have.
+            let _ = locks.update_one(doc! {"_id": key, "op": op}, end).await;
+        });
+    }
+}
 
 impl<T: Bucketed> Buckets<T> {
     /// Takes the key's lease for `op`, waiting (with jittered backoff) while
@@ -115,14 +164,22 @@ impl<T: Bucketed> Buckets<T> {
 
     /// Runs `body` under the key's lease (`body` learns whether the lease
     /// was taken over), and gives the lease back whatever it returned.
+    /// Cut before it has given the lease back (the caller stopped waiting
+    /// inside `body`, or while the lease was being taken), it ends the
+    /// lease [`CUT_GRACE_MS`] later instead of leaving it to run out: see
+    /// [`Held`].
     pub(super) async fn leased<R, F>(&self, key: &Bson, body: impl FnOnce(bool) -> F) -> Result<R>
     where
         F: std::future::Future<Output = Result<R>>,
     {
         let op = ObjectId::new();
+        let mut held = Held::new(&self.locks, key, op);
         let taken_over = self.lock(key, op).await?;
         let r = body(taken_over).await;
         let u = self.unlock(key, op, r.is_ok()).await;
+        if u.is_ok() {
+            held.disarm();
+        }
         let r = r?;
         u?;
         Ok(r)
