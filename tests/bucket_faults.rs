@@ -212,7 +212,7 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
             bounded(10, writer.push(&trade(key, 0, s))).await.unwrap();
         }
         let id = Bson::Document(doc! {"k": key, "s": 0_i64});
-        raw.update_one(doc! {"_id": &id}, damage.clone())
+        raw.update_one(doc! {"customerId": key, "_id": &id}, damage.clone())
             .await
             .unwrap();
         let before = raw.find_one(doc! {"_id": &id}).await.unwrap().unwrap();
@@ -271,9 +271,12 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
         repo.push(&trade(key, 0, s)).await.unwrap();
     }
     let id = Bson::Document(doc! {"k": key, "s": 0_i64});
-    raw.update_one(doc! {"_id": &id}, doc! {"$unset": {"trades.2.ticker": ""}})
-        .await
-        .unwrap();
+    raw.update_one(
+        doc! {"customerId": key, "_id": &id},
+        doc! {"$unset": {"trades.2.ticker": ""}},
+    )
+    .await
+    .unwrap();
     for r in [
         repo.page(&key, PageRequest::new(1, 10)).await.map(|_| ()),
         repo.page(&key, PageRequest::new(1, 10).newest_first())
@@ -296,9 +299,12 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
             .len(),
         1
     );
-    raw.update_one(doc! {"_id": &id}, doc! {"$set": {"trades.2": 5}})
-        .await
-        .unwrap();
+    raw.update_one(
+        doc! {"customerId": key, "_id": &id},
+        doc! {"$set": {"trades.2": 5}},
+    )
+    .await
+    .unwrap();
     match repo.page(&key, PageRequest::new(1, 10)).await {
         Err(Error::Damaged { id: got, field, .. }) => {
             assert_eq!((*got, field.as_str()), (id, "trades.2"))
@@ -379,9 +385,10 @@ where
     K: Serialize + Into<Bson> + Clone + std::fmt::Display,
 {
     let key_bson: Bson = key.clone().into();
-    let id = doc! {"k": key_bson, "s": 0_i64};
+    let id = doc! {"k": key_bson.clone(), "s": 0_i64};
+    // With the key field, as a client of a sharded collection must.
     raw.update_one(
-        doc! {"_id": &id},
+        doc! {T::BUCKET.key: key_bson, "_id": &id},
         doc! {"$push": {items: item}, "$inc": {"count": 1_i64}},
     )
     .await
@@ -964,7 +971,7 @@ async fn a_removal_cut_before_its_recount_leaves_no_page_wrong() {
     .unwrap();
     // Bucket 0 loses seqs 0 and 1, as the removal's rewrite does it.
     raw.update_one(
-        doc! {"_id": {"k": 1_i64, "s": 0_i64}},
+        doc! {"customerId": 1_i64, "_id": {"k": 1_i64, "s": 0_i64}},
         vec![
             doc! {"$set": {"trades": {"$filter": {"input": "$trades", "cond": {"$gte": ["$$this.seq", 2]}}}}},
             doc! {"$set": {"count": {"$size": "$trades"}, "sealed": true}},
@@ -1934,7 +1941,7 @@ async fn a_split_cut_between_its_writes_loses_and_doubles_nothing() {
             .await
             .unwrap();
         raw.update_one(
-            doc! {"_id": {"k": key, "s": 0_i64}},
+            doc! {"customerId": key, "_id": {"k": key, "s": 0_i64}},
             doc! {"$set": {
                 "items": [{"day": 0_i64, "n": 0_i64}, {"day": 1_i64, "n": 1_i64}],
                 "count": 2_i64,

@@ -133,9 +133,12 @@ async fn a_read_cut_under_the_lease_ends_it_at_once() {
         repo.push_many(&1, &items).await.unwrap();
         // A removal cut after its mark: every bucket of the key stale.
         let raw = db.collection::<Document>("trades");
-        raw.update_many(doc! {"_id.k": 1_i64}, doc! {"$set": {"mp_stale": true}})
-            .await
-            .unwrap();
+        raw.update_many(
+            doc! {"customerId": 1_i64},
+            doc! {"$set": {"mp_stale": true}},
+        )
+        .await
+        .unwrap();
         // The repair's first read (finish the moves a split left) waits
         // on the server; the caller gives up before it returns.
         let hold = doc! {
@@ -149,7 +152,10 @@ async fn a_read_cut_under_the_lease_ends_it_at_once() {
             repo.page(&1, PageRequest::new(1, 5)),
         )
         .await;
-        assert!(cut.is_err(), "the page returned before the held find: {cut:?}");
+        assert!(
+            cut.is_err(),
+            "the page returned before the held find: {cut:?}"
+        );
         let cut_at = Instant::now();
         let locks = db.collection::<Document>("trades.mp_locks");
         assert!(

@@ -112,6 +112,36 @@
 //! refused there. `page_pipeline`
 //! sends nothing and stays a plain method.
 //!
+//! # Sharding
+//!
+//! A key's buckets are the pattern's unit: pages span two buckets, a
+//! removal or a late item moves `start` in every later bucket of the key,
+//! and a late item near the end writes the last two buckets in one
+//! transaction. So all of a key's buckets live on one shard: the bucket
+//! collection's shard key is `{<key>: "hashed"}`, and every command the
+//! repository sends names the key field (with the `_id` or the `_id`
+//! range), so `mongos` sends it to that one shard: pushes (the one-command
+//! push's `findAndModify` too, whose full shard key is the key field),
+//! pages, totals, streams, removals, the lease's marks and recounts
+//! (`$merge` on its default, the document key), and near's transactions,
+//! which stay single-shard. `ensure` shards the collection on a sharded
+//! cluster ([`declared`](Buckets::declared)); `plan` reports it sharded on
+//! another key. The leases (`<collection>.mp_locks`, one small document
+//! per key while a write moves positions, addressed by `_id`, the key)
+//! stay unsharded, on the database's primary shard: they are written only
+//! by removals and late items, and every write to them is by `_id`, so
+//! sharding them later on `{_id: "hashed"}` needs no change here.
+//!
+//! Hashed, not ranged: bucket keys are often ids that grow (an `ObjectId`,
+//! a sequence), and the newest keys are often the busiest; on a ranged
+//! key all of them would land in the last chunk, on one shard. No
+//! operation reads a range of keys, so hashing costs nothing. The price of
+//! one key on one shard is that a key cannot be split across chunks: a key
+//! whose buckets outgrow a chunk (128 MB by default since MongoDB 6.0; about
+//! 640 buckets of 1,000 items of 200 bytes) makes a chunk the balancer
+//! cannot split. Keep keys below that, for example by making the period
+//! part of the key (a customer and month).
+//!
 //! When to choose a time-series collection instead: when items are
 //! measurements over time that you query by time range and aggregate, with
 //! no need for pages by position. MongoDB buckets those itself, compresses
@@ -466,7 +496,9 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// What this repository needs in the deployment: its collection, with
-    /// the `{key, start}` index that page reads seek on; and from the
+    /// the `{key, start}` index that page reads seek on, sharded on
+    /// `{key: "hashed"}` where the deployment shards (see
+    /// [Sharding](self#sharding)); and from the
     /// server: `$isNumber` and `$bsonSize` (MongoDB 4.4) for every push and
     /// page (the soundness checks), `$setWindowFields` (5.0) with `$merge`
     /// into the same collection (4.4) for [`remove`](Self::remove),
@@ -494,6 +526,7 @@ impl<T: Bucketed> Buckets<T> {
         }
         vec![crate::ensure::Declared::new(self.coll.name())
             .index(doc! {key: 1, "start": 1}, format!("mp_bucket_{key}_start"))
+            .sharded(doc! {key: "hashed"}, false)
             .needs(needs)]
     }
 

@@ -73,6 +73,10 @@ use std::sync::{Arc, Mutex};
 
 use mongo_patterns::bson::{Bson, Document};
 
+/// A `$merge` without `on`: it matches on the document key, which holds
+/// the shard key.
+const DOCUMENT_KEY: &str = "$documentKey";
+
 /// How a shard key field distributes documents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -897,7 +901,9 @@ fn operations(db: &str, name: &str, cmd: &Document) -> Vec<Op> {
                         .iter()
                         .filter_map(|b| b.as_str().map(str::to_owned))
                         .collect(),
-                    _ => vec!["_id".into()],
+                    // The default: the document key (`_id` and, on a
+                    // sharded collection, the shard key).
+                    _ => vec![DOCUMENT_KEY.into()],
                 };
                 if let Some(into) = into {
                     let mut on_doc = Document::new();
@@ -1111,6 +1117,12 @@ fn judge(op: &Op, key: &ShardKey) -> (Verdict, String) {
         };
     }
     if op.kind == OpKind::Merge {
+        if op.filter.contains_key(DOCUMENT_KEY) {
+            return (
+                Verdict::Targeted,
+                "`on` is the default, the document key (`_id` and the shard key)".into(),
+            );
+        }
         let missing: Vec<&str> = key
             .fields()
             .filter(|f| !op.filter.contains_key(*f))

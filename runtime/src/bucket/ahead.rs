@@ -21,7 +21,6 @@ use super::cx::{Cx, Pushed};
 use super::stored::{raw_int, NEXT, NEXT_PATH, OPS, OPS_KEPT, OPS_PATH, STALE};
 use super::{Bucketed, Buckets, MAX_BUCKET_BYTES};
 use crate::error::{Error, Result};
-use crate::util::id_range;
 
 /// Buckets a push's command names, from the key's open bucket as last
 /// seen. With many writers on a key that hint can be a bucket or two
@@ -185,6 +184,7 @@ impl<T: Bucketed> Buckets<T> {
         // update's to judge, so that a push never skips a damaged bucket.
         let size = i64::from(self.spec.size);
         let query = doc! {
+            self.spec.key: key.clone(),
             "_id": {"$in": ids.collect::<Vec<_>>()},
             "$nor": [{"sealed": true}, {"count": size}],
         };
@@ -306,7 +306,7 @@ impl<T: Bucketed> Buckets<T> {
         let update = self
             .coll
             .update_one(
-                doc! {"_id": {"k": key.clone(), "s": seq + 1}, NEXT: true, "count": 0},
+                doc! {self.spec.key: key.clone(), "_id": {"k": key.clone(), "s": seq + 1}, NEXT: true, "count": 0},
                 doc! {"$set": {"start": start}},
             )
             .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>());
@@ -319,7 +319,7 @@ impl<T: Bucketed> Buckets<T> {
     pub(super) async fn drop_ahead(&self, key: &Bson, seq: i64, cx: &mut Cx<'_>) -> Result<()> {
         let delete = self
             .coll
-            .delete_one(doc! {"_id": {"k": key.clone(), "s": seq + 1}, NEXT: true, "count": 0})
+            .delete_one(doc! {self.spec.key: key.clone(), "_id": {"k": key.clone(), "s": seq + 1}, NEXT: true, "count": 0})
             .with_options(cx.opts.driver::<mongodb::options::DeleteOptions>());
         crate::action::run!(delete, cx.session.as_deref_mut())?;
         Ok(())
@@ -332,7 +332,7 @@ impl<T: Bucketed> Buckets<T> {
         op: ObjectId,
         cx: &mut Cx<'_>,
     ) -> Result<Option<i64>> {
-        let mut filter = id_range("k", key);
+        let mut filter = self.of_key(key);
         filter.insert(OPS, op);
         // The primary's own copy, majority-committed, whatever the
         // caller reads with: after a step-down, what the new primary has

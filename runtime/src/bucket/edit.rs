@@ -12,7 +12,6 @@ use super::stored::{item_len, raw_int, with_op, FLOOR, LEN, OPS, TYPE};
 use super::{Bucketed, Buckets};
 use crate::error::{Error, Result};
 use crate::util::id_of;
-use crate::util::id_range;
 
 impl<T: Bucketed> Buckets<T> {
     /// [`Buckets::remove`]: as a task of its own, so that a caller that
@@ -57,7 +56,7 @@ impl<T: Bucketed> Buckets<T> {
         let mut retry = Self::leased_retry("remove");
         let done = loop {
             let pipeline = vec![
-                doc! {"$match": id_range("k", key)},
+                doc! {"$match": self.of_key(key)},
                 doc! {"$project": {
                     "start": 1,
                     "count": 1,
@@ -105,8 +104,7 @@ impl<T: Bucketed> Buckets<T> {
                 // Its write id tells a retry by the driver, after a lost
                 // reply, from a bucket that changed.
                 let op = ObjectId::new();
-                let filter =
-                    doc! {"_id": id_of(b), "count": count, OPS: {"$ne": op}, "$expr": &sound};
+                let filter = doc! {self.spec.key: key.clone(), "_id": id_of(b), "count": count, OPS: {"$ne": op}, "$expr": &sound};
                 let mut write = rewrite.clone();
                 write.push(with_op(op));
                 let after = self
@@ -158,7 +156,7 @@ impl<T: Bucketed> Buckets<T> {
         let sound = self.sound();
         let safe = doc! {"$cond": [{"$isArray": [&items]}, &items, []]};
         let hit = doc! {"$in": [true, {"$map": {"input": &safe, "in": &cond}}]};
-        let mut filter = id_range("k", &key_b);
+        let mut filter = self.of_key(&key_b);
         filter.insert("$expr", doc! {"$and": [&sound, hit]});
         let at = doc! {"$indexOfArray": [{"$map": {"input": &items, "in": &cond}}, true]};
         let replaced = doc! {"$map": {
@@ -202,7 +200,7 @@ impl<T: Bucketed> Buckets<T> {
             return Ok(true);
         }
         // Not matched, or applied already and retried by the driver.
-        let mut mine = id_range("k", &key_b);
+        let mut mine = self.of_key(&key_b);
         mine.insert(OPS, op);
         let find = self
             .raw
@@ -212,7 +210,7 @@ impl<T: Bucketed> Buckets<T> {
         if crate::action::run!(find, cx.session.as_deref_mut())?.is_some() {
             return Ok(true);
         }
-        let mut filter = id_range("k", &key_b);
+        let mut filter = self.of_key(&key_b);
         filter.insert("$expr", doc! {"$not": [self.sound()]});
         let find = self
             .raw
@@ -230,7 +228,7 @@ impl<T: Bucketed> Buckets<T> {
     async fn has_op(&self, b: &RawDocumentBuf, op: ObjectId) -> Result<bool> {
         let found = self
             .raw
-            .find_one(doc! {"_id": id_of(b), OPS: op})
+            .find_one(doc! {self.spec.key: Self::key_in(&id_of(b)), "_id": id_of(b), OPS: op})
             .projection(doc! {"_id": 1})
             .await?;
         Ok(found.is_some())

@@ -11,7 +11,6 @@ use super::stored::Head;
 use super::{BucketPage, Bucketed, Buckets, PageRequest};
 use crate::action::Options;
 use crate::error::{Error, Result};
-use crate::util::id_range;
 
 impl<T: Bucketed> Buckets<T> {
     /// [`Buckets::page`], in `cx`.
@@ -102,7 +101,7 @@ impl<T: Bucketed> Buckets<T> {
             let key_b = key_b?;
             let cursor = this
                 .reads
-                .find(id_range("k", &key_b))
+                .find(this.of_key(&key_b))
                 .with_options(opts.driver::<mongodb::options::FindOptions>())
                 .sort(doc! {"_id": 1})
                 .await?;

@@ -10,7 +10,6 @@ use mongodb::bson::{doc, Bson, Document};
 use super::stored::{Head, OPS};
 use super::{Bucketed, Buckets, MAX_BUCKET_BYTES};
 use crate::error::{Error, Result};
-use crate::util::id_range;
 
 impl<T: Bucketed> Buckets<T> {
     /// A late push (its order value below what the key's last bucket
@@ -98,6 +97,7 @@ impl<T: Bucketed> Buckets<T> {
                 continue;
             }
             let filter = doc! {
+                self.spec.key: key.clone(),
                 "_id": c.id.clone(),
                 "count": c.count,
                 OPS: {"$ne": op},
@@ -119,7 +119,7 @@ impl<T: Bucketed> Buckets<T> {
     /// whether write `op` is among its last writes.
     async fn covering(&self, key: &Bson, v: &Bson, op: Option<ObjectId>) -> Result<Option<Head>> {
         if let Some(op) = op {
-            let mut mine = id_range("k", key);
+            let mut mine = self.of_key(key);
             mine.insert(OPS, op);
             if let Some(d) = self
                 .raw
@@ -131,7 +131,7 @@ impl<T: Bucketed> Buckets<T> {
             }
         }
         let lo = self.lo_expr();
-        let mut below = id_range("k", key);
+        let mut below = self.of_key(key);
         below.insert(
             "$expr",
             doc! {"$and": [
@@ -150,7 +150,7 @@ impl<T: Bucketed> Buckets<T> {
             None => {
                 // Below every item: the first bucket that holds any, else
                 // the last bucket.
-                let mut any = id_range("k", key);
+                let mut any = self.of_key(key);
                 any.insert("count", doc! {"$gt": 0});
                 match self
                     .raw
@@ -162,7 +162,7 @@ impl<T: Bucketed> Buckets<T> {
                     Some(d) => Some(d),
                     None => {
                         self.raw
-                            .find_one(id_range("k", key))
+                            .find_one(self.of_key(key))
                             .sort(doc! {"_id": -1})
                             .projection(self.head_projection(None))
                             .await?

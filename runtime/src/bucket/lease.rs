@@ -23,7 +23,6 @@ use super::{Bucketed, Buckets, MAX_BUCKET_BYTES};
 use crate::error::{Error, Result};
 use crate::retry::Retry;
 use crate::util::id_of;
-use crate::util::id_range;
 
 /// How long a lease holds without its holder giving it back (a holder that
 /// crashed or lost the server): past it, the next writer or reader takes
@@ -195,7 +194,7 @@ impl<T: Bucketed> Buckets<T> {
     /// `from` limits the mark to the buckets from that `_id` on, the ones
     /// whose positions the write changes.
     pub(super) async fn mark(&self, key: &Bson, from: Option<&Bson>) -> Result<()> {
-        let mut mark = id_range("k", key);
+        let mut mark = self.of_key(key);
         mark.insert(STALE, doc! {"$ne": true});
         if let Some(from) = from {
             mark.insert(
@@ -228,7 +227,10 @@ impl<T: Bucketed> Buckets<T> {
                 // otherwise land behind the fence once the mark is gone.
                 let close = doc! {"$set": {"sealed": true}};
                 self.coll
-                    .update_one(doc! {"_id": head.id.clone()}, close)
+                    .update_one(
+                        doc! {self.spec.key: key.clone(), "_id": head.id.clone()},
+                        close,
+                    )
                     .await?;
             }
             let mut fence = self.new_bucket(key, head.seq + 1, head.total());
@@ -242,7 +244,7 @@ impl<T: Bucketed> Buckets<T> {
             let floor = match head.hi.clone() {
                 Some(hi) => Some(hi),
                 None if self.spec.order.is_some() => {
-                    let mut any = id_range("k", key);
+                    let mut any = self.of_key(key);
                     any.insert("count", doc! {"$gt": 0});
                     match self
                         .raw
@@ -265,7 +267,7 @@ impl<T: Bucketed> Buckets<T> {
                 Err(e) if e.is_duplicate_key() => {
                     // An empty bucket opened ahead is there: marked, it is
                     // the fence.
-                    let ahead = doc! {"_id": {"k": key.clone(), "s": head.seq + 1}, NEXT: true};
+                    let ahead = doc! {self.spec.key: key.clone(), "_id": {"k": key.clone(), "s": head.seq + 1}, NEXT: true};
                     let set = doc! {"$set": {STALE: true}};
                     if self.coll.update_one(ahead, set).await?.matched_count == 1 {
                         return Ok(());
@@ -340,6 +342,7 @@ impl<T: Bucketed> Buckets<T> {
             )
         };
         let filter = doc! {
+            self.spec.key: key.clone(),
             "_id": c.id.clone(),
             "count": c.count,
             MOVING: {"$exists": false},
@@ -368,7 +371,7 @@ impl<T: Bucketed> Buckets<T> {
     /// Delivers the items that splits set aside and have not delivered yet
     /// (a crash, or a lost reply, between the two writes).
     pub(super) async fn finish_moves(&self, key: &Bson) -> Result<()> {
-        let mut f = id_range("k", key);
+        let mut f = self.of_key(key);
         f.insert(MOVING, doc! {"$exists": true});
         let found: Vec<RawDocumentBuf> = self
             .raw
@@ -398,7 +401,7 @@ impl<T: Bucketed> Buckets<T> {
             self.deliver(key, &to, op, items.clone(), lower).await?;
             self.coll
                 .update_one(
-                    doc! {"_id": id_of(b), format!("{MOVING}.op"): op},
+                    doc! {self.spec.key: key.clone(), "_id": id_of(b), format!("{MOVING}.op"): op},
                     doc! {"$unset": {MOVING: ""}},
                 )
                 .await?;
@@ -441,7 +444,7 @@ impl<T: Bucketed> Buckets<T> {
         let r = self
             .coll
             .update_one(
-                doc! {"_id": to.clone(), OPS: {"$ne": op}, "$expr": self.sound()},
+                doc! {self.spec.key: key.clone(), "_id": to.clone(), OPS: {"$ne": op}, "$expr": self.sound()},
                 update,
             )
             .await?;
@@ -471,7 +474,7 @@ impl<T: Bucketed> Buckets<T> {
             Err(e) if e.is_duplicate_key() => {
                 let has = self
                     .raw
-                    .find_one(doc! {"_id": to.clone(), OPS: op})
+                    .find_one(doc! {self.spec.key: key.clone(), "_id": to.clone(), OPS: op})
                     .projection(doc! {"_id": 1})
                     .await?;
                 if has.is_some() {
@@ -491,7 +494,7 @@ impl<T: Bucketed> Buckets<T> {
 
     /// The bucket just before (`dir` -1) or after (1) `id`.
     async fn neighbour(&self, key: &Bson, id: &Bson, dir: i32) -> Result<Option<Head>> {
-        let mut f = id_range("k", key);
+        let mut f = self.of_key(key);
         let op = if dir < 0 { "$lt" } else { "$gt" };
         f.insert("$and", vec![Bson::Document(doc! {"_id": {op: id.clone()}})]);
         let found = self
@@ -512,11 +515,11 @@ impl<T: Bucketed> Buckets<T> {
         self.refuse_damaged(key).await?;
         // A bucket opened ahead assumes the one before fills to `size`,
         // which the sum below does not: it goes, and a push opens it again.
-        let mut ahead = id_range("k", key);
+        let mut ahead = self.of_key(key);
         ahead.extend(doc! {NEXT: true, "count": 0});
         self.coll.delete_many(ahead).await?;
         let mut pipeline = vec![
-            doc! {"$match": id_range("k", key)},
+            doc! {"$match": self.of_key(key)},
             doc! {"$setWindowFields": {
                 "sortBy": {"_id": 1},
                 "output": {"start": {"$sum": "$count", "window": {"documents": ["unbounded", -1]}}},
@@ -526,11 +529,14 @@ impl<T: Bucketed> Buckets<T> {
             pipeline.push(doc! {"$match": {"_id": {"$gte": from.clone()}}});
         }
         pipeline.extend([
-            // Clears a removal's mark: positions are right again.
-            doc! {"$project": {"start": 1, STALE: {"$literal": false}}},
+            // Clears a removal's mark: positions are right again. The key
+            // field stays: `$merge` matches on the document key (`_id`,
+            // and on a sharded collection its shard key, the key field),
+            // its default `on`; naming it would need a unique index on the
+            // fields named.
+            doc! {"$project": {"start": 1, self.spec.key: 1, STALE: {"$literal": false}}},
             doc! {"$merge": {
                 "into": self.coll.name(),
-                "on": "_id",
                 "whenMatched": "merge",
                 "whenNotMatched": "discard",
             }},

@@ -10,7 +10,7 @@ use super::stored::{item_len, order_cmp, raw_int, Head, FLOOR, OPS, STALE};
 use super::{Bucketed, Buckets};
 use crate::error::{Error, Result};
 use crate::retry::Retry;
-use crate::util::{id_range, key_bytes};
+use crate::util::key_bytes;
 
 impl<T: Bucketed> Buckets<T> {
     /// [`Buckets::push_many`], in `cx`.
@@ -86,6 +86,7 @@ impl<T: Bucketed> Buckets<T> {
                 if n > 0 {
                     let len: i64 = rest[..n].iter().map(|(_, l)| l).sum();
                     let filter = doc! {
+                        self.spec.key: key_b.clone(),
                         "_id": {"k": key_b.clone(), "s": head.seq},
                         "count": head.count,
                         "sealed": Bson::Null,
@@ -205,7 +206,7 @@ impl<T: Bucketed> Buckets<T> {
                     // driver retried an insert that had gone in: the
                     // buckets carrying this insert's id are what went in (a
                     // prefix, as the insert is ordered). Go again with the rest.
-                    let mut mine = id_range("k", &key_b);
+                    let mut mine = self.of_key(&key_b);
                     mine.insert(OPS, op);
                     let seqs: Vec<i64> = self
                         .scoped(&cx.opts)

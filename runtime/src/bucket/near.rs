@@ -57,7 +57,6 @@ use super::cx::{contended, raced, Cx, Pushed};
 use super::stored::{order_cmp, Head, MOVING, OPS, STALE};
 use super::{Bucketed, Buckets, MAX_BUCKET_BYTES};
 use crate::error::{Error, Result};
-use crate::util::id_range;
 
 /// What became of a late item offered to [`Buckets::push_near`].
 pub(super) enum Near {
@@ -260,6 +259,7 @@ impl<T: Bucketed> Buckets<T> {
     /// it, if it is still open, unmarked and above `v`: filter and update.
     fn shift_last(&self, last: &Head, v: &Bson) -> (Document, Document) {
         let filter = doc! {
+            self.spec.key: Self::key_in(&last.id),
             "_id": last.id.clone(),
             "sealed": Bson::Null,
             STALE: {"$ne": true},
@@ -273,6 +273,7 @@ impl<T: Bucketed> Buckets<T> {
     /// and a floor (or first item) not above `v`.
     fn late_filter(&self, p: &Pushed, v: &Bson, id: &Bson) -> Document {
         doc! {
+            self.spec.key: p.key.clone(),
             "_id": id.clone(),
             OPS: {"$ne": p.op},
             STALE: {"$ne": true},
@@ -287,7 +288,7 @@ impl<T: Bucketed> Buckets<T> {
     async fn last_two(&self, key: &Bson, cx: &mut Cx<'_>) -> Result<(Option<Head>, Option<Head>)> {
         let find = self
             .raw
-            .find(id_range("k", key))
+            .find(self.of_key(key))
             .sort(doc! {"_id": -1})
             .limit(2)
             .projection(self.head_projection(None));

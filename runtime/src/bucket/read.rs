@@ -21,7 +21,6 @@ use super::stored::{is_stale, raw_int, Head, LEN, NEXT, STALE, TYPE};
 use super::{BucketPage, Bucketed, Buckets, PageRequest};
 use crate::error::{Error, Result};
 use crate::util::id_of;
-use crate::util::id_range;
 
 /// Keys whose open bucket a repository remembers; past it, it forgets all.
 const MAX_REMEMBERED: usize = 100_000;
@@ -29,7 +28,7 @@ const MAX_REMEMBERED: usize = 100_000;
 impl<T: Bucketed> Buckets<T> {
     /// An error naming the first damaged bucket of `key`, if it has one.
     pub(super) async fn refuse_damaged(&self, key: &Bson) -> Result<()> {
-        let mut filter = id_range("k", key);
+        let mut filter = self.of_key(key);
         filter.insert("$expr", doc! {"$not": [self.sound()]});
         let found = self
             .raw
@@ -171,7 +170,7 @@ impl<T: Bucketed> Buckets<T> {
         op: Option<ObjectId>,
         cx: &mut Cx<'_>,
     ) -> Result<Head> {
-        let mut newest = id_range("k", key);
+        let mut newest = self.of_key(key);
         newest.insert(NEXT, doc! {"$ne": true});
         let find = self
             .reader(cx)
@@ -197,7 +196,7 @@ impl<T: Bucketed> Buckets<T> {
     ) -> Result<Option<Head>> {
         let find = self
             .reader(cx)
-            .find_one(doc! {"_id": {"k": key.clone(), "s": seq}})
+            .find_one(doc! {self.spec.key: key.clone(), "_id": {"k": key.clone(), "s": seq}})
             .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
             .projection(self.head_projection(op));
         let found = crate::action::run!(find, cx.session.as_deref_mut())?;

@@ -13,7 +13,7 @@ use mongodb::bson::{doc, Bson, Document, RawBsonRef, RawDocument};
 
 use super::{Bucketed, Buckets, MAX_BUCKET_BYTES};
 use crate::error::{Error, Result};
-use crate::util::id_of;
+use crate::util::{id_of, id_range};
 
 /// Fields the repository's reads compute beside a bucket's own: the
 /// array's length, and its BSON type.
@@ -94,6 +94,26 @@ impl Head {
 }
 
 impl<T: Bucketed> Buckets<T> {
+    /// A filter on the key's buckets: its `_id` range, and equality on the
+    /// key field, which is what `mongos` routes by (the bucket
+    /// collection's shard key, see the module docs): every command on a
+    /// key's buckets goes to the one shard that holds them.
+    pub(super) fn of_key(&self, key: &Bson) -> Document {
+        let mut f = doc! {self.spec.key: key.clone()};
+        f.extend(id_range("k", key));
+        f
+    }
+
+    /// The key field's value for a filter on the bucket with `_id` `id`
+    /// (its `k`): with it, `mongos` sends a write by `_id` to the one shard
+    /// that holds the bucket.
+    pub(super) fn key_in(id: &Bson) -> Bson {
+        match id {
+            Bson::Document(d) => d.get("k").cloned().unwrap_or(Bson::Null),
+            _ => Bson::Null,
+        }
+    }
+
     /// True for a bucket whose bookkeeping holds: `items` an array, `count`
     /// its length, within `size`, and `start` a number. Every write's filter
     /// carries it, so a damaged bucket is never written to; the read that

@@ -402,6 +402,7 @@ impl<T: Bucketed> Buckets<T> {
                 .coll
                 .update_one(
                     doc! {
+                        self.spec.key: Self::key_in(&head.id),
                         "_id": head.id.clone(),
                         "count": head.count,
                         "start": head.start,

@@ -7,7 +7,6 @@ use mongodb::bson::{doc, Bson, Document, RawDocument};
 use super::super::stored::{raw_int, LEN, NEXT, STALE, TYPE};
 use super::super::{Bucketed, Buckets};
 use crate::error::Result;
-use crate::util::id_range;
 
 /// A newest-first page's positions `[from, end)`, as the server computed
 /// them from the newest bucket, the `_id`s of the buckets that hold them
@@ -98,7 +97,7 @@ impl<T: Bucketed> Buckets<T> {
         for f in ["_id", "start", "count", STALE, LEN, TYPE, self.spec.items] {
             keep.insert(path(f), 1);
         }
-        let mut newest = id_range("k", key);
+        let mut newest = self.of_key(key);
         newest.insert(NEXT, doc! {"$ne": true});
         vec![
             doc! {"$match": newest},
@@ -106,10 +105,12 @@ impl<T: Bucketed> Buckets<T> {
             doc! {"$limit": 1},
             doc! {"$project": head},
             doc! {"$set": {IDS: ids}},
+            // The key's equality keeps the lookup on the key's shard.
             doc! {"$lookup": {
                 "from": self.raw.name(),
                 "localField": IDS,
                 "foreignField": "_id",
+                "pipeline": [{"$match": {self.spec.key: key.clone()}}],
                 "as": PAGE,
             }},
             doc! {"$unwind": {"path": format!("${PAGE}"), "preserveNullAndEmptyArrays": true}},
