@@ -163,6 +163,27 @@
 //!   `Model::keyset(&db).declared()` lists it. Without it each page sorts the
 //!   whole filtered collection. By `_id` alone the `_id` index serves.
 //!
+//! # On a sharded collection
+//!
+//! Pages stay exactly-once: a page is one `find` with the range filter,
+//! the sort and `limit`, and `mongos` sends it to the shards whose chunks
+//! the filter can match, each returning at most `limit` documents in the
+//! index order, and merges the sorted streams before it returns the first
+//! `limit`. The token names a position in the sort order, not a shard or a
+//! cursor, so chunk migrations between pages change nothing. What a page
+//! costs:
+//! - with equality on the shard key in `.filter()` (a customer's orders,
+//!   sharded by customer): one shard, as on a replica set;
+//! - without it: every shard that holds chunks of the collection reads up
+//!   to `limit` index entries and documents, and `mongos` merges `shards ×
+//!   limit` to return `limit` (16 shards, pages of 50: up to 800 read per
+//!   page). A sort on the shard key itself (ranged) keeps a page to the
+//!   shards whose ranges it crosses, usually one or two.
+//!
+//! The index `ensure` creates, `{sort keys…, _id}`, is created on every
+//! shard; the keyset pattern never shards the collection itself (it is
+//! yours: `#[shard_key]` on the same model declares its key).
+//!
 //! # Errors
 //!
 //! Errors are typed ([`Error`](crate::Error)): `InvalidCursor`,
