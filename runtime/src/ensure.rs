@@ -125,18 +125,17 @@
 //! outside one. Their options: the [guide](crate::guide#options).
 
 use mongodb::bson::Document;
-use mongodb::{Database, IndexModel};
-
-use crate::keyset::{Keyset, KeysetSpec};
+use mongodb::IndexModel;
 
 mod action;
 mod compare;
 mod needs;
 mod report;
 
+pub use crate::feature::Feature;
 pub use action::{EnsureAction, PlanAction};
 pub(crate) use needs::ServerFacts;
-pub use needs::{Feature, Need, Unsupported};
+pub use needs::{Need, Unsupported};
 pub use report::{Conflict, Ensured, Index, Note, Plan, Shard};
 
 /// What one pattern needs in one collection.
@@ -187,10 +186,4 @@ impl Declared {
         self.shard_key = Some((key, unique));
         self
     }
-}
-
-/// What a model's keyset paging needs: its collection, and the index
-/// `{sort keys..., _id}` when it sorts by more than `_id`.
-pub fn keyset_declared(db: &Database, collection: &str, spec: KeysetSpec) -> Vec<Declared> {
-    Keyset::<Document>::new(db, collection, spec).declared()
 }

@@ -281,7 +281,7 @@ impl From<mongodb::error::Error> for Error {
             }
             _ => match code::unknown_operator(&e) {
                 Some(op) => Error::Unsupported {
-                    needs: crate::ensure::Feature::of_operator(&op).map(|f| f.since()),
+                    needs: crate::feature::Feature::of_operator(&op).map(|f| f.since()),
                     feature: op,
                     by: None,
                     server: None,
@@ -514,10 +514,18 @@ pub enum CursorError {
     Foreign,
     /// Longer than [`MAX_TOKEN_LEN`](crate::keyset::MAX_TOKEN_LEN): refused
     /// before it is decoded.
-    TooLong(usize),
+    TooLong {
+        /// The token's length, in characters.
+        len: usize,
+        /// The most a token may have ([`MAX_TOKEN_LEN`](crate::keyset::MAX_TOKEN_LEN)).
+        limit: usize,
+    },
     /// A value nested deeper than [`MAX_TOKEN_DEPTH`](crate::keyset::MAX_TOKEN_DEPTH):
     /// refused before it is decoded.
-    TooDeep,
+    TooDeep {
+        /// The deepest nesting accepted ([`MAX_TOKEN_DEPTH`](crate::keyset::MAX_TOKEN_DEPTH)).
+        limit: usize,
+    },
     /// The query signs its tokens and this one's signature does not match:
     /// forged, unsigned, or issued for another filter or key.
     BadSignature,
@@ -534,16 +542,13 @@ impl fmt::Display for CursorError {
             CursorError::Foreign => f.write_str(
                 "issued for another database, collection, sort order or direction (or signed, for a query without a key)",
             ),
-            CursorError::TooLong(n) => write!(
+            CursorError::TooLong { len, limit } => write!(
                 f,
-                "{n} characters, more than the {} a token may have",
-                crate::keyset::MAX_TOKEN_LEN
+                "{len} characters, more than the {limit} a token may have"
             ),
-            CursorError::TooDeep => write!(
-                f,
-                "a value nested deeper than {} levels",
-                crate::keyset::MAX_TOKEN_DEPTH
-            ),
+            CursorError::TooDeep { limit } => {
+                write!(f, "a value nested deeper than {limit} levels")
+            }
             CursorError::BadSignature => {
                 f.write_str("signature mismatch (forged, or issued for another filter or key)")
             }
@@ -576,7 +581,7 @@ mod tests {
             attempts: 3
         }
         .is_retryable());
-        assert!(crate::action::raced_in_transaction(write(11000)).is_retryable());
+        assert!(Error::Raced(super::with_transient_label(write(11000))).is_retryable());
         assert!(!Error::Database(write(11000)).is_retryable());
         assert!(!Error::OutcomeUnknown {
             operation: "push",
@@ -611,7 +616,7 @@ mod tests {
         assert_eq!(ours.code(), Some(11000));
         assert!(!ours.is_transient());
 
-        let raced = crate::action::raced_in_transaction(dup);
+        let raced = super::Error::Raced(super::with_transient_label(dup));
         assert!(raced.is_transient());
         assert_eq!(raced.code(), Some(11000));
         let back = mongodb::error::Error::from(raced);

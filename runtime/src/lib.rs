@@ -12,6 +12,7 @@ mod compat;
 mod cut;
 pub mod ensure;
 mod error;
+mod feature;
 pub mod guide;
 pub mod keyset;
 mod model;
@@ -51,7 +52,7 @@ pub mod __private {
     pub use crate::bucket::{
         key_of as bucket_key_of, BucketKey, BucketSpec, Bucketed, Buckets, KeyInItem, OrderKey,
     };
-    pub use crate::ensure::{keyset_declared, Declared};
+    pub use crate::ensure::Declared;
     pub use crate::keyset::{KeysetSpec, SortKey};
     pub use crate::model::Model;
     pub use crate::rank_histogram::{BoardKey, FloatScore, Layout, RankHistogram, RankSpec, Ranks};
@@ -64,6 +65,11 @@ pub mod __private {
     pub use mongodb::Database;
     pub use serde;
     pub use std::vec::Vec;
+
+    /// What a model's keyset paging needs (see [`KeysetSpec::declared`]).
+    pub fn keyset_declared(db: &Database, collection: &str, spec: KeysetSpec) -> Vec<Declared> {
+        spec.declared(db, collection)
+    }
 
     /// The limits and defaults the derive checks and fills in, which it
     /// repeats; generated code asserts that both agree.
