@@ -93,7 +93,7 @@
 //! | pattern | in your transaction | refused there, or not taking a session |
 //! | --- | --- | --- |
 //! | keyset | `page`, `count`, every page of `stream` and `pages` | — |
-//! | bucket | in-order `push`, `push_many`, `page`, `total`, `update` | a late push (with `order`), `remove`, `reindex`: `InvalidArgument`; `stream` takes no session |
+//! | bucket | in-order `push`, `push_many`, `page`, `total`, `update` | a late push (with `order`), `remove`, `reindex`: `NotSupportedInTransaction`; `stream` takes no session |
 //! | rank histogram | every call | — |
 //! | approximate counter | `incr`, `incr_by`, `estimate` (a buffered counter writes through, exact) | `flush`, `shutdown` take no session |
 //! | shard key | every call | `ensure_sharded` takes no session |
@@ -133,7 +133,8 @@
 //! `TransientTransactionError`, which `and_run2` runs again.) A lease taken inside your transaction would be released before
 //! you commit, and another writer could then recompute `start` from a
 //! snapshot without your writes; so inside a transaction they return
-//! `InvalidArgument` before writing anything (your transaction goes on).
+//! `NotSupportedInTransaction` before writing anything (your transaction
+//! goes on; its message says what to do instead).
 //! Run them outside it. Given a session outside a transaction, `remove`,
 //! `reindex` and late pushes run as without one (as a task of their own, so
 //! a dropped call still finishes).
@@ -343,15 +344,41 @@
 //! `mongodb::error::Error: From<mongo_patterns::Error>` gives back the
 //! driver's own error (codes and labels kept) or a custom one holding ours
 //! (`get_custom::<mongo_patterns::Error>()`), so `?` works inside an
-//! `and_run2` callback and transient errors are retried. Each error prints
-//! its own message; the cause is its `source()`, not repeated.
+//! `and_run2` callback and transient errors are retried. The driver prints
+//! a custom error as `Custom user error` and leaves out what it holds, so
+//! turn the error `and_run2` returns back into ours before printing it:
+//! `mongo_patterns::Error::from(e)` (or `?` in a function returning
+//! `mongo_patterns::Result`) gives back our error as it was, with its
+//! text, and the driver's own errors as ours classifies them. Each error
+//! prints its own message; the cause is its `source()`, not repeated.
+//!
+//! ```no_run
+//! # use mongo_patterns::prelude::*;
+//! # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+//! # #[bucket(size = 100, key = "sym")]
+//! # struct Tick { sym: String, n: u32 }
+//! # async fn f(client: Client, db: Database) {
+//! let ticks = Tick::buckets(&db);
+//! let mut s = client.start_session().await.unwrap();
+//! let done = s.start_transaction().and_run2(async |s| {
+//!     ticks.remove("MDB", doc! {"n": 1}).session(s).await?; // refused here
+//!     Ok(())
+//! }).await;
+//! if let Err(e) = done {
+//!     // `remove` cannot run inside a transaction: ...; call it without
+//!     // the transaction's session (...)
+//!     eprintln!("{}", mongo_patterns::Error::from(e));
+//! }
+//! # }
+//! ```
 //!
 //! What to retry, as code: [`Error::is_retryable`](crate::Error::is_retryable).
 //! `Unavailable` and `Contended` may succeed later, as may an election's
 //! refusal or a write conflict; `OutcomeUnknown` is not to be sent again
 //! as it is (read first); `InvalidArgument`, `InvalidCursor`,
-//! `Damaged`, `UnexpectedDocument`, `UnsupportedValue`, `NoTransactions`
-//! and `ShardKeyMismatch` give the same answer again. Inside your
+//! `Damaged`, `UnexpectedDocument`, `UnsupportedValue`, `NoTransactions`,
+//! `NotSupportedInTransaction` and `ShardKeyMismatch` give the same answer
+//! again. Inside your
 //! transaction, an error with `is_transient()` means: run the whole
 //! transaction again.
 //!
