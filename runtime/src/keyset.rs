@@ -42,7 +42,6 @@
 //! ```no_run
 //! # use mongo_patterns::prelude::*;
 //! # use mongo_patterns::mongodb::options::Hint;
-//! # use futures::TryStreamExt;
 //! # use std::time::Duration;
 //! #[derive(Debug, Serialize, Deserialize, Model)]
 //! #[serde(rename_all = "camelCase")]

@@ -30,8 +30,11 @@ pub use crate::model::Model;
 pub use mongo_patterns_macros::Model;
 
 /// What a user module needs: the derive, the trait, the paging types, serde's
-/// derives and the BSON types models hold.
+/// derives, the BSON types models hold, the options every action takes
+/// (with the driver's concern and read preference types) and
+/// `TryStreamExt` for the streams.
 pub mod prelude {
+    pub use crate::action::Options;
     pub use crate::approx_counter::{Counter, CounterStats};
     pub use crate::bson::oid::ObjectId;
     pub use crate::bson::{doc, DateTime, Document};
@@ -41,6 +44,10 @@ pub mod prelude {
     pub use crate::rank_histogram::{Rank, RankHistogram, Ranks, ScoreCount};
     pub use crate::shard_key::{ShardKeyed, Sharded, TimeRange};
     pub use crate::{Error, Model};
+    pub use futures::TryStreamExt;
+    pub use mongodb::options::{
+        Acknowledgment, ReadConcern, ReadPreference, SelectionCriteria, WriteConcern,
+    };
     pub use mongodb::{Client, Database};
     pub use serde::{Deserialize, Serialize};
 }
