@@ -148,11 +148,10 @@ async fn document_too_large_keeps_the_drivers_error() {
 
 /// A transaction run from a spawned task (as a web handler's is), in the
 /// form the guide shows: the driver's `and_run` with a context tuple and
-/// `async move { ... }.boxed()`, as `and_run2`'s async closure does not
+/// a boxed `async move` block, as `and_run2`'s async closure does not
 /// compile there (rust-lang/rust#96865).
 #[tokio::test]
 async fn a_transaction_in_a_spawned_task() {
-    use futures::FutureExt;
     let (db, _) = fresh_db("errors_more_spawn").await;
     bounded(30, Tick::ensure(&db)).await.unwrap();
     let repo = Tick::buckets(&db);
@@ -161,11 +160,10 @@ async fn a_transaction_in_a_spawned_task() {
         let mut s = client.start_session().await?;
         s.start_transaction()
             .and_run((&repo, &tick(7)), |s, (repo, t)| {
-                async move {
-                    repo.push(t).session(s).await?;
+                Box::pin(async move {
+                    repo.push(*t).session(s).await?;
                     Ok(())
-                }
-                .boxed()
+                })
             })
             .await
     });

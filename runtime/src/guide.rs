@@ -88,6 +88,42 @@
 //! `mongodb::error::Error: From<mongo_patterns::Error>` (see *Errors*
 //! below): the labels survive, so a transient error reruns the closure.
 //!
+//! ## Inside `tokio::spawn`
+//!
+//! The `and_run2` form above does not compile in a spawned task, which is
+//! where web frameworks run handlers: rustc cannot prove the closure's
+//! future `Send` for every borrow ("implementation of `Send` is not
+//! general enough", rust-lang/rust#96865). There use the driver's
+//! `and_run`, with the same retries and 120 s bound: what the closure
+//! borrows goes in a context tuple, and the body is a boxed `async move`
+//! block.
+//!
+//! ```no_run
+//! # use mongo_patterns::prelude::*;
+//! # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+//! # #[serde(rename_all = "camelCase")]
+//! # #[bucket(size = 1000, key = "customerId")]
+//! # struct Trade { customer_id: i64, ticker: String, qty: i32 }
+//! # async fn f(client: Client, db: Database, trade: Trade) {
+//! let accounts = db.collection::<Document>("accounts");
+//! let trades = Trade::buckets(&db);
+//! let task = tokio::spawn(async move {
+//!     let mut s = client.start_session().await?;
+//!     s.start_transaction()
+//!         .and_run((&accounts, &trades, &trade), |s, (accounts, trades, trade)| {
+//!             Box::pin(async move {
+//!                 let id = trade.customer_id;
+//!                 accounts.update_one(doc! {"_id": id}, doc! {"$inc": {"cash": -1}}).session(&mut *s).await?;
+//!                 trades.push(*trade).session(&mut *s).await?;
+//!                 Ok(())
+//!             })
+//!         })
+//!         .await
+//! });
+//! let done: mongodb::error::Result<()> = task.await.expect("the task panicked");
+//! # }
+//! ```
+//!
 //! What joins your transaction, per pattern:
 //!
 //! | pattern | in your transaction | refused there, or not taking a session |
@@ -143,11 +179,12 @@
 //!
 //! `record`, `change`, `remove`, `rank`, `top`, `histogram` and `rebuild`
 //! run inside your transaction when one is open; `insert`, `update_score`
-//! and `delete` join your transaction (two round trips, you commit), or, in
-//! a session without one, run a transaction of their own in it; without a
-//! session they run their own through the driver's convenient API
-//! (`and_run`: jittered backoff, 120 s; `and_run2` does not compile there,
-//! rust-lang/rust#96865). Inside your transaction a call never retries: a
+//! and `delete` join your transaction (two round trips, you commit), or
+//! otherwise run a transaction of their own (in your session when given
+//! one without a transaction, else in a session of their own), always
+//! through the driver's `and_run` (jittered backoff, 120 s; not `and_run2`,
+//! whose async closure does not compile there, rust-lang/rust#96865, as in
+//! a spawned task above). Inside your transaction a call never retries: a
 //! write conflict or a lost upsert race comes back with
 //! `TransientTransactionError`, so `?` in your `and_run2` closure reruns
 //! the whole transaction (`tests/rank_app.rs` provokes one). In a
