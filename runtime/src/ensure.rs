@@ -22,7 +22,7 @@
 //! keys under another name serves as well, and is reported as a [`Note`].
 //!
 //! An index is declared with its options, and `createIndexes` is sent
-//! them all: a [`Keyset`] query with a
+//! them all: a [`Keyset`](crate::keyset::Keyset) query with a
 //! [`collation`](crate::keyset::Keyset::collation) declares its index with
 //! that collation, since a collated query cannot use an index of another
 //! collation (the simple one included) for its string bounds and sort, and
@@ -94,7 +94,6 @@
 //!
 //! ```no_run
 //! # use mongo_patterns::prelude::*;
-//! # use mongo_patterns::mongodb::options::WriteConcern;
 //! # #[derive(Serialize, Deserialize, Model)]
 //! # #[keyset(sort = "at")]
 //! # struct Visit { at: DateTime }
