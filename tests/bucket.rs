@@ -533,7 +533,7 @@ async fn errors_are_typed() {
     let mut big = trade(1, 0, 0);
     big.ticker = "x".repeat(17 << 20);
     match repo.push(&big).await {
-        Err(Error::DocumentTooLarge { bytes: Some(_) }) => {}
+        Err(Error::DocumentTooLarge { bytes: Some(_), .. }) => {}
         other => panic!("{other:?}"),
     }
     // Items of 3 MB: buckets close by bytes, well before 100 items.

@@ -6,7 +6,6 @@
 //! # use mongo_patterns::bucket::Bucketed;
 //! # async fn f<T: Bucketed>(repo: Buckets<T>, item: T, s: &mut mongodb::ClientSession)
 //! # -> mongo_patterns::Result<()> {
-//! use mongodb::options::WriteConcern;
 //! repo.push(&item)
 //!     .write_concern(WriteConcern::majority())
 //!     .session(s)

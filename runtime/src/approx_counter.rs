@@ -9,7 +9,6 @@
 //!
 //! ```no_run
 //! # use mongo_patterns::prelude::*;
-//! # use mongo_patterns::mongodb::options::{ReadPreference, SelectionCriteria, WriteConcern};
 //! #[derive(Debug, Clone, Serialize, Deserialize, Model)]
 //! #[model(collection = "products")]
 //! pub struct Product {

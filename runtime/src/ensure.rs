@@ -22,7 +22,7 @@
 //! keys under another name serves as well, and is reported as a [`Note`].
 //!
 //! An index is declared with its options, and `createIndexes` is sent
-//! them all: a [`Keyset`] query with a
+//! them all: a [`Keyset`](crate::keyset::Keyset) query with a
 //! [`collation`](crate::keyset::Keyset::collation) declares its index with
 //! that collation, since a collated query cannot use an index of another
 //! collation (the simple one included) for its string bounds and sort, and
@@ -94,7 +94,6 @@
 //!
 //! ```no_run
 //! # use mongo_patterns::prelude::*;
-//! # use mongo_patterns::mongodb::options::WriteConcern;
 //! # #[derive(Serialize, Deserialize, Model)]
 //! # #[keyset(sort = "at")]
 //! # struct Visit { at: DateTime }
@@ -125,18 +124,17 @@
 //! outside one. Their options: the [guide](crate::guide#options).
 
 use mongodb::bson::Document;
-use mongodb::{Database, IndexModel};
-
-use crate::keyset::{Keyset, KeysetSpec};
+use mongodb::IndexModel;
 
 mod action;
 mod compare;
 mod needs;
 mod report;
 
+pub use crate::feature::Feature;
 pub use action::{EnsureAction, PlanAction};
 pub(crate) use needs::ServerFacts;
-pub use needs::{Feature, Need, Unsupported};
+pub use needs::{Need, Unsupported};
 pub use report::{Conflict, Ensured, Index, Note, Plan, Shard};
 
 /// What one pattern needs in one collection.
@@ -187,10 +185,4 @@ impl Declared {
         self.shard_key = Some((key, unique));
         self
     }
-}
-
-/// What a model's keyset paging needs: its collection, and the index
-/// `{sort keys..., _id}` when it sorts by more than `_id`.
-pub fn keyset_declared(db: &Database, collection: &str, spec: KeysetSpec) -> Vec<Declared> {
-    Keyset::<Document>::new(db, collection, spec).declared()
 }

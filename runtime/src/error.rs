@@ -26,25 +26,48 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// the whole transaction again, and meet the same refusal each time until
 /// its 120 s bound. Races ([`is_transient`](Error::is_transient)) carry
 /// the label themselves, so that `and_run2` reruns. A refusal of the
-/// call's own ([`InvalidArgument`](Error::InvalidArgument)) fails no
-/// statement and leaves the transaction going.
-#[derive(Debug, thiserror::Error)]
+/// call's own ([`InvalidArgument`](Error::InvalidArgument),
+/// [`NotSupportedInTransaction`](Error::NotSupportedInTransaction)) fails
+/// no statement and leaves the transaction going; returned from
+/// `and_run2`'s closure it carries no label, so `and_run2` aborts and
+/// hands it back without running the closure again.
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A page token could not be used: see [`CursorError`] for why.
     #[error("invalid page token: {0}")]
     InvalidCursor(CursorError),
 
-    /// A caller's argument is outside what the call accepts, or an
-    /// operation that cannot run inside a transaction was given one.
-    /// The call's own check, not a failed statement: a caller's
-    /// transaction goes on.
+    /// A caller's argument is outside what the call accepts. The call's
+    /// own check, not a failed statement: a caller's transaction goes on.
     #[error("invalid argument `{name}`: {reason}")]
     InvalidArgument {
         /// The argument's name, as the method spells it.
         name: &'static str,
         /// What was wrong with it.
         reason: String,
+    },
+
+    /// An operation that cannot run inside a transaction was given a
+    /// session with one open: a bucket `remove` or `reindex`, a late push
+    /// further back than the key's last two buckets (with `order`), or a
+    /// read or push that meets the positions a cut removal left to repair.
+    /// Each moves items' positions under the key's lease, which a
+    /// transaction cannot hold until it commits. Refused before anything
+    /// is sent, so your transaction goes on; run the operation outside it
+    /// (`instead` says how). Not retryable: the same call in the same
+    /// transaction is refused again, so it converts to the driver's error
+    /// without labels and `and_run2` returns it instead of running the
+    /// transaction again.
+    #[error("{operation} cannot run inside a transaction: {why}; {instead}")]
+    NotSupportedInTransaction {
+        /// What was refused: the method (`` `remove` ``), or the step of
+        /// one that needs the lease.
+        operation: &'static str,
+        /// Why a transaction cannot hold it.
+        why: &'static str,
+        /// What to do instead.
+        instead: &'static str,
     },
 
     /// A stored document does not deserialize into the model. Nothing was
@@ -105,12 +128,20 @@ pub enum Error {
     },
 
     /// A document would pass MongoDB's 16 MiB limit: an item too large for
-    /// any bucket (`bytes` is its size), or a write the server refused for
-    /// its size (`bytes` is `None`).
-    #[error("document too large for MongoDB's 16 MiB limit{}", .bytes.map(|b| format!(" ({b} bytes)")).unwrap_or_default())]
+    /// any bucket (`bytes` is its size, nothing was sent), or a write the
+    /// server refused for its size (`bytes` is `None`; `source` is the
+    /// driver's error, with its code and labels).
+    #[error(
+        "document too large for MongoDB's 16 MiB limit{}{}",
+        .bytes.map(|b| format!(" ({b} bytes)")).unwrap_or_default(),
+        .source.as_deref().map(code_suffix).unwrap_or_default()
+    )]
     DocumentTooLarge {
         /// The size, where known before sending.
         bytes: Option<usize>,
+        /// The server's refusal, where it refused.
+        #[source]
+        source: Option<Box<mongodb::error::Error>>,
     },
 
     /// Concurrent writers kept winning the race for the same document;
@@ -277,11 +308,20 @@ impl From<mongodb::error::Error> for Error {
             | ErrorKind::ServerSelection { .. }
             | ErrorKind::ConnectionPoolCleared { .. } => Error::Unavailable(e),
             _ if server_codes(&e).iter().any(|c| code::TOO_LARGE.contains(c)) => {
-                Error::DocumentTooLarge { bytes: None }
+                Error::DocumentTooLarge {
+                    bytes: None,
+                    source: Some(Box::new(e)),
+                }
             }
+            // Ours, carried through the driver's error (`?` in an
+            // `and_run2` closure): given back as it was.
+            ErrorKind::Custom(_) if e.get_custom::<Error>().is_some() => e
+                .get_custom::<Error>()
+                .cloned()
+                .unwrap_or(Error::Database(e)),
             _ => match code::unknown_operator(&e) {
                 Some(op) => Error::Unsupported {
-                    needs: crate::ensure::Feature::of_operator(&op).map(|f| f.since()),
+                    needs: crate::feature::Feature::of_operator(&op).map(|f| f.since()),
                     feature: op,
                     by: None,
                     server: None,
@@ -356,12 +396,21 @@ pub(crate) fn with_transient_label(e: mongodb::error::Error) -> mongodb::error::
 impl From<Error> for mongodb::error::Error {
     /// The driver's own error where there is one (codes and labels kept,
     /// so `?` in an `and_run2` callback lets the driver retry a transient
-    /// failure); otherwise [`mongodb::error::Error::custom`] holding this
-    /// error, which `get_custom::<mongo_patterns::Error>()` gives back.
+    /// failure, and a server's refusal converts back to the same variant);
+    /// otherwise [`mongodb::error::Error::custom`] holding this error,
+    /// without a code or labels (so `and_run2` returns it rather than
+    /// running the transaction again). `get_custom::<mongo_patterns::Error>()`
+    /// gives it back, and so does `mongo_patterns::Error::from`, whose
+    /// text is ours: the driver prints a custom error as `Custom user
+    /// error` and leaves out what it holds (it prints only a `String`).
     fn from(e: Error) -> Self {
         match e {
             Error::Raced(e) | Error::Unavailable(e) | Error::Database(e) => e,
             Error::OutcomeUnknown { source, .. } => source,
+            Error::DocumentTooLarge {
+                source: Some(source),
+                ..
+            } => *source,
             other => mongodb::error::Error::custom(other),
         }
     }
@@ -380,6 +429,10 @@ impl Error {
             Error::Raced(e) | Error::Unavailable(e) | Error::Database(e) => Some(e),
             Error::OutcomeUnknown { source, .. } => Some(source),
             Error::Unsupported {
+                source: Some(source),
+                ..
+            }
+            | Error::DocumentTooLarge {
                 source: Some(source),
                 ..
             } => Some(source),
@@ -514,10 +567,18 @@ pub enum CursorError {
     Foreign,
     /// Longer than [`MAX_TOKEN_LEN`](crate::keyset::MAX_TOKEN_LEN): refused
     /// before it is decoded.
-    TooLong(usize),
+    TooLong {
+        /// The token's length, in characters.
+        len: usize,
+        /// The most a token may have ([`MAX_TOKEN_LEN`](crate::keyset::MAX_TOKEN_LEN)).
+        limit: usize,
+    },
     /// A value nested deeper than [`MAX_TOKEN_DEPTH`](crate::keyset::MAX_TOKEN_DEPTH):
     /// refused before it is decoded.
-    TooDeep,
+    TooDeep {
+        /// The deepest nesting accepted ([`MAX_TOKEN_DEPTH`](crate::keyset::MAX_TOKEN_DEPTH)).
+        limit: usize,
+    },
     /// The query signs its tokens and this one's signature does not match:
     /// forged, unsigned, or issued for another filter or key.
     BadSignature,
@@ -534,16 +595,13 @@ impl fmt::Display for CursorError {
             CursorError::Foreign => f.write_str(
                 "issued for another database, collection, sort order or direction (or signed, for a query without a key)",
             ),
-            CursorError::TooLong(n) => write!(
+            CursorError::TooLong { len, limit } => write!(
                 f,
-                "{n} characters, more than the {} a token may have",
-                crate::keyset::MAX_TOKEN_LEN
+                "{len} characters, more than the {limit} a token may have"
             ),
-            CursorError::TooDeep => write!(
-                f,
-                "a value nested deeper than {} levels",
-                crate::keyset::MAX_TOKEN_DEPTH
-            ),
+            CursorError::TooDeep { limit } => {
+                write!(f, "a value nested deeper than {limit} levels")
+            }
             CursorError::BadSignature => {
                 f.write_str("signature mismatch (forged, or issued for another filter or key)")
             }
@@ -576,7 +634,7 @@ mod tests {
             attempts: 3
         }
         .is_retryable());
-        assert!(crate::action::raced_in_transaction(write(11000)).is_retryable());
+        assert!(Error::Raced(super::with_transient_label(write(11000))).is_retryable());
         assert!(!Error::Database(write(11000)).is_retryable());
         assert!(!Error::OutcomeUnknown {
             operation: "push",
@@ -611,7 +669,7 @@ mod tests {
         assert_eq!(ours.code(), Some(11000));
         assert!(!ours.is_transient());
 
-        let raced = crate::action::raced_in_transaction(dup);
+        let raced = super::Error::Raced(super::with_transient_label(dup));
         assert!(raced.is_transient());
         assert_eq!(raced.code(), Some(11000));
         let back = mongodb::error::Error::from(raced);
@@ -623,6 +681,15 @@ mod tests {
             back.get_custom::<super::Error>(),
             Some(super::Error::InvalidArgument { name: "n", .. })
         ));
+        assert!(!back.contains_label(TRANSIENT_TRANSACTION_ERROR));
+        // And back to ours, with its own text (the driver's is only
+        // "Custom user error").
+        let ours = super::Error::from(back);
+        assert!(matches!(
+            ours,
+            super::Error::InvalidArgument { name: "n", .. }
+        ));
+        assert_eq!(ours.to_string(), "invalid argument `n`: too big");
     }
 
     /// A wrapped error prints its own words once; the cause is `source()`.

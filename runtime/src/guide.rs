@@ -88,12 +88,48 @@
 //! `mongodb::error::Error: From<mongo_patterns::Error>` (see *Errors*
 //! below): the labels survive, so a transient error reruns the closure.
 //!
+//! ## Inside `tokio::spawn`
+//!
+//! The `and_run2` form above does not compile in a spawned task, which is
+//! where web frameworks run handlers: rustc cannot prove the closure's
+//! future `Send` for every borrow ("implementation of `Send` is not
+//! general enough", rust-lang/rust#96865). There use the driver's
+//! `and_run`, with the same retries and 120 s bound: what the closure
+//! borrows goes in a context tuple, and the body is a boxed `async move`
+//! block.
+//!
+//! ```no_run
+//! # use mongo_patterns::prelude::*;
+//! # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+//! # #[serde(rename_all = "camelCase")]
+//! # #[bucket(size = 1000, key = "customerId")]
+//! # struct Trade { customer_id: i64, ticker: String, qty: i32 }
+//! # async fn f(client: Client, db: Database, trade: Trade) {
+//! let accounts = db.collection::<Document>("accounts");
+//! let trades = Trade::buckets(&db);
+//! let task = tokio::spawn(async move {
+//!     let mut s = client.start_session().await?;
+//!     s.start_transaction()
+//!         .and_run((&accounts, &trades, &trade), |s, (accounts, trades, trade)| {
+//!             Box::pin(async move {
+//!                 let id = trade.customer_id;
+//!                 accounts.update_one(doc! {"_id": id}, doc! {"$inc": {"cash": -1}}).session(&mut *s).await?;
+//!                 trades.push(*trade).session(&mut *s).await?;
+//!                 Ok(())
+//!             })
+//!         })
+//!         .await
+//! });
+//! let done: mongodb::error::Result<()> = task.await.expect("the task panicked");
+//! # }
+//! ```
+//!
 //! What joins your transaction, per pattern:
 //!
 //! | pattern | in your transaction | refused there, or not taking a session |
 //! | --- | --- | --- |
 //! | keyset | `page`, `count`, every page of `stream` and `pages` | — |
-//! | bucket | in-order `push`, `push_many`, `page`, `total`, `update` | a late push (with `order`), `remove`, `reindex`: `InvalidArgument`; `stream` takes no session |
+//! | bucket | in-order `push`, `push_many`, `page`, `total`, `update` | a late push (with `order`), `remove`, `reindex`: `NotSupportedInTransaction`; `stream` takes no session |
 //! | rank histogram | every call | — |
 //! | approximate counter | `incr`, `incr_by`, `estimate` (a buffered counter writes through, exact) | `flush`, `shutdown` take no session |
 //! | shard key | every call | `ensure_sharded` takes no session |
@@ -133,7 +169,8 @@
 //! `TransientTransactionError`, which `and_run2` runs again.) A lease taken inside your transaction would be released before
 //! you commit, and another writer could then recompute `start` from a
 //! snapshot without your writes; so inside a transaction they return
-//! `InvalidArgument` before writing anything (your transaction goes on).
+//! `NotSupportedInTransaction` before writing anything (your transaction
+//! goes on; its message says what to do instead).
 //! Run them outside it. Given a session outside a transaction, `remove`,
 //! `reindex` and late pushes run as without one (as a task of their own, so
 //! a dropped call still finishes).
@@ -142,11 +179,12 @@
 //!
 //! `record`, `change`, `remove`, `rank`, `top`, `histogram` and `rebuild`
 //! run inside your transaction when one is open; `insert`, `update_score`
-//! and `delete` join your transaction (two round trips, you commit), or, in
-//! a session without one, run a transaction of their own in it; without a
-//! session they run their own through the driver's convenient API
-//! (`and_run`: jittered backoff, 120 s; `and_run2` does not compile there,
-//! rust-lang/rust#96865). Inside your transaction a call never retries: a
+//! and `delete` join your transaction (two round trips, you commit), or
+//! otherwise run a transaction of their own (in your session when given
+//! one without a transaction, else in a session of their own), always
+//! through the driver's `and_run` (jittered backoff, 120 s; not `and_run2`,
+//! whose async closure does not compile there, rust-lang/rust#96865, as in
+//! a spawned task above). Inside your transaction a call never retries: a
 //! write conflict or a lost upsert race comes back with
 //! `TransientTransactionError`, so `?` in your `and_run2` closure reruns
 //! the whole transaction (`tests/rank_app.rs` provokes one). In a
@@ -343,15 +381,41 @@
 //! `mongodb::error::Error: From<mongo_patterns::Error>` gives back the
 //! driver's own error (codes and labels kept) or a custom one holding ours
 //! (`get_custom::<mongo_patterns::Error>()`), so `?` works inside an
-//! `and_run2` callback and transient errors are retried. Each error prints
-//! its own message; the cause is its `source()`, not repeated.
+//! `and_run2` callback and transient errors are retried. The driver prints
+//! a custom error as `Custom user error` and leaves out what it holds, so
+//! turn the error `and_run2` returns back into ours before printing it:
+//! `mongo_patterns::Error::from(e)` (or `?` in a function returning
+//! `mongo_patterns::Result`) gives back our error as it was, with its
+//! text, and the driver's own errors as ours classifies them. Each error
+//! prints its own message; the cause is its `source()`, not repeated.
+//!
+//! ```no_run
+//! # use mongo_patterns::prelude::*;
+//! # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+//! # #[bucket(size = 100, key = "sym")]
+//! # struct Tick { sym: String, n: u32 }
+//! # async fn f(client: Client, db: Database) {
+//! let ticks = Tick::buckets(&db);
+//! let mut s = client.start_session().await.unwrap();
+//! let done = s.start_transaction().and_run2(async |s| {
+//!     ticks.remove("MDB", doc! {"n": 1}).session(s).await?; // refused here
+//!     Ok(())
+//! }).await;
+//! if let Err(e) = done {
+//!     // `remove` cannot run inside a transaction: ...; call it without
+//!     // the transaction's session (...)
+//!     eprintln!("{}", mongo_patterns::Error::from(e));
+//! }
+//! # }
+//! ```
 //!
 //! What to retry, as code: [`Error::is_retryable`](crate::Error::is_retryable).
 //! `Unavailable` and `Contended` may succeed later, as may an election's
 //! refusal or a write conflict; `OutcomeUnknown` is not to be sent again
 //! as it is (read first); `InvalidArgument`, `InvalidCursor`,
-//! `Damaged`, `UnexpectedDocument`, `UnsupportedValue`, `NoTransactions`
-//! and `ShardKeyMismatch` give the same answer again. Inside your
+//! `Damaged`, `UnexpectedDocument`, `UnsupportedValue`, `NoTransactions`,
+//! `NotSupportedInTransaction` and `ShardKeyMismatch` give the same answer
+//! again. Inside your
 //! transaction, an error with `is_transient()` means: run the whole
 //! transaction again.
 //!

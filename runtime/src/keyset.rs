@@ -42,7 +42,6 @@
 //! ```no_run
 //! # use mongo_patterns::prelude::*;
 //! # use mongo_patterns::mongodb::options::Hint;
-//! # use futures::TryStreamExt;
 //! # use std::time::Duration;
 //! #[derive(Debug, Serialize, Deserialize, Model)]
 //! #[serde(rename_all = "camelCase")]
@@ -275,6 +274,14 @@ impl KeysetSpec {
         descending: false,
         page_size: DEFAULT_PAGE_SIZE,
     };
+
+    /// What paging `collection` this way needs in the deployment: the
+    /// collection, and the index `{sort keys..., _id}` when it sorts by
+    /// more than `_id` ([`Keyset::declared`]). [`Model::declared`](crate::Model::declared)
+    /// starts from it.
+    pub fn declared(self, db: &Database, collection: &str) -> Vec<crate::ensure::Declared> {
+        Keyset::<Document>::new(db, collection, self).declared()
+    }
 }
 
 /// Types whose BSON values have one sort order, so they can be keyset sort

@@ -12,6 +12,7 @@ mod compat;
 mod cut;
 pub mod ensure;
 mod error;
+mod feature;
 pub mod guide;
 pub mod keyset;
 mod model;
@@ -29,8 +30,11 @@ pub use crate::model::Model;
 pub use mongo_patterns_macros::Model;
 
 /// What a user module needs: the derive, the trait, the paging types, serde's
-/// derives and the BSON types models hold.
+/// derives, the BSON types models hold, the options every action takes
+/// (with the driver's concern and read preference types) and
+/// `TryStreamExt` for the streams.
 pub mod prelude {
+    pub use crate::action::Options;
     pub use crate::approx_counter::{Counter, CounterStats};
     pub use crate::bson::oid::ObjectId;
     pub use crate::bson::{doc, DateTime, Document};
@@ -40,6 +44,10 @@ pub mod prelude {
     pub use crate::rank_histogram::{Rank, RankHistogram, Ranks, ScoreCount};
     pub use crate::shard_key::{ShardKeyed, Sharded, TimeRange};
     pub use crate::{Error, Model};
+    pub use futures::TryStreamExt;
+    pub use mongodb::options::{
+        Acknowledgment, ReadConcern, ReadPreference, SelectionCriteria, WriteConcern,
+    };
     pub use mongodb::{Client, Database};
     pub use serde::{Deserialize, Serialize};
 }
@@ -51,7 +59,7 @@ pub mod __private {
     pub use crate::bucket::{
         key_of as bucket_key_of, BucketKey, BucketSpec, Bucketed, Buckets, KeyInItem, OrderKey,
     };
-    pub use crate::ensure::{keyset_declared, Declared};
+    pub use crate::ensure::Declared;
     pub use crate::keyset::{KeysetSpec, SortKey};
     pub use crate::model::Model;
     pub use crate::rank_histogram::{BoardKey, FloatScore, Layout, RankHistogram, RankSpec, Ranks};
@@ -64,6 +72,11 @@ pub mod __private {
     pub use mongodb::Database;
     pub use serde;
     pub use std::vec::Vec;
+
+    /// What a model's keyset paging needs (see [`KeysetSpec::declared`]).
+    pub fn keyset_declared(db: &Database, collection: &str, spec: KeysetSpec) -> Vec<Declared> {
+        spec.declared(db, collection)
+    }
 
     /// The limits and defaults the derive checks and fills in, which it
     /// repeats; generated code asserts that both agree.

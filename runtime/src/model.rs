@@ -41,7 +41,7 @@ pub trait Model: Sized {
     /// rank histogram and its histogram collection, shard key, counters).
     /// The derive writes it; [`Model::ensure`] and [`Model::plan`] use it.
     fn declared(db: &Database) -> Vec<Declared> {
-        crate::ensure::keyset_declared(db, Self::COLLECTION, Self::KEYSET)
+        Self::KEYSET.declared(db, Self::COLLECTION)
     }
 
     /// Creates what [`Model::declared`] lists and the deployment lacks:

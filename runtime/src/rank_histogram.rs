@@ -44,8 +44,10 @@
 //!   the client and in `rebuild`'s server pipeline.
 //! - The histogram drifts from the per-player documents when one write
 //!   lands and the other fails. [`Ranks::insert`], [`Ranks::update_score`]
-//!   and [`Ranks::delete`] change both in one transaction, retried as the
-//!   driver's convenient API does (jittered backoff, 120 s in all); without
+//!   and [`Ranks::delete`] change both in one transaction: yours when
+//!   given a session with one open, otherwise one of their own, run
+//!   through the driver's `and_run` (jittered backoff, 120 s in all; not
+//!   `and_run2`, whose async closure trips rust-lang/rust#96865 there); without
 //!   transactions they refuse ([`Error::NoTransactions`]) unless the caller
 //!   opts in with [`Ranks::allow_non_atomic`]. [`Ranks::rebuild`]
 //!   recomputes a board.
@@ -609,9 +611,8 @@ impl<T: RankHistogram> Ranks<T> {
     /// (two round trips; the caller commits) and never retries: a lost race
     /// comes back labelled `TransientTransactionError`. Given a session
     /// without one, it runs its own transaction in that session; without
-    /// a session, in one of its own. A transaction of its own is retried
-    /// as the driver's convenient API does (jittered backoff, 120 s in
-    /// all). Dropped while its own transaction is open in your session,
+    /// a session, in one of its own. A transaction of its own runs through
+    /// the driver's `and_run` (jittered backoff, 120 s in all). Dropped while its own transaction is open in your session,
     /// the call has the server kill that session (which frees what it
     /// locked); the session still shows the transaction open: abort it or
     /// drop the session.

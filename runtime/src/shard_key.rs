@@ -44,8 +44,6 @@
 //!
 //! ```no_run
 //! # use mongo_patterns::prelude::*;
-//! # use mongo_patterns::mongodb::options::{ReadPreference, SelectionCriteria, WriteConcern};
-//! # use futures::TryStreamExt;
 //! #[derive(Debug, Clone, Serialize, Deserialize, Model)]
 //! #[model(collection = "logs")]
 //! #[shard_key(coarse = "month", from = "ts", search = "type")]   // {month: 1, type: 1}

@@ -215,7 +215,7 @@ impl<T: Bucketed> Buckets<T> {
     /// item (with `order`, below what the last bucket holds) that belongs
     /// in the key's last bucket or the one before lands in the transaction
     /// too (see below); one further back is refused there with
-    /// `InvalidArgument`, before anything is written: it moves positions
+    /// `NotSupportedInTransaction`, before anything is written: it moves positions
     /// under the key's lease, which a transaction cannot hold until it
     /// commits. Push that one outside the transaction.
     ///
@@ -274,7 +274,7 @@ impl<T: Bucketed> Buckets<T> {
     /// (after a removal, a close by bytes, a late item) lies between. In a
     /// caller's session its reads run in it (and see the transaction's
     /// writes); a page that meets a removal's mark repairs positions first,
-    /// which is refused inside a transaction (`InvalidArgument`).
+    /// which is refused inside a transaction (`NotSupportedInTransaction`).
     pub fn page<'a, Q>(&'a self, key: &Q, req: PageRequest) -> FetchPage<'a, T>
     where
         T::Key: std::borrow::Borrow<Q>,
@@ -321,7 +321,7 @@ impl<T: Bucketed> Buckets<T> {
     /// with a damaged bucket (`Damaged`), under the key's lease. `remove`
     /// calls it, and so does a read that meets a removal's mark; call it
     /// yourself after editing buckets by hand. Refused inside a caller's
-    /// transaction (`InvalidArgument`); in a session outside one it runs
+    /// transaction (`NotSupportedInTransaction`); in a session outside one it runs
     /// as without the session.
     pub fn reindex<'a, Q>(&'a self, key: &Q) -> Reindex<'a, T>
     where
@@ -350,7 +350,7 @@ impl<T: Bucketed> Buckets<T> {
     /// as a task of its own: a caller that stops waiting does not cut it
     /// between buckets (it finishes, and its count is lost with the call).
     ///
-    /// Inside a caller's transaction it is refused with `InvalidArgument`
+    /// Inside a caller's transaction it is refused with `NotSupportedInTransaction`
     /// before anything is sent: the lease that keeps two position-moving
     /// writers apart would be released before the transaction commits, and
     /// another writer could then recompute positions from a snapshot

@@ -59,18 +59,35 @@ impl<'s> Cx<'s> {
     }
 
     /// Refuses an operation that moves items' positions inside a caller's
-    /// transaction (see [`Buckets::remove`]).
-    pub(super) fn outside_transaction(&self, what: &str) -> Result<()> {
-        if self.txn {
-            return Err(Error::invalid(
-                "session",
-                format!(
-                    "{what} moves positions under the key's lease, which a caller's transaction \
-                     cannot hold until it commits: run it outside the transaction"
-                ),
-            ));
+    /// transaction (see [`Buckets::remove`]): `what` is `"remove"`,
+    /// `"reindex"`, `"a late push"` or `"repairing positions a removal
+    /// left"`.
+    pub(super) fn outside_transaction(&self, what: &'static str) -> Result<()> {
+        if !self.txn {
+            return Ok(());
         }
-        Ok(())
+        const OUTSIDE: &str = "call it without the transaction's session (before \
+            `start_transaction` or after the commit); given a session with no transaction \
+            open, it runs as without one";
+        let (operation, instead) = match what {
+            "remove" => ("`remove`", OUTSIDE),
+            "reindex" => ("`reindex`", OUTSIDE),
+            "a late push" => (
+                "a late `push` (an item further back than the key's last two buckets)",
+                "push it without the transaction's session, or push items in `order` inside \
+                 the transaction",
+            ),
+            _ => (
+                "repairing the positions a removal left",
+                "call `reindex(key)` outside the transaction, then run the transaction again",
+            ),
+        };
+        Err(Error::NotSupportedInTransaction {
+            operation,
+            why: "it moves items' positions under the key's lease, which a transaction \
+                  cannot hold until it commits",
+            instead,
+        })
     }
 }
 

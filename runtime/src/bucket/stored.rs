@@ -414,6 +414,7 @@ pub(super) fn item_len(doc: &Document) -> Result<i64> {
     if len > MAX_BUCKET_BYTES {
         return Err(Error::DocumentTooLarge {
             bytes: Some(len as usize),
+            source: None,
         });
     }
     Ok(len)

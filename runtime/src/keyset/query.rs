@@ -10,10 +10,7 @@ use serde::de::DeserializeOwned;
 
 use super::boundary::boundary_filter;
 use super::token;
-use super::{
-    Keyset, Page, PageToken, Position, MAX_KEY_BYTES, MAX_PAGE_SIZE, MAX_TOKEN_DEPTH,
-    MIN_SIGNING_KEY_LEN,
-};
+use super::{Keyset, Page, PageToken, Position, MAX_KEY_BYTES, MAX_PAGE_SIZE, MIN_SIGNING_KEY_LEN};
 use crate::action::{Effective, Given, Options};
 use crate::error::{Error, Found, Result};
 use crate::util::id_of;
@@ -250,9 +247,7 @@ where
             };
             if let Err(e) = token::check_raw(value) {
                 let found = match e {
-                    crate::error::CursorError::TooDeep => Found::TooDeep {
-                        limit: MAX_TOKEN_DEPTH,
-                    },
+                    crate::error::CursorError::TooDeep { limit } => Found::TooDeep { limit },
                     _ => Found::Type(value.element_type()),
                 };
                 return Err(self.unsupported(raw, key, found));

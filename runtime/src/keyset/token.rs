@@ -279,7 +279,9 @@ fn check_walk(v: RawBsonRef<'_>) -> Result<(), CursorError> {
                 v if positioned_scalar(&v) => {}
                 RawBsonRef::Document(d) => {
                     if stack.len() >= MAX_TOKEN_DEPTH {
-                        return Err(CursorError::TooDeep);
+                        return Err(CursorError::TooDeep {
+                            limit: MAX_TOKEN_DEPTH,
+                        });
                     }
                     stack.push(d.iter_elements());
                 }
@@ -346,7 +348,11 @@ impl FromStr for PageToken {
     /// Refuses a string longer than [`MAX_TOKEN_LEN`] before looking at it.
     fn from_str(s: &str) -> Result<Self, Error> {
         if s.len() > MAX_TOKEN_LEN {
-            return Err(CursorError::TooLong(s.len()).into());
+            return Err(CursorError::TooLong {
+                len: s.len(),
+                limit: MAX_TOKEN_LEN,
+            }
+            .into());
         }
         let bytes = URL_SAFE_NO_PAD
             .decode(s.trim())
@@ -473,7 +479,13 @@ mod tests {
             CursorError::UnsupportedVersion(1)
         );
         let huge = "A".repeat(10 << 20);
-        assert_eq!(err(&huge), CursorError::TooLong(10 << 20));
+        assert_eq!(
+            err(&huge),
+            CursorError::TooLong {
+                len: 10 << 20,
+                limit: MAX_TOKEN_LEN
+            }
+        );
     }
 
     /// A token built by hand with a valid checksum still cannot carry an
@@ -502,7 +514,7 @@ mod tests {
         assert!(forge(nest(MAX_TOKEN_DEPTH)).is_ok());
         for depth in [MAX_TOKEN_DEPTH + 1, 150] {
             match forge(nest(depth)) {
-                Err(Error::InvalidCursor(CursorError::TooDeep)) => {}
+                Err(Error::InvalidCursor(CursorError::TooDeep { .. })) => {}
                 other => panic!("depth {depth} gave {other:?}"),
             }
         }
@@ -510,7 +522,9 @@ mod tests {
         // straight to the decoder: built byte by byte.
         assert_eq!(
             PageToken::decode(&forge_bytes(&raw_nest(100_000))),
-            Err(CursorError::TooDeep)
+            Err(CursorError::TooDeep {
+                limit: MAX_TOKEN_DEPTH
+            })
         );
     }
 

@@ -1,6 +1,6 @@
 //! The transaction runner: a player's write and the histogram's follow
-//! it in one transaction (the caller's, or one of the call's own retried
-//! as the driver's convenient API does), or, where the caller allows it,
+//! it in one transaction (the caller's, or one of the call's own run
+//! through the driver's `and_run`), or, where the caller allows it,
 //! one after the other without one.
 
 use std::sync::atomic::Ordering;
@@ -120,7 +120,8 @@ impl<T: RankHistogram> Ranks<T> {
     }
 
     /// `op` in a transaction of its own in `txn`'s session, through
-    /// `and_run2`. `NoTransactions` when the deployment refused one.
+    /// the driver's `and_run`. `NoTransactions` when the deployment
+    /// refused one.
     async fn own_transaction(
         &self,
         op: &SourceOp<'_, T>,
@@ -222,7 +223,7 @@ impl<T: RankHistogram> Ranks<T> {
             Err(e) => e,
         };
         if e.get_custom::<Stashed>().is_some() {
-            // The callback's own error; `and_run2` aborted the transaction.
+            // The callback's own error; `and_run` aborted the transaction.
             txn.armed = false;
             return Err(stashed.unwrap_or_else(|| Error::Database(e)));
         }
@@ -500,10 +501,10 @@ impl Drop for OpenTransaction<'_> {
     }
 }
 
-/// The marker of an error of ours carried through `and_run2`.
+/// The marker of an error of ours carried through `and_run`.
 struct Stashed;
 
-/// An error of the transaction's callback as `and_run2` needs it: the
+/// An error of the transaction's callback as `and_run` needs it: the
 /// driver's own (with its labels), a lost race labelled transient so that
 /// it is rerun, or a marker for an error of ours, kept in `stashed`.
 fn to_driver(e: Error, stashed: &mut Option<Error>) -> mongodb::error::Error {
