@@ -45,16 +45,26 @@ pub enum RawValue {
 }
 
 /// Reads every option of `#[attr(...)]`: a mistake in one option is
-/// reported and reading goes on with the next. `#[attr]` and
-/// `#[attr = ...]` have no options (the caller decides what they mean).
+/// reported and reading goes on with the next. `#[attr]` has no options
+/// (the caller decides what that means); `#[attr = ...]` is reported.
 pub fn read(cx: &Ctxt, attr: &Attribute) -> Vec<RawOpt> {
     let mut out = Vec::new();
-    if let Meta::List(list) = &attr.meta {
-        let parsed = list.parse_args_with(|input: ParseStream| {
-            read_list(cx, input, &mut out);
-            Ok(())
-        });
-        cx.ok(parsed);
+    match &attr.meta {
+        Meta::List(list) => {
+            let parsed = list.parse_args_with(|input: ParseStream| {
+                read_list(cx, input, &mut out);
+                Ok(())
+            });
+            cx.ok(parsed);
+        }
+        Meta::NameValue(nv) => {
+            let name = path_name(&nv.path);
+            cx.error_spanned_by(
+                nv,
+                format!("`#[{name}]` takes options in parentheses, as in `#[{name}(...)]`"),
+            );
+        }
+        Meta::Path(_) => {}
     }
     out
 }

@@ -261,6 +261,8 @@ mod tests {
     fn defaults() {
         let k = parsed(parse_quote! { #[keyset] struct V { a: i64 } });
         assert!(k.sort.is_empty() && k.order == Order::Asc && k.page_size == 100);
+        let e = errors(parse_quote! { #[keyset = "a"] struct V { a: i64 } });
+        assert!(e[0].contains("takes options in parentheses"), "{e:?}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use proc_macro2::TokenStream;
 use quote::quote;
-use syn::{DeriveInput, LitStr, Path};
+use syn::{DeriveInput, LitStr, Meta, Path};
 
 use crate::attr::{self, Opt};
 use crate::ctxt::Ctxt;
@@ -42,6 +42,12 @@ fn attr<'c>(cx: &'c Ctxt, input: &DeriveInput) -> Attr<'c> {
     let Some(attrs) = attr::single(cx, &input.attrs, MODEL) else {
         return out;
     };
+    if let Meta::Path(_) = attrs[0].meta {
+        cx.error_spanned_by(
+            attrs[0],
+            "`#[model]` needs options, as in `#[model(collection = \"history\")]`; without `#[model]`, the collection is the struct's name in snake_case",
+        );
+    }
     for opt in attr::read(cx, attrs[0]) {
         match opt.name.as_str() {
             // collection = "name"
@@ -175,6 +181,16 @@ mod tests {
             "{err:?}"
         );
         assert!(err[1].contains("`crate` takes a string literal"), "{err:?}");
+
+        // Forms without options.
+        for input in [
+            parse_quote! { #[model] struct T { a: i32 } },
+            parse_quote! { #[model = "x"] struct T { a: i32 } },
+        ] {
+            let input: DeriveInput = input;
+            let (_, err) = collect(|cx| parse(cx, &input));
+            assert_eq!(err.len(), 1, "{err:?}");
+        }
     }
 
     #[test]
