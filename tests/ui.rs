@@ -6,7 +6,9 @@
 //!
 //! - `tests/ui/<module>/*.rs` must fail to compile with exactly the
 //!   `.stderr` beside them. One mistake per file, except each pattern's
-//!   `many_mistakes.rs`, which shows that all are reported together. In
+//!   `many_mistakes.rs` and `wrong_types.rs`, which show that all are
+//!   reported together, and `wrong_type_then_unknown.rs`, that reading goes
+//!   on after a value of the wrong kind. In
 //!   `tests/ui/ensure/`, the actions `Model::ensure` and `Model::plan` are
 //!   `#[must_use]`: left unawaited under `deny(unused_must_use)`, they fail.
 //! - `tests/ui/<module>/pass/*.rs` must compile and run (no server: they only

@@ -7,7 +7,7 @@
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
-use syn::{Attribute, DeriveInput, Expr, ExprLit, Ident, Lit, Meta, Type};
+use syn::{Attribute, DeriveInput, Ident, LitBool, LitInt, LitStr, Meta, Path, Type};
 
 use crate::ast::Input;
 use crate::attr::{self, Opt};
@@ -171,170 +171,206 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Counters> 
     Some(out)
 }
 
+/// One `#[approx_counter]` as written.
+struct Attr<'c> {
+    field: Opt<'c, LitStr>,
+    every: Opt<'c, LitInt>,
+    mode: Opt<'c, Mode>,
+    max_delay: Opt<'c, LitInt>,
+    max_keys: Opt<'c, LitInt>,
+    upsert: Opt<'c, LitBool>,
+    /// The keys of `max_delay_ms` and `max_keys`, where the errors about
+    /// the mode they need point.
+    max_delay_key: Option<Path>,
+    max_keys_key: Option<Path>,
+    /// Options an unknown option looks like a typo of: they are then not
+    /// also "missing".
+    meant: Vec<&'static str>,
+}
+
 /// One declaration; `named` is set to the field it names as soon as that is
 /// known.
 fn parse_one(cx: &Ctxt, model: &Input, d: &Declared, named: &mut Option<Ident>) -> Option<Counter> {
     if let Some(i) = d.on_field {
         *named = Some(model.fields[i].ident.clone());
     }
-    let mut field = Opt::new(cx, COUNTER, FIELD);
-    let mut every = Opt::new(cx, COUNTER, EVERY);
-    let mut mode = Opt::new(cx, COUNTER, MODE);
-    let mut max_delay = Opt::new(cx, COUNTER, MAX_DELAY_MS);
-    let mut max_keys = Opt::new(cx, COUNTER, MAX_KEYS);
-    let mut upsert = Opt::new(cx, COUNTER, UPSERT);
-    let example = if d.on_field.is_some() {
+    let attr = attr(cx, d)?;
+    if d.on_field.is_none() {
+        *named = attr
+            .field
+            .value()
+            .and_then(|l| model.find(&l.value()))
+            .map(|f| f.ident.clone());
+    }
+    check(cx, model, d, attr)
+}
+
+fn example(d: &Declared) -> &'static str {
+    if d.on_field.is_some() {
         "`#[approx_counter(every = 100)]`"
     } else {
         "`#[approx_counter(field = \"views\", every = 100)]`"
-    };
-    match &d.attr.meta {
-        Meta::List(_) => {}
-        _ => {
-            cx.error_spanned_by(
-                d.attr,
-                format!("`#[approx_counter]` needs options, as in {example}"),
-            );
-            return None;
-        }
     }
-    // A value already reported: `every` is then not also "missing".
-    let mut bad_value = false;
-    // An unknown option that looks like a misspelt `field`: `field` is then
-    // not also "missing".
-    let mut field_typo = false;
-    // A mode already reported: the checks that depend on it are skipped.
-    let mut bad_mode = false;
-    let parsed = d.attr.parse_nested_meta(|meta| {
-        let name = attr::option_name(&meta);
-        if OPTIONS.contains(&name.as_str()) && !meta.input.peek(syn::Token![=]) {
-            let example = match name.as_str() {
-                FIELD => "field = \"views\"",
-                EVERY => "every = 100",
-                MODE => "mode = \"buffered\"",
-                MAX_DELAY_MS => "max_delay_ms = 1000",
-                MAX_KEYS => "max_keys = 10000",
-                _ => "upsert = true",
-            };
-            cx.error_spanned_by(
-                &meta.path,
-                format!("`approx_counter` option `{name}` needs a value, as in `{example}`"),
-            );
-            bad_value = true;
-            return attr::skip_value(&meta);
-        }
-        match name.as_str() {
+}
+
+/// Reads one declaration's options; `None` when it has none.
+fn attr<'c>(cx: &'c Ctxt, d: &Declared) -> Option<Attr<'c>> {
+    if !matches!(d.attr.meta, Meta::List(_)) {
+        cx.error_spanned_by(
+            d.attr,
+            format!("`#[approx_counter]` needs options, as in {}", example(d)),
+        );
+        return None;
+    }
+    let mut out = Attr {
+        field: Opt::new(cx, COUNTER, FIELD),
+        every: Opt::new(cx, COUNTER, EVERY),
+        mode: Opt::new(cx, COUNTER, MODE),
+        max_delay: Opt::new(cx, COUNTER, MAX_DELAY_MS),
+        max_keys: Opt::new(cx, COUNTER, MAX_KEYS),
+        upsert: Opt::new(cx, COUNTER, UPSERT),
+        max_delay_key: None,
+        max_keys_key: None,
+        meant: Vec::new(),
+    };
+    for opt in attr::read(cx, d.attr) {
+        match opt.name.as_str() {
+            // field = "name", on the struct only
             FIELD if d.on_field.is_none() => {
-                let lit = attr::parse_lit_str(&meta, COUNTER)?;
-                field.set(&lit, lit.clone());
+                let lit = opt.lit_str(cx, COUNTER, "field = \"views\"");
+                out.field.take(&opt, lit);
             }
-            FIELD => {
-                cx.error_spanned_by(
-                    &meta.path,
-                    "`field` is for `#[approx_counter]` on the struct; on a field, the counter is that field",
-                );
-                attr::skip_value(&meta)?;
-            }
+            FIELD => cx.error_spanned_by(
+                &opt.path,
+                "`field` is for `#[approx_counter]` on the struct; on a field, the counter is that field",
+            ),
+            // every = 100
             EVERY => {
-                let lit = attr::parse_lit_int(&meta, COUNTER)?;
-                match lit.base10_parse::<u64>() {
-                    Ok(0) => cx.error_spanned_by(&lit, "`approx_counter` option `every` must be at least 2: it is N in \"write one time in N\""),
-                    Ok(1) => cx.error_spanned_by(&lit, "`every = 1` writes every increment, which is an exact counter: drop `#[approx_counter]` and `$inc` the field, or pick an N of 2 or more"),
-                    Ok(n) if n <= MAX_EVERY => every.set(&lit, n),
-                    _ => cx.error_spanned_by(&lit, format!("`approx_counter` option `every` is at most {}", underscored(MAX_EVERY))),
-                }
-                bad_value |= !matches!(lit.base10_parse::<u64>(), Ok(2..=MAX_EVERY));
+                let lit = opt.lit_int(cx, COUNTER, "every = 100");
+                out.every.take(&opt, lit);
             }
+            // mode = "sampled" | "buffered" | "geometric"
             MODE => {
-                let lit = attr::parse_lit_str(&meta, COUNTER)?;
+                let Some(lit) = opt.lit_str(cx, COUNTER, "mode = \"buffered\"") else {
+                    out.mode.set_bad(&opt.path);
+                    continue;
+                };
                 match Mode::ALL.into_iter().find(|m| m.spelling() == lit.value()) {
-                    Some(m) => mode.set(&lit, m),
+                    Some(m) => out.mode.set(&lit, m),
                     None => {
                         let hint = attr::hint(&lit.value(), Mode::ALL.map(Mode::spelling));
                         cx.error_spanned_by(
                             &lit,
                             format!("unknown `approx_counter` mode `{}`; expected `sampled` (the default: write `$inc: N` with probability 1/N), `buffered` (count in memory, write every N) or `geometric` (write less often as the count grows){hint}", lit.value()),
                         );
-                        bad_value = true;
-                        bad_mode = true;
+                        out.mode.set_bad(&lit);
                     }
                 }
             }
-            MAX_DELAY_MS | MAX_KEYS => {
-                let lit = attr::parse_lit_int(&meta, COUNTER)?;
-                match lit.base10_parse::<u64>() {
-                    Ok(n) if n >= 1 => {
-                        let slot = if name == MAX_DELAY_MS { &mut max_delay } else { &mut max_keys };
-                        slot.set(&lit, (n, meta.path.span()));
-                    }
-                    _ => {
-                        cx.error_spanned_by(&lit, format!("`approx_counter` option `{name}` must be at least 1"));
-                        bad_value = true;
-                    }
-                }
+            // max_delay_ms = 1000
+            MAX_DELAY_MS => {
+                let lit = opt.lit_int(cx, COUNTER, "max_delay_ms = 1000");
+                out.max_delay.take(&opt, lit);
+                out.max_delay_key.get_or_insert(opt.path.clone());
             }
+            // max_keys = 10000
+            MAX_KEYS => {
+                let lit = opt.lit_int(cx, COUNTER, "max_keys = 10000");
+                out.max_keys.take(&opt, lit);
+                out.max_keys_key.get_or_insert(opt.path.clone());
+            }
+            // upsert = true | false
             UPSERT => {
-                let value = attr::parse_value(&meta)?;
-                match &value {
-                    Expr::Lit(ExprLit { lit: Lit::Bool(b), .. }) => upsert.set(b, b.value),
-                    other => {
-                        cx.error_spanned_by(other, "`approx_counter` option `upsert` takes `true` or `false`, as in `upsert = true`");
-                        bad_value = true;
-                    }
-                }
+                let lit = opt.lit_bool(cx, COUNTER, "upsert = true");
+                out.upsert.take(&opt, lit);
             }
             _ => {
                 let expected = if d.on_field.is_some() { FIELD_OPTIONS } else { OPTIONS };
-                cx.syn_error(attr::unknown_option(&meta, COUNTER, expected));
-                attr::skip_value(&meta)?;
-                bad_value = true;
-                field_typo |= attr::did_you_mean(&name, [FIELD]).is_some();
+                out.meant
+                    .extend(attr::did_you_mean(&opt.name, expected.iter().copied()));
+                opt.unknown(cx, COUNTER, expected);
             }
         }
-        Ok(())
-    });
-    if d.on_field.is_none() {
-        *named = field
-            .value()
-            .and_then(|l| model.find(&l.value()))
-            .map(|f| f.ident.clone());
     }
-    cx.ok(parsed)?;
+    Some(out)
+}
 
-    let mode = mode.get().map(|(_, m)| m);
+/// Judges one declaration: the limits, the options the mode allows, and the
+/// field it counts.
+fn check(cx: &Ctxt, model: &Input, d: &Declared, attr: Attr) -> Option<Counter> {
+    let (every_given, field_given) = (attr.every.given(), attr.field.given());
+    let every = attr.every.get().and_then(|(_, lit)| match lit.base10_parse::<u64>() {
+        Ok(0) => {
+            cx.error_spanned_by(&lit, "`approx_counter` option `every` must be at least 2: it is N in \"write one time in N\"");
+            None
+        }
+        Ok(1) => {
+            cx.error_spanned_by(&lit, "`every = 1` writes every increment, which is an exact counter: drop `#[approx_counter]` and `$inc` the field, or pick an N of 2 or more");
+            None
+        }
+        Ok(n) if n <= MAX_EVERY => Some(n),
+        _ => {
+            cx.error_spanned_by(&lit, format!("`approx_counter` option `every` is at most {}", underscored(MAX_EVERY)));
+            None
+        }
+    });
+    let at_least_one = |slot: Opt<LitInt>, name: &str| {
+        slot.get()
+            .and_then(|(_, lit)| match lit.base10_parse::<u64>() {
+                Ok(n) if n >= 1 => Some(n),
+                _ => {
+                    cx.error_spanned_by(
+                        &lit,
+                        format!("`approx_counter` option `{name}` must be at least 1"),
+                    );
+                    None
+                }
+            })
+    };
+    // A mode given but not read (reported): the checks that depend on it
+    // are skipped.
+    let bad_mode = attr.mode.given() && attr.mode.value().is_none();
+    let (max_delay_given, max_keys_given) = (attr.max_delay.given(), attr.max_keys.given());
+    let max_delay = at_least_one(attr.max_delay, MAX_DELAY_MS);
+    let max_keys = at_least_one(attr.max_keys, MAX_KEYS);
+    let mode = attr.mode.get().map(|(_, m)| m);
     let is_buffered = mode == Some(Mode::Buffered);
     let is_sampled = mode.is_none_or(|m| m == Mode::Sampled);
-    let max_delay = max_delay.get();
-    if let (Some((_, (_, span))), false, false) = (&max_delay, is_buffered, bad_mode) {
+    if let (Some(key), true, false, false) =
+        (&attr.max_delay_key, max_delay_given, is_buffered, bad_mode)
+    {
         cx.error_spanned_by(
-            quote_spanned!(*span=> max_delay_ms),
+            key,
             "`max_delay_ms` applies to `mode = \"buffered\"` only: it bounds how long an increment waits in memory, and the other modes never hold one back",
         );
     }
-    let max_keys = max_keys.get();
-    if let (Some((_, (_, span))), true, false) = (&max_keys, is_sampled, bad_mode) {
+    if let (Some(key), true, true, false) =
+        (&attr.max_keys_key, max_keys_given, is_sampled, bad_mode)
+    {
         let default = if mode.is_none() {
             " (the default mode)"
         } else {
             ""
         };
         cx.error_spanned_by(
-            quote_spanned!(*span=> max_keys),
+            key,
             format!("`max_keys` bounds the keys a `buffered` or `geometric` counter keeps in memory; a `sampled` counter{default} keeps none"),
         );
     }
-    let every = every.get().map(|(_, n)| n);
-    if every.is_none() && !bad_value {
+    if !every_given && !attr.meant.contains(&EVERY) {
         cx.error_spanned_by(
             d.attr,
-            format!("`#[approx_counter]` needs `every`, the N of \"write one time in N\", as in {example}"),
+            format!(
+                "`#[approx_counter]` needs `every`, the N of \"write one time in N\", as in {}",
+                example(d)
+            ),
         );
     }
     let target = match d.on_field {
         Some(i) => Some(&model.fields[i]),
-        None => match field.get() {
+        None => match attr.field.get() {
             Some((_, lit)) => model.resolve(cx, &lit, COUNTER, FIELD),
-            None if field_typo => None,
+            None if field_given || attr.meant.contains(&FIELD) => None,
             None => {
                 cx.error_spanned_by(
                     d.attr,
@@ -364,9 +400,9 @@ fn parse_one(cx: &Ctxt, model: &Input, d: &Declared, named: &mut Option<Ident>) 
         ty: target.ty.clone(),
         every: every?,
         mode: mode.unwrap_or(Mode::Sampled),
-        max_delay_ms: max_delay.map_or(DEFAULT_MAX_DELAY_MS, |(_, (n, _))| n),
-        max_keys: max_keys.map_or(DEFAULT_MAX_KEYS, |(_, (n, _))| n),
-        upsert: upsert.get().is_some_and(|(_, b)| b),
+        max_delay_ms: max_delay.unwrap_or(DEFAULT_MAX_DELAY_MS),
+        max_keys: max_keys.unwrap_or(DEFAULT_MAX_KEYS),
+        upsert: attr.upsert.get().is_some_and(|(_, b)| b.value),
     })
 }
 
@@ -500,101 +536,4 @@ impl Counters {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use syn::parse_quote;
-
-    fn parsed(input: DeriveInput) -> Result<Option<Spec>, Vec<String>> {
-        let (r, e) = crate::ctxt::collect(|cx| {
-            Input::from_syn(cx, &input).and_then(|m| parse(cx, &input, &m)?.spec)
-        });
-        if e.is_empty() {
-            Ok(r)
-        } else {
-            Err(e)
-        }
-    }
-
-    #[test]
-    fn field_and_struct_forms() {
-        let c = parsed(parse_quote! {
-            #[serde(rename_all = "camelCase")]
-            #[approx_counter(field = "likes", every = 10, mode = "buffered", max_delay_ms = 250, max_keys = 5, upsert = true)]
-            struct Product {
-                #[serde(rename = "_id")] id: String,
-                #[approx_counter(every = 100)] web_page_views: i64,
-                likes: u32,
-            }
-        })
-        .unwrap()
-        .unwrap();
-        let got: Vec<(&str, u64, Mode, u64, u64, bool)> = c
-            .counters
-            .iter()
-            .map(|c| {
-                (
-                    c.bson_name.as_str(),
-                    c.every,
-                    c.mode,
-                    c.max_delay_ms,
-                    c.max_keys,
-                    c.upsert,
-                )
-            })
-            .collect();
-        assert_eq!(
-            got,
-            [
-                ("likes", 10, Mode::Buffered, 250, 5, true),
-                ("webPageViews", 100, Mode::Sampled, 1000, 10_000, false)
-            ]
-        );
-    }
-
-    #[test]
-    fn mistakes() {
-        let e = parsed(parse_quote! {
-            struct P {
-                #[serde(rename = "_id")] id: String,
-                #[approx_counter(every = 1)] a: i64,
-                #[approx_counter(every = 0, mode = "sampld")] b: i64,
-                #[approx_counter(every = 5, max_delay_ms = 10)] c: i64,
-                #[approx_counter(mode = "buffered")] d: i64,
-            }
-        })
-        .err()
-        .unwrap();
-        assert_eq!(e.len(), 5, "{e:#?}");
-        assert!(e[0].contains("exact counter"));
-        assert!(e[1].contains("at least 2"));
-        assert!(e[2].contains("did you mean `sampled`"));
-        assert!(e[3].contains("applies to `mode = \"buffered\"`"));
-        assert!(e[4].contains("needs `every`"));
-
-        // A misspelt mode or `field` is reported alone, not what it implies.
-        let e = parsed(parse_quote! {
-            #[approx_counter(feild = "b", every = 10)]
-            struct P {
-                #[serde(rename = "_id")] id: String,
-                #[approx_counter(every = 5, mode = "bufered", max_delay_ms = 10)] a: i64,
-                b: i64,
-            }
-        })
-        .err()
-        .unwrap();
-        assert_eq!(e.len(), 2, "{e:#?}");
-        assert!(e[0].contains("option `feild`"));
-        assert!(e[1].contains("did you mean `buffered`"));
-        assert_eq!(underscored(MAX_EVERY), "1_000_000");
-        assert_eq!(underscored(100), "100");
-        assert_eq!(underscored(1000), "1_000");
-
-        let e = parsed(parse_quote! {
-            #[approx_counter(field = "views", every = 100)]
-            struct NoId { views: i64 }
-        })
-        .err()
-        .unwrap();
-        assert!(e[0].contains("no field stored as `_id`"), "{e:?}");
-    }
-}
+mod tests;

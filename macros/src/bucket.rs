@@ -6,7 +6,7 @@ use proc_macro2::{TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
-use syn::{Attribute, Data, DeriveInput, Fields, Ident, LitStr, Meta, Token, Type};
+use syn::{Attribute, Data, DeriveInput, Fields, Ident, LitInt, LitStr, Meta, Token, Type};
 
 use crate::ast::Input;
 use crate::attr::{self, Opt};
@@ -42,114 +42,125 @@ struct Spec {
     items: String,
 }
 
+/// `#[bucket]` as written.
+struct Attr<'c> {
+    size: Opt<'c, LitInt>,
+    key: Opt<'c, LitStr>,
+    order: Opt<'c, LitStr>,
+    items: Opt<'c, LitStr>,
+    /// Options an unknown option looks like a typo of.
+    meant: Vec<&'static str>,
+}
+
 /// Parses `#[bucket]` if present. Errors go to `cx`.
 pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Bucket> {
     let attrs = attr::single(cx, &input.attrs, BUCKET)?;
-    let mut named_key = None;
-    let spec = parse_spec(cx, &attrs, model, &mut named_key);
+    let Some(attr) = attr(cx, &attrs) else {
+        return Some(Bucket {
+            named_key: None,
+            spec: None,
+        });
+    };
+    // The field `key` names, even if it cannot be the key.
+    let named_key = attr
+        .key
+        .value()
+        .and_then(|lit| model.find(&lit.value()))
+        .map(|f| (f.ident.clone(), f.ty.clone()));
+    let spec = check(cx, attrs[0], attr, model);
     Some(Bucket { named_key, spec })
 }
 
-fn parse_spec(
-    cx: &Ctxt,
-    attrs: &[&Attribute],
-    model: &Input,
-    named_key: &mut Option<(Ident, Type)>,
-) -> Option<Spec> {
+/// Reads the options of every `#[bucket]`, so that a split attribute is
+/// reported once, as a duplicate, and not also as missing options. `None`
+/// for a bare `#[bucket]`.
+fn attr<'c>(cx: &'c Ctxt, attrs: &[&Attribute]) -> Option<Attr<'c>> {
     let first = attrs[0];
-    if let Meta::Path(_) = first.meta {
+    if !matches!(first.meta, Meta::List(_)) {
         cx.error_spanned_by(
             first,
             "`#[bucket]` needs options, as in `#[bucket(size = 1000, key = \"customerId\")]`",
         );
         return None;
     }
-    // A value that is given but wrong is `None`: it counts as given, so no
-    // "missing" error lands on top of the error about the value.
-    let mut size = Opt::new(cx, BUCKET, SIZE);
-    let mut key = Opt::new(cx, BUCKET, KEY);
-    let mut order = Opt::new(cx, BUCKET, ORDER);
-    let mut items = Opt::new(cx, BUCKET, ITEMS);
-    // Options an unknown option looks like a typo of.
-    let mut meant: Vec<&str> = Vec::new();
-    // The options of every `#[bucket]`, so that a split attribute is reported
-    // once, as a duplicate, and not also as missing options.
-    let mut read = true;
-    for a in attrs.iter().filter(|a| !matches!(a.meta, Meta::Path(_))) {
-        let parsed = a.parse_nested_meta(|meta| {
+    let mut out = Attr {
+        size: Opt::new(cx, BUCKET, SIZE),
+        key: Opt::new(cx, BUCKET, KEY),
+        order: Opt::new(cx, BUCKET, ORDER),
+        items: Opt::new(cx, BUCKET, ITEMS),
+        meant: Vec::new(),
+    };
+    for opt in attrs.iter().flat_map(|a| attr::read(cx, a)) {
+        match opt.name.as_str() {
             // size = 1000
-            if meta.path.is_ident(SIZE) {
-                let Some(lit) = attr::recover(cx, &meta, attr::parse_lit_int(&meta, BUCKET))? else {
-                    size.set(&meta.path, None);
-                    return Ok(());
-                };
-                match lit.base10_parse::<u64>() {
-                    Ok(0) => {
-                        cx.error_spanned_by(&lit, "`bucket` option `size` must be at least 1");
-                        size.set(&lit, None);
-                    }
-                    Ok(n) if n <= MAX_SIZE => size.set(&lit, Some(n)),
-                    _ => {
-                        cx.error_spanned_by(
-                            &lit,
-                            format!("`bucket` option `size` is at most {MAX_SIZE}: larger buckets are megabytes that every page read loads; for measurements over time, use a time-series collection"),
-                        );
-                        size.set(&lit, None);
-                    }
-                }
-            // key = "field" | order = "field" | items = "name"
-            } else if let Some(slot) = [(KEY, &mut key), (ORDER, &mut order), (ITEMS, &mut items)]
-                .into_iter()
-                .find_map(|(name, slot)| meta.path.is_ident(name).then_some(slot))
-            {
-                match attr::recover(cx, &meta, attr::parse_lit_str(&meta, BUCKET))? {
-                    Some(lit) => slot.set(&lit, Some(lit.clone())),
-                    None => slot.set(&meta.path, None),
-                }
-            } else {
-                meant.extend(attr::did_you_mean(&attr::option_name(&meta), OPTIONS.iter().copied()));
-                cx.syn_error(attr::unknown_option(&meta, BUCKET, OPTIONS));
-                attr::skip_value(&meta)?;
+            SIZE => {
+                let lit = opt.lit_int(cx, BUCKET, "size = 1000");
+                out.size.take(&opt, lit);
             }
-            Ok(())
-        });
-        if cx.ok(parsed).is_none() {
-            read = false;
-            break;
+            // key = "field"
+            KEY => {
+                let lit = opt.lit_str(cx, BUCKET, "key = \"customerId\"");
+                out.key.take(&opt, lit);
+            }
+            // order = "field"
+            ORDER => {
+                let lit = opt.lit_str(cx, BUCKET, "order = \"date\"");
+                out.order.take(&opt, lit);
+            }
+            // items = "name"
+            ITEMS => {
+                let lit = opt.lit_str(cx, BUCKET, "items = \"trades\"");
+                out.items.take(&opt, lit);
+            }
+            _ => {
+                out.meant
+                    .extend(attr::did_you_mean(&opt.name, OPTIONS.iter().copied()));
+                opt.unknown(cx, BUCKET, OPTIONS);
+            }
         }
     }
+    Some(out)
+}
 
-    let key: Option<Option<LitStr>> = key.get().map(|(_, k)| k);
-    *named_key = key
-        .iter()
-        .flatten()
-        .find_map(|lit| model.find(&lit.value()))
-        .map(|f| (f.ident.clone(), f.ty.clone()));
-    if !read {
-        // The rest of the attribute went unread: "missing" would guess.
-        return None;
-    }
-    let size = size.get().map(|(_, n)| n);
-    let order = order.get().and_then(|(_, o)| o);
-    let items = items.get().map(|(_, i)| i);
+/// Judges the size, the options that must be there, and the fields the
+/// options name.
+fn check(cx: &Ctxt, first: &Attribute, attr: Attr, model: &Input) -> Option<Spec> {
+    // A value given but wrong is reported already: it is not also missing.
     for (missing, name, what) in [
         (
-            size.is_none(),
+            !attr.size.given(),
             SIZE,
             "the items per bucket, as in `size = 1000`",
         ),
         (
-            key.is_none(),
+            !attr.key.given(),
             KEY,
             "the field that groups items, as in `key = \"customerId\"`",
         ),
     ] {
         // A misspelt option was reported already, with this one as its hint.
-        if missing && !meant.contains(&name) {
+        if missing && !attr.meant.contains(&name) {
             cx.error_spanned_by(first, format!("`#[bucket]` needs option `{name}`, {what}"));
         }
     }
-    let key = key.flatten().and_then(|lit| {
+    let size = attr.size.get().and_then(|(_, lit)| match lit.base10_parse::<u64>() {
+        Ok(0) => {
+            cx.error_spanned_by(&lit, "`bucket` option `size` must be at least 1");
+            None
+        }
+        Ok(n) if n <= MAX_SIZE => Some(n),
+        _ => {
+            cx.error_spanned_by(
+                &lit,
+                format!("`bucket` option `size` is at most {MAX_SIZE}: larger buckets are megabytes that every page read loads; for measurements over time, use a time-series collection"),
+            );
+            None
+        }
+    });
+    let key = attr.key.get().map(|(_, k)| k);
+    let order = attr.order.get().map(|(_, o)| o);
+    let items = attr.items.get().map(|(_, i)| i);
+    let key = key.and_then(|lit| {
         let written = lit.value();
         // `_id` is checked before it is looked up: no field need be named so.
         let field = match written.as_str() {
@@ -191,7 +202,7 @@ fn parse_spec(
         }
         Some((f.bson_name.clone(), f.ty.clone()))
     });
-    let items = match items.flatten() {
+    let items = match items {
         Some(lit) => {
             let name = lit.value();
             let clash = RESERVED.contains(&name.as_str())
@@ -212,7 +223,7 @@ fn parse_spec(
         None => "items".to_owned(),
     };
     Some(Spec {
-        size: size??,
+        size: size?,
         key: key?,
         order,
         items,
@@ -420,156 +431,4 @@ fn serde_metas(a: &Attribute) -> Option<Punctuated<Meta, Token![,]>> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use syn::parse_quote;
-
-    fn errors(input: DeriveInput) -> Vec<String> {
-        crate::ctxt::collect(|cx| {
-            if let Some(m) = Input::from_syn(cx, &input) {
-                parse(cx, &input, &m);
-            }
-        })
-        .1
-    }
-
-    #[test]
-    fn resolves_through_serde() {
-        let input: DeriveInput = parse_quote! {
-            #[serde(rename_all = "camelCase")]
-            #[bucket(size = 1000, key = "customerId", order = "date", items = "trades")]
-            struct Trade { customer_id: i64, date: i64 }
-        };
-        let (b, e) = crate::ctxt::collect(|cx| {
-            let m = Input::from_syn(cx, &input).unwrap();
-            parse(cx, &input, &m).unwrap().spec.unwrap()
-        });
-        assert!(e.is_empty(), "{e:?}");
-        assert_eq!(b.size, 1000);
-        assert_eq!(b.key.0, "customerId");
-        assert_eq!(b.key.1.to_string(), "customer_id");
-        assert_eq!(b.order.as_ref().unwrap().0, "date");
-        assert_eq!(b.items, "trades");
-    }
-
-    #[test]
-    fn mistakes() {
-        let e = errors(
-            parse_quote! { #[bucket(size = 0, key = "custmer_id", sise = 3)] struct T { customer_id: i64 } },
-        );
-        assert_eq!(e.len(), 3, "{e:#?}");
-        assert!(e[0].contains("at least 1"));
-        assert!(
-            e[1].contains("did you mean `sort`") || e[1].contains("did you mean `size`"),
-            "{e:#?}"
-        );
-        assert!(e[2].contains("did you mean `customer_id`"), "{e:#?}");
-        let e = errors(parse_quote! { #[bucket(key = "a")] struct T { a: i64 } });
-        assert!(e[0].contains("needs option `size`"), "{e:#?}");
-        let e = errors(
-            parse_quote! { #[bucket(size = 10001, key = "a", items = "count")] struct T { a: i64 } },
-        );
-        assert!(e[0].contains("time-series"), "{e:#?}");
-        assert!(e[1].contains("clashes"), "{e:#?}");
-        let e = errors(
-            parse_quote! { #[bucket(size = 10, key = "a", order = "a")] struct T { a: i64 } },
-        );
-        assert!(e[0].contains("names the key field"), "{e:#?}");
-    }
-
-    #[test]
-    fn items_decode_without_the_key_unless_an_attribute_could_change_them() {
-        let ident: Ident = parse_quote!(customer_id);
-        let decoder = |input: DeriveInput| {
-            keyless_decoder(&input, "customerId", &ident, &Private::default())
-                .map(|t| t.to_string())
-        };
-        let kept = decoder(parse_quote! {
-            #[serde(rename_all = "camelCase", deny_unknown_fields, rename = "T")]
-            struct T {
-                #[serde(alias = "cid")] customer_id: i64,
-                #[serde(default, with = "m")] a: u64,
-                #[serde(skip)] b: u8,
-            }
-        })
-        .expect("a decoder without the key");
-        for part in [
-            "rename_all = \"camelCase\" , deny_unknown_fields",
-            "rename = \"customerId\" , alias = \"cid\" , default",
-            "# [serde (default , with = \"m\")] a : u64",
-            "# [serde (skip)] b : u8",
-            "customer_id : :: mongo_patterns :: __private :: bucket_key_of",
-        ] {
-            assert!(kept.contains(part), "{part} in {kept}");
-        }
-        assert!(!kept.contains("rename = \"T\""), "{kept}");
-        for (why, input) in [
-            (
-                "generic",
-                parse_quote! { struct T<V> { customer_id: i64, v: V } },
-            ),
-            (
-                "container default",
-                parse_quote! { #[serde(default)] struct T { customer_id: i64 } },
-            ),
-            (
-                "from",
-                parse_quote! { #[serde(from = "U")] struct T { customer_id: i64 } },
-            ),
-            (
-                "key read with",
-                parse_quote! { struct T { #[serde(with = "m")] customer_id: i64 } },
-            ),
-            (
-                "key renamed per side",
-                parse_quote! {
-                    struct T { #[serde(rename(deserialize = "c"))] customer_id: i64 }
-                },
-            ),
-            (
-                "cfg field",
-                parse_quote! { struct T { customer_id: i64, #[cfg(test)] a: u8 } },
-            ),
-            (
-                "Self in a field",
-                parse_quote! { struct T { customer_id: i64, next: Option<Box<Self>> } },
-            ),
-        ] {
-            assert!(decoder(input).is_none(), "{why}");
-        }
-    }
-
-    #[test]
-    fn key_cannot_be_bookkeeping() {
-        // By Rust name, stored as `_id`: the same mistake as `key = "_id"`.
-        let e = errors(parse_quote! {
-            #[bucket(size = 10, key = "id")]
-            struct T { #[serde(rename = "_id")] id: i64, a: i64 }
-        });
-        assert_eq!(e.len(), 1, "{e:#?}");
-        assert!(e[0].contains("`id`, stored as `_id`"), "{e:#?}");
-        let e =
-            errors(parse_quote! { #[bucket(size = 10, key = "count")] struct T { count: i64 } });
-        assert_eq!(e.len(), 1, "{e:#?}");
-        assert!(e[0].contains("keeps for itself"), "{e:#?}");
-    }
-
-    #[test]
-    fn one_error_per_mistake() {
-        // A wrong value type counts as given, and parsing goes on.
-        let e = errors(parse_quote! { #[bucket(size = "10", key = "a")] struct T { a: i64 } });
-        assert_eq!(e.len(), 1, "{e:#?}");
-        assert!(e[0].contains("integer literal"), "{e:#?}");
-        let e = errors(parse_quote! { #[bucket(size = 10, key = a)] struct T { a: i64 } });
-        assert_eq!(e.len(), 1, "{e:#?}");
-        // A misspelt option is not also missing.
-        let e = errors(parse_quote! { #[bucket(sise = 10, key = "a")] struct T { a: i64 } });
-        assert_eq!(e.len(), 1, "{e:#?}");
-        assert!(e[0].contains("did you mean `size`"), "{e:#?}");
-        // Options split over two attributes: only the duplicate.
-        let e =
-            errors(parse_quote! { #[bucket(size = 10)] #[bucket(key = "a")] struct T { a: i64 } });
-        assert_eq!(e.len(), 1, "{e:#?}");
-        assert!(e[0].contains("duplicate `#[bucket]`"), "{e:#?}");
-    }
-}
+mod tests;

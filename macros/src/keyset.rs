@@ -5,7 +5,7 @@
 use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{DeriveInput, Expr, ExprArray, ExprLit, Lit, LitStr, Meta, Type};
+use syn::{DeriveInput, Expr, ExprArray, ExprLit, Lit, LitInt, LitStr, Type};
 
 use crate::ast::{Input, Order};
 use crate::attr::{self, Opt};
@@ -30,60 +30,121 @@ pub struct Keyset {
     page_size: u64,
 }
 
+/// `#[keyset]` as written.
+struct Attr<'c> {
+    sort: Opt<'c, Vec<LitStr>>,
+    order: Opt<'c, Order>,
+    page_size: Opt<'c, LitInt>,
+}
+
 /// Parses `#[keyset]` if present. Errors go to `cx`.
 pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Keyset> {
+    let attr = attr(cx, input)?;
+    Some(check(cx, attr, model))
+}
+
+/// Reads `#[keyset]`'s options; `#[keyset]` alone means the defaults.
+fn attr<'c>(cx: &'c Ctxt, input: &DeriveInput) -> Option<Attr<'c>> {
     let first = attr::single(cx, &input.attrs, KEYSET)?[0];
-    let mut sort = Opt::new(cx, KEYSET, SORT);
-    let mut order = Opt::new(cx, KEYSET, ORDER);
-    let mut page_size = Opt::new(cx, KEYSET, PAGE_SIZE);
-    // `#[keyset]` alone means the defaults.
-    if !matches!(first.meta, Meta::Path(_)) {
-        let parsed = first.parse_nested_meta(|meta| {
+    let mut out = Attr {
+        sort: Opt::new(cx, KEYSET, SORT),
+        order: Opt::new(cx, KEYSET, ORDER),
+        page_size: Opt::new(cx, KEYSET, PAGE_SIZE),
+    };
+    for opt in attr::read(cx, first) {
+        match opt.name.as_str() {
             // sort = "field" | sort = ["field", ...]
-            if meta.path.is_ident(SORT) {
-                let names = parse_sort(&meta)?;
-                sort.set(&meta.path, names);
+            SORT => match sort_names(cx, &opt) {
+                Some(names) => out.sort.set(&opt.path, names),
+                None => out.sort.set_bad(&opt.path),
+            },
             // order = "asc" | "desc"
-            } else if meta.path.is_ident(ORDER) {
-                let lit = attr::parse_lit_str(&meta, KEYSET)?;
+            ORDER => {
+                let Some(lit) = opt.lit_str(cx, KEYSET, "order = \"desc\"") else {
+                    out.order.set_bad(&opt.path);
+                    continue;
+                };
                 let other = lit.value();
                 match Order::from_spelling(&other) {
-                    Some(o) => order.set(&lit, o),
+                    Some(o) => out.order.set(&lit, o),
                     None => {
                         let msg = format!(
                             "unknown `keyset` order `{other}`; expected `asc` or `desc`{}",
                             attr::hint(&other, ["asc", "desc", "ascending", "descending"])
                         );
                         cx.error_spanned_by(&lit, msg);
+                        out.order.set_bad(&lit);
                     }
                 }
-            // page_size = 100
-            } else if meta.path.is_ident(PAGE_SIZE) {
-                let lit = attr::parse_lit_int(&meta, KEYSET)?;
-                match lit.base10_parse::<u64>() {
-                    Ok(n) if (1..=MAX_PAGE_SIZE).contains(&n) => page_size.set(&lit, n),
-                    Ok(0) => cx.error_spanned_by(
-                        &lit,
-                        format!("`keyset` option `page_size` must be in 1..={MAX_PAGE_SIZE}"),
-                    ),
-                    _ => cx.error_spanned_by(
-                        &lit,
-                        format!("`keyset` option `page_size` must be in 1..={MAX_PAGE_SIZE}; to read more, stream the query"),
-                    ),
-                }
-            } else {
-                cx.syn_error(attr::unknown_option(&meta, KEYSET, OPTIONS));
-                attr::skip_value(&meta)?;
             }
-            Ok(())
-        });
-        cx.ok(parsed);
+            // page_size = 100
+            PAGE_SIZE => {
+                let lit = opt.lit_int(cx, KEYSET, "page_size = 100");
+                out.page_size.take(&opt, lit);
+            }
+            _ => opt.unknown(cx, KEYSET, OPTIONS),
+        }
     }
+    Some(out)
+}
 
+/// `sort = "field"` or `sort = ["field", ...]`: the names, or `None` with
+/// every element that is not a string reported.
+fn sort_names(cx: &Ctxt, opt: &attr::RawOpt) -> Option<Vec<LitStr>> {
+    let example = "sort = [\"day\", \"score\"]";
+    let expr = opt.value(cx, KEYSET, example)?;
+    let hint = "`keyset` option `sort` takes a field name or a list of them, as in `sort = \"date\"` or `sort = [\"day\", \"score\"]`";
+    let lit = |e: &Expr| match attr::ungroup(e.clone()) {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) => Some(s),
+        other => {
+            cx.error_spanned_by(other, hint);
+            None
+        }
+    };
+    match expr {
+        Expr::Array(ExprArray { elems, .. }) => {
+            if elems.is_empty() {
+                cx.error_spanned_by(
+                    expr,
+                    "`keyset` option `sort` is empty; name at least one field, or leave `sort` out to page by `_id`",
+                );
+                return None;
+            }
+            // Every element is judged, so that all bad ones are reported.
+            let names: Vec<Option<LitStr>> = elems.iter().map(lit).collect();
+            names.into_iter().collect()
+        }
+        other => Some(vec![lit(other)?]),
+    }
+}
+
+/// Judges the page size and the sort keys against the struct.
+fn check(cx: &Ctxt, attr: Attr, model: &Input) -> Keyset {
+    let page_size = attr.page_size.get().and_then(|(_, lit)| {
+        match lit.base10_parse::<u64>() {
+            Ok(n) if (1..=MAX_PAGE_SIZE).contains(&n) => Some(n),
+            Ok(0) => {
+                cx.error_spanned_by(
+                    &lit,
+                    format!("`keyset` option `page_size` must be in 1..={MAX_PAGE_SIZE}"),
+                );
+                None
+            }
+            _ => {
+                cx.error_spanned_by(
+                    &lit,
+                    format!("`keyset` option `page_size` must be in 1..={MAX_PAGE_SIZE}; to read more, stream the query"),
+                );
+                None
+            }
+        }
+    });
     let mut fields: Vec<(String, Type)> = Vec::new();
     // How each sort key was written, to name both spellings of a duplicate.
     let mut written: Vec<String> = Vec::new();
-    for name in sort.get().map(|(_, n)| n).unwrap_or_default() {
+    for name in attr.sort.get().map(|(_, n)| n).unwrap_or_default() {
         if name.value() == "_id" {
             cx.error_spanned_by(
                 &name,
@@ -109,33 +170,10 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input) -> Option<Keyset> {
         fields.push((field.bson_name.clone(), field.ty.clone()));
         written.push(name.value());
     }
-    Some(Keyset {
+    Keyset {
         sort: fields,
-        order: order.get().map_or(Order::Asc, |(_, o)| o),
-        page_size: page_size.get().map_or(DEFAULT_PAGE_SIZE, |(_, n)| n),
-    })
-}
-
-fn parse_sort(meta: &syn::meta::ParseNestedMeta) -> syn::Result<Vec<LitStr>> {
-    let expr = attr::parse_value(meta)?;
-    let hint = "`keyset` option `sort` takes a field name or a list of them, as in `sort = \"date\"` or `sort = [\"day\", \"score\"]`";
-    let lit = |e: &Expr| match attr::ungroup(e.clone()) {
-        Expr::Lit(ExprLit {
-            lit: Lit::Str(s), ..
-        }) => Ok(s),
-        other => Err(syn::Error::new_spanned(other, hint)),
-    };
-    match &expr {
-        Expr::Array(ExprArray { elems, .. }) => {
-            if elems.is_empty() {
-                return Err(syn::Error::new(
-                    expr.span(),
-                    "`keyset` option `sort` is empty; name at least one field, or leave `sort` out to page by `_id`",
-                ));
-            }
-            elems.iter().map(lit).collect()
-        }
-        other => Ok(vec![lit(other)?]),
+        order: attr.order.get().map_or(Order::Asc, |(_, o)| o),
+        page_size: page_size.unwrap_or(DEFAULT_PAGE_SIZE),
     }
 }
 
@@ -223,6 +261,8 @@ mod tests {
     fn defaults() {
         let k = parsed(parse_quote! { #[keyset] struct V { a: i64 } });
         assert!(k.sort.is_empty() && k.order == Order::Asc && k.page_size == 100);
+        let e = errors(parse_quote! { #[keyset = "a"] struct V { a: i64 } });
+        assert!(e[0].contains("takes options in parentheses"), "{e:?}");
     }
 
     #[test]
@@ -233,7 +273,8 @@ mod tests {
         });
         assert_eq!(e.len(), 6, "{e:#?}");
         assert!(e[0].contains("order `up`"), "{e:#?}");
-        assert!(e[2].contains("option `colour`"), "{e:#?}");
+        assert!(e[1].contains("option `colour`"), "{e:#?}");
+        assert!(e[2].contains("`page_size` must be in"), "{e:#?}");
         assert!(e[3].contains("`_id` is always"), "{e:#?}");
         assert!(e[4].contains("duplicate `keyset` sort key `a`"), "{e:#?}");
         assert!(e[5].contains("not a field"), "{e:#?}");
@@ -241,6 +282,15 @@ mod tests {
 
     #[test]
     fn wrong_value_types() {
+        // Every wrongly typed value is reported, and reading goes on.
+        let e = errors(parse_quote! {
+            #[keyset(sort = ["a", 1, b], page_size = "5", order = 3, sotr = "a")]
+            struct V { a: i64 }
+        });
+        assert_eq!(e.len(), 5, "{e:#?}");
+        assert!(e[0].contains("takes a field name") && e[1].contains("takes a field name"));
+        assert!(e[2].contains("integer literal") && e[3].contains("string literal"));
+        assert!(e[4].contains("did you mean `sort`"), "{e:#?}");
         let e = errors(parse_quote! { #[keyset(sort = 5)] struct V { a: i64 } });
         assert!(e[0].contains("takes a field name"), "{e:?}");
         let e = errors(parse_quote! { #[keyset(page_size = "5")] struct V { a: i64 } });

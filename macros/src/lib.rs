@@ -31,9 +31,10 @@ mod shard_key;
 use proc_macro::TokenStream;
 use syn::{parse_macro_input, DeriveInput};
 
-/// `#[derive(Model)]`: a struct stored in a MongoDB collection, with the
-/// patterns its helper attributes name (`#[model]`, `#[keyset]`, `#[bucket]`,
-/// `#[rank_histogram]`, `#[approx_counter]`, `#[shard_key]`).
+// The attribute reference: on this crate's page and, re-exported, on
+// `mongo_patterns::Model`'s. Its examples are doc tests against the runtime
+// (a dev-dependency by path, which `cargo publish` drops), so they compile.
+#[doc = include_str!("reference.md")]
 #[proc_macro_derive(
     Model,
     attributes(model, keyset, bucket, rank_histogram, approx_counter, shard_key)

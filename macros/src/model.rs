@@ -3,7 +3,7 @@
 
 use proc_macro2::TokenStream;
 use quote::quote;
-use syn::{DeriveInput, Path};
+use syn::{DeriveInput, LitStr, Meta, Path};
 
 use crate::attr::{self, Opt};
 use crate::ctxt::Ctxt;
@@ -20,44 +20,73 @@ pub struct Model {
     pub private: Private,
 }
 
+/// `#[model]` as written.
+struct Attr<'c> {
+    collection: Opt<'c, LitStr>,
+    krate: Opt<'c, LitStr>,
+}
+
 /// Parses `#[model]`; without one, the collection is the struct's name in
 /// snake_case.
 pub fn parse(cx: &Ctxt, input: &DeriveInput) -> Model {
-    let mut collection = Opt::new(cx, MODEL, COLLECTION);
-    let mut krate = Opt::new(cx, MODEL, CRATE);
-    if let Some(attrs) = attr::single(cx, &input.attrs, MODEL) {
-        let parsed = attrs[0].parse_nested_meta(|meta| {
-            // collection = "name"
-            if meta.path.is_ident(COLLECTION) {
-                let lit = attr::parse_lit_str(&meta, MODEL)?;
-                if let Some(why) = attr::bad_collection_name(&lit.value()) {
-                    cx.error_spanned_by(&lit, format!("invalid collection name: {why}"));
-                }
-                collection.set(&lit, lit.value());
-            // crate = "path::to::mongo_patterns"
-            } else if meta.path.is_ident(CRATE) {
-                let lit = attr::parse_lit_str(&meta, MODEL)?;
-                match lit.parse::<Path>() {
-                    Ok(path) => krate.set(&lit, path),
-                    Err(_) => cx.error_spanned_by(
-                        &lit,
-                        format!("`model` option `crate` takes a path to the `mongo_patterns` crate or a re-export of it, as in `crate = \"my_facade::mongo_patterns\"`; `{}` is not a path", lit.value()),
-                    ),
-                }
-            } else {
-                cx.syn_error(attr::unknown_option(&meta, MODEL, OPTIONS));
-                attr::skip_value(&meta)?;
-            }
-            Ok(())
-        });
-        cx.ok(parsed);
+    let attr = attr(cx, input);
+    check(cx, input, attr)
+}
+
+/// Reads `#[model]`'s options.
+fn attr<'c>(cx: &'c Ctxt, input: &DeriveInput) -> Attr<'c> {
+    let mut out = Attr {
+        collection: Opt::new(cx, MODEL, COLLECTION),
+        krate: Opt::new(cx, MODEL, CRATE),
+    };
+    let Some(attrs) = attr::single(cx, &input.attrs, MODEL) else {
+        return out;
+    };
+    if let Meta::Path(_) = attrs[0].meta {
+        cx.error_spanned_by(
+            attrs[0],
+            "`#[model]` needs options, as in `#[model(collection = \"history\")]`; without `#[model]`, the collection is the struct's name in snake_case",
+        );
     }
+    for opt in attr::read(cx, attrs[0]) {
+        match opt.name.as_str() {
+            // collection = "name"
+            COLLECTION => {
+                let lit = opt.lit_str(cx, MODEL, "collection = \"history\"");
+                out.collection.take(&opt, lit);
+            }
+            // crate = "path::to::mongo_patterns"
+            CRATE => {
+                let lit = opt.lit_str(cx, MODEL, "crate = \"my_facade::mongo_patterns\"");
+                out.krate.take(&opt, lit);
+            }
+            _ => opt.unknown(cx, MODEL, OPTIONS),
+        }
+    }
+    out
+}
+
+/// Judges the collection name and the crate path.
+fn check(cx: &Ctxt, input: &DeriveInput, attr: Attr) -> Model {
+    let collection = attr.collection.get().map(|(_, lit)| {
+        if let Some(why) = attr::bad_collection_name(&lit.value()) {
+            cx.error_spanned_by(&lit, format!("invalid collection name: {why}"));
+        }
+        lit.value()
+    });
+    let krate = attr.krate.get().and_then(|(_, lit)| match lit.parse::<Path>() {
+        Ok(path) => Some(path),
+        Err(_) => {
+            cx.error_spanned_by(
+                &lit,
+                format!("`model` option `crate` takes a path to the `mongo_patterns` crate or a re-export of it, as in `crate = \"my_facade::mongo_patterns\"`; `{}` is not a path", lit.value()),
+            );
+            None
+        }
+    });
     Model {
-        collection: collection
-            .get()
-            .map(|(_, name)| name)
-            .unwrap_or_else(|| snake_case(&input.ident.to_string())),
-        private: Private::new(krate.get().map(|(_, p)| p)),
+        collection: collection.unwrap_or_else(|| snake_case(&input.ident.to_string())),
+        private: Private::new(krate),
     }
 }
 
@@ -140,8 +169,28 @@ mod tests {
             parse_quote! { #[model(collection = "a$b", colection = "x")] struct T { a: i32 } };
         let (_, err) = collect(|cx| parse(cx, &input));
         assert_eq!(err.len(), 2, "{err:?}");
-        assert!(err[0].contains("reserves `$`"));
-        assert!(err[1].contains("did you mean `collection`"));
+        assert!(err[0].contains("did you mean `collection`"));
+        assert!(err[1].contains("reserves `$`"));
+
+        // A wrongly typed value does not stop the reading.
+        let input: DeriveInput = parse_quote! { #[model(collection = 5, crate = history, colour = "x")] struct T { a: i32 } };
+        let (_, err) = collect(|cx| parse(cx, &input));
+        assert_eq!(err.len(), 3, "{err:?}");
+        assert!(
+            err[0].contains("`collection` takes a string literal"),
+            "{err:?}"
+        );
+        assert!(err[1].contains("`crate` takes a string literal"), "{err:?}");
+
+        // Forms without options.
+        for input in [
+            parse_quote! { #[model] struct T { a: i32 } },
+            parse_quote! { #[model = "x"] struct T { a: i32 } },
+        ] {
+            let input: DeriveInput = input;
+            let (_, err) = collect(|cx| parse(cx, &input));
+            assert_eq!(err.len(), 1, "{err:?}");
+        }
     }
 
     #[test]

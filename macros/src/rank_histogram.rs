@@ -74,6 +74,17 @@ struct Spec {
     histogram: String,
 }
 
+/// `#[rank_histogram]` as written.
+struct Attr<'c> {
+    board: Opt<'c, LitStr>,
+    score: Opt<'c, LitStr>,
+    order: Opt<'c, Order>,
+    /// The number as written, sign included, and where.
+    precision: Opt<'c, (Expr, f64)>,
+    layout: Opt<'c, Layout>,
+    histogram: Opt<'c, LitStr>,
+}
+
 /// Parses `#[rank_histogram]` if present; `collection` is the players'.
 /// Errors go to `cx`.
 pub fn parse(
@@ -83,115 +94,153 @@ pub fn parse(
     collection: &str,
 ) -> Option<RankHistogram> {
     let attrs = attr::single(cx, &input.attrs, RANK)?;
-    let mut out = RankHistogram {
-        named_board: None,
-        named_score: None,
-        spec: None,
+    let Some(attr) = attr(cx, attrs[0]) else {
+        return Some(RankHistogram {
+            named_board: None,
+            named_score: None,
+            spec: None,
+        });
     };
-    out.spec = parse_spec(cx, attrs[0], model, collection, &mut out);
+    // The fields `board` and `score` name, even if they cannot be used.
+    let named_board = attr
+        .board
+        .value()
+        .and_then(|l| model.find(&l.value()))
+        .map(|f| (f.ident.clone(), f.ty.clone()));
+    let named_score = attr
+        .score
+        .value()
+        .and_then(|l| model.find(&l.value()))
+        .filter(|f| is_one_of(f.ty, INTEGERS) || is_one_of(f.ty, FLOATS))
+        .map(|f| f.ty.clone());
+    let spec = check(cx, attrs[0], attr, model, collection);
+    Some(RankHistogram {
+        named_board,
+        named_score,
+        spec,
+    })
+}
+
+/// Reads `#[rank_histogram]`'s options; the bare form has none (it infers
+/// everything). `None` for `#[rank_histogram = ...]`.
+fn attr<'c>(cx: &'c Ctxt, first: &Attribute) -> Option<Attr<'c>> {
+    if let Meta::NameValue(nv) = &first.meta {
+        cx.error_spanned_by(
+            nv,
+            "`#[rank_histogram]` takes options in parentheses, as in `#[rank_histogram(board = \"examId\", score = \"score\")]`, or none",
+        );
+        return None;
+    }
+    let mut out = Attr {
+        board: Opt::new(cx, RANK, BOARD),
+        score: Opt::new(cx, RANK, SCORE),
+        order: Opt::new(cx, RANK, ORDER),
+        precision: Opt::new(cx, RANK, PRECISION),
+        layout: Opt::new(cx, RANK, LAYOUT),
+        histogram: Opt::new(cx, RANK, HISTOGRAM),
+    };
+    for opt in attr::read(cx, first) {
+        match opt.name.as_str() {
+            // board = "field"
+            BOARD => {
+                let lit = opt.lit_str(cx, RANK, "board = \"examId\"");
+                out.board.take(&opt, lit);
+            }
+            // score = "field"
+            SCORE => {
+                let lit = opt.lit_str(cx, RANK, "score = \"score\"");
+                out.score.take(&opt, lit);
+            }
+            // histogram = "name"
+            HISTOGRAM => {
+                let lit = opt.lit_str(cx, RANK, "histogram = \"exam_ranks\"");
+                out.histogram.take(&opt, lit);
+            }
+            // order = "desc" | "asc"
+            ORDER => {
+                let Some(lit) = opt.lit_str(cx, RANK, "order = \"asc\"") else {
+                    out.order.set_bad(&opt.path);
+                    continue;
+                };
+                let other = lit.value();
+                match Order::from_spelling(&other) {
+                    Some(o) => out.order.set(&lit, o),
+                    None => {
+                        cx.error_spanned_by(
+                            &lit,
+                            format!(
+                                "unknown `rank_histogram` order `{other}`; expected `desc` (a higher score ranks first, the default) or `asc` (a lower score ranks first, as for a race time){}",
+                                attr::hint(&other, ["desc", "asc", "descending", "ascending"])
+                            ),
+                        );
+                        out.order.set_bad(&lit);
+                    }
+                }
+            }
+            // layout = "array" | "documents"
+            LAYOUT => {
+                let Some(lit) = opt.lit_str(cx, RANK, "layout = \"documents\"") else {
+                    out.layout.set_bad(&opt.path);
+                    continue;
+                };
+                let other = lit.value();
+                match Layout::ALL.into_iter().find(|l| l.spelling() == other) {
+                    Some(l) => out.layout.set(&lit, l),
+                    None => {
+                        cx.error_spanned_by(
+                            &lit,
+                            format!(
+                                "unknown `rank_histogram` layout `{other}`; expected `array` (one document per board, up to about 10,000 distinct scores) or `documents` (one document per board and score, for any number){}",
+                                attr::hint(&other, Layout::ALL.map(Layout::spelling))
+                            ),
+                        );
+                        out.layout.set_bad(&lit);
+                    }
+                }
+            }
+            // precision = 0.5
+            PRECISION => {
+                let Some(value) = opt.value(cx, RANK, "precision = 0.5") else {
+                    out.precision.set_bad(&opt.path);
+                    continue;
+                };
+                match precision_number(value) {
+                    Ok(n) => out.precision.set(value, (value.clone(), n)),
+                    Err(why) => {
+                        cx.error_spanned_by(value, why);
+                        out.precision.set_bad(value);
+                    }
+                }
+            }
+            _ => opt.unknown(cx, RANK, OPTIONS),
+        }
+    }
     Some(out)
 }
 
-fn parse_spec(
+/// Judges the fields `board` and `score` name (inferring those left out),
+/// the precision and the histogram collection.
+fn check(
     cx: &Ctxt,
     first: &Attribute,
+    attr: Attr,
     model: &Input,
     collection: &str,
-    out: &mut RankHistogram,
 ) -> Option<Spec> {
-    let mut board = Opt::new(cx, RANK, BOARD);
-    let mut score = Opt::new(cx, RANK, SCORE);
-    let mut order = Opt::new(cx, RANK, ORDER);
-    let mut precision = Opt::new(cx, RANK, PRECISION);
-    let mut layout = Opt::new(cx, RANK, LAYOUT);
-    let mut histogram = Opt::new(cx, RANK, HISTOGRAM);
-    match &first.meta {
-        // The bare form infers everything.
-        Meta::Path(_) => {}
-        Meta::NameValue(nv) => {
-            cx.error_spanned_by(
-                nv,
-                "`#[rank_histogram]` takes options in parentheses, as in `#[rank_histogram(board = \"examId\", score = \"score\")]`, or none",
-            );
-            return None;
-        }
-        Meta::List(_) => {
-            let parsed = first.parse_nested_meta(|meta| {
-                let name = attr::option_name(&meta);
-                match name.as_str() {
-                    // board = "field" | score = "field" | histogram = "name"
-                    BOARD | SCORE | HISTOGRAM => {
-                        let lit = attr::parse_lit_str(&meta, RANK)?;
-                        let slot = match name.as_str() {
-                            BOARD => &mut board,
-                            SCORE => &mut score,
-                            _ => &mut histogram,
-                        };
-                        slot.set(&lit, lit.clone());
-                    }
-                    // order = "desc" | "asc"
-                    ORDER => {
-                        let lit = attr::parse_lit_str(&meta, RANK)?;
-                        let other = lit.value();
-                        match Order::from_spelling(&other) {
-                            Some(o) => order.set(&lit, o),
-                            None => cx.error_spanned_by(
-                                &lit,
-                                format!(
-                                    "unknown `rank_histogram` order `{other}`; expected `desc` (a higher score ranks first, the default) or `asc` (a lower score ranks first, as for a race time){}",
-                                    attr::hint(&other, ["desc", "asc", "descending", "ascending"])
-                                ),
-                            ),
-                        }
-                    }
-                    // layout = "array" | "documents"
-                    LAYOUT => {
-                        let lit = attr::parse_lit_str(&meta, RANK)?;
-                        let other = lit.value();
-                        match Layout::ALL.into_iter().find(|l| l.spelling() == other) {
-                            Some(l) => layout.set(&lit, l),
-                            None => cx.error_spanned_by(
-                                &lit,
-                                format!(
-                                    "unknown `rank_histogram` layout `{other}`; expected `array` (one document per board, up to about 10,000 distinct scores) or `documents` (one document per board and score, for any number){}",
-                                    attr::hint(&other, Layout::ALL.map(Layout::spelling))
-                                ),
-                            ),
-                        }
-                    }
-                    // precision = 0.5
-                    PRECISION => {
-                        let value = attr::parse_value(&meta)?;
-                        match precision_value(&value) {
-                            Ok(p) => precision.set(&value, p),
-                            Err(why) => cx.error_spanned_by(&value, why),
-                        }
-                    }
-                    _ => {
-                        cx.syn_error(attr::unknown_option(&meta, RANK, OPTIONS));
-                        attr::skip_value(&meta)?;
-                    }
-                }
-                Ok(())
-            });
-            let read = cx.ok(parsed).is_some();
-            out.named_board = board
-                .value()
-                .and_then(|l| model.find(&l.value()))
-                .map(|f| (f.ident.clone(), f.ty.clone()));
-            out.named_score = score
-                .value()
-                .and_then(|l| model.find(&l.value()))
-                .filter(|f| is_one_of(f.ty, INTEGERS) || is_one_of(f.ty, FLOATS))
-                .map(|f| f.ty.clone());
-            if !read {
-                return None;
+    let precision = attr
+        .precision
+        .get()
+        .and_then(|(_, (value, n))| match precision_value(n) {
+            Ok(p) => Some(p),
+            Err(why) => {
+                cx.error_spanned_by(&value, why);
+                None
             }
-        }
-    }
-
-    let board = board.get().map(|(_, l)| l);
-    let score = score.get().map(|(_, l)| l);
+        });
+    let board_given = attr.board.given();
+    let score_given = attr.score.given();
+    let board = attr.board.get().map(|(_, l)| l);
+    let score = attr.score.get().map(|(_, l)| l);
     let resolve = |lit: &LitStr, option: &str| -> Option<&Field> {
         let f = model.resolve(cx, lit, RANK, option)?;
         if f.bson_name == "_id" {
@@ -212,8 +261,9 @@ fn parse_spec(
         }
         Some(f)
     };
-    let explicit_board = board.as_ref().map(|l| resolve(l, BOARD));
-    let explicit_score = score.as_ref().map(|l| resolve(l, SCORE));
+    // `Some(None)`: given, but not a field that can be it (reported).
+    let explicit_board = board_given.then(|| board.as_ref().and_then(|l| resolve(l, BOARD)));
+    let explicit_score = score_given.then(|| score.as_ref().and_then(|l| resolve(l, SCORE)));
     if let (Some(Some(b)), Some(Some(s)), Some(lit)) = (&explicit_board, &explicit_score, &score) {
         if b.bson_name == s.bson_name {
             cx.error_spanned_by(
@@ -243,7 +293,7 @@ fn parse_spec(
         }
     };
 
-    let histogram = match histogram.get() {
+    let histogram = match attr.histogram.get() {
         Some((_, lit)) => {
             let name = lit.value();
             if let Some(why) = attr::bad_collection_name(&name) {
@@ -262,37 +312,49 @@ fn parse_spec(
     Some(Spec {
         board: field(board?),
         score: field(score?),
-        order: order.get().map_or(Order::Desc, |(_, o)| o),
-        precision: precision.get().map(|(_, p)| p),
-        layout: layout.get().map_or(Layout::Array, |(_, l)| l),
+        order: attr.order.get().map_or(Order::Desc, |(_, o)| o),
+        precision,
+        layout: attr.layout.get().map_or(Layout::Array, |(_, l)| l),
         histogram,
     })
 }
 
-/// `precision = 0.5`: a positive, finite number literal.
-fn precision_value(value: &Expr) -> Result<f64, String> {
-    let positive = "`rank_histogram` option `precision` must be above 0: it is the step scores are rounded to, as in `precision = 0.5` or `precision = 0.01`";
-    let parsed = match value {
+/// `precision = 0.5`: a number literal, negative ones included (they are
+/// judged by [`precision_value`]).
+fn precision_number(value: &Expr) -> Result<f64, String> {
+    let not_a_number = || {
+        "`rank_histogram` option `precision` takes a number literal, as in `precision = 0.5`"
+            .to_owned()
+    };
+    let (negative, lit) = match value {
+        Expr::Unary(ExprUnary {
+            op: UnOp::Neg(_),
+            expr,
+            ..
+        }) => (true, &**expr),
+        other => (false, other),
+    };
+    let n = match lit {
         Expr::Lit(ExprLit {
             lit: Lit::Float(f), ..
-        }) => f.base10_parse::<f64>().ok(),
+        }) => f.base10_parse::<f64>().map_err(|_| not_a_number())?,
         Expr::Lit(ExprLit {
             lit: Lit::Int(i), ..
-        }) => i.base10_parse::<f64>().ok(),
-        Expr::Unary(ExprUnary {
-            op: UnOp::Neg(_), ..
-        }) => return Err(positive.to_owned()),
-        _ => return Err(
-            "`rank_histogram` option `precision` takes a number literal, as in `precision = 0.5`"
-                .to_owned(),
-        ),
+        }) => i.base10_parse::<f64>().map_err(|_| not_a_number())?,
+        _ => return Err(not_a_number()),
     };
-    match parsed {
-        Some(p) if p.is_finite() && p >= 1e-12 => Ok(p),
-        Some(p) if p.is_finite() && p > 0.0 => Err(format!(
+    Ok(if negative { -n } else { n })
+}
+
+/// The precision `p` is a step scores are rounded to: positive and finite.
+fn precision_value(p: f64) -> Result<f64, String> {
+    let positive = "`rank_histogram` option `precision` must be above 0: it is the step scores are rounded to, as in `precision = 0.5` or `precision = 0.01`";
+    match p {
+        p if p.is_finite() && p >= 1e-12 => Ok(p),
+        p if p.is_finite() && p > 0.0 => Err(format!(
             "`rank_histogram` option `precision` = {p} is below 1e-12, finer than a double can tell apart at typical scores; leave `precision` out to rank exact values"
         )),
-        Some(p) if p.is_finite() => Err(positive.to_owned()),
+        p if p.is_finite() => Err(positive.to_owned()),
         _ => Err("`rank_histogram` option `precision` must be a finite number".to_owned()),
     }
 }
@@ -502,8 +564,25 @@ mod tests {
     }
 
     #[test]
+    fn every_option_is_read_after_a_wrong_value() {
+        let e = parsed(parse_quote! {
+            #[rank_histogram(board = exam, score = 1, precision = "0.5", layout, ordr = "asc")]
+            struct S { exam: String, points: i32 }
+        })
+        .err()
+        .unwrap();
+        // No inference error on top: the board and the score were given.
+        assert_eq!(e.len(), 5, "{e:#?}");
+        assert!(e[0].contains("`board` takes a string literal"), "{e:#?}");
+        assert!(e[1].contains("`score` takes a string literal"), "{e:#?}");
+        assert!(e[2].contains("number literal"), "{e:#?}");
+        assert!(e[3].contains("needs a value"), "{e:#?}");
+        assert!(e[4].contains("did you mean `order`"), "{e:#?}");
+    }
+
+    #[test]
     fn precision_values() {
-        let p = |e: Expr| precision_value(&e);
+        let p = |e: Expr| precision_number(&e).and_then(precision_value);
         assert_eq!(p(parse_quote!(0.5)), Ok(0.5));
         assert_eq!(p(parse_quote!(2)), Ok(2.0));
         assert!(p(parse_quote!(0)).unwrap_err().contains("above 0"));

@@ -17,7 +17,7 @@ use syn::spanned::Spanned;
 use syn::{Attribute, DeriveInput, LitStr, Meta, Type};
 
 use crate::ast::{Field, Input};
-use crate::attr::{self, Opt};
+use crate::attr::{self, Opt, RawValue};
 use crate::ctxt::Ctxt;
 use crate::private::Private;
 
@@ -108,34 +108,48 @@ struct Spec {
     small_check: Option<(String, Type)>,
 }
 
+/// `#[shard_key]` as written.
+struct Attr<'c> {
+    coarse: Opt<'c, LitStr>,
+    from: Opt<'c, LitStr>,
+    granularity: Opt<'c, Granularity>,
+    search: Opt<'c, LitStr>,
+    hashed: Opt<'c, LitStr>,
+    /// The lints `allow(...)` names.
+    allowed: Vec<String>,
+    /// After a mistake that may hide what the user meant (a second
+    /// attribute, a misspelt option or lint), the lints stay quiet: they
+    /// would judge a key the user did not write.
+    muted: bool,
+}
+
 /// Parses `#[shard_key]` if present. `refused`: another attribute rules it
 /// out (an error already), so the key is not otherwise right. Errors go to
 /// `cx`.
 pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input, refused: bool) -> Option<ShardKey> {
     let errors_before = cx.error_count();
     let attrs = attr::single(cx, &input.attrs, SHARD)?;
-    let mut out = ShardKey {
-        named_search: None,
-        spec: None,
+    let Some(attr) = attr(cx, &attrs) else {
+        return Some(ShardKey {
+            named_search: None,
+            spec: None,
+        });
     };
+    // The search field's type, even if it cannot be used.
+    let named_search = attr
+        .search
+        .value()
+        .and_then(|l| model.find(&l.value()))
+        .map(|f| f.ty.clone());
     // Whether nothing is wrong but what the last checks find.
     let clean = |cx: &Ctxt| !refused && cx.error_count() == errors_before;
-    out.spec = parse_spec(cx, &attrs, model, &clean, &mut out.named_search);
-    Some(out)
+    let spec = check(cx, attrs[0], attr, model, &clean);
+    Some(ShardKey { named_search, spec })
 }
 
-fn parse_spec(
-    cx: &Ctxt,
-    attrs: &[&Attribute],
-    model: &Input,
-    clean: &dyn Fn(&Ctxt) -> bool,
-    named_search: &mut Option<Type>,
-) -> Option<Spec> {
+/// Reads `#[shard_key]`'s options; `None` when it has none.
+fn attr<'c>(cx: &'c Ctxt, attrs: &[&Attribute]) -> Option<Attr<'c>> {
     let first = attrs[0];
-    // After a mistake that may hide what the user meant (a second attribute,
-    // a misspelt option or lint), the lints stay quiet: they would judge a
-    // key the user did not write.
-    let mut muted = attrs.len() > 1;
     if !matches!(first.meta, Meta::List(_)) {
         cx.error_spanned_by(
             first,
@@ -143,73 +157,114 @@ fn parse_spec(
         );
         return None;
     }
-    let mut coarse = Opt::new(cx, SHARD, COARSE);
-    let mut from = Opt::new(cx, SHARD, FROM);
-    let mut granularity = Opt::new(cx, SHARD, GRANULARITY);
-    let mut search = Opt::new(cx, SHARD, SEARCH);
-    let mut hashed = Opt::new(cx, SHARD, HASHED);
-    let mut allowed: Vec<String> = Vec::new();
-    let mut granularity_written = false;
-    let parsed = first.parse_nested_meta(|meta| {
-        let name = attr::option_name(&meta);
-        match name.as_str() {
-            COARSE | FROM | SEARCH | HASHED => {
-                let lit = attr::parse_lit_str(&meta, SHARD)?;
-                let slot = match name.as_str() {
-                    COARSE => &mut coarse,
-                    FROM => &mut from,
-                    SEARCH => &mut search,
-                    _ => &mut hashed,
-                };
-                slot.set(&lit, lit.clone());
+    let mut out = Attr {
+        coarse: Opt::new(cx, SHARD, COARSE),
+        from: Opt::new(cx, SHARD, FROM),
+        granularity: Opt::new(cx, SHARD, GRANULARITY),
+        search: Opt::new(cx, SHARD, SEARCH),
+        hashed: Opt::new(cx, SHARD, HASHED),
+        allowed: Vec::new(),
+        muted: attrs.len() > 1,
+    };
+    for opt in attr::read(cx, first) {
+        match opt.name.as_str() {
+            // coarse = "field"
+            COARSE => {
+                let lit = opt.lit_str(cx, SHARD, "coarse = \"month\"");
+                out.coarse.take(&opt, lit);
             }
+            // from = "field"
+            FROM => {
+                let lit = opt.lit_str(cx, SHARD, "from = \"ts\"");
+                out.from.take(&opt, lit);
+            }
+            // search = "field"
+            SEARCH => {
+                let lit = opt.lit_str(cx, SHARD, "search = \"type\"");
+                out.search.take(&opt, lit);
+            }
+            // hashed = "field"
+            HASHED => {
+                let lit = opt.lit_str(cx, SHARD, "hashed = \"id\"");
+                out.hashed.take(&opt, lit);
+            }
+            // granularity = "hour" | "day" | "week" | "month" | "quarter" | "year"
             GRANULARITY => {
-                granularity_written = true;
-                let lit = attr::parse_lit_str(&meta, SHARD)?;
+                let Some(lit) = opt.lit_str(cx, SHARD, "granularity = \"month\"") else {
+                    out.granularity.set_bad(&opt.path);
+                    continue;
+                };
                 match Granularity::from_spelling(&lit.value()) {
-                    Some(g) => granularity.set(&lit, g),
+                    Some(g) => out.granularity.set(&lit, g),
                     None => {
-                        let hint = attr::hint(&lit.value(), Granularity::ALL.map(Granularity::spelling));
+                        let hint =
+                            attr::hint(&lit.value(), Granularity::ALL.map(Granularity::spelling));
                         cx.error_spanned_by(
                             &lit,
                             format!("unknown `shard_key` granularity `{}`; expected `hour`, `day`, `week`, `month`, `quarter` or `year`{hint}", lit.value()),
                         );
+                        out.granularity.set_bad(&lit);
                     }
                 }
             }
             // allow(monotonic, missing_search)
             ALLOW => {
-                meta.parse_nested_meta(|lint| {
-                    let l = attr::option_name(&lint);
-                    if LINTS.contains(&l.as_str()) {
-                        allowed.push(l);
+                let Some(lints) = opt.list(cx, SHARD, "allow(monotonic)") else {
+                    out.muted = true;
+                    continue;
+                };
+                for lint in lints {
+                    if !LINTS.contains(&lint.name.as_str()) {
+                        out.muted = true;
+                        lint.unknown(cx, "shard_key(allow)", LINTS);
+                    } else if !matches!(lint.value, RawValue::Flag) {
+                        out.muted = true;
+                        cx.error_spanned_by(
+                            &lint.path,
+                            format!(
+                                "`shard_key(allow)` takes lint names alone, as in `allow({})`",
+                                lint.name
+                            ),
+                        );
                     } else {
-                        muted = true;
-                        cx.syn_error(attr::unknown_option(&lint, "shard_key(allow)", LINTS));
+                        out.allowed.push(lint.name.clone());
                     }
-                    Ok(())
-                })?;
+                }
             }
             _ => {
-                muted = true;
-                cx.syn_error(attr::unknown_option(&meta, SHARD, OPTIONS));
-                attr::skip_value(&meta)?;
+                out.muted = true;
+                opt.unknown(cx, SHARD, OPTIONS);
             }
         }
-        Ok(())
-    });
-    *named_search = search
-        .value()
-        .and_then(|l| model.find(&l.value()))
-        .map(|f| f.ty.clone());
-    cx.ok(parsed)?;
-    let allows = |lint: &str| muted || allowed.iter().any(|a| a == lint);
+    }
+    Some(out)
+}
 
-    let coarse = coarse.get().map(|(_, l)| l);
-    let from = from.get().map(|(_, l)| l);
-    let granularity = granularity.get();
-    let search = search.get().map(|(_, l)| l);
-    let hashed = hashed.get().map(|(_, l)| l);
+/// Judges the key: the options that go together, the fields they name, and
+/// the lints.
+fn check(
+    cx: &Ctxt,
+    first: &Attribute,
+    attr: Attr,
+    model: &Input,
+    clean: &dyn Fn(&Ctxt) -> bool,
+) -> Option<Spec> {
+    let Attr {
+        allowed, mut muted, ..
+    } = attr;
+    // A value given but not read (reported) may hide what the user meant.
+    muted |= [&attr.coarse, &attr.from, &attr.search, &attr.hashed]
+        .iter()
+        .any(|o| o.given() && o.value().is_none());
+    let granularity_written = attr.granularity.given();
+    let (coarse_given, search_given) = (attr.coarse.given(), attr.search.given());
+    let (hashed_given, from_given) = (attr.hashed.given(), attr.from.given());
+    let coarse = attr.coarse.get().map(|(_, l)| l);
+    let from = attr.from.get().map(|(_, l)| l);
+    let granularity = attr.granularity.get();
+    let search = attr.search.get().map(|(_, l)| l);
+    let hashed = attr.hashed.get().map(|(_, l)| l);
+    let allows = |lint: &str| muted || allowed.iter().any(|a| a == lint);
 
     // A hashed key stands alone.
     if let Some(h) = &hashed {
@@ -246,20 +301,24 @@ fn parse_spec(
             small_check,
         });
     }
-    if coarse.is_none() && search.is_none() {
+    if hashed_given {
+        // `hashed` was given but could not be read (reported).
+        return None;
+    }
+    if !coarse_given && !search_given {
         cx.error_spanned_by(
             first,
             "`#[shard_key]` needs a key: `coarse` and `search` (`{coarse: 1, search: 1}`), or `hashed`",
         );
         return None;
     }
-    if let (Some(f), None) = (&from, &coarse) {
+    if let (Some(f), false) = (&from, coarse_given) {
         cx.error_spanned_by(
             f,
             "`from` names the timestamp that `coarse` derives from; add `coarse = \"month\"` (the derived field's name)",
         );
     }
-    if let (Some((span, _)), None) = (&granularity, &from) {
+    if let (Some((span, _)), false) = (&granularity, from_given) {
         cx.error_spanned_by(
             quote_spanned!(*span=> granularity),
             "`granularity` says how `coarse` rounds the `from` timestamp; add `from = \"ts\"`",
@@ -268,11 +327,11 @@ fn parse_spec(
 
     // What the user wrote, resolved or not: a misspelt search field is not a
     // missing one, and a misspelt granularity not an absent one.
-    let search_written = search.is_some();
+    let search_written = search_given;
     // `from` or `granularity` without `coarse`, or `granularity` without
     // `from`, is reported above: the user meant a derived coarse field, so
     // the key is not judged as written.
-    let meant_derived = from.is_some() || granularity_written;
+    let meant_derived = from_given || granularity_written;
     let search = search.and_then(|l| {
         let f = model.resolve(cx, &l, SHARD, SEARCH)?;
         Some((l, f))

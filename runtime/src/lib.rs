@@ -26,7 +26,9 @@ pub use mongodb::bson;
 
 pub use crate::error::{CursorError, Error, Found, Result};
 pub use crate::model::Model;
-/// Derives [`Model`](trait@Model) and the patterns its attributes name.
+/// Derives [`Model`](trait@Model) and the patterns its attributes name. The
+/// reference of every attribute follows; its examples are compiled as doc
+/// tests of `mongo-patterns-macros`.
 pub use mongo_patterns_macros::Model;
 
 /// What a user module needs: the derive, the trait, the paging types, serde's

@@ -127,3 +127,21 @@ fn mistakes() {
     assert!(e[1].contains("did you mean `allow`"));
     assert!(e[2].contains("cannot be used with `hashed`"));
 }
+
+#[test]
+fn every_option_is_read_after_a_wrong_value() {
+    let e = parsed(parse_quote! {
+        #[shard_key(coarse = month, from = 1, granularity = "mnth", search, allow(monotonic = true, monotonik), sharded = true)]
+        struct Log { #[serde(rename = "_id")] id: String, kind: String, ts: i64 }
+    })
+    .err()
+    .unwrap();
+    assert_eq!(e.len(), 7, "{e:#?}");
+    assert!(e[0].contains("`coarse` takes a string literal"), "{e:#?}");
+    assert!(e[1].contains("`from` takes a string literal"), "{e:#?}");
+    assert!(e[2].contains("granularity `mnth`"), "{e:#?}");
+    assert!(e[3].contains("`search` needs a value"), "{e:#?}");
+    assert!(e[4].contains("lint names alone"), "{e:#?}");
+    assert!(e[5].contains("did you mean `monotonic`"), "{e:#?}");
+    assert!(e[6].contains("option `sharded`"), "{e:#?}");
+}
