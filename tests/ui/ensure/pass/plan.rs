@@ -96,7 +96,7 @@ fn main() {
             names(Trade::declared(&db)),
             [
                 (s("trade"), vec![], false),
-                (s("trade"), vec![s("mp_bucket_customerId_start")], false),
+                (s("trade"), vec![s("mp_bucket_customerId_start")], true),
             ]
         );
         assert_eq!(
