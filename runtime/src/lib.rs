@@ -12,6 +12,7 @@ mod compat;
 mod cut;
 pub mod ensure;
 mod error;
+mod foreign;
 pub mod guide;
 pub mod keyset;
 mod model;
@@ -75,9 +76,6 @@ pub mod __private {
 
     /// Compiles only when `T` can be a keyset sort key; spanned at the field.
     pub const fn assert_sort_key<T: SortKey + ?Sized>() {}
-
-    /// Compiles only when `T` can be a bucket key; spanned at the field.
-    pub const fn assert_bucket_key<T: BucketKey + ?Sized>() {}
 
     /// Compiles only when `T` can order a bucket's items; spanned at the field.
     pub const fn assert_order_key<T: OrderKey + ?Sized>() {}
