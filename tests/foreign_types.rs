@@ -250,7 +250,7 @@ async fn keyset_sort_keys() {
     let devices: Vec<Device> = (0..8)
         .map(|i| Device {
             id: i,
-            token: Uuid::from_u128(u128::from((i as u32 * 5) % 8) << 120 | 1),
+            token: Uuid::from_u128((u128::from((i as u32 * 5) % 8) << 120) | 1),
         })
         .collect();
     Device::collection(&db).insert_many(&devices).await.unwrap();
