@@ -242,10 +242,8 @@ impl Bucket {
             None => quote!(#p::core::option::Option::None),
         };
         let items = &spec.items;
-        let key_p = p.at(key_ty.span());
-        let key_check = quote_spanned! {key_ty.span()=>
-            #key_p::assert_bucket_key::<#key_ty>();
-        };
+        // `Bucketed::Key` requires `BucketKey`: the error lands on the field.
+        let key_assoc = quote_spanned! {key_ty.span()=> type Key = #key_ty; };
         let decode_item = keyless_decoder(input, key_name, key_ident, p);
         let order_check = spec.order.as_ref().map(|(_, ty)| {
             let p = p.at(ty.span());
@@ -256,7 +254,7 @@ impl Bucket {
         Some(quote! {
             #[automatically_derived]
             impl #impl_g #p::Bucketed for #ident #ty_g #where_g {
-                type Key = #key_ty;
+                #key_assoc
                 const BUCKET: #p::BucketSpec = #p::BucketSpec {
                     size: #size,
                     key: #key_name,
@@ -270,7 +268,7 @@ impl Bucket {
             }
             const _: () = {
                 #[allow(dead_code)]
-                fn __bucket_fields #impl_g () #where_g { #key_check #order_check }
+                fn __bucket_fields #impl_g () #where_g { #order_check }
             };
             const _: () = #p::core::assert!(
                 #MAX_SIZE == #p::limits::BUCKET_MAX_SIZE as u64,
@@ -284,8 +282,9 @@ impl Bucket {
     /// the key's type when the key names a field, so typed calls still check.
     pub fn fallback(&self, input: &DeriveInput, p: &Private) -> TokenStream {
         let (key_ty, key_ref) = match &self.named_key {
-            Some((ident, ty)) => (quote!(#ty), quote!(&self.#ident)),
-            None => (quote!(()), quote!(&())),
+            Some((ident, ty)) => (quote_spanned!(ty.span()=> #ty), quote!(&self.#ident)),
+            // Any key type the runtime accepts: `Bucketed::Key` requires one.
+            None => (quote!(bool), quote!(&false)),
         };
         let ident = &input.ident;
         let (impl_g, ty_g, where_g) = input.generics.split_for_impl();

@@ -226,7 +226,7 @@ impl BucketSpec {
 /// A model stored in buckets. `#[bucket(...)]` implements it.
 pub trait Bucketed: Model + Serialize + DeserializeOwned + Send + Sync + Unpin + 'static {
     /// The key's type: the field that groups items.
-    type Key: Serialize + Send + Sync;
+    type Key: BucketKey + Serialize + Send + Sync;
     /// The declaration.
     const BUCKET: BucketSpec;
     /// This item's key.
@@ -257,7 +257,15 @@ pub trait Bucketed: Model + Serialize + DeserializeOwned + Send + Sync + Unpin +
     label = "not an orderable BSON scalar",
     note = "a bucket key must be an integer, a String, an ObjectId, a Uuid, a bool or a DateTime; implement `mongo_patterns::bucket::BucketKey` for a newtype that serializes to one"
 )]
-pub trait BucketKey {}
+pub trait BucketKey {
+    /// The key as bucket documents store it, from its serde form: the
+    /// same value for the BSON scalars; `foreign.rs` turns the optional
+    /// types' strings into the BSON date or UUID their field stores.
+    #[doc(hidden)]
+    fn __stored(serde_form: Bson) -> Result<Bson> {
+        Ok(serde_form)
+    }
+}
 
 /// Types an `order` field can have: times and numbers.
 #[diagnostic::on_unimplemented(
@@ -531,7 +539,7 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     fn key_bson<Q: Serialize + ?Sized>(&self, key: &Q) -> Result<Bson> {
-        Ok(crate::compat::to_bson(key)?)
+        T::Key::__stored(crate::compat::to_bson(key)?)
     }
 
     /// The item as stored: without the key field, which the bucket holds.

@@ -17,7 +17,14 @@ pub const LINTS: &[&str] = &[
 ];
 
 /// Types whose values only grow as documents are written.
-const MONOTONIC_TYPES: &[&str] = &["DateTime", "ObjectId", "Timestamp", "SystemTime", "Instant"];
+const MONOTONIC_TYPES: &[&str] = &[
+    "DateTime",
+    "OffsetDateTime",
+    "ObjectId",
+    "Timestamp",
+    "SystemTime",
+    "Instant",
+];
 /// Integer field names that suggest a timestamp or a counter.
 const MONOTONIC_NAMES: &[&str] = &[
     "ts",
@@ -42,9 +49,12 @@ pub fn is_bool(ty: &Type) -> bool {
     last_ident(ty).is_some_and(|i| i == "bool")
 }
 
-/// What `from` accepts (the runtime's `Timestamp` impls).
+/// What `from` accepts (the runtime's `Timestamp` impls; `DateTime` is
+/// bson's or chrono's, `OffsetDateTime` time's).
 pub fn is_timestamp(ty: &Type) -> bool {
-    last_ident(ty).is_some_and(|i| ["DateTime", "i32", "i64", "u32", "u64"].contains(&i.as_str()))
+    last_ident(ty).is_some_and(|i| {
+        ["DateTime", "OffsetDateTime", "i32", "i64", "u32", "u64"].contains(&i.as_str())
+    })
 }
 
 fn last_ident(ty: &Type) -> Option<String> {
