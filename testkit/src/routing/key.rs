@@ -1,0 +1,93 @@
+//! Shard keys: how a collection is declared sharded, by hand, by
+//! `MP_ROUTING_KEYS`, or from the patterns' own declarations.
+
+use std::fmt;
+
+use mongo_patterns::bson::{Bson, Document};
+
+/// How a shard key field distributes documents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `1`: chunks are ranges of the field's values.
+    Ranged,
+    /// `"hashed"`: chunks are ranges of the value's hash.
+    Hashed,
+}
+
+/// A shard key: its fields (dotted paths) in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardKey(pub Vec<(String, Kind)>);
+
+impl ShardKey {
+    /// `{field: 1}`.
+    pub fn ranged(field: &str) -> ShardKey {
+        ShardKey(vec![(field.to_owned(), Kind::Ranged)])
+    }
+
+    /// `{field: "hashed"}`.
+    pub fn hashed(field: &str) -> ShardKey {
+        ShardKey(vec![(field.to_owned(), Kind::Hashed)])
+    }
+
+    /// This key followed by `field`.
+    pub fn then(mut self, field: &str, kind: Kind) -> ShardKey {
+        self.0.push((field.to_owned(), kind));
+        self
+    }
+
+    /// A key document as `shardCollection` takes it: `{a: 1, b: "hashed"}`.
+    pub fn from_doc(key: &Document) -> Option<ShardKey> {
+        let mut fields = Vec::new();
+        for (f, v) in key {
+            let kind = match v {
+                Bson::String(s) if s == "hashed" => Kind::Hashed,
+                Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) => Kind::Ranged,
+                _ => return None,
+            };
+            fields.push((f.clone(), kind));
+        }
+        (!fields.is_empty()).then_some(ShardKey(fields))
+    }
+
+    pub(super) fn fields(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(f, _)| f.as_str())
+    }
+}
+
+impl fmt::Display for ShardKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self
+            .0
+            .iter()
+            .map(|(n, k)| match k {
+                Kind::Ranged => format!("{n}: 1"),
+                Kind::Hashed => format!("{n}: \"hashed\""),
+            })
+            .collect();
+        write!(f, "{{{}}}", parts.join(", "))
+    }
+}
+
+/// `coll=field:1,other:hashed;coll2=field:1`.
+pub(super) fn parse_keys(spec: &str) -> Vec<(String, ShardKey)> {
+    let mut out = Vec::new();
+    for part in spec.split(';').filter(|p| !p.trim().is_empty()) {
+        let Some((coll, fields)) = part.split_once('=') else {
+            continue;
+        };
+        let mut key = ShardKey(Vec::new());
+        for f in fields.split(',') {
+            let (name, kind) = f.split_once(':').unwrap_or((f, "1"));
+            let kind = if kind.trim() == "hashed" {
+                Kind::Hashed
+            } else {
+                Kind::Ranged
+            };
+            key.0.push((name.trim().to_owned(), kind));
+        }
+        if !key.0.is_empty() {
+            out.push((coll.trim().to_owned(), key));
+        }
+    }
+    out
+}
