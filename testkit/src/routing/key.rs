@@ -1,9 +1,12 @@
 //! Shard keys: how a collection is declared sharded, by hand, by
 //! `MP_ROUTING_KEYS`, or from the patterns' own declarations.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::Mutex;
 
 use mongo_patterns::bson::{Bson, Document};
+use mongo_patterns::ensure::Declared;
 
 /// How a shard key field distributes documents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,4 +93,31 @@ pub(super) fn parse_keys(spec: &str) -> Vec<(String, ShardKey)> {
         }
     }
     out
+}
+
+/// The keys [`declare`] was given, for every checker of the default map in
+/// this process.
+static SUITE_KEYS: Mutex<Option<HashMap<String, ShardKey>>> = Mutex::new(None);
+
+/// Declares, for every checker of the default map in this process
+/// ([`Routing::from_env`](super::Routing::from_env), what `MP_ROUTING`
+/// installs), the shard key of each collection in `declared` that has one,
+/// as `ensure` would send it to `shardCollection` (the first key declared
+/// for a collection wins, as in `ensure`). A key a test gives its own
+/// checker ([`Routing::key`](super::Routing::key)) comes first.
+pub fn declare(declared: impl IntoIterator<Item = Declared>) {
+    let mut keys = SUITE_KEYS.lock().unwrap();
+    let keys = keys.get_or_insert_with(HashMap::new);
+    for d in declared {
+        if let Some((key, _unique)) = &d.shard_key {
+            let key = ShardKey::from_doc(key)
+                .unwrap_or_else(|| panic!("routing: unreadable shard key {key}"));
+            keys.entry(d.collection).or_insert(key);
+        }
+    }
+}
+
+/// The key [`declare`] gave `coll`, if any.
+pub(super) fn suite_key(coll: &str) -> Option<ShardKey> {
+    SUITE_KEYS.lock().unwrap().as_ref()?.get(coll).cloned()
 }

@@ -42,6 +42,13 @@ impl Routing {
             }
             return None;
         }
+        // A rank histogram of the documents layout: its `_id`s are
+        // `{b, s}`, sharded by `{"_id.b": "hashed"}` (what it declares).
+        for c in rank_document_colls(db, name, cmd) {
+            st.keys
+                .entry(c)
+                .or_insert((ShardKey::hashed("_id.b"), Source::Learned));
+        }
         if st.keys.contains_key(&coll) {
             return None;
         }
@@ -201,4 +208,62 @@ pub(super) fn mentions_bucket_id(d: &Document) -> bool {
             .iter()
             .filter_map(Bson::as_document)
             .any(mentions_bucket_id)
+}
+
+/// Whether `d` names a rank histogram document of the documents layout:
+/// `_id` is `{b, s}`, or a range between two of them.
+fn is_rank_document_filter(d: &Document) -> bool {
+    let pair = |b: &Bson| matches!(b, Bson::Document(x) if x.len() == 2 && x.contains_key("b") && x.contains_key("s"));
+    match d.get("_id") {
+        Some(Bson::Document(id)) if pair(&Bson::Document(id.clone())) => true,
+        Some(Bson::Document(id)) => {
+            !id.is_empty()
+                && id.iter().all(|(op, v)| {
+                    matches!(op.as_str(), "$gte" | "$lte" | "$gt" | "$lt") && pair(v)
+                })
+        }
+        _ => false,
+    }
+}
+
+/// The collections `cmd` writes or reads rank histogram documents of the
+/// documents layout in (a `bulkWrite`'s by each statement's namespace).
+fn rank_document_colls(db: &str, name: &str, cmd: &Document) -> Vec<String> {
+    let mut out = Vec::new();
+    if name == "bulkWrite" {
+        let colls: Vec<String> = array(cmd, "nsInfo")
+            .iter()
+            .filter_map(|n| n.as_document()?.get_str("ns").ok())
+            .map(|ns| ns.split_once('.').map_or(ns, |(_, c)| c).to_owned())
+            .collect();
+        for op in array(cmd, "ops").iter().filter_map(Bson::as_document) {
+            let (idx, d) = match (op.get("insert"), op.get("update"), op.get("delete")) {
+                (Some(i), _, _) => (i, op.get_document("document").ok()),
+                (_, Some(i), _) | (_, _, Some(i)) => (i, op.get_document("filter").ok()),
+                _ => continue,
+            };
+            let idx = match idx {
+                Bson::Int32(i) => *i as usize,
+                Bson::Int64(i) => *i as usize,
+                _ => continue,
+            };
+            if let (Some(c), Some(d)) = (colls.get(idx), d) {
+                if is_rank_document_filter(d) && !out.contains(c) {
+                    out.push(c.clone());
+                }
+            }
+        }
+        return out;
+    }
+    let Some(coll) = target_coll(db, name, cmd) else {
+        return out;
+    };
+    if statements(name, cmd)
+        .iter()
+        .flatten()
+        .any(|d| is_rank_document_filter(d))
+    {
+        out.push(coll);
+    }
+    out
 }

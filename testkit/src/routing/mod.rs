@@ -48,34 +48,45 @@
 //!
 //! # The default map ([`Routing::from_env`])
 //!
-//! The test kit cannot see the models, so the default map comes from what
-//! the commands show, first match wins:
+//! The test kit cannot see the models unless a suite shows them, so the
+//! default map comes from what the suite declares and what the commands
+//! show, first match wins:
 //! 1. `MP_ROUTING_KEYS=coll=field:1,other:hashed;coll2=...` (`1` ranged,
 //!    `hashed`): declared.
-//! 2. An index `ensure` creates: `mp_bucket_<key>_start` (a bucket
+//! 2. The models' own declarations, given to [`declare`] (a suite calls
+//!    `routing::declare(Model::declared(&db))` where it makes its
+//!    database, so that every test of it is judged by the keys `ensure`
+//!    would shard by).
+//! 3. An index `ensure` creates: `mp_bucket_<key>_start` (a bucket
 //!    collection) gives `{<key>: 1}`; `mp_shard_*` (the shard key pattern)
 //!    gives that index's key.
-//! 3. A bucket collection (its `_id`s are `{k, s}`): the top-level field
+//! 4. A bucket collection (its `_id`s are `{k, s}`): the top-level field
 //!    whose value is `_id.k` in a bucket it inserts or upserts gives
 //!    `{<field>: 1}`. Commands on a collection that showed a bucket `_id`
 //!    before its key field was seen are held, and judged when it is.
-//! 4. `<coll>.mp_locks` (the bucket's leases): `{_id: 1}`.
-//! 5. Any other collection: `{_id: 1}`. That keys rank histograms by board
-//!    (`_id` is the board in the array layout, `{b, s}` in the documents
-//!    one, ordered by board first), counters and leases by `_id`, and
-//!    everything else by `_id`. A test can declare the hashed `_id` of a
+//! 5. `<coll>.mp_locks` (the bucket's leases): `{_id: 1}`.
+//! 6. A collection whose `_id`s are `{b, s}` (a rank histogram of the
+//!    documents layout): `{"_id.b": "hashed"}`, the key it declares.
+//! 7. Any other collection: `{_id: 1}`. That keys array-layout rank
+//!    histograms by board (`_id`), counters and leases by `_id`, and
+//!    everything else by `_id`: for a write by `_id` the same verdict as
+//!    the hashed `_id` the histogram and the counter declare (a range of
+//!    `_id`s reads some shards under `{_id: 1}`, every shard under a hashed
+//!    key). A test can declare any other key with [`Routing::key`], or
+//!    take a model's own declarations with [`Routing::declared`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use mongo_patterns::bson::{Bson, Document};
+use mongo_patterns::ensure::Declared;
 
 mod key;
 mod learn;
 mod report;
 mod rules;
 
-pub use key::{Kind, ShardKey};
+pub use key::{declare, Kind, ShardKey};
 pub use report::{shape, Counts, Finding, Mode, Verdict};
 
 use key::parse_keys;
@@ -168,6 +179,27 @@ impl Routing {
             .keys
             .insert(coll.to_owned(), (key, Source::Declared));
         self
+    }
+
+    /// Declares the shard key of each collection in `declared` that has
+    /// one, as `ensure` would send it to `shardCollection` (the first key
+    /// declared for a collection wins, as in `ensure`):
+    /// `Routing::new().declared(Model::declared(&db))`.
+    pub fn declared(self, declared: impl IntoIterator<Item = Declared>) -> Routing {
+        let mut r = self;
+        let mut seen = Vec::new();
+        for d in declared {
+            if seen.contains(&d.collection) {
+                continue;
+            }
+            if let Some((key, _unique)) = &d.shard_key {
+                let key = ShardKey::from_doc(key)
+                    .unwrap_or_else(|| panic!("routing: unreadable shard key {key}"));
+                r = r.key(&d.collection, key);
+                seen.push(d.collection);
+            }
+        }
+        r
     }
 
     /// What `MP_ROUTING` asks for: `None` when unset, empty or `0`;
@@ -330,8 +362,16 @@ impl Routing {
     }
 
     fn resolve(&self, st: &State, coll: &str) -> Option<ShardKey> {
-        if let Some((k, _)) = st.keys.get(coll) {
-            return Some(k.clone());
+        match st.keys.get(coll) {
+            Some((k, Source::Declared)) => return Some(k.clone()),
+            learnt => {
+                if let Some(k) = self.inner.learn.then(|| key::suite_key(coll)).flatten() {
+                    return Some(k);
+                }
+                if let Some((k, _)) = learnt {
+                    return Some(k.clone());
+                }
+            }
         }
         if self.inner.fallback_id && !coll.starts_with("system.") {
             return Some(ShardKey::ranged("_id"));
