@@ -241,7 +241,7 @@ pub fn simulate_patterns(s: Streams) -> Vec<PatternRow> {
         let mut rng = SplitMix64::new(s.seed);
         let mut created = 0;
         for i in 0..s.ops {
-            if created < s.keys && i % (s.ops / s.keys).max(1) == 0 {
+            if created < s.keys && i.is_multiple_of((s.ops / s.keys).max(1)) {
                 let b = created as u128;
                 c.write(if hashed { h(b) } else { b }, true);
                 created += 1;
@@ -299,7 +299,7 @@ pub fn simulate_patterns(s: Streams) -> Vec<PatternRow> {
                 multi += 1;
             }
             // Every 10th operation is a rank read of the board.
-            if i % 10 == 0 {
+            if i.is_multiple_of(10) {
                 ops += 1;
                 let shards = match key {
                     k if k.starts_with("{_id.b: \"") => 1,
@@ -369,7 +369,7 @@ pub fn simulate_patterns(s: Streams) -> Vec<PatternRow> {
             let n = items[cust as usize];
             items[cust as usize] += 1;
             let bucket = n / 100;
-            let new = n % 100 == 0;
+            let new = n.is_multiple_of(100);
             let start = if new { t } else { t - (n % 100) };
             let v = match key {
                 "{customerId: 1}" => cust as u128,
@@ -384,7 +384,7 @@ pub fn simulate_patterns(s: Streams) -> Vec<PatternRow> {
             if key.starts_with("{start") {
                 multi += 1;
             }
-            if t % 10 == 0 {
+            if t.is_multiple_of(10) {
                 ops += 1;
                 let shards = match key {
                     "{customerId: 1}" => c.shards_in(cust as u128, cust as u128),
