@@ -140,4 +140,42 @@ fn main() {
         p.page_docs
     );
     print!("{}", markdown_table(&rows));
+
+    // Each pattern's own write stream, under its declared key and the bad
+    // ones (`sim::patterns`).
+    let s = mongo_patterns_sim::Streams::default();
+    let started = Instant::now();
+    let rows = mongo_patterns_sim::simulate_patterns(s);
+    eprintln!(
+        "simulated the patterns' streams in {:.2?}",
+        started.elapsed()
+    );
+    println!("\n## The patterns' write streams, simulated\n");
+    println!(
+        "- cluster: {} shards; a chunk splits at its median key value above {} documents \
+         (40 for the array layout's one document per board, 200 for buckets), and cannot \
+         when all its documents share one key value (jumbo); the balancer moves chunks \
+         after every split (classic thresholds 2/4/8)",
+        s.shards, s.chunk_docs
+    );
+    println!(
+        "- streams ({} operations each, seed {}): boards, counters and customers appear \
+         over time with monotonic ids, and half the operations go to the newest quarter; \
+         rank array: {} boards; rank documents: {} boards × 1,000 scores, one rank read \
+         in 10; counters: {} ids; bucket: {} customers, 100 items a bucket, one page \
+         read in 10 (the bucket's key is chosen by the bucket work: none is marked \
+         declared here)",
+        s.ops,
+        s.seed,
+        s.keys,
+        s.keys / 10,
+        s.keys * 50,
+        s.keys
+    );
+    println!(
+        "- \"more than one shard\": a write whose filter cannot carry the key's value \
+         (`{{count: 1}}` changes with every write; a bucket push does not know its \
+         bucket's `start`), or a read whose key range spans chunks on several shards\n"
+    );
+    print!("{}", mongo_patterns_sim::patterns_table(&rows));
 }

@@ -8,7 +8,22 @@ use std::time::Duration;
 
 use mongo_patterns::prelude::*;
 use mongo_patterns::Error;
-use mongo_patterns_testkit::{client, fresh_db, server_uri};
+use mongo_patterns_testkit::{client, server_uri};
+
+/// A fresh database ([`mongo_patterns_testkit::fresh_db`]), with the shard
+/// keys this suite's models declare given to the routing checker, which
+/// `MP_ROUTING=strict` turns on for every test (see `scripts/test`).
+async fn fresh_db(test: &str) -> (Database, mongo_patterns_testkit::Commands) {
+    let (db, commands) = mongo_patterns_testkit::fresh_db(test).await;
+    mongo_patterns_testkit::routing::declare(
+        Product::declared(&db)
+            .into_iter()
+            .chain(Buffered::declared(&db))
+            .chain(Small::declared(&db))
+            .chain(Geo::declared(&db)),
+    );
+    (db, commands)
+}
 
 /// An insurance product, its page views sampled one in 100.
 #[derive(Debug, Clone, Serialize, Deserialize, Model)]

@@ -46,6 +46,16 @@ struct Player {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+#[model(collection = "racers")]
+#[rank_histogram(board = "race", score = "ms", layout = "documents", order = "asc")]
+struct Racer {
+    #[serde(rename = "_id")]
+    id: String,
+    race: String,
+    ms: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Model)]
 #[model(collection = "logs")]
 #[shard_key(coarse = "month", from = "ts", search = "type")]
 struct Log {
@@ -177,18 +187,16 @@ async fn ensure_creates_everything_then_nothing() {
     }
     assert!(done.sharded.is_empty());
     assert!(done.conflicts.is_empty(), "{:?}", done.conflicts);
-    // The bucket collection and the shard key model's: declared sharded,
-    // and this is no sharded cluster.
+    // Every collection with a declared shard key: the counter's (hashed
+    // `_id`), the bucket collection's (by key), the histogram's (by board)
+    // and the `#[shard_key]` model's.
     assert_eq!(
         done.notes,
-        vec![
-            Note::ShardingNotApplicable {
-                collection: "history".into()
-            },
-            Note::ShardingNotApplicable {
-                collection: "logs".into()
-            }
-        ]
+        ["visits", "history", "player_ranks", "logs"]
+            .map(|c| Note::ShardingNotApplicable {
+                collection: c.into()
+            })
+            .to_vec()
     );
 
     // Second run: nothing to create, the same deployment.
@@ -577,4 +585,80 @@ async fn ensure_runs_in_a_callers_session() {
     );
     let _ = s.abort_transaction().await;
     assert_eq!(db.list_collection_names().await.unwrap(), ["seed"]);
+}
+
+/// The shard keys a model declares (`Model::declared`), by collection,
+/// as `shardCollection` would be sent them on a sharded cluster;
+/// declarations without one left out.
+fn shard_keys(declared: Vec<mongo_patterns::ensure::Declared>) -> Vec<(String, Document)> {
+    declared
+        .into_iter()
+        .filter_map(|d| {
+            let (key, unique) = d.shard_key?;
+            assert!(!unique, "no declared key is unique");
+            Some((d.collection, key))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn declared_shard_keys_and_plan_on_a_replica_set() {
+    let (db, _) = fresh_db("ensure_shard_keys").await;
+    // Rank, array layout: the histogram by board (`_id`), hashed; the
+    // players' collection is the application's, with no key of ours.
+    assert_eq!(
+        shard_keys(Player::declared(&db)),
+        vec![("player_ranks".to_owned(), doc! {"_id": "hashed"})]
+    );
+    // Rank, documents layout: by `_id.b`, one board on one shard.
+    assert_eq!(
+        shard_keys(Racer::declared(&db)),
+        vec![("racers_ranks".to_owned(), doc! {"_id.b": "hashed"})]
+    );
+    // Approximate counter: hashed `_id` (the keyset's declaration of the
+    // same collection comes first and has none; the merge keeps the one).
+    assert_eq!(
+        shard_keys(Visit::declared(&db)),
+        vec![("visits".to_owned(), doc! {"_id": "hashed"})]
+    );
+    assert_eq!(
+        shard_keys(Log::declared(&db)),
+        vec![("logs".to_owned(), doc! {"month": 1, "type": 1})]
+    );
+
+    // The test server is a replica set: `plan` says sharding does not
+    // apply to any of them, before and after `ensure`, and sends no
+    // `shardCollection`.
+    let all = || {
+        Visit::plan(&db)
+            .and(Player::declared(&db))
+            .and(Racer::declared(&db))
+    };
+    let want: Vec<Note> = ["visits", "player_ranks", "racers_ranks"]
+        .map(|c| Note::ShardingNotApplicable {
+            collection: c.into(),
+        })
+        .to_vec();
+    let plan = within(all()).await.unwrap();
+    let notes: Vec<Note> = plan
+        .notes
+        .iter()
+        .filter(|n| matches!(n, Note::ShardingNotApplicable { .. }))
+        .cloned()
+        .collect();
+    assert_eq!(notes, want, "{plan}");
+    assert!(plan.shard.is_empty() && plan.conflicts.is_empty(), "{plan}");
+    let done = within(
+        Visit::ensure(&db)
+            .and(Player::declared(&db))
+            .and(Racer::declared(&db)),
+    )
+    .await
+    .unwrap();
+    assert!(done.sharded.is_empty(), "{done}");
+    let plan = within(all()).await.unwrap();
+    assert!(plan.is_up_to_date(), "{plan}");
+    assert!(plan.notes.iter().any(
+        |n| matches!(n, Note::ShardingNotApplicable { collection } if collection == "racers_ranks")
+    ));
 }

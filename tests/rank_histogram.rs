@@ -14,7 +14,21 @@ use mongo_patterns::mongodb::{Client, Database};
 use mongo_patterns::prelude::*;
 use mongo_patterns::rank_histogram::{Layout, Rank, RankHistogram};
 use mongo_patterns::Error;
-use mongo_patterns_testkit::{assert_small_futures, client, fresh_db, future_size, SMALL_FUTURE};
+use mongo_patterns_testkit::{assert_small_futures, client, future_size, SMALL_FUTURE};
+
+/// A fresh database ([`mongo_patterns_testkit::fresh_db`]), with the shard
+/// keys this suite's models declare given to the routing checker, which
+/// `MP_ROUTING=strict` turns on for every test (see `scripts/test`).
+async fn fresh_db(test: &str) -> (Database, mongo_patterns_testkit::Commands) {
+    let (db, commands) = mongo_patterns_testkit::fresh_db(test).await;
+    mongo_patterns_testkit::routing::declare(
+        ExamScore::declared(&db)
+            .into_iter()
+            .chain(ExamScoreDocs::declared(&db))
+            .chain(Lap::declared(&db)),
+    );
+    (db, commands)
+}
 
 /// The seed's exam: one document per student, ranked per exam in half
 /// points. The board and the score are inferred (`examId`, `score`).

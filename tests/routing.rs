@@ -327,3 +327,131 @@ async fn patterns_under_the_checker() {
     assert_eq!(counter, (0, 0, 0), "counter");
     assert_eq!(keyset, (0, 0, 2), "keyset");
 }
+
+/// The documents layout of the same exam, for its own declared key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "exam_scores_docs")]
+#[rank_histogram(board = "examId", score = "score", layout = "documents")]
+struct ExamScoreDocs {
+    #[serde(rename = "_id")]
+    student: String,
+    exam_id: String,
+    score: i64,
+}
+
+/// Counters in the two other modes.
+#[derive(Debug, Clone, Serialize, Deserialize, Model)]
+#[model(collection = "likes")]
+struct Likes {
+    #[serde(rename = "_id")]
+    id: i64,
+    #[approx_counter(every = 2, upsert = true)]
+    sampled: i64,
+    #[approx_counter(every = 2, mode = "geometric", upsert = true)]
+    geometric: i64,
+}
+
+/// A checker in strict mode (what `MP_ROUTING=strict` installs) with the
+/// keys `Model::declared` lists, and nothing else: a collection without a
+/// declared key (the players') is not judged.
+fn strict(declared: Vec<mongo_patterns::ensure::Declared>) -> Routing {
+    Routing::new()
+        .declared(declared)
+        .mode(mongo_patterns_testkit::routing::Mode::Panic)
+}
+
+/// Every rank call on a histogram sharded by its declared key, in one
+/// layout: no refused or broadcast write, and every histogram read on one
+/// shard.
+async fn rank_calls_target_one_shard<T>(name: &str, make: fn(String, i64) -> T)
+where
+    T: RankHistogram<Board = String, Score = i64> + Clone,
+{
+    let db0 = fresh_db_with(name, None).await.0;
+    let routing = strict(T::declared(&db0));
+    let key = routing.key_of(T::RANK.histogram).expect("declared");
+    let (db, _) = fresh_db_with(name, Some(routing.clone())).await;
+    let ranks = Ranks::<T>::new(&db);
+    for (i, s) in [80, 90, 70, 90].into_iter().enumerate() {
+        ranks.insert(&make(format!("s{i}"), s)).await.unwrap();
+    }
+    ranks.record("e1", 60).await.unwrap();
+    ranks.change("e1", 60, 65).await.unwrap();
+    ranks.remove("e1", 65).await.unwrap();
+    ranks.update_score(doc! {"_id": "s0"}, 95).await.unwrap();
+    ranks.delete(doc! {"_id": "s1"}).await.unwrap();
+    ranks.rank("e1", 90).await.unwrap();
+    ranks.top("e1", 2).await.unwrap();
+    ranks.histogram("e1").await.unwrap();
+    ranks.rebuild("e1").await.unwrap();
+    routing.assert_clean();
+    let on_histogram: Vec<Finding> = routing
+        .findings()
+        .into_iter()
+        .filter(|f| f.coll == T::RANK.histogram)
+        .collect();
+    assert!(on_histogram.is_empty(), "{key}: {on_histogram:#?}");
+    let c = routing.counts();
+    assert!(c.targeted_writes >= 10 && c.targeted_reads >= 3, "{c}");
+    println!("{name} under {key}: {c}");
+}
+
+impl ExamScoreDocs {
+    fn make(student: String, score: i64) -> Self {
+        ExamScoreDocs {
+            student,
+            exam_id: "e1".into(),
+            score,
+        }
+    }
+}
+
+#[tokio::test]
+async fn rank_array_layout_under_its_declared_key() {
+    rank_calls_target_one_shard::<ExamScore>("routing_rank_array", |student, score| ExamScore {
+        student,
+        exam_id: "e1".into(),
+        score,
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn rank_documents_layout_under_its_declared_key() {
+    rank_calls_target_one_shard::<ExamScoreDocs>("routing_rank_docs", ExamScoreDocs::make).await;
+}
+
+/// Every counter mode on a collection sharded by its declared hashed
+/// `_id`: every write and read on one shard.
+#[tokio::test]
+async fn counters_under_their_declared_key() {
+    let db0 = fresh_db_with("routing_counters", None).await.0;
+    let routing = strict(
+        Views::declared(&db0)
+            .into_iter()
+            .chain(Likes::declared(&db0))
+            .collect(),
+    );
+    assert_eq!(
+        routing.key_of(Views::COLLECTION),
+        Some(ShardKey::hashed("_id"))
+    );
+    let (db, _) = fresh_db_with("routing_counters", Some(routing.clone())).await;
+    let views = Views::views_counter(&db);
+    let (sampled, geometric) = (Likes::sampled_counter(&db), Likes::geometric_counter(&db));
+    for i in 0..40_i64 {
+        views.incr(&(i % 7)).await.unwrap();
+        sampled.incr(&(i % 5)).await.unwrap();
+        geometric.incr(&(i % 5)).await.unwrap();
+    }
+    views.incr_by(&3, 100).await.unwrap();
+    views.flush().await.unwrap();
+    views.estimate(&3).await.unwrap();
+    sampled.estimate(&1).await.unwrap();
+    routing.assert_clean();
+    assert!(routing.findings().is_empty(), "{}", routing.report());
+    let c = routing.counts();
+    assert!(c.targeted_writes > 10 && c.targeted_reads >= 2, "{c}");
+    println!("counters under {{_id: \"hashed\"}}: {c}");
+}

@@ -113,6 +113,32 @@
 //! pending, none lost); a counter field holding something other than a
 //! number is `UnsupportedValue`; see *Failure behaviour* below.
 //!
+//! # Sharding
+//!
+//! [`Counter::declared`] shards the counter's collection on
+//! `{_id: "hashed"}`, which [`Model::ensure`](crate::Model::ensure) runs as
+//! `shardCollection` on a sharded cluster (a replica set notes
+//! `ShardingNotApplicable`). Every write and read of a counter names one
+//! document by equality on `_id` (the sampled and buffered `$inc`s, the
+//! geometric `findAndModify`, `estimate`), so each carries the full shard
+//! key and goes to one shard, upserts included; a buffered flush of many
+//! keys is one `update` command that `mongos` splits by shard, each
+//! statement to one. Why hashed and not ranged: counter keys are often
+//! monotonic (`ObjectId`s, dates, sequence numbers), and under a ranged
+//! `{_id: 1}` every new key lands in the last chunk, on one shard, until
+//! the balancer catches up; hashing spreads consecutive keys over every
+//! chunk from the first write (`shardCollection` pre-splits an empty
+//! collection). A counter never needs an `_id` range, so hashing costs
+//! nothing. One document is one chunk's worth of nothing: a hot key's
+//! writes go to its one shard however the collection is sharded, which is
+//! what the sampling (1 in N) is for; no chunk grows jumbo, since every
+//! `_id` is its own hash. A `#[shard_key]` on the same struct wins over
+//! this declaration; its key must then be in the counter's filter, which
+//! is `_id` alone, so keep `_id` in that key or expect `mongos` to refuse
+//! the upserts before 7.0 (and to run them as two-phase writes without
+//! a shard key from 7.0). `benches/shard_sim-results.md` has the
+//! simulated spread.
+//!
 //! # Actions
 //!
 //! `incr`, `incr_by`, `estimate`, `flush` and `shutdown` return actions
@@ -342,11 +368,14 @@ impl<T: ApproxCounted> Counter<T> {
     }
 
     /// What this counter needs in the deployment: its collection (keys are
-    /// `_id`s, which need no other index); in buffered mode, pipeline
-    /// updates (MongoDB 4.2) for its flushes.
+    /// `_id`s, which need no other index), sharded on `{_id: "hashed"}`
+    /// (see *Sharding* in the module's docs; a `#[shard_key]` on the same
+    /// struct wins); in buffered mode, pipeline updates (MongoDB 4.2) for
+    /// its flushes.
     pub fn declared(&self) -> Vec<crate::ensure::Declared> {
         use crate::ensure::{Feature, Need};
-        let decl = crate::ensure::Declared::new(self.inner.coll.name());
+        let decl = crate::ensure::Declared::new(self.inner.coll.name())
+            .sharded(mongodb::bson::doc! {"_id": "hashed"}, false);
         if self.inner.spec.mode != Mode::Buffered {
             return vec![decl];
         }

@@ -62,9 +62,21 @@
 //! | every model | its collection | | |
 //! | `#[keyset(sort = ...)]` | | `mp_keyset_<keys>`: `{sort keys..., _id}` in the declared direction | |
 //! | `#[bucket]` | | `mp_bucket_<key>_start`: `{key: 1, start: 1}` | |
-//! | `#[rank_histogram]` | the histogram's | `mp_rank_<board>_<score>`: `{board: 1, score: ±1}` | |
+//! | `#[rank_histogram]` | the histogram's | `mp_rank_<board>_<score>`: `{board: 1, score: ±1}` (players) | the histogram's, by board: `{_id: "hashed"}` (array layout), `{"_id.b": "hashed"}` (documents); the players' collection is yours |
 //! | `#[shard_key]` | | `mp_shard_<fields>`: the shard key | `shardCollection`, on a sharded cluster |
-//! | `#[approx_counter]` | | (keys are `_id`s) | |
+//! | `#[approx_counter]` | | (keys are `_id`s) | `{_id: "hashed"}` (a `#[shard_key]` on the struct wins) |
+//!
+//! The sharding column is what `shardCollection` is sent, on a sharded
+//! cluster only, and why each key was chosen is in each pattern's docs
+//! ([`rank_histogram`](crate::rank_histogram#sharding),
+//! [`approx_counter`](crate::approx_counter#sharding)). Where two
+//! declarations of one collection name different keys, the first wins:
+//! `Model::declared` lists a struct's bucket, rank, `#[shard_key]` and
+//! counters in that order. On an empty collection `shardCollection` builds
+//! the key's index itself; a collection that already holds documents needs
+//! an index on the key first (for a hashed key, `{field: "hashed"}`),
+//! which `ensure` does not create on its own, or `shardCollection` fails
+//! and so does `ensure`.
 //!
 //! Every keyset figure in `benches/` assumes the keyset index: without it,
 //! each page sorts the whole filtered collection.

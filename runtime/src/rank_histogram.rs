@@ -440,7 +440,9 @@ impl<T: RankHistogram> Ranks<T> {
 
     /// What this repository needs in the deployment: the players'
     /// collection with its `{board, score}` index (which `rebuild` and
-    /// `update_score` read through), and the histogram's collection. From
+    /// `update_score` read through), and the histogram's collection,
+    /// sharded on [`histogram_shard_key`](Self::histogram_shard_key) (the
+    /// players' collection is yours: no shard key is declared for it). From
     /// the server: `$isNumber` (MongoDB 4.4) in every histogram write's
     /// checks (and pipeline updates, 4.2, on the `"array"` layout); what it
     /// can do without is noted, not refused: the `bulkWrite` command
@@ -483,8 +485,22 @@ impl<T: RankHistogram> Ranks<T> {
                     format!("mp_rank_{board}_{score}"),
                 )
                 .needs(needs),
-            crate::ensure::Declared::new(self.hist.name()),
+            crate::ensure::Declared::new(self.hist.name())
+                .sharded(self.histogram_shard_key(), false),
         ]
+    }
+
+    /// The histogram collection's shard key, which
+    /// [`declared`](Self::declared) lists and `ensure` shards on a sharded
+    /// cluster: the board, hashed. `{_id: "hashed"}` on the `"array"`
+    /// layout (`_id` is the board), `{"_id.b": "hashed"}` on the
+    /// `"documents"` layout (every score of a board on the board's shard).
+    /// See the module's *Sharding*.
+    pub fn histogram_shard_key(&self) -> Document {
+        match self.spec.layout {
+            Layout::Array => doc! {"_id": "hashed"},
+            Layout::Documents => doc! {"_id.b": "hashed"},
+        }
     }
 
     /// Counts one more player at `score` on `board`; creates the board and

@@ -79,6 +79,7 @@
 mod cluster;
 mod key;
 mod logs;
+mod patterns;
 mod report;
 mod rng;
 
@@ -87,5 +88,6 @@ pub use crate::key::{KeyValue, Predicate, Query, ShardKey, Targeting, MAX_KEY_FI
 pub use crate::logs::{
     add_months, encode_time, generate, month_start, Field, Level, LogDoc, LogType, Workload,
 };
+pub use crate::patterns::{patterns_table, simulate_patterns, PatternRow, Streams};
 pub use crate::report::{compare, compare_keys, markdown_table, simulate, Row};
 pub use crate::rng::{hash64, SplitMix64};

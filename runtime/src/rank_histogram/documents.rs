@@ -24,12 +24,22 @@ use crate::error::{server_codes, Error, Result};
 
 pub(super) struct DocumentStore;
 
+/// Every document of `board`: the `_id` range `{b: board, s: MinKey}` to
+/// `{b: board, s: MaxKey}` (the `_id` index serves it), plus equality on
+/// `_id.b`, the declared shard key, so that `mongos` sends the read or the
+/// removal to the board's one shard instead of every shard.
+fn board_range(board: &Bson) -> Document {
+    let mut filter = crate::util::id_range("b", board);
+    filter.insert("_id.b", board.clone());
+    filter
+}
+
 impl<T: RankHistogram> Store<T> for DocumentStore {
     fn rank_pipeline(&self, spec: &RankSpec, board: &Bson, score: &Bson) -> Vec<Document> {
         let better = if spec.descending { "$gt" } else { "$lt" };
         let when = |cond: Document, then: Bson| doc! {"$sum": {"$cond": [cond, then, 0]}};
         vec![
-            doc! {"$match": crate::util::id_range("b", board)},
+            doc! {"$match": board_range(board)},
             doc! {"$group": {
                 "_id": Bson::Null,
                 "above": when(doc! {better: ["$_id.s", score]}, "$count".into()),
@@ -94,7 +104,7 @@ impl<T: RankHistogram> Store<T> for DocumentStore {
         Box::pin(async move {
             let delete = r
                 .hist
-                .delete_many(crate::util::id_range("b", board))
+                .delete_many(board_range(board))
                 .with_options(o.driver());
             crate::action::run!(delete, session.as_deref_mut())?;
             let mut docs: Vec<Document> = scores
@@ -456,7 +466,7 @@ async fn rows<T: RankHistogram>(
     mut session: Option<&mut ClientSession>,
 ) -> Result<Vec<(Bson, Document)>> {
     let dir = if r.spec.descending { -1 } else { 1 };
-    let mut filter = crate::util::id_range("b", board);
+    let mut filter = board_range(board);
     // Count 0: the board's marker (and emptied scores a former
     // version kept); anything else is checked below.
     filter.insert("count", doc! {"$ne": 0});
@@ -487,10 +497,7 @@ async fn rows<T: RankHistogram>(
         rows.push((id, doc! {"score": s, "count": count}));
     }
     if rows.is_empty() {
-        let any = r
-            .hist
-            .find_one(crate::util::id_range("b", board))
-            .with_options(o.driver());
+        let any = r.hist.find_one(board_range(board)).with_options(o.driver());
         if crate::action::run!(any, session)?.is_none() {
             return Err(r.unknown_board(board));
         }
@@ -506,13 +513,13 @@ async fn why_not_written<T: RankHistogram>(r: &Ranks<T>, board: &Bson, delta: De
         Ok(Some(e)) => return e,
         Ok(None) => {}
     }
-    let found = r.hist.find_one(crate::util::id_range("b", board)).await;
+    let found = r.hist.find_one(board_range(board)).await;
     r.not_written(board, delta, found)
 }
 
 /// [`Error::Damaged`] for the first broken document of `board`, if any.
 async fn board_damage<T: RankHistogram>(r: &Ranks<T>, board: &Bson) -> Result<Option<Error>> {
-    let mut filter = crate::util::id_range("b", board);
+    let mut filter = board_range(board);
     filter.insert(
         "$or",
         vec![

@@ -89,7 +89,7 @@ fn main() {
             names(Visit::declared(&db)),
             [
                 (s("visits"), vec![s("mp_keyset_initTime_uuid")], false),
-                (s("visits"), vec![], false),
+                (s("visits"), vec![], true),
             ]
         );
         assert_eq!(
@@ -104,7 +104,7 @@ fn main() {
             [
                 (s("player"), vec![], false),
                 (s("player"), vec![s("mp_rank_game_points")], false),
-                (s("ranks"), vec![], false),
+                (s("ranks"), vec![], true),
             ]
         );
         assert_eq!(
