@@ -8,6 +8,8 @@
 
 use std::time::{Duration, Instant};
 
+use mongo_patterns::bucket::Buckets;
+use mongo_patterns::mongodb::Client;
 use mongo_patterns::prelude::*;
 use mongo_patterns_testkit::{bounded, client, fail_command, OwnServer, ServerOptions};
 
@@ -20,6 +22,26 @@ struct Trade {
     seq: u32,
 }
 
+/// A server of its own with test commands, and key 1 holding items 0 to 9
+/// in database `name` (two buckets of 5).
+async fn ten_items(name: &str) -> (OwnServer, Client, Database, Buckets<Trade>) {
+    let server = OwnServer::start(ServerOptions {
+        test_commands: true,
+        ..ServerOptions::default()
+    });
+    let (c, _) = client(server.uri()).await;
+    let db = c.database(name);
+    let repo = Trade::buckets(&db);
+    let items: Vec<Trade> = (0..10)
+        .map(|seq| Trade {
+            customer_id: 1,
+            seq,
+        })
+        .collect();
+    bounded(30, repo.push_many(&1, &items)).await.unwrap();
+    (server, c, db, repo)
+}
+
 /// How long the server holds host `a`'s first command under the lease.
 const HELD: Duration = Duration::from_secs(3);
 
@@ -30,20 +52,7 @@ const HELD: Duration = Duration::from_secs(3);
 /// removes another item of the key. `b` must wait for `a` to give the lease
 /// back: it cannot finish before the server lets `a`'s command go.
 async fn skewed_holders(skew_a: i64, skew_b: i64) {
-    let server = OwnServer::start(ServerOptions {
-        test_commands: true,
-        ..ServerOptions::default()
-    });
-    let (c, _) = client(server.uri()).await;
-    let db = c.database("lease");
-    let repo = Trade::buckets(&db);
-    let items: Vec<Trade> = (0..10)
-        .map(|seq| Trade {
-            customer_id: 1,
-            seq,
-        })
-        .collect();
-    bounded(30, repo.push_many(&1, &items)).await.unwrap();
+    let (_server, c, db, repo) = ten_items("lease").await;
     let a = repo.clone().__skew_clock(skew_a);
     let b = repo.clone().__skew_clock(skew_b);
     let hold = doc! {
@@ -117,20 +126,7 @@ const FIND_HELD: Duration = Duration::from_secs(4);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_cut_under_the_lease_ends_it_at_once() {
     bounded(90, async {
-        let server = OwnServer::start(ServerOptions {
-            test_commands: true,
-            ..ServerOptions::default()
-        });
-        let (c, _) = client(server.uri()).await;
-        let db = c.database("lease_cut");
-        let repo = Trade::buckets(&db);
-        let items: Vec<Trade> = (0..10)
-            .map(|seq| Trade {
-                customer_id: 1,
-                seq,
-            })
-            .collect();
-        repo.push_many(&1, &items).await.unwrap();
+        let (_server, c, db, repo) = ten_items("lease_cut").await;
         // A removal cut after its mark: every bucket of the key stale.
         let raw = db.collection::<Document>("trades");
         raw.update_many(
