@@ -146,7 +146,7 @@ async fn bucket(client: &Client, commands: &Commands) -> mongo_patterns::Result<
     commands.take();
     for page in 1..=3 {
         let p = trades
-            .page(&7, PageRequest::new(page, 4).newest_first())
+            .page(&7, PageRequest::page(page).per_page(4).newest_first())
             .await?;
         let shown: Vec<String> = p
             .items
@@ -159,7 +159,7 @@ async fn bucket(client: &Client, commands: &Commands) -> mongo_patterns::Result<
             commands.take_count()
         );
     }
-    let removed = trades.remove(&7, doc! {"ticker": "T3"}).await?;
+    let removed = trades.delete(&7, doc! {"ticker": "T3"}).await?;
     println!(
         "removed T3's {removed} trades; {} trades left",
         trades.total(&7).await?
@@ -246,7 +246,7 @@ async fn rank_histogram(client: &Client, commands: &Commands) -> mongo_patterns:
         h.iter().map(|s| s.count).sum::<u64>(),
         h.iter().map(|s| s.score).collect::<Vec<_>>()
     );
-    let err = ranks.remove("exam_001", 33.0).await.unwrap_err();
+    let err = ranks.unrecord("exam_001", 33.0).await.unwrap_err();
     println!("removing a score nobody holds: {err}");
     db.drop().await?;
     Ok(())

@@ -47,7 +47,7 @@ async fn main() -> mongo_patterns::Result<()> {
         trades.push(t).await?;
     }
     let single = commands.take_count();
-    trades.push_many(&customer, &all[100..]).await?;
+    trades.push_many(&all[100..]).await?;
     println!(
         "{n} trades for customer {customer}: 100 pushes in {single} round trips, then {} more in {} round trips",
         n - 100,
@@ -65,7 +65,7 @@ async fn main() -> mongo_patterns::Result<()> {
     for per in [20, 25, 50, 100] {
         commands.take();
         let page = trades
-            .page(&customer, PageRequest::new(3, per).newest_first())
+            .page(&customer, PageRequest::page(3).per_page(per).newest_first())
             .await?;
         let first = &page.items[0];
         println!(
@@ -78,14 +78,14 @@ async fn main() -> mongo_patterns::Result<()> {
         );
     }
     // A page that crosses from one bucket into the next.
-    let page = trades.page(&customer, PageRequest::new(10, 110)).await?;
+    let page = trades.page(&customer, PageRequest::page(10).per_page(110)).await?;
     println!(
         "oldest first, page 10 of 110 crosses buckets: {} trades, {} to {}",
         page.items.len(),
         page.items.first().map_or(0, |t| t.date.timestamp_millis()),
         page.items.last().map_or(0, |t| t.date.timestamp_millis())
     );
-    let removed = trades.remove(&customer, doc! {"ticker": "TSLA"}).await?;
+    let removed = trades.delete(&customer, doc! {"ticker": "TSLA"}).await?;
     println!(
         "removed every TSLA trade ({removed} trades); total now {}",
         trades.total(&customer).await?

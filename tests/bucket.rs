@@ -111,31 +111,31 @@ async fn operation_futures_fit_a_small_allocation() {
         ("push, ordered", future_size(&*d.push(&dt).into_future())),
         (
             "page",
-            future_size(&*b.page(&1_i64, PageRequest::new(2, 10)).into_future()),
+            future_size(&*b.page(&1_i64, PageRequest::page(2).per_page(10)).into_future()),
         ),
         (
             "page, newest first",
             future_size(
-                &*b.page(&1_i64, PageRequest::new(2, 10).newest_first())
+                &*b.page(&1_i64, PageRequest::page(2).per_page(10).newest_first())
                     .into_future(),
             ),
         ),
         ("total", future_size(&*b.total(&1_i64).into_future())),
         (
             "remove",
-            future_size(&*b.remove(&1_i64, doc! {"seq": 1}).into_future()),
+            future_size(&*b.delete(&1_i64, doc! {"seq": 1}).into_future()),
         ),
     ];
     assert_small_futures(&sizes);
     let maintenance = [
         (
             "push_many",
-            future_size(&*b.push_many(&1_i64, &items).into_future()),
+            future_size(&*b.push_many(&items).into_future()),
         ),
         ("reindex", future_size(&*b.reindex(&1_i64).into_future())),
         (
             "update",
-            future_size(&*b.update(&1_i64, doc! {"seq": 1}, &t).into_future()),
+            future_size(&*b.replace(&1_i64, doc! {"seq": 1}, &t).into_future()),
         ),
     ];
     assert!(
@@ -147,7 +147,7 @@ async fn operation_futures_fit_a_small_allocation() {
 async fn all_pages(repo: &Buckets<Trade>, key: i64, per: u32, newest: bool) -> Vec<Trade> {
     let mut out = Vec::new();
     for page in 1.. {
-        let mut req = PageRequest::new(page, per);
+        let mut req = PageRequest::page(page).per_page(per);
         if newest {
             req = req.newest_first();
         }
@@ -166,8 +166,8 @@ async fn all_pages(repo: &Buckets<Trade>, key: i64, per: u32, newest: bool) -> V
 async fn concurrent_pushes_to_one_key_are_stored_once_in_order() {
     let (db, _) = fresh_db("bucket_one_key").await;
     let repo = Trade::buckets(&db);
-    repo.ensure_indexes().await.unwrap();
-    repo.ensure_indexes().await.unwrap(); // idempotent
+    repo.ensure().await.unwrap();
+    repo.ensure().await.unwrap(); // idempotent
     let tasks: Vec<_> = (0..16u32)
         .map(|t| {
             let repo = repo.clone();
@@ -196,7 +196,7 @@ async fn concurrent_pushes_to_one_key_are_stored_once_in_order() {
     // Pages of several sizes, at sampled depths, match the stream.
     for per in [1u32, 37, 99, 100, 101, 200] {
         for page in [1u32, 2, 57, 400, 80_000 / per] {
-            let p = repo.page(&7, PageRequest::new(page, per)).await.unwrap();
+            let p = repo.page(&7, PageRequest::page(page).per_page(per)).await.unwrap();
             let from = (page as usize - 1) * per as usize;
             let want = &all[from.min(all.len())..(from + per as usize).min(all.len())];
             assert_eq!(p.items, want, "page {page} of {per}");
@@ -209,7 +209,7 @@ async fn concurrent_pushes_to_one_key_are_stored_once_in_order() {
 async fn concurrent_pushes_over_many_keys_page_exactly_with_any_page_size() {
     let (db, _) = fresh_db("bucket_many_keys").await;
     let repo = Trade::buckets(&db);
-    repo.ensure_indexes().await.unwrap();
+    repo.ensure().await.unwrap();
     let tasks: Vec<_> = (0..16u32)
         .map(|t| {
             let repo = repo.clone();
@@ -272,7 +272,7 @@ async fn push_many_fills_then_opens_buckets_in_few_round_trips() {
     repo.push(&trade(1, 0, 0)).await.unwrap();
     let items: Vec<Trade> = (1..1_000).map(|s| trade(1, 0, s)).collect();
     commands.take();
-    repo.push_many(&1, &items).await.unwrap();
+    repo.push_many(&items).await.unwrap();
     let sent = commands.take();
     check_buckets(&db).await;
     let names: Vec<&str> = sent.iter().map(|(n, _)| n.as_str()).collect();
@@ -292,18 +292,48 @@ async fn push_many_fills_then_opens_buckets_in_few_round_trips() {
     // Then single pushes go on after them.
     repo.push(&trade(1, 0, 1_000)).await.unwrap();
     assert_eq!(repo.total(&1).await.unwrap(), 1_001);
-    let wrong = repo.push_many(&1, &[trade(2, 0, 0)]).await;
-    assert!(
-        matches!(wrong, Err(Error::InvalidArgument { .. })),
-        "{wrong:?}"
-    );
+}
+
+/// `push_many` reads each item's key, as `push` does: one batch of several
+/// customers lands in each customer's own buckets, in the order given.
+#[tokio::test]
+async fn push_many_takes_each_items_key_from_the_item() {
+    let (db, commands) = fresh_db("bucket_push_many_keys").await;
+    let repo = Trade::buckets(&db);
+    let mixed: Vec<Trade> = (0..30u32).map(|s| trade(10 + i64::from(s % 3), 0, s)).collect();
+    commands.take();
+    repo.push_many(&mixed).await.unwrap();
+    let sent = commands.take();
+    check_buckets(&db).await;
+    for key in 10..13 {
+        let seqs: Vec<u32> = repo
+            .stream(&key)
+            .map_ok(|t| t.seq)
+            .try_collect()
+            .await
+            .unwrap();
+        let expected: Vec<u32> = (0..30u32).filter(|s| 10 + i64::from(s % 3) == key).collect();
+        assert_eq!(seqs, expected, "key {key}");
+    }
+    // Keys go one after another, each in its few round trips.
+    assert!(sent.len() <= 3 * 4, "{} commands: {sent:?}", sent.len());
+    // An item that cannot be stored stops the call before anything is
+    // written, whichever key it has.
+    let before = repo.total(&10).await.unwrap();
+    let bad = Trade {
+        ticker: "x".repeat(17 * 1024 * 1024),
+        ..trade(10, 0, 99)
+    };
+    let refused = repo.push_many(&[trade(10, 0, 98), bad]).await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(repo.total(&10).await.unwrap(), before);
 }
 
 #[tokio::test]
 async fn a_push_is_one_round_trip() {
     let (db, commands) = fresh_db("bucket_round_trips").await;
     let repo = Trade::buckets(&db);
-    repo.ensure_indexes().await.unwrap();
+    repo.ensure().await.unwrap();
     repo.push(&trade(1, 0, 0)).await.unwrap();
     commands.take();
     for s in 1..SIZE as u32 {
@@ -323,7 +353,7 @@ async fn a_push_is_one_round_trip() {
         "a full bucket: the push lands in the bucket opened ahead, opens the \
          one after it, and reads the one before to check its start"
     );
-    let page = repo.page(&1, PageRequest::new(1, 100)).await.unwrap();
+    let page = repo.page(&1, PageRequest::page(1).per_page(100)).await.unwrap();
     assert_eq!(page.items.len(), 100);
     assert_eq!(
         commands.take_count(),
@@ -335,7 +365,7 @@ async fn a_push_is_one_round_trip() {
     for s in SIZE as u32 + 1..2 * SIZE as u32 {
         repo.push(&trade(1, 0, s)).await.unwrap();
     }
-    let pipeline = repo.page_pipeline(&1, PageRequest::new(2, 60)).unwrap();
+    let pipeline = repo.page_pipeline(&1, PageRequest::page(2).per_page(60)).unwrap();
     let slices: Vec<Document> = db
         .collection::<Document>("history")
         .aggregate(pipeline)
@@ -350,7 +380,7 @@ async fn a_push_is_one_round_trip() {
         .map(|b| b.get_array("trades").unwrap().len())
         .sum();
     assert_eq!(sent, 61);
-    let page = repo.page(&1, PageRequest::new(2, 60)).await.unwrap();
+    let page = repo.page(&1, PageRequest::page(2).per_page(60)).await.unwrap();
     assert_eq!(
         page.items.iter().map(|t| t.seq).collect::<Vec<_>>(),
         (60..120).collect::<Vec<_>>()
@@ -384,7 +414,7 @@ async fn newest_pages_cost(
         for page in [1, 2, last / 2 + 1, last, last + 1] {
             commands.take();
             let p = repo
-                .page(&key, PageRequest::new(page, per).newest_first())
+                .page(&key, PageRequest::page(page).per_page(per).newest_first())
                 .await
                 .unwrap();
             let names: Vec<String> = commands.take().into_iter().map(|(n, _)| n).collect();
@@ -415,7 +445,7 @@ async fn newest_pages_cost(
 async fn a_newest_first_page_is_one_round_trip_at_any_depth() {
     let (db, commands) = fresh_db("bucket_newest_trips").await;
     let repo = Trade::buckets(&db);
-    repo.ensure_indexes().await.unwrap();
+    repo.ensure().await.unwrap();
     for s in 0..1_050u32 {
         repo.push(&trade(3, 0, s)).await.unwrap();
     }
@@ -429,7 +459,7 @@ async fn a_newest_first_page_is_one_round_trip_at_any_depth() {
     // in it or above it still costs one aggregate; one below it may be
     // read by position, a second aggregate, and is exact either way.
     let gone = repo
-        .remove(&3, doc! {"seq": {"$gte": 950, "$lt": 960}})
+        .delete(&3, doc! {"seq": {"$gte": 950, "$lt": 960}})
         .await
         .unwrap();
     assert_eq!(gone, 10);
@@ -448,7 +478,7 @@ async fn a_newest_first_page_is_one_round_trip_at_any_depth() {
     // A key without buckets: an empty page, from the same one command.
     commands.take();
     let p = repo
-        .page(&4, PageRequest::new(1, 10).newest_first())
+        .page(&4, PageRequest::page(1).per_page(10).newest_first())
         .await
         .unwrap();
     assert!(p.items.is_empty() && !p.has_more);
@@ -459,12 +489,12 @@ async fn a_newest_first_page_is_one_round_trip_at_any_depth() {
 async fn removal_leaves_no_gaps_and_pages_stay_exact() {
     let (db, _) = fresh_db("bucket_remove").await;
     let repo = Trade::buckets(&db);
-    repo.ensure_indexes().await.unwrap();
+    repo.ensure().await.unwrap();
     for s in 0..1_000u32 {
         repo.push(&trade(9, 0, s)).await.unwrap();
     }
     // Every seventh ticker, across all ten buckets.
-    let removed = repo.remove(&9, doc! {"ticker": "T3"}).await.unwrap();
+    let removed = repo.delete(&9, doc! {"ticker": "T3"}).await.unwrap();
     check_buckets(&db).await;
     let want: Vec<u32> = (0..1_000).filter(|s| s % 7 != 3).collect();
     assert_eq!(removed, 1_000 - want.len() as u64, "items removed");
@@ -482,7 +512,7 @@ async fn removal_leaves_no_gaps_and_pages_stay_exact() {
         repo.push(&trade(9, 0, s)).await.unwrap();
     }
     let last = repo
-        .page(&9, PageRequest::new(1, 10).newest_first())
+        .page(&9, PageRequest::page(1).per_page(10).newest_first())
         .await
         .unwrap();
     assert_eq!(
@@ -492,16 +522,16 @@ async fn removal_leaves_no_gaps_and_pages_stay_exact() {
     check_buckets(&db).await;
     // A `$` string is compared as a value, not read as a field path.
     assert_eq!(
-        repo.remove(&9, doc! {"ticker": "$ticker"}).await.unwrap(),
+        repo.delete(&9, doc! {"ticker": "$ticker"}).await.unwrap(),
         0
     );
     assert_eq!(repo.total(&9).await.unwrap(), want.len() as u64 + 10);
     // Update in place keeps the position.
     let mut t = trade(9, 0, 501);
     t.ticker = "EDITED".into();
-    assert!(repo.update(&9, doc! {"seq": 501}, &t).await.unwrap());
+    assert!(repo.replace(&9, doc! {"seq": 501}, &t).await.unwrap());
     assert!(
-        !repo.update(&9, doc! {"seq": 500}, &t).await.unwrap(),
+        !repo.replace(&9, doc! {"seq": 500}, &t).await.unwrap(),
         "500 was removed"
     );
     let page = all_pages(&repo, 9, 1000, false).await;
@@ -516,9 +546,9 @@ async fn errors_are_typed() {
     let repo = Trade::buckets(&db);
     commands.take();
     for req in [
-        PageRequest::new(0, 10),
-        PageRequest::new(1, 0),
-        PageRequest::new(1, MAX_PER_PAGE + 1),
+        PageRequest::page(0).per_page(10),
+        PageRequest::page(1).per_page(0),
+        PageRequest::page(1).per_page(MAX_PER_PAGE + 1),
     ] {
         match repo.page(&1, req).await {
             Err(Error::InvalidArgument { .. }) => {}
@@ -527,7 +557,7 @@ async fn errors_are_typed() {
     }
     assert_eq!(commands.take_count(), 0, "refused before sending");
     // A page past the end is empty, not an error.
-    let p = repo.page(&1, PageRequest::new(5, 10)).await.unwrap();
+    let p = repo.page(&1, PageRequest::page(5).per_page(10)).await.unwrap();
     assert!(p.items.is_empty() && !p.has_more);
     // An item larger than any bucket can hold.
     let mut big = trade(1, 0, 0);

@@ -98,7 +98,7 @@ fn is_refused_in_transaction(e: &Error) -> bool {
 async fn pushes_in_a_transaction_abort_to_nothing_and_commit_once() {
     let (db, _) = fresh_db("bucket_app_txn").await;
     let repo = Tick::buckets(&db);
-    bounded(30, repo.ensure_indexes()).await.unwrap();
+    bounded(30, repo.ensure()).await.unwrap();
     let client = db.client().clone();
     let mut s = client.start_session().await.unwrap();
 
@@ -149,17 +149,33 @@ async fn pushes_in_a_transaction_abort_to_nothing_and_commit_once() {
         .unwrap();
     }
     let more = [tick("s-1", 60, 6), tick("s-1", 70, 7)];
-    bounded(30, repo.push_many("s-1", &more).session(&mut s))
+    bounded(30, repo.push_many(&more).session(&mut s))
         .await
         .unwrap();
     let matched = bounded(
         30,
-        repo.update("s-1", doc! {"n": 7}, &tick("s-1", 70, 70))
+        repo.replace("s-1", doc! {"n": 7}, &tick("s-1", 70, 70))
             .session(&mut s),
     )
     .await
     .unwrap();
     assert!(matched);
+    // A stream in the session sees the transaction's own writes, which
+    // no read outside it does yet.
+    let inside: Vec<Tick> = bounded(
+        30,
+        repo.stream("s-1").session(&mut s).try_collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        inside.iter().map(|t| t.n).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5, 6, 70]
+    );
+    let outside: Vec<Tick> = bounded(30, repo.stream("s-1").try_collect::<Vec<_>>())
+        .await
+        .unwrap();
+    assert!(outside.is_empty(), "{outside:?}");
     s.commit_transaction().await.unwrap();
     let buckets = raw_buckets(&db, "ticks").await;
     let items = stored(&buckets, "sym", "s-1", "ticks");
@@ -169,7 +185,7 @@ async fn pushes_in_a_transaction_abort_to_nothing_and_commit_once() {
 
     // Outside the transaction the late item goes in, in order.
     bounded(30, repo.push(&tick("s-1", 15, 99))).await.unwrap();
-    let page = bounded(30, repo.page("s-1", PageRequest::new(1, 3)))
+    let page = bounded(30, repo.page("s-1", PageRequest::page(1).per_page(3)))
         .await
         .unwrap();
     let got: Vec<i64> = page.items.iter().map(|t| t.day).collect();
@@ -177,13 +193,13 @@ async fn pushes_in_a_transaction_abort_to_nothing_and_commit_once() {
     assert_eq!(bounded(30, repo.total("s-1")).await.unwrap(), 8);
     // Removal and reindex inside a transaction are refused, outside work.
     s.start_transaction().await.unwrap();
-    let r = bounded(30, repo.remove("s-1", doc! {"n": 99}).session(&mut s)).await;
+    let r = bounded(30, repo.delete("s-1", doc! {"n": 99}).session(&mut s)).await;
     assert!(r.as_ref().is_err_and(is_refused_in_transaction), "{r:?}");
     let r = bounded(30, repo.reindex("s-1").session(&mut s)).await;
     assert!(r.as_ref().is_err_and(is_refused_in_transaction), "{r:?}");
     s.abort_transaction().await.unwrap();
     assert_eq!(
-        bounded(30, repo.remove("s-1", doc! {"n": 99}).session(&mut s))
+        bounded(30, repo.delete("s-1", doc! {"n": 99}).session(&mut s))
             .await
             .unwrap(),
         1,
@@ -207,7 +223,7 @@ async fn a_race_in_a_transaction_is_transient_and_and_run2_commits() {
     let (db, _) = fresh_db("bucket_app_race").await;
     let repo = Event::buckets(&db);
     let other = Event::buckets(&db);
-    bounded(30, repo.ensure_indexes()).await.unwrap();
+    bounded(30, repo.ensure()).await.unwrap();
     let client = db.client().clone();
     let mut s = client.start_session().await.unwrap();
     let attempts = AtomicUsize::new(0);
@@ -274,7 +290,7 @@ async fn a_race_in_a_transaction_is_transient_and_and_run2_commits() {
 async fn contention_sixteen_transactions_push_to_one_key() {
     let (db, _) = fresh_db("bucket_app_sixteen").await;
     let repo = Event::buckets(&db);
-    bounded(30, repo.ensure_indexes()).await.unwrap();
+    bounded(30, repo.ensure()).await.unwrap();
     let attempts = AtomicUsize::new(0);
     let lost = std::sync::Mutex::new(Vec::new());
     const ROUNDS: u32 = 2;
@@ -337,7 +353,7 @@ async fn contention_sixteen_transactions_push_to_one_key() {
     let paged: Vec<(i64, i64)> = {
         let mut out = Vec::new();
         for p in 1.. {
-            let page = bounded(30, repo.page("hot", PageRequest::new(p, 5)))
+            let page = bounded(30, repo.page("hot", PageRequest::page(p).per_page(5)))
                 .await
                 .unwrap();
             out.extend(
@@ -383,7 +399,7 @@ async fn contention_sixteen_transactions_push_to_one_key() {
 async fn options_reach_every_command() {
     let (db, commands) = fresh_db("bucket_app_opts").await;
     let repo = Tick::buckets(&db);
-    bounded(30, repo.ensure_indexes()).await.unwrap();
+    bounded(30, repo.ensure()).await.unwrap();
     let ms = Duration::from_millis(5_000);
     let majority = || WriteConcern::majority();
     let check_writes = |sent: &[(String, Document)], want: &[&str], comment: bool| {
@@ -428,7 +444,7 @@ async fn options_reach_every_command() {
     println!("5 pushes: {names:?}");
     bounded(
         30,
-        repo.push_many("s-1", &[tick("s-1", 60, 6), tick("s-1", 70, 7)])
+        repo.push_many(&[tick("s-1", 60, 6), tick("s-1", 70, 7)])
             .write_concern(majority())
             .comment("w"),
     )
@@ -438,7 +454,7 @@ async fn options_reach_every_command() {
     // findAndModify carries maxTimeMS too.
     bounded(
         30,
-        repo.update("s-1", doc! {"n": 6}, &tick("s-1", 60, 66))
+        repo.replace("s-1", doc! {"n": 6}, &tick("s-1", 60, 66))
             .write_concern(majority())
             .comment("w")
             .max_time(ms),
@@ -484,7 +500,7 @@ async fn options_reach_every_command() {
         assert_eq!(
             bounded(
                 30,
-                repo.remove("s-1", doc! {"n": n}).write_concern(majority())
+                repo.delete("s-1", doc! {"n": n}).write_concern(majority())
             )
             .await
             .unwrap(),
@@ -522,7 +538,7 @@ async fn options_reach_every_command() {
     };
     let page = bounded(
         30,
-        repo.page("s-1", PageRequest::new(1, 3).newest_first())
+        repo.page("s-1", PageRequest::page(1).per_page(3).newest_first())
             .read_concern(ReadConcern::majority())
             .selection_criteria(pref.clone())
             .comment("r")
@@ -631,7 +647,7 @@ async fn unacknowledged_write_concern_reaches_the_driver() {
     refused(
         bounded(
             30,
-            repo.push_many("s-1", &[tick("s-1", 60, 6)])
+            repo.push_many(&[tick("s-1", 60, 6)])
                 .write_concern(w0()),
         )
         .await,
@@ -644,14 +660,14 @@ async fn unacknowledged_write_concern_reaches_the_driver() {
     refused(
         bounded(
             30,
-            repo.update("s-1", doc! {"n": 1}, &tick("s-1", 10, 11))
+            repo.replace("s-1", doc! {"n": 1}, &tick("s-1", 10, 11))
                 .write_concern(w0()),
         )
         .await,
         "update",
     );
     refused(
-        bounded(30, repo.remove("s-1", doc! {"n": 1}).write_concern(w0())).await,
+        bounded(30, repo.delete("s-1", doc! {"n": 1}).write_concern(w0())).await,
         "remove",
     );
     refused(
@@ -676,8 +692,8 @@ async fn tenants_have_their_own_collections() {
     let b = base.clone().with_collection("ticks_b");
     assert_eq!(a.collection().name(), "ticks_a");
     assert_eq!(a.declared()[0].collection, "ticks_a");
-    bounded(30, a.ensure_indexes()).await.unwrap();
-    bounded(30, b.ensure_indexes()).await.unwrap();
+    bounded(30, a.ensure()).await.unwrap();
+    bounded(30, b.ensure()).await.unwrap();
     for d in 1..=6 {
         bounded(30, a.push(&tick("s-1", d, d as u32)))
             .await
@@ -693,7 +709,7 @@ async fn tenants_have_their_own_collections() {
     // A late push and a removal in one tenant leave the other alone.
     bounded(30, a.push(&tick("s-1", 0, 0))).await.unwrap();
     assert_eq!(
-        bounded(30, b.remove("s-1", doc! {"n": 101})).await.unwrap(),
+        bounded(30, b.delete("s-1", doc! {"n": 101})).await.unwrap(),
         1
     );
     assert_eq!(bounded(30, a.total("s-1")).await.unwrap(), 7);
@@ -703,7 +719,7 @@ async fn tenants_have_their_own_collections() {
     assert_eq!(days(&a_items), [0, 1, 2, 3, 4, 5, 6]);
     assert_eq!(days(&b_items), [102]);
     assert!(raw_buckets(&db, "ticks").await.is_empty());
-    let page = bounded(30, b.page("s-1", PageRequest::new(1, 10)))
+    let page = bounded(30, b.page("s-1", PageRequest::page(1).per_page(10)))
         .await
         .unwrap();
     assert_eq!(page.items, [tick("s-1", 102, 102)]);

@@ -148,7 +148,7 @@ async fn paged<T: mongo_patterns::bucket::Bucketed<Key = i64>>(
 ) -> Vec<(i64, i64, i64)> {
     let mut got = Vec::new();
     for page in 1.. {
-        let mut req = PageRequest::new(page, per);
+        let mut req = PageRequest::page(page).per_page(per);
         if newest {
             req = req.newest_first();
         }
@@ -175,7 +175,7 @@ async fn paged<T: mongo_patterns::bucket::Bucketed<Key = i64>>(
 async fn hot_dated(test: &str, tasks: u32, secs: f64) -> (f64, f64) {
     let (db, commands) = fresh(test, tasks.max(10)).await;
     let repo = Trade::buckets(&db);
-    bounded(30, repo.ensure_indexes()).await.unwrap();
+    bounded(30, repo.ensure()).await.unwrap();
     const KEY: i64 = 7;
     let done = Arc::new(AtomicU64::new(0));
     // The key's first bucket, seen by the handle: what follows is steady
@@ -277,7 +277,7 @@ struct Small {
 async fn sixteen_callers_transactions_push_dated_at_the_call() {
     let (db, commands) = fresh("contention_txn_16", 16).await;
     let repo = Small::buckets(&db);
-    bounded(30, repo.ensure_indexes()).await.unwrap();
+    bounded(30, repo.ensure()).await.unwrap();
     // Collections are not created inside a transaction.
     bounded(30, db.create_collection("orders")).await.unwrap();
     const KEY: i64 = 9;
@@ -462,7 +462,7 @@ async fn small_pages(repo: &Buckets<Small>, want: &[i64]) {
     for newest in [false, true] {
         let mut got = Vec::new();
         for page in 1.. {
-            let mut req = PageRequest::new(page, 3);
+            let mut req = PageRequest::page(page).per_page(3);
             if newest {
                 req = req.newest_first();
             }
@@ -497,7 +497,7 @@ async fn small_pages(repo: &Buckets<Small>, want: &[i64]) {
 async fn late_items_near_the_end_land_without_the_lease_and_inside_transactions() {
     let (db, commands) = fresh("contention_near", 10).await;
     let repo = Small::buckets(&db);
-    bounded(30, repo.ensure_indexes()).await.unwrap();
+    bounded(30, repo.ensure()).await.unwrap();
     // Bucket 0: days 0, 2, …, 18 (full).
     for i in 0..10 {
         bounded(10, repo.push(&small(2 * i, 0))).await.unwrap();
@@ -588,7 +588,7 @@ struct Arrival {
 async fn sixty_four_tasks_push_in_arrival_order_to_a_new_key() {
     let (db, commands) = fresh("contention_arrival_64", 64).await;
     let repo = Arrival::buckets(&db);
-    bounded(30, repo.ensure_indexes()).await.unwrap();
+    bounded(30, repo.ensure()).await.unwrap();
     commands.take();
     const KEY: i64 = 3;
     let start = Instant::now();
@@ -690,9 +690,9 @@ async fn tenants_and_options_queue_apart() {
         mongo_patterns::action::Options::new()
             .write_concern(mongo_patterns::mongodb::options::WriteConcern::majority()),
     );
-    bounded(30, a.ensure_indexes()).await.unwrap();
-    bounded(30, b.ensure_indexes()).await.unwrap();
-    bounded(30, repo.ensure_indexes()).await.unwrap();
+    bounded(30, a.ensure()).await.unwrap();
+    bounded(30, b.ensure()).await.unwrap();
+    bounded(30, repo.ensure()).await.unwrap();
     commands.take();
     let tasks: Vec<_> = (0..24_u32)
         .map(|t| {

@@ -225,25 +225,25 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
                 outcomes.push(($name, damaged_id(&r), format!("{r:?}")));
             }};
         }
-        expect!("page", fresh.page(&key, PageRequest::new(1, 10)));
-        expect!("page of 2", fresh.page(&key, PageRequest::new(1, 2)));
+        expect!("page", fresh.page(&key, PageRequest::page(1).per_page(10)));
+        expect!("page of 2", fresh.page(&key, PageRequest::page(1).per_page(2)));
         expect!(
             "newest first",
-            fresh.page(&key, PageRequest::new(1, 10).newest_first())
+            fresh.page(&key, PageRequest::page(1).per_page(10).newest_first())
         );
         expect!("total", fresh.total(&key));
         expect!("stream", fresh.stream(&key).try_collect::<Vec<_>>());
         expect!("push, remembered", writer.push(&trade(key, 0, 3)));
         expect!("push, fresh", fresh.push(&trade(key, 0, 4)));
-        expect!("push_many", fresh.push_many(&key, &[trade(key, 0, 5)]));
-        expect!("remove", fresh.remove(&key, doc! {"ticker": "T1"}));
+        expect!("push_many", fresh.push_many(&[trade(key, 0, 5)]));
+        expect!("remove", fresh.delete(&key, doc! {"ticker": "T1"}));
         expect!(
             "update",
-            fresh.update(&key, doc! {"seq": 1}, &trade(key, 0, 1))
+            fresh.replace(&key, doc! {"seq": 1}, &trade(key, 0, 1))
         );
         expect!(
             "update, no match",
-            fresh.update(&key, doc! {"seq": 99}, &trade(key, 0, 1))
+            fresh.replace(&key, doc! {"seq": 99}, &trade(key, 0, 1))
         );
         for (call, _, full) in &outcomes {
             println!("{what}: {call}: {full:.160}");
@@ -278,8 +278,8 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
     .await
     .unwrap();
     for r in [
-        repo.page(&key, PageRequest::new(1, 10)).await.map(|_| ()),
-        repo.page(&key, PageRequest::new(1, 10).newest_first())
+        repo.page(&key, PageRequest::page(1).per_page(10)).await.map(|_| ()),
+        repo.page(&key, PageRequest::page(1).per_page(10).newest_first())
             .await
             .map(|_| ()),
         repo.stream(&key).try_collect::<Vec<_>>().await.map(|_| ()),
@@ -292,7 +292,7 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
     // A page that does not reach item 2 (nor reads it to look ahead) is
     // served.
     assert_eq!(
-        repo.page(&key, PageRequest::new(1, 1))
+        repo.page(&key, PageRequest::page(1).per_page(1))
             .await
             .unwrap()
             .items
@@ -305,7 +305,7 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
     )
     .await
     .unwrap();
-    match repo.page(&key, PageRequest::new(1, 10)).await {
+    match repo.page(&key, PageRequest::page(1).per_page(10)).await {
         Err(Error::Damaged { id: got, field, .. }) => {
             assert_eq!((*got, field.as_str()), (id, "trades.2"))
         }
@@ -393,7 +393,7 @@ where
     )
     .await
     .unwrap();
-    let page = bounded(10, repo.page(key, PageRequest::new(1, 10)))
+    let page = bounded(10, repo.page(key, PageRequest::page(1).per_page(10)))
         .await
         .map(|p| p.items);
     let streamed = bounded(10, repo.stream(key).try_collect::<Vec<_>>()).await;
@@ -531,7 +531,7 @@ async fn remove_with_an_operator_removes_the_matching_items_and_counts_them() {
     for s in 0..4 {
         repo.push(&trade(1, 0, s)).await.unwrap();
     }
-    let removed = bounded(10, repo.remove(&1, doc! {"seq": {"$gt": 2}}))
+    let removed = bounded(10, repo.delete(&1, doc! {"seq": {"$gt": 2}}))
         .await
         .unwrap();
     let left: Vec<u32> = repo
@@ -547,14 +547,14 @@ async fn remove_with_an_operator_removes_the_matching_items_and_counts_them() {
     );
     // A filter that matches nothing changes nothing, and seals nothing: the
     // next push goes into the same bucket.
-    assert_eq!(repo.remove(&1, doc! {"seq": {"$gt": 50}}).await.unwrap(), 0);
-    assert_eq!(repo.remove(&2, doc! {"seq": 1}).await.unwrap(), 0);
+    assert_eq!(repo.delete(&1, doc! {"seq": {"$gt": 50}}).await.unwrap(), 0);
+    assert_eq!(repo.delete(&2, doc! {"seq": 1}).await.unwrap(), 0);
     // Items removed across buckets are counted one by one.
     for s in 4..12 {
         repo.push(&trade(1, 0, s)).await.unwrap();
     }
     // Seqs 0..=2 and 4..12 are left: 1, 4, 7 and 10 have ticker T1.
-    assert_eq!(repo.remove(&1, doc! {"ticker": "T1"}).await.unwrap(), 4);
+    assert_eq!(repo.delete(&1, doc! {"ticker": "T1"}).await.unwrap(), 4);
     invariants(&db, "trades", "trades").await;
     // Operators outside the subset are refused before anything is sent.
     let before = invariants(&db, "trades", "trades").await;
@@ -568,12 +568,12 @@ async fn remove_with_an_operator_removes_the_matching_items_and_counts_them() {
         doc! {"ticker": mongo_patterns_testkit::bsonc::regex("T", "")},
         doc! {},
     ] {
-        let r = repo.remove(&1, f.clone()).await;
+        let r = repo.delete(&1, f.clone()).await;
         assert!(
             matches!(r, Err(Error::InvalidArgument { .. })),
             "{f}: {r:?}"
         );
-        let r = repo.update(&1, f.clone(), &trade(1, 0, 0)).await;
+        let r = repo.replace(&1, f.clone(), &trade(1, 0, 0)).await;
         assert!(
             matches!(r, Err(Error::InvalidArgument { .. })),
             "{f}: {r:?}"
@@ -638,7 +638,7 @@ async fn remove_filters_match_what_a_query_matches() {
                 v: v.clone(),
             })
             .collect();
-        repo.push_many(&key, &items).await.unwrap();
+        repo.push_many(&items).await.unwrap();
         let docs: Vec<Document> = items
             .iter()
             .map(|i| mongo_patterns_testkit::bsonc::to_document(i).unwrap())
@@ -656,7 +656,7 @@ async fn remove_filters_match_what_a_query_matches() {
             .iter()
             .map(|d| d.get_i64("seq").unwrap())
             .collect();
-        let removed = bounded(10, repo.remove(&key, f.clone())).await.unwrap();
+        let removed = bounded(10, repo.delete(&key, f.clone())).await.unwrap();
         let left: HashSet<i64> = repo
             .stream(&key)
             .map_ok(|i| i64::from(i.seq))
@@ -686,7 +686,7 @@ async fn order_keeps_each_bucket_sorted_through_push_many_update_and_push() {
             n: n as u32,
         })
         .collect();
-    repo.push_many(&1, &batch).await.unwrap();
+    repo.push_many(&batch).await.unwrap();
     let stored = |items: &[Document]| -> Vec<i64> {
         items.iter().map(|d| d.get_i64("day").unwrap()).collect()
     };
@@ -698,7 +698,7 @@ async fn order_keeps_each_bucket_sorted_through_push_many_update_and_push() {
     );
     // A batch in order across buckets pages in order, either way.
     let newest: Vec<i64> = repo
-        .page(&1, PageRequest::new(1, 10).newest_first())
+        .page(&1, PageRequest::page(1).per_page(10).newest_first())
         .await
         .unwrap()
         .items
@@ -713,7 +713,7 @@ async fn order_keeps_each_bucket_sorted_through_push_many_update_and_push() {
         day: 5,
         n: n_of_7,
     };
-    assert!(repo.update(&1, doc! {"day": 7}, &moved).await.unwrap());
+    assert!(repo.replace(&1, doc! {"day": 7}, &moved).await.unwrap());
     let buckets = invariants(&db, "dated", "items").await;
     assert_eq!(stored(&buckets[&1]), [0, 1, 2, 3, 4, 5, 5, 6, 8, 9]);
     // A push lands sorted in the open bucket.
@@ -840,12 +840,12 @@ async fn cancelled_push_many_stores_a_prefix_of_each_batch() {
     let r = &repo;
     let max = window(|b| async move {
         let batch: Vec<Trade> = (0..7).map(|s| trade(2, b, s)).collect();
-        r.push_many(&2, &batch).await
+        r.push_many(&batch).await
     })
     .await;
     for b in 0..80u32 {
         let batch: Vec<Trade> = (0..7).map(|s| trade(1, b, s)).collect();
-        match cut(&mut rng, max, repo.push_many(&1, &batch)).await {
+        match cut(&mut rng, max, repo.push_many(&batch)).await {
             Some(r) => {
                 r.unwrap();
                 finished.insert(i64::from(b));
@@ -882,17 +882,17 @@ async fn cancelled_removes_and_updates_leave_buckets_exact() {
     let (db, _) = fresh_db("bucket_cancel_edit").await;
     let repo = Trade::buckets(&db);
     let all: Vec<Trade> = (0..200).map(|s| trade(1, 0, s)).collect();
-    repo.push_many(&1, &all).await.unwrap();
+    repo.push_many(&all).await.unwrap();
     let mut rng = Lcg(3);
     let mut cut_n = 0;
     let few: Vec<Trade> = (0..5).map(|s| trade(2, 0, s)).collect();
-    repo.push_many(&2, &few).await.unwrap();
+    repo.push_many(&few).await.unwrap();
     let (r, first) = (&repo, &few[0]);
-    let max_remove = window(|s| async move { r.remove(&2, doc! {"seq": s}).await }).await;
-    let max_update = window(|s| async move { r.update(&2, doc! {"seq": s}, first).await }).await;
+    let max_remove = window(|s| async move { r.delete(&2, doc! {"seq": s}).await }).await;
+    let max_update = window(|s| async move { r.replace(&2, doc! {"seq": s}, first).await }).await;
     // Every third item removed, one call each, cut at random.
     for s in (0..200u32).step_by(3) {
-        if cut(&mut rng, max_remove, repo.remove(&1, doc! {"seq": s}))
+        if cut(&mut rng, max_remove, repo.delete(&1, doc! {"seq": s}))
             .await
             .is_none()
         {
@@ -904,7 +904,7 @@ async fn cancelled_removes_and_updates_leave_buckets_exact() {
     for s in (1..200u32).step_by(5) {
         let mut t = trade(1, 0, s);
         t.ticker = format!("E{s}");
-        match cut(&mut rng, max_update, repo.update(&1, doc! {"seq": s}, &t)).await {
+        match cut(&mut rng, max_update, repo.replace(&1, doc! {"seq": s}, &t)).await {
             Some(r) => {
                 if r.unwrap() {
                     edited.insert(i64::from(s));
@@ -942,7 +942,7 @@ async fn cancelled_removes_and_updates_leave_buckets_exact() {
     }
     // Pages agree with the buckets.
     let page: Vec<i64> = repo
-        .page(&1, PageRequest::new(2, 40))
+        .page(&1, PageRequest::page(2).per_page(40))
         .await
         .unwrap()
         .items
@@ -961,7 +961,7 @@ async fn a_removal_cut_before_its_recount_leaves_no_page_wrong() {
     let (db, _) = fresh_db("bucket_stale").await;
     let repo = Trade::buckets(&db);
     let all: Vec<Trade> = (0..30).map(|s| trade(1, 0, s)).collect();
-    repo.push_many(&1, &all).await.unwrap();
+    repo.push_many(&all).await.unwrap();
     let raw = db.collection::<Document>("trades");
     raw.update_many(
         doc! {"customerId": 1_i64},
@@ -980,7 +980,7 @@ async fn a_removal_cut_before_its_recount_leaves_no_page_wrong() {
     .await
     .unwrap();
     let want: Vec<u32> = (2..30).collect();
-    let page = |n, per| PageRequest::new(n, per);
+    let page = |n, per| PageRequest::page(n).per_page(per);
     let got: Vec<u32> = repo
         .page(&1, page(2, 5))
         .await
@@ -1041,7 +1041,7 @@ async fn contention_sixteen_tasks_push_to_one_key() {
                     repo.push(&trade(7, t, s)).await.unwrap();
                 }
                 let batch: Vec<Trade> = (60..80).map(|s| trade(7, t, s)).collect();
-                repo.push_many(&7, &batch).await.unwrap();
+                repo.push_many(&batch).await.unwrap();
             })
         })
         .collect();
@@ -1111,7 +1111,7 @@ async fn hot_pushes_pooled(
         None => (db, commands),
     };
     let repo = Hot::buckets(&db);
-    repo.ensure_indexes().await.unwrap();
+    repo.ensure().await.unwrap();
     // The key's first bucket, and the handle has seen it.
     repo.push(&hot(u32::MAX, 0, 0)).await.unwrap();
     commands.take();
@@ -1198,7 +1198,7 @@ async fn contention_buckets_closed_by_bytes_after_the_next_was_opened() {
 async fn removals_beside_pushes_keep_positions_with_a_bucket_opened_ahead() {
     let (db, _) = fresh_db("bucket_hot_remove").await;
     let repo = Hot::buckets(&db);
-    repo.ensure_indexes().await.unwrap();
+    repo.ensure().await.unwrap();
     for s in 0..70 {
         repo.push(&hot(0, s, 0)).await.unwrap();
     }
@@ -1219,7 +1219,7 @@ async fn removals_beside_pushes_keep_positions_with_a_bucket_opened_ahead() {
             })
         })
         .collect();
-    let removed = bounded(60, repo.remove(&7, doc! {"task": 0, "seq": {"$lt": 30}}))
+    let removed = bounded(60, repo.delete(&7, doc! {"task": 0, "seq": {"$lt": 30}}))
         .await
         .unwrap();
     assert_eq!(removed, 30);
@@ -1233,7 +1233,7 @@ async fn removals_beside_pushes_keep_positions_with_a_bucket_opened_ahead() {
     assert_eq!(stored[&7].len(), 70 - 30 + 4 * 60);
     assert_eq!(repo.total(&7).await.unwrap(), 70 - 30 + 4 * 60);
     let page = repo
-        .page(&7, PageRequest::new(2, 100).newest_first())
+        .page(&7, PageRequest::page(2).per_page(100).newest_first())
         .await
         .unwrap();
     assert_eq!(page.items.len(), 100);
@@ -1250,7 +1250,7 @@ async fn crash_kill_and_restart_mid_pushes() {
     let (c, _) = client(server.uri()).await;
     let db = c.database("crash");
     let repo = Trade::buckets(&db);
-    repo.ensure_indexes().await.unwrap();
+    repo.ensure().await.unwrap();
     let tasks: Vec<_> = (0..4u32)
         .map(|t| {
             let repo = repo.clone();
@@ -1277,13 +1277,13 @@ async fn crash_kill_and_restart_mid_pushes() {
         .collect();
     // A remover on a key of its own: one item a call, every other one.
     let removable: Vec<Trade> = (0..100).map(|s| trade(3, 0, s)).collect();
-    repo.push_many(&3, &removable).await.unwrap();
+    repo.push_many(&removable).await.unwrap();
     let remover = {
         let repo = repo.clone();
         tokio::spawn(async move {
             let mut removed = 0;
             for s in (0..100u32).step_by(2) {
-                let r = timeout(Duration::from_secs(30), repo.remove(&3, doc! {"seq": s}))
+                let r = timeout(Duration::from_secs(30), repo.delete(&3, doc! {"seq": s}))
                     .await
                     .expect("bounded by server selection");
                 removed += r.unwrap_or(0);
@@ -1298,7 +1298,7 @@ async fn crash_kill_and_restart_mid_pushes() {
             let mut ok = HashSet::new();
             for b in 0..60u32 {
                 let batch: Vec<Trade> = (0..8).map(|s| trade(2, b, s)).collect();
-                let r = timeout(Duration::from_secs(30), repo.push_many(&2, &batch))
+                let r = timeout(Duration::from_secs(30), repo.push_many(&batch))
                     .await
                     .expect("bounded by server selection");
                 if r.is_ok() {
@@ -1339,7 +1339,7 @@ async fn crash_kill_and_restart_mid_pushes() {
     for per in [1u32, 7, 40] {
         let mut paged = Vec::new();
         for n in 1.. {
-            let p = repo.page(&3, PageRequest::new(n, per)).await.unwrap();
+            let p = repo.page(&3, PageRequest::page(n).per_page(per)).await.unwrap();
             paged.extend(p.items.iter().map(|t| t.seq));
             if !p.has_more {
                 break;
@@ -1448,7 +1448,7 @@ async fn sorted_buckets(db: &Database, key: i64) -> Vec<(i64, i64)> {
 async fn dated_pages(repo: &Buckets<Dated>, key: i64, per: u32, newest: bool) -> Vec<(i64, i64)> {
     let mut out = Vec::new();
     for page in 1.. {
-        let mut req = PageRequest::new(page, per);
+        let mut req = PageRequest::page(page).per_page(per);
         if newest {
             req = req.newest_first();
         }
@@ -1512,7 +1512,7 @@ fn by_day(pushed: &[(i64, i64)]) -> Vec<(i64, i64)> {
 async fn order_holds_across_buckets_for_late_items() {
     let (db, commands) = fresh_db("bucket_order_late").await;
     let repo = Dated::buckets(&db);
-    repo.ensure_indexes().await.unwrap();
+    repo.ensure().await.unwrap();
     // Days 0..=14, the middle ones late (a trade dated days ago arrives
     // after today's), some twice.
     let days = [
@@ -1528,7 +1528,7 @@ async fn order_holds_across_buckets_for_late_items() {
     let want = by_day(&pushed);
     assert_eq!(sorted_buckets(&db, 1).await, want, "stored in order");
     let newest: Vec<i64> = repo
-        .page(&1, PageRequest::new(1, 5).newest_first())
+        .page(&1, PageRequest::page(1).per_page(5).newest_first())
         .await
         .unwrap()
         .items
@@ -1566,7 +1566,7 @@ async fn order_holds_across_buckets_for_late_items() {
         .enumerate()
         .map(|(i, &d)| dated(1, d, 200 + i as u32))
         .collect();
-    repo.push_many(&1, &batch).await.unwrap();
+    repo.push_many(&batch).await.unwrap();
     pushed.extend(batch.iter().map(|d| (d.day, i64::from(d.n))));
     let want = by_day(&pushed);
     assert_eq!(sorted_buckets(&db, 1).await, want);
@@ -1574,11 +1574,11 @@ async fn order_holds_across_buckets_for_late_items() {
     // A last bucket a removal emptied bounds nothing: a push below the
     // items before it still lands in order.
     let ten: Vec<Dated> = (0..10).map(|d| dated(5, d, d as u32)).collect();
-    repo.push_many(&5, &ten).await.unwrap();
-    assert_eq!(repo.remove(&5, doc! {"day": {"$gte": 5}}).await.unwrap(), 5);
+    repo.push_many(&ten).await.unwrap();
+    assert_eq!(repo.delete(&5, doc! {"day": {"$gte": 5}}).await.unwrap(), 5);
     repo.push(&dated(5, 3, 10)).await.unwrap();
     repo.push(&dated(5, 7, 11)).await.unwrap();
-    repo.push_many(&5, &[dated(5, 2, 12)]).await.unwrap();
+    repo.push_many(&[dated(5, 2, 12)]).await.unwrap();
     let want5 = [
         (0, 0),
         (1, 1),
@@ -1605,7 +1605,7 @@ async fn order_holds_across_buckets_for_late_items() {
 async fn order_random_pushes_and_removals_page_exactly_at_every_size() {
     let (db, _) = fresh_db("bucket_order_random").await;
     let repo = Dated::buckets(&db);
-    repo.ensure_indexes().await.unwrap();
+    repo.ensure().await.unwrap();
     let mut rng = Lcg(2024);
     let mut pushed: Vec<(i64, i64)> = Vec::new();
     let mut n = 0u32;
@@ -1623,7 +1623,7 @@ async fn order_random_pushes_and_removals_page_exactly_at_every_size() {
                 let batch: Vec<Dated> = (0..k)
                     .map(|i| dated(1, rng.next(400) as i64, n + i))
                     .collect();
-                bounded(30, repo.push_many(&1, &batch)).await.unwrap();
+                bounded(30, repo.push_many(&batch)).await.unwrap();
                 // A batch is sorted stably: equal days in the order given.
                 let mut b: Vec<(i64, i64)> =
                     batch.iter().map(|d| (d.day, i64::from(d.n))).collect();
@@ -1636,7 +1636,7 @@ async fn order_random_pushes_and_removals_page_exactly_at_every_size() {
                 let gone: Vec<i64> = (0..3)
                     .map(|_| rng.next(u64::from(n.max(1))) as i64)
                     .collect();
-                let removed = bounded(30, repo.remove(&1, doc! {"n": {"$in": gone.clone()}}))
+                let removed = bounded(30, repo.delete(&1, doc! {"n": {"$in": gone.clone()}}))
                     .await
                     .unwrap();
                 let before = pushed.len();
@@ -1723,13 +1723,11 @@ async fn cancelled_late_pushes_lose_nothing_and_double_nothing() {
     let (db, _) = fresh_db("bucket_cancel_late").await;
     let repo = Dated::buckets(&db);
     let base: Vec<Dated> = (0..60).map(|i| dated(1, 10 * i64::from(i), i)).collect();
-    repo.push_many(&1, &base).await.unwrap();
+    repo.push_many(&base).await.unwrap();
     let mut finished: HashSet<i64> = (0..60).collect();
     let r = &repo;
     // Measured on a key of its own, with late items too.
-    repo.push_many(
-        &2,
-        &base
+    repo.push_many(&base
             .iter()
             .map(|d| dated(2, d.day, d.n))
             .collect::<Vec<_>>(),
@@ -1748,7 +1746,7 @@ async fn cancelled_late_pushes_lose_nothing_and_double_nothing() {
                 let batch: Vec<Dated> = (0..3)
                     .map(|j| dated(1, rng_day(n, j), 10_000 + n * 3 + j))
                     .collect();
-                repo.push_many(&1, &batch).await.map(|_| batch)
+                repo.push_many(&batch).await.map(|_| batch)
             } else {
                 let d = dated(1, rng_day(n, 0), n);
                 repo.push(&d).await.map(|_| vec![d])
@@ -1782,7 +1780,7 @@ fn rng_day(n: u32, j: u32) -> i64 {
 async fn contention_sixteen_tasks_push_late_and_in_order_to_one_key() {
     let (db, _) = fresh_db("bucket_contention_late").await;
     let repo = Dated::buckets(&db);
-    repo.ensure_indexes().await.unwrap();
+    repo.ensure().await.unwrap();
     let t0 = Instant::now();
     let tasks: Vec<_> = (0..16u32)
         .map(|t| {
@@ -1804,7 +1802,7 @@ async fn contention_sixteen_tasks_push_late_and_in_order_to_one_key() {
                 let batch: Vec<Dated> = (0..6u32)
                     .map(|j| dated(7, rng.next(3_000) as i64, t * 1000 + 500 + j))
                     .collect();
-                repo.push_many(&7, &batch).await.unwrap();
+                repo.push_many(&batch).await.unwrap();
                 mine.extend(batch.iter().map(|d| d.n));
                 mine
             })
@@ -1817,7 +1815,7 @@ async fn contention_sixteen_tasks_push_late_and_in_order_to_one_key() {
             let mut pages = 0;
             while pages < 100 {
                 let p = repo
-                    .page(&7, PageRequest::new(2, 10).newest_first())
+                    .page(&7, PageRequest::page(2).per_page(10).newest_first())
                     .await
                     .unwrap();
                 let days: Vec<i64> = p.items.iter().map(|d| d.day).collect();
@@ -1860,9 +1858,9 @@ async fn crash_kill_and_restart_mid_late_pushes() {
     let (c, _) = client(server.uri()).await;
     let db = c.database("crash_late");
     let repo = Dated::buckets(&db);
-    repo.ensure_indexes().await.unwrap();
+    repo.ensure().await.unwrap();
     let base: Vec<Dated> = (0..40).map(|i| dated(1, 50 * i64::from(i), i)).collect();
-    repo.push_many(&1, &base).await.unwrap();
+    repo.push_many(&base).await.unwrap();
     let tasks: Vec<_> = (0..3u32)
         .map(|t| {
             let repo = repo.clone();
@@ -1931,7 +1929,7 @@ async fn a_split_cut_between_its_writes_loses_and_doubles_nothing() {
     for delivered in [false, true] {
         let key = i64::from(delivered);
         let all: Vec<Dated> = (0..10).map(|d| dated(key, d, d as u32)).collect();
-        repo.push_many(&key, &all).await.unwrap();
+        repo.push_many(&all).await.unwrap();
         let want: Vec<(i64, i64)> = (0..10).map(|d| (d, d)).collect();
         // Bucket 0 gives days 2, 3, 4 to a new bucket between 0 and 1.
         let op = bson::oid::ObjectId::new();
@@ -1961,7 +1959,7 @@ async fn a_split_cut_between_its_writes_loses_and_doubles_nothing() {
             .unwrap();
         }
         let first: Vec<(i64, i64)> = repo
-            .page(&key, PageRequest::new(1, 4))
+            .page(&key, PageRequest::page(1).per_page(4))
             .await
             .unwrap()
             .items

@@ -38,7 +38,7 @@ async fn ten_items(name: &str) -> (OwnServer, Client, Database, Buckets<Trade>) 
             seq,
         })
         .collect();
-    bounded(30, repo.push_many(&1, &items)).await.unwrap();
+    bounded(30, repo.push_many(&items)).await.unwrap();
     (server, c, db, repo)
 }
 
@@ -64,7 +64,7 @@ async fn skewed_holders(skew_a: i64, skew_b: i64) {
     let held_at = Instant::now();
     let a_task = tokio::spawn(bounded(
         30,
-        async move { a.remove(&1, doc! {"seq": 1}).await },
+        async move { a.delete(&1, doc! {"seq": 1}).await },
     ));
     // `a` holds the lease once its document is there (a `find`: an
     // `aggregate` would take the held slot).
@@ -75,7 +75,7 @@ async fn skewed_holders(skew_a: i64, skew_b: i64) {
         }
     })
     .await;
-    let removed_b = bounded(30, b.remove(&1, doc! {"seq": 2})).await.unwrap();
+    let removed_b = bounded(30, b.delete(&1, doc! {"seq": 2})).await.unwrap();
     let b_after = held_at.elapsed();
     let removed_a = a_task.await.unwrap().unwrap();
     assert_eq!((removed_a, removed_b), (1, 1));
@@ -145,7 +145,7 @@ async fn a_read_cut_under_the_lease_ends_it_at_once() {
         fail_command(&c, Some(1), hold).await;
         let cut = tokio::time::timeout(
             Duration::from_millis(1500),
-            repo.page(&1, PageRequest::new(1, 5)),
+            repo.page(&1, PageRequest::page(1).per_page(5)),
         )
         .await;
         assert!(
@@ -160,7 +160,7 @@ async fn a_read_cut_under_the_lease_ends_it_at_once() {
         );
         // Another writer of the key: it waits for the lease, which the cut
         // call's guard ends a second after the cut, not 10 s.
-        let removed = repo.remove(&1, doc! {"seq": 3}).await.unwrap();
+        let removed = repo.delete(&1, doc! {"seq": 3}).await.unwrap();
         let waited = cut_at.elapsed();
         assert_eq!(removed, 1);
         assert!(
@@ -168,7 +168,7 @@ async fn a_read_cut_under_the_lease_ends_it_at_once() {
             "the next writer waited {waited:?} after the cut: the cut call's lease was left \
              to run out"
         );
-        let page = repo.page(&1, PageRequest::new(2, 5)).await.unwrap();
+        let page = repo.page(&1, PageRequest::page(2).per_page(5)).await.unwrap();
         let seqs: Vec<u32> = page.items.iter().map(|t| t.seq).collect();
         assert_eq!(seqs, [6, 7, 8, 9]);
         assert_eq!(repo.total(&1).await.unwrap(), 9);

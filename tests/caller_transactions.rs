@@ -214,7 +214,7 @@ async fn bucket_writes_cut_in_a_callers_transaction() {
     let db = c.database("cut_bucket");
     bounded(120, async {
         let repo = Tick::buckets(&db);
-        repo.ensure_indexes().await.unwrap();
+        repo.ensure().await.unwrap();
         c.database("cut_other")
             .create_collection("other")
             .await
@@ -232,11 +232,11 @@ async fn bucket_writes_cut_in_a_callers_transaction() {
             .await;
             cut_in_transaction(&c, "push_many", point, async |s, n| {
                 let items = [tick(20 + n), tick(30 + n)];
-                repo.push_many("s", &items).session(s).await
+                repo.push_many(&items).session(s).await
             })
             .await;
             cut_in_transaction(&c, "update", point, async |s, n| {
-                repo.update("s", doc! {"n": 1}, &tick(1))
+                repo.replace("s", doc! {"n": 1}, &tick(1))
                     .session(s)
                     .await
                     .map(|found| assert!(found, "update {n}: not found"))
@@ -253,7 +253,7 @@ async fn rank_writes<T: RankHistogram<Board = String, Score = f64>>(
     new: impl Fn(&str, f64) -> T,
 ) {
     let ranks = T::ranks(db);
-    ranks.ensure_indexes().await.unwrap();
+    ranks.ensure().await.unwrap();
     for p in 0..20 {
         ranks.insert(&new(&format!("p{p}"), 5.0)).await.unwrap();
     }
@@ -271,7 +271,7 @@ async fn rank_writes<T: RankHistogram<Board = String, Score = f64>>(
         })
         .await;
         cut_in_transaction(c, "remove", point, async |s, _| {
-            ranks.remove("b", 7.0).session(s).await
+            ranks.unrecord("b", 7.0).session(s).await
         })
         .await;
         let base = next;

@@ -182,7 +182,7 @@ async fn documents_layout_without_bulk_write(code: i32) {
     ranks.record("solo", 5).await.unwrap();
     ranks.record("solo", 5).await.unwrap();
     ranks.change("solo", 5, 7).await.unwrap();
-    ranks.remove("solo", 5).await.unwrap();
+    ranks.unrecord("solo", 5).await.unwrap();
     assert_eq!(
         stored(&db, "solo").await,
         BTreeMap::from([(7, 1)]),
@@ -489,7 +489,7 @@ async fn reads_that_decide_writes_go_to_the_primary() {
                 .unwrap();
         }
         cmds.take();
-        ticks.page("s", PageRequest::new(1, 2)).await.unwrap();
+        ticks.page("s", PageRequest::page(1).per_page(2)).await.unwrap();
         let page = cmds.take();
         assert!(
             !off_primary(&page).is_empty(),
@@ -505,7 +505,7 @@ async fn reads_that_decide_writes_go_to_the_primary() {
             .await
             .unwrap();
         on_primary_only(&cmds, "late push").await;
-        ticks.remove("s", doc! {"day": 2}).await.unwrap();
+        ticks.delete("s", doc! {"day": 2}).await.unwrap();
         on_primary_only(&cmds, "remove").await;
         ticks.reindex("s").await.unwrap();
         on_primary_only(&cmds, "reindex").await;
@@ -605,7 +605,7 @@ async fn refusals_inside_a_callers_transaction_say_what_is_left_of_it() {
 
         let mut s = c.start_session().await.unwrap();
         callers_transaction(&db, &mut s, "ScoreNotFound").await;
-        let e = ranks.remove("b", 7).session(&mut s).await.unwrap_err();
+        let e = ranks.unrecord("b", 7).session(&mut s).await.unwrap_err();
         assert!(matches!(e, Error::ScoreNotFound { .. }), "{e:?}");
         assert!(!e.is_transient(), "not worth running again: {e}");
         transaction_is_gone(&db, &mut s, "ScoreNotFound").await;
@@ -621,7 +621,7 @@ async fn refusals_inside_a_callers_transaction_say_what_is_left_of_it() {
 
         callers_transaction(&db, &mut s, "NotSupportedInTransaction").await;
         let e = Tick::buckets(&db)
-            .remove("s", doc! {"day": 1})
+            .delete("s", doc! {"day": 1})
             .session(&mut s)
             .await
             .unwrap_err();

@@ -48,7 +48,7 @@ async fn a_removal_in_a_transaction_is_refused_once_and_not_retried() {
     let attempts = AtomicUsize::new(0);
     let run = s.start_transaction().and_run2(async |s| {
         attempts.fetch_add(1, Ordering::SeqCst);
-        repo.remove("s", doc! {"n": 1}).session(s).await?;
+        repo.delete("s", doc! {"n": 1}).session(s).await?;
         Ok(())
     });
     let driver = bounded(30, run).await.expect_err("refused");

@@ -95,14 +95,14 @@ async fn chrono_bucket_key_and_time_order() {
         repo.push(&reading(other, m)).await.unwrap();
     }
 
-    let page = repo.page(&day, PageRequest::new(1, 20)).await.unwrap();
+    let page = repo.page(&day, PageRequest::page(1).per_page(20)).await.unwrap();
     let minutes: Vec<i32> = page.items.iter().map(|r| r.value).collect();
     assert_eq!(minutes, [0, 10, 20, 25, 30, 40, 50, 55, 60]);
     assert!(page.items.iter().all(|r| r.day == day));
     assert_eq!(repo.total(&day).await.unwrap(), 9);
     assert_eq!(repo.total(&other).await.unwrap(), 2);
     let newest = repo
-        .page(&day, PageRequest::new(1, 2).newest_first())
+        .page(&day, PageRequest::page(1).per_page(2).newest_first())
         .await
         .unwrap();
     assert_eq!(newest.items, [reading(day, 60), reading(day, 55)]);
@@ -147,8 +147,8 @@ async fn uuid_bucket_key_and_chrono_order() {
             })
             .collect()
     };
-    repo.push_many(&a, &pings(a, 5)).await.unwrap();
-    repo.push_many(&b, &pings(b, 3)).await.unwrap();
+    repo.push_many(&pings(a, 5)).await.unwrap();
+    repo.push_many(&pings(b, 3)).await.unwrap();
     repo.push(&Ping {
         device: a,
         at: chrono_at(90 * MINUTE),
@@ -157,7 +157,7 @@ async fn uuid_bucket_key_and_chrono_order() {
     .await
     .unwrap();
 
-    let page = repo.page(&a, PageRequest::new(2, 2)).await.unwrap();
+    let page = repo.page(&a, PageRequest::page(2).per_page(2)).await.unwrap();
     assert_eq!(page.items, pings(a, 4)[2..]);
     assert!(page.has_more);
     assert_eq!(repo.total(&a).await.unwrap(), 6);

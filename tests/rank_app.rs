@@ -335,7 +335,7 @@ async fn options_reach_commands<T: Exam>(name: &str, bulk: bool) {
                 }
                 _ => {
                     ranks
-                        .remove("b", 3.0)
+                        .unrecord("b", 3.0)
                         .write_concern(WriteConcern::majority())
                         .comment("c")
                         .max_time(t)

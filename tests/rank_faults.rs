@@ -319,7 +319,7 @@ async fn cancelled_writes<T: Exam>(name: &str, bulk: bool) {
         .collect();
     let last = plan.pop().unwrap();
     for (i, s) in plan.iter().enumerate() {
-        match cuts.run(i as u64, ranks.remove("h", *s)).await {
+        match cuts.run(i as u64, ranks.unrecord("h", *s)).await {
             Some(r) => {
                 r.unwrap();
                 done += 1
@@ -328,7 +328,7 @@ async fn cancelled_writes<T: Exam>(name: &str, bulk: bool) {
         }
     }
     cuts.stage_done("remove");
-    uncut("remove", ranks.remove("h", last)).await;
+    uncut("remove", ranks.unrecord("h", last)).await;
     let left = total(held::<T>(&db, "h", zeros_ok).await);
     assert!(
         left <= maybe,
@@ -621,8 +621,8 @@ async fn damaged_array_board(board: Document, what: &str) {
     let what = |call: &str| format!("{what}: {call}");
     assert_damaged(ranks.record("b", 30.0).await, &id, &what("record new"));
     assert_damaged(ranks.record("b", 10.0).await, &id, &what("record"));
-    assert_damaged(ranks.remove("b", 10.0).await, &id, &what("remove"));
-    assert_damaged(ranks.remove("b", 40.0).await, &id, &what("remove none"));
+    assert_damaged(ranks.unrecord("b", 10.0).await, &id, &what("remove"));
+    assert_damaged(ranks.unrecord("b", 40.0).await, &id, &what("remove none"));
     assert_damaged(ranks.change("b", 10.0, 20.0).await, &id, &what("change"));
     assert_damaged(ranks.rank("b", 15.0).await, &id, &what("rank"));
     assert_damaged(ranks.top("b", 1).await, &id, &what("top"));
@@ -724,7 +724,7 @@ async fn damaged_documents(count: Bson, what: &str, bulk: bool) {
         .unwrap();
     let what = |call: &str| format!("{what}: {call}");
     assert_damaged(ranks.record("b", 20.0).await, &id, &what("record"));
-    assert_damaged(ranks.remove("b", 20.0).await, &id, &what("remove"));
+    assert_damaged(ranks.unrecord("b", 20.0).await, &id, &what("remove"));
     assert_damaged(ranks.change("b", 10.0, 20.0).await, &id, &what("change to"));
     assert_damaged(
         ranks.change("b", 20.0, 10.0).await,
@@ -800,9 +800,9 @@ async fn emptied_scores_removed(bulk: bool) {
     } else {
         &["update", "delete"]
     };
-    ranks.remove("b", 40.0).await.unwrap();
+    ranks.unrecord("b", 40.0).await.unwrap();
     assert_eq!(sent(&commands), two, "remove");
-    ranks.remove("b", 10.0).await.unwrap();
+    ranks.unrecord("b", 10.0).await.unwrap();
     assert_eq!(sent(&commands), two, "remove");
     ranks.change("b", 10.0, 30.0).await.unwrap();
     assert_eq!(sent(&commands), two, "change");
@@ -823,15 +823,15 @@ async fn emptied_scores_removed(bulk: bool) {
     eprintln!("stored after emptying 10 and 20: {ids:?}");
     assert_eq!(ids.len(), 2, "30 and the board's marker: {ids:?}");
     assert!(ids.contains(&Bson::Double(30.0).to_string()));
-    ranks.remove("b", 30.0).await.unwrap();
-    ranks.remove("b", 30.0).await.unwrap();
+    ranks.unrecord("b", 30.0).await.unwrap();
+    ranks.unrecord("b", 30.0).await.unwrap();
     let r = ranks.rank("b", 30.0).await.unwrap();
     assert_eq!((r.rank, r.total), (1, 0), "an emptied board is known");
     assert!(ranks.histogram("b").await.unwrap().is_empty());
     assert_eq!(hist.count_documents(doc! {}).await.unwrap(), 1);
-    let err = ranks.remove("b", 30.0).await.unwrap_err();
+    let err = ranks.unrecord("b", 30.0).await.unwrap_err();
     assert!(matches!(err, Error::ScoreNotFound { .. }), "{err:?}");
-    let err = ranks.remove("nope", 30.0).await.unwrap_err();
+    let err = ranks.unrecord("nope", 30.0).await.unwrap_err();
     assert!(matches!(err, Error::UnknownBoard { .. }), "{err:?}");
     assert_eq!(
         hist.count_documents(doc! {}).await.unwrap(),
@@ -1251,7 +1251,7 @@ async fn bulk_write_refusal_is_learnt_once() {
             "the clone learnt it too"
         );
         ranks.change("b", 10.0, 20.0).await.unwrap();
-        clone.remove("b", 10.0).await.unwrap();
+        clone.unrecord("b", 10.0).await.unwrap();
         assert_eq!(sent(&commands), ["update", "delete", "update", "delete"]);
         let docs: Vec<Document> = hist
             .find(doc! {})

@@ -126,7 +126,7 @@ async fn operation_futures_fit_a_small_allocation() {
                 "change",
                 future_size(&*r.change("e", 1.0, 2.0).into_future()),
             ),
-            ("remove", future_size(&*r.remove("e", 1.0).into_future())),
+            ("remove", future_size(&*r.unrecord("e", 1.0).into_future())),
             ("rank", future_size(&*r.rank("e", 1.0).into_future())),
             ("top", future_size(&*r.top("e", 3).into_future())),
             ("histogram", future_size(&*r.histogram("e").into_future())),
@@ -258,15 +258,15 @@ async fn errors<T: Exam>(name: &str, bulk: bool) {
     let before = counts(&ranks, "e").await;
 
     // A score nobody holds: nothing is written, neither half of a change.
-    let err = ranks.remove("e", 75.0).await.unwrap_err();
+    let err = ranks.unrecord("e", 75.0).await.unwrap_err();
     assert!(matches!(err, Error::ScoreNotFound { .. }), "{err:?}");
     let err = ranks.change("e", 75.0, 90.0).await.unwrap_err();
     assert!(matches!(err, Error::ScoreNotFound { .. }), "{err:?}");
     assert_eq!(counts(&ranks, "e").await, before);
 
     // Counts stop at 0.
-    ranks.remove("e", 80.0).await.unwrap();
-    let err = ranks.remove("e", 80.0).await.unwrap_err();
+    ranks.unrecord("e", 80.0).await.unwrap();
+    let err = ranks.unrecord("e", 80.0).await.unwrap_err();
     assert!(matches!(err, Error::ScoreNotFound { .. }), "{err:?}");
     let after = counts(&ranks, "e").await;
     assert_eq!(after.into_iter().collect::<Vec<_>>(), [(140, 2)]);
@@ -274,7 +274,7 @@ async fn errors<T: Exam>(name: &str, bulk: bool) {
     // Unknown boards.
     for err in [
         ranks.rank("nope", 1.0).await.unwrap_err(),
-        ranks.remove("nope", 1.0).await.unwrap_err(),
+        ranks.unrecord("nope", 1.0).await.unwrap_err(),
         ranks.change("nope", 1.0, 2.0).await.unwrap_err(),
         ranks.histogram("nope").await.unwrap_err(),
     ] {
@@ -282,7 +282,7 @@ async fn errors<T: Exam>(name: &str, bulk: bool) {
     }
     // A board emptied by removals is still known, with nobody on it.
     ranks.record("gone", 1.0).await.unwrap();
-    ranks.remove("gone", 1.0).await.unwrap();
+    ranks.unrecord("gone", 1.0).await.unwrap();
     let r = ranks.rank("gone", 1.0).await.unwrap();
     assert_eq!((r.rank, r.total, r.percentile()), (1, 0, None));
     assert!(ranks.histogram("gone").await.unwrap().is_empty());
@@ -412,7 +412,7 @@ async fn window_ranks(db: &Database, coll: &str) -> BTreeMap<(String, i64), (u64
 async fn property<T: Exam>(name: &str, seed: u64, bulk: bool) {
     let (db, _) = fresh_db(name).await;
     let ranks = T::ranks(&db).bulk_write(bulk);
-    ranks.ensure_indexes().await.unwrap();
+    ranks.ensure().await.unwrap();
     let boards = ["a", "b", "c"];
     let mut rng = Rng(seed);
     let mut next_student = 0;

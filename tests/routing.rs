@@ -254,9 +254,9 @@ async fn patterns_under_the_checker() {
     }
     let (c, f) = routing.take();
     let push = line("bucket push ×4", c, &f);
-    trades.page(&7_i64, PageRequest::new(1, 2)).await.unwrap();
+    trades.page(&7_i64, PageRequest::page(1).per_page(2)).await.unwrap();
     trades
-        .page(&7_i64, PageRequest::new(1, 2).newest_first())
+        .page(&7_i64, PageRequest::page(1).per_page(2).newest_first())
         .await
         .unwrap();
     let (c, f) = routing.take();
@@ -378,7 +378,7 @@ where
     }
     ranks.record("e1", 60).await.unwrap();
     ranks.change("e1", 60, 65).await.unwrap();
-    ranks.remove("e1", 65).await.unwrap();
+    ranks.unrecord("e1", 65).await.unwrap();
     ranks.update_score(doc! {"_id": "s0"}, 95).await.unwrap();
     ranks.delete(doc! {"_id": "s1"}).await.unwrap();
     ranks.rank("e1", 90).await.unwrap();

@@ -128,16 +128,16 @@ async fn a_refused_operator_is_a_typed_error() {
                 doc! {"failCommands": ["aggregate"], "errorCode": code},
             )
             .await;
-            let removed = events.remove("a", doc! {"n": {"$lt": 2}}).await;
+            let removed = events.delete("a", doc! {"n": {"$lt": 2}}).await;
             assert!(unsupported(&removed), "{code}: {removed:?}");
             let e = removed.unwrap_err();
             assert_eq!(e.code(), Some(code), "{e}");
             println!("{code}: {e}");
-            let page = events.page("a", PageRequest::new(1, 3)).await;
+            let page = events.page("a", PageRequest::page(1).per_page(3)).await;
             assert!(unsupported(&page), "{code}: {page:?}");
             fail_command_off(&c).await;
 
-            let page = events.page("a", PageRequest::new(1, 3)).await.unwrap();
+            let page = events.page("a", PageRequest::page(1).per_page(3)).await.unwrap();
             let ns: Vec<u32> = page.items.iter().map(|e| e.n).collect();
             assert_eq!(ns, [0, 1, 2], "{code}: nothing removed");
             assert_eq!(events.total("a").await.unwrap(), 7);
@@ -147,8 +147,8 @@ async fn a_refused_operator_is_a_typed_error() {
                 .await
                 .unwrap()
                 .is_none());
-            assert_eq!(events.remove("a", doc! {"n": {"$lt": 2}}).await.unwrap(), 2);
-            let page = events.page("a", PageRequest::new(1, 3)).await.unwrap();
+            assert_eq!(events.delete("a", doc! {"n": {"$lt": 2}}).await.unwrap(), 2);
+            let page = events.page("a", PageRequest::page(1).per_page(3)).await.unwrap();
             let ns: Vec<u32> = page.items.iter().map(|e| e.n).collect();
             assert_eq!(ns, [2, 3, 4], "{code}");
         }

@@ -18,7 +18,7 @@ pub(crate) async fn load(
     naive: &Collection<Trade>,
     commands: &Commands,
 ) -> BoxResult<String> {
-    repo.ensure_indexes().await?;
+    repo.ensure().await?;
     naive
         .create_index(
             IndexModel::builder()
@@ -33,7 +33,7 @@ pub(crate) async fn load(
     while i < n {
         let end = (i + args.batch as u64).min(n);
         let chunk: Vec<Trade> = (i..end).map(|j| trade(CUSTOMER, j)).collect();
-        repo.push_many(&CUSTOMER, &chunk).await?;
+        repo.push_many(&chunk).await?;
         i = end;
     }
     let bucket_load = t.elapsed();

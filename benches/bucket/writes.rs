@@ -59,7 +59,7 @@ pub(crate) async fn writes(
     .enumerate()
     {
         let key = 7_100_000 + v as i64;
-        repo.push_many(&key, &[trade(key, 0)]).await?;
+        repo.push_many(&[trade(key, 0)]).await?;
         commands.take();
         let mut ts = Vec::new();
         for k in 1..=ops {

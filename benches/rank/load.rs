@@ -13,7 +13,7 @@ use crate::{half_points, score_of, Args, Exam, RankedStudent, Student, StudentDo
 
 async fn load_students<T: Exam>(args: &Args, db: &Database) -> BoxResult<Duration> {
     let ranks = T::ranks(db);
-    ranks.ensure_indexes().await?;
+    ranks.ensure().await?;
     let coll = T::collection(db);
     let t = Instant::now();
     let mut i = 0;

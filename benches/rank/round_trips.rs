@@ -22,7 +22,7 @@ async fn one_op<T: Exam>(ranks: &Ranks<T>, op: usize, k: i64) -> BoxResult<()> {
     match op {
         0 => ranks.record(EXAM, 42.5).await?,
         1 => ranks.change(EXAM, 42.5, 43.0).await?,
-        2 => ranks.remove(EXAM, 43.0).await?,
+        2 => ranks.unrecord(EXAM, 43.0).await?,
         3 => {
             black_box(ranks.rank(EXAM, 70.0).await?);
         }

@@ -129,8 +129,8 @@ pub(crate) async fn run(ctx: &Ctx, tasks: &[usize], keys: u64) -> BoxResult<Vec<
 async fn fresh(ctx: &Ctx) -> BoxResult<()> {
     ctx.clear().await?;
     let naive = ctx.db.collection::<Document>(NAIVE);
-    Trade::buckets(&ctx.db).ensure_indexes().await?;
-    Arrival::buckets(&ctx.db).ensure_indexes().await?;
+    Trade::buckets(&ctx.db).ensure().await?;
+    Arrival::buckets(&ctx.db).ensure().await?;
     naive
         .create_index(
             IndexModel::builder()

@@ -70,7 +70,7 @@ pub(crate) async fn run(ctx: &Ctx, tasks: &[usize], students: u64) -> BoxResult<
 
         let scores = load(ctx, students).await?;
         let docs = StudentDoc::ranks(&ctx.db);
-        docs.ensure_indexes().await?;
+        docs.ensure().await?;
         let moved: Vec<StudentDoc> = (0..students)
             .map(|id| StudentDoc {
                 id: id as i64,
@@ -177,7 +177,7 @@ fn differ(new: f64, old: f64) -> f64 {
 async fn load(ctx: &Ctx, students: u64) -> BoxResult<Scores> {
     ctx.clear().await?;
     let ranks = Student::ranks(&ctx.db);
-    ranks.ensure_indexes().await?;
+    ranks.ensure().await?;
     let all: Vec<Student> = (0..students)
         .map(|id| Student {
             id: id as i64,

@@ -99,12 +99,12 @@
 //!   a second against 143 with the lease, in one run).
 //!
 //! Every operation that reads or writes returns an action ([`Push`],
-//! [`PushMany`], [`FetchPage`], [`Total`], [`Reindex`], [`Remove`],
-//! [`Update`]; [`ItemStream`] for `stream`), configured by setters
+//! [`PushMany`], [`FetchPage`], [`Total`], [`Reindex`], [`Delete`],
+//! [`Replace`], [`ItemStream`]), configured by setters
 //! (`session`, write/read concern, read preference, `comment`, `max_time`)
 //! and run by `.await`. Each operation's doc says which commands it sends
 //! and what it does in a caller's session and transaction: in-order pushes,
-//! pages, totals and updates join the transaction, and a race they would
+//! pages, totals and replaces join the transaction, and a race they would
 //! retry is handed back as transient; a late push near the end joins the
 //! transaction too (its two writes, or one); late pushes further back,
 //! removals and reindexing move positions under the key's lease, which a
@@ -185,7 +185,7 @@ mod read;
 mod stored;
 mod write;
 
-pub use act::{FetchPage, ItemStream, Push, PushMany, Reindex, Remove, Total, Update};
+pub use act::{Delete, FetchPage, ItemStream, Push, PushMany, Reindex, Replace, Total};
 pub use filter::{FIELD_OPERATORS, LOGICAL_OPERATORS};
 pub use read::{key_of, KeyInItem};
 
@@ -278,7 +278,8 @@ pub trait OrderKey {}
 impls!(BucketKey: i8, i16, i32, i64, u8, u16, u32, u64, bool, String, bson::oid::ObjectId, bson::Uuid, bson::DateTime);
 impls!(OrderKey: i8, i16, i32, i64, u8, u16, u32, u64, f32, f64, bson::DateTime, bson::Timestamp);
 
-/// Which page, how large, and from which end.
+/// Which page, how large, and from which end: named at the call, as in
+/// `PageRequest::page(3).per_page(25).newest_first()`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageRequest {
     page: u32,
@@ -286,14 +287,24 @@ pub struct PageRequest {
     newest_first: bool,
 }
 
+/// Items a page holds unless [`PageRequest::per_page`] says otherwise.
+pub const DEFAULT_PER_PAGE: u32 = 20;
+
 impl PageRequest {
-    /// Page `page` (from 1) of `per_page` items, oldest first.
-    pub fn new(page: u32, per_page: u32) -> Self {
+    /// Page `page`, counted from 1, of [`DEFAULT_PER_PAGE`] items, oldest
+    /// first.
+    pub fn page(page: u32) -> Self {
         PageRequest {
             page,
-            per_page,
+            per_page: DEFAULT_PER_PAGE,
             newest_first: false,
         }
+    }
+
+    /// Items a page holds, 1 to [`MAX_PER_PAGE`].
+    pub fn per_page(mut self, per_page: u32) -> Self {
+        self.per_page = per_page;
+        self
     }
 
     /// Count pages from the newest item (a trading app's history view).
@@ -498,28 +509,23 @@ impl<T: Bucketed> Buckets<T> {
         crate::ensure::EnsureAction::new(&self.db, self.declared())
     }
 
-    /// [`ensure`](Self::ensure), under its older name.
-    pub fn ensure_indexes(&self) -> crate::ensure::EnsureAction<'_> {
-        self.ensure()
-    }
-
     /// What this repository needs in the deployment: its collection, with
     /// the `{key, start}` index that page reads seek on, sharded on
     /// `{key: "hashed"}` where the deployment shards (see
     /// [Sharding](self#sharding)); and from the
     /// server: `$isNumber` and `$bsonSize` (MongoDB 4.4) for every push and
     /// page (the soundness checks), `$setWindowFields` (5.0) with `$merge`
-    /// into the same collection (4.4) for [`remove`](Self::remove),
+    /// into the same collection (4.4) for [`delete`](Self::delete),
     /// [`reindex`](Self::reindex), the repair a read or a push makes after
     /// an interrupted removal, and with `order` a late item's push; with
-    /// `order`, `$sortArray` (5.2) for [`update`](Self::update).
+    /// `order`, `$sortArray` (5.2) for [`replace`](Self::replace).
     pub fn declared(&self) -> Vec<crate::ensure::Declared> {
         use crate::ensure::{Feature, Need};
         let key = self.spec.key;
         let moves = if self.spec.order.is_some() {
-            "bucket remove, reindex and late push (with order)"
+            "bucket delete, reindex and late push (with order)"
         } else {
-            "bucket remove and reindex"
+            "bucket delete and reindex"
         };
         let mut needs = vec![
             Need::needs(Feature::IsNumber, "bucket push and page"),
@@ -529,7 +535,7 @@ impl<T: Bucketed> Buckets<T> {
         if self.spec.order.is_some() {
             needs.push(Need::needs(
                 Feature::SortArray,
-                "bucket update (with order)",
+                "bucket replace (with order)",
             ));
         }
         vec![crate::ensure::Declared::new(self.coll.name())

@@ -44,7 +44,7 @@
 //! planned for sharding nor sharded, rather than an error.
 //!
 //! Each pattern also declares what it needs from the server ([`Need`]:
-//! `$sortArray` for a bucket's `update` with `order`, `$setWindowFields`
+//! `$sortArray` for a bucket's `replace` with `order`, `$setWindowFields`
 //! for its removals, transactions for a rank's `insert`, ...). Where any is
 //! declared, both actions ask the server what it is (`hello`, `buildInfo`)
 //! before anything else is sent: a feature the server lacks is listed in
@@ -126,7 +126,7 @@
 //!
 //! Every repository has the same call for its own declarations, under its
 //! run-time collection names: `repo.ensure()` (for example one per
-//! tenant's collection; `ensure_indexes` is its older name).
+//! tenant's collection).
 //! [`Sharded::ensure_sharded`](crate::shard_key::Sharded::ensure_sharded)
 //! is the strict form for the shard key: it fails with `NotSharded` on a
 //! replica set, where `ensure` notes sharding as not applicable.

@@ -49,7 +49,7 @@ pub enum Error {
     },
 
     /// An operation that cannot run inside a transaction was given a
-    /// session with one open: a bucket `remove` or `reindex`, a late push
+    /// session with one open: a bucket `delete` or `reindex`, a late push
     /// further back than the key's last two buckets (with `order`), or a
     /// read or push that meets the positions a cut removal left to repair.
     /// Each moves items' positions under the key's lease, which a
@@ -61,7 +61,7 @@ pub enum Error {
     /// transaction again.
     #[error("{operation} cannot run inside a transaction: {why}; {instead}")]
     NotSupportedInTransaction {
-        /// What was refused: the method (`` `remove` ``), or the step of
+        /// What was refused: the method (`` `delete` ``), or the step of
         /// one that needs the lease.
         operation: &'static str,
         /// Why a transaction cannot hold it.

@@ -129,7 +129,7 @@
 //! | pattern | in your transaction | refused there, or not taking a session |
 //! | --- | --- | --- |
 //! | keyset | `page`, `count`, every page of `stream` and `pages` | — |
-//! | bucket | in-order `push`, `push_many`, `page`, `total`, `update` | a late push (with `order`), `remove`, `reindex`: `NotSupportedInTransaction`; `stream` takes no session |
+//! | bucket | in-order `push`, `push_many`, `page`, `total`, `stream`, `replace` | a late push (with `order`), `delete`, `reindex`: `NotSupportedInTransaction` |
 //! | rank histogram | every call | — |
 //! | approximate counter | `incr`, `incr_by`, `estimate` (a buffered counter writes through, exact) | `flush`, `shutdown` take no session |
 //! | shard key | every call | `ensure_sharded` takes no session |
@@ -163,7 +163,7 @@
 //! an aborted transaction it costs one `find`, never a wrong write.
 //!
 //! What a transaction refuses: a late push further back than the key's last
-//! two buckets (with `order`), `remove` and `reindex` move positions under
+//! two buckets (with `order`), `delete` and `reindex` move positions under
 //! the key's lease. (A late item that belongs in the last bucket or the one
 //! before joins your transaction; a race it loses there aborts it with
 //! `TransientTransactionError`, which `and_run2` runs again.) A lease taken inside your transaction would be released before
@@ -171,13 +171,13 @@
 //! snapshot without your writes; so inside a transaction they return
 //! `NotSupportedInTransaction` before writing anything (your transaction
 //! goes on; its message says what to do instead).
-//! Run them outside it. Given a session outside a transaction, `remove`,
+//! Run them outside it. Given a session outside a transaction, `delete`,
 //! `reindex` and late pushes run as without one (as a task of their own, so
 //! a dropped call still finishes).
 //!
 //! ## Rank histogram
 //!
-//! `record`, `change`, `remove`, `rank`, `top`, `histogram` and `rebuild`
+//! `record`, `change`, `unrecord`, `rank`, `top`, `histogram` and `rebuild`
 //! run inside your transaction when one is open; `insert`, `update_score`
 //! and `delete` join your transaction (two round trips, you commit), or
 //! otherwise run a transaction of their own (in your session when given
@@ -190,7 +190,7 @@
 //! the whole transaction (`tests/rank_app.rs` provokes one). In a
 //! transaction of the call's own, the write concern goes with
 //! `commitTransaction` and `max_time` bounds the commit. Inside your
-//! transaction the documents layout's `change` and `remove` send
+//! transaction the documents layout's `change` and `unrecord` send
 //! `update` and `delete` (2 round trips) rather than `bulkWrite`, which the test
 //! server refuses as a transaction's first command (`IDLUnknownField`: the
 //! driver adds `readConcern` there).
@@ -398,11 +398,11 @@
 //! let ticks = Tick::buckets(&db);
 //! let mut s = client.start_session().await.unwrap();
 //! let done = s.start_transaction().and_run2(async |s| {
-//!     ticks.remove("MDB", doc! {"n": 1}).session(s).await?; // refused here
+//!     ticks.delete("MDB", doc! {"n": 1}).session(s).await?; // refused here
 //!     Ok(())
 //! }).await;
 //! if let Err(e) = done {
-//!     // `remove` cannot run inside a transaction: ...; call it without
+//!     // `delete` cannot run inside a transaction: ...; call it without
 //!     // the transaction's session (...)
 //!     eprintln!("{}", mongo_patterns::Error::from(e));
 //! }
@@ -436,7 +436,7 @@
 //!   `select!`, a client that went away). Nothing taken out of shared state
 //!   is lost: a buffered counter keeps a cut write pending and re-sends it
 //!   with the same flush id; a cut rank transaction is killed on the server
-//!   at once, so its locks do not outlive the call; a cut bucket `remove`
+//!   at once, so its locks do not outlive the call; a cut bucket `delete`
 //!   finishes on its own task. Single-command writes are applied whole or
 //!   not at all.
 //! - **Unknown outcomes.** A write whose reply was lost (`Unavailable`, a

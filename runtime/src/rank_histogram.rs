@@ -25,7 +25,7 @@
 //!   A server before 8.0 refuses `bulkWrite`; learnt from the first
 //!   refusal (once per repository, clones included), the same statements
 //!   then go as an `update` command and a `delete` command for the emptied
-//!   score: `change` and `remove` cost two round trips instead of one,
+//!   score: `change` and `unrecord` cost two round trips instead of one,
 //!   `record` still one, with the same checks. [`Ranks::bulk_write`]
 //!   chooses that path up front.
 //!
@@ -134,7 +134,7 @@ mod txn;
 mod write;
 
 pub use actions::{
-    Change, Delete, Histogram, Insert, RankOf, Rebuild, Record, Remove, Top, UpdateScore,
+    Change, Delete, Histogram, Insert, RankOf, Rebuild, Record, Top, Unrecord, UpdateScore,
 };
 pub use score::{BoardKey, Number, RankScore};
 
@@ -364,7 +364,7 @@ impl<T: RankHistogram> Ranks<T> {
     /// MongoDB 8.0+): the `"documents"` layout's histogram writes, and
     /// [`insert`](Self::insert)'s two writes in one command. `false` sends what every server takes:
     /// an `update` command, then a `delete` command for a score emptied by
-    /// a `-1`, so a `change` or `remove` costs two round trips instead of
+    /// a `-1`, so a `change` or `unrecord` costs two round trips instead of
     /// one, with the same checks and results; a call cancelled between the
     /// two may leave the emptied score at count 0, which reads skip and
     /// [`rebuild`](Self::rebuild) removes. A server that refuses
@@ -431,11 +431,6 @@ impl<T: RankHistogram> Ranks<T> {
     /// (under its run-time collection names).
     pub fn ensure(&self) -> crate::ensure::EnsureAction<'_> {
         crate::ensure::EnsureAction::new(&self.db, self.declared())
-    }
-
-    /// [`ensure`](Self::ensure), under its older name.
-    pub fn ensure_indexes(&self) -> crate::ensure::EnsureAction<'_> {
-        self.ensure()
     }
 
     /// What this repository needs in the deployment: the players'
@@ -510,7 +505,7 @@ impl<T: RankHistogram> Ranks<T> {
     /// here; inside a caller's transaction it is returned as
     /// [`Error::Raced`] labelled `TransientTransactionError`, for the
     /// caller's `and_run2` to rerun the transaction. There the documents
-    /// layout sends `update` (and `delete`, for `change` and `remove`)
+    /// layout sends `update` (and `delete`, for `change` and `unrecord`)
     /// rather than `bulkWrite`, which refuses the `readConcern` the driver
     /// adds to a transaction's first command.
     pub fn record<'a, Q>(&'a self, board: &Q, score: T::Score) -> Record<'a, T>
@@ -548,11 +543,13 @@ impl<T: RankHistogram> Ranks<T> {
         Change::new(self, args)
     }
 
-    /// Counts one player fewer at `score`. Fails with
+    /// Counts one player fewer at `score` (the opposite of
+    /// [`record`](Self::record); [`delete`](Self::delete) deletes a
+    /// player's document and uncounts it together). Fails with
     /// [`Error::ScoreNotFound`] when nobody holds it: a count never goes
     /// below 0. One round trip (two on the `"documents"` layout without
     /// `bulkWrite`). Races as [`record`](Self::record).
-    pub fn remove<'a, Q>(&'a self, board: &Q, score: T::Score) -> Remove<'a, T>
+    pub fn unrecord<'a, Q>(&'a self, board: &Q, score: T::Score) -> Unrecord<'a, T>
     where
         T::Board: Borrow<Q>,
         Q: Serialize + ?Sized,
@@ -564,7 +561,7 @@ impl<T: RankHistogram> Ranks<T> {
                 inc: None,
             }))
         });
-        Remove::new(self, args)
+        Unrecord::new(self, args)
     }
 
     /// Where `score` stands on `board`: ranks, ties, total. The sums run on

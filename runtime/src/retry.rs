@@ -23,7 +23,7 @@
 //!   key's lease (60 s, pauses of 25 ms at most); and, within a fraction
 //!   of the lease so that its holder gives it back before it can end,
 //!   `mark` (`bucket/lease.rs`), the late push (`bucket/late.rs`) and
-//!   `remove` (`bucket/edit.rs`);
+//!   `delete` (`bucket/edit.rs`);
 //! - a buffered counter's flush write (`approx_counter/buffer.rs`), which
 //!   gives up after a few tries by design ([`Retry::at_most`]).
 //!

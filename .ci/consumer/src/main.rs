@@ -76,7 +76,7 @@ mod with_chrono {
     }
 
     pub fn use_them(db: &Database) {
-        let _ = Reading::buckets(db).page(&At::default(), PageRequest::new(1, 10));
+        let _ = Reading::buckets(db).page(&At::default(), PageRequest::page(1).per_page(10));
         let _ = Order::keyset(db).page_size(10);
         let _ = Order::sharded(db);
     }
@@ -152,7 +152,7 @@ async fn main() -> mongo_patterns::Result<()> {
     let client = Client::with_uri_str(&uri).await?;
     let db = client.database("consumer");
     let _ = Visit::keyset(&db).page_size(20);
-    let _ = Trade::buckets(&db).page(&1_i64, PageRequest::new(1, 50));
+    let _ = Trade::buckets(&db).page(&1_i64, PageRequest::page(1).per_page(50));
     #[cfg(feature = "chrono")]
     with_chrono::use_them(&db);
     #[cfg(feature = "time")]

@@ -8,13 +8,13 @@ use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use futures::Stream;
+use futures::{Stream, StreamExt, TryStreamExt};
 use mongodb::bson::{Bson, Document};
 use mongodb::ClientSession;
 
 use super::cx::Cx;
 use super::{BucketPage, Bucketed, Buckets, PageRequest};
-use crate::action::{Given, Options};
+use crate::action::Given;
 use crate::cut::CutGuard;
 use crate::error::{Error, Result};
 
@@ -95,8 +95,8 @@ action! {
 
 action! {
     /// [`Buckets::push_many`].
-    PushMany<'a, T> { key: Result<Bson>, items: &'a [T] } -> (); write, guarded;
-    |this, cx| this.repo.push_many_in(&this.key?, this.items, cx).await
+    PushMany<'a, T> { items: &'a [T] } -> (); write, guarded;
+    |this, cx| this.repo.push_groups(this.items, cx).await
 }
 
 action! {
@@ -121,28 +121,29 @@ action! {
 }
 
 action! {
-    /// [`Buckets::remove`].
-    Remove<'a, T> { key: Result<Bson>, matching: Document } -> u64; both;
+    /// [`Buckets::delete`].
+    Delete<'a, T> { key: Result<Bson>, matching: Document } -> u64; both;
     |this, cx| {
-        cx.outside_transaction("remove")?;
+        cx.outside_transaction("delete")?;
         this.repo.scoped(&cx.opts).remove_spawned(this.key?, this.matching).await
     }
 }
 
 action! {
-    /// [`Buckets::update`].
-    Update<'a, T> { key: Result<Bson>, matching: Document, item: &'a T } -> bool; both, guarded;
+    /// [`Buckets::replace`].
+    Replace<'a, T> { key: Result<Bson>, matching: Document, item: &'a T } -> bool; both, guarded;
     |this, cx| this.repo.update_in(&this.key?, this.matching, this.item, cx).await
 }
 
-/// [`Buckets::stream`]: every item of a key, oldest first. It takes no
-/// session (its cursor would borrow the session for as long as the stream
-/// lives); read options apply.
+/// [`Buckets::stream`]: every item of a key, oldest first. Read options
+/// and `session` apply; given a session, the stream borrows it until
+/// dropped (its cursor's `getMore`s run in it).
 #[must_use = "streams do nothing unless polled"]
 pub struct ItemStream<'a, T> {
     repo: &'a Buckets<T>,
     key: Option<Result<Bson>>,
-    options: Options,
+    options: Given,
+    session: Option<&'a mut ClientSession>,
     inner: Option<BoxStream<'a, Result<T>>>,
 }
 
@@ -151,13 +152,13 @@ impl<'a, T: Bucketed> ItemStream<'a, T> {
         ItemStream {
             repo,
             key: Some(key),
-            options: Options::default(),
+            options: Given::default(),
+            session: None,
             inner: None,
         }
     }
 
-    crate::action::setters!(@common);
-    crate::action::setters!(@read);
+    crate::action::setters!('a; read);
 }
 
 impl<'a, T: Bucketed> Stream for ItemStream<'a, T> {
@@ -171,8 +172,16 @@ impl<'a, T: Bucketed> Stream for ItemStream<'a, T> {
                 .key
                 .take()
                 .unwrap_or_else(|| Err(Error::invalid("stream", "polled after its end")));
-            let opts = this.options.or(&this.repo.defaults);
-            this.inner = Some(this.repo.stream_in(key, opts));
+            let (repo, options, session) = (
+                this.repo,
+                std::mem::take(&mut this.options),
+                this.session.take(),
+            );
+            let items = futures::stream::once(async move {
+                let mut cx = Cx::new(repo, options, session, true).await;
+                repo.stream_in(key?, &mut cx).await
+            });
+            this.inner = Some(items.try_flatten().boxed());
         }
         match this.inner.as_mut() {
             Some(s) => s.as_mut().poll_next(cx),
@@ -247,18 +256,29 @@ impl<T: Bucketed> Buckets<T> {
         }
     }
 
-    /// Appends `items` (all of key `key`, in order): fills the open bucket,
-    /// then writes new full buckets with one `insert`. Two or three round
-    /// trips, however many items. In a caller's transaction it behaves as
-    /// [`Buckets::push`] does (races transient, late items refused).
-    pub fn push_many<'a, Q>(&'a self, key: &Q, items: &'a [T]) -> PushMany<'a, T>
-    where
-        T::Key: std::borrow::Borrow<Q>,
-        Q: serde::Serialize + ?Sized,
-    {
+    /// Appends `items`, each to its own key's buckets (the key is read from
+    /// the item, as [`push`](Self::push) reads it): per key, in the order
+    /// given (sorted by `order`, if any), it fills the open bucket, then
+    /// writes new full buckets with one `insert`. Two or three round trips
+    /// a key, however many items; keys go one after another, in the order
+    /// they first appear. An error stops the call: the keys before it are
+    /// stored, and of the failing key's items a prefix (see the module
+    /// docs). In a caller's transaction it behaves as [`Buckets::push`]
+    /// does (races transient, items further back refused).
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[bucket(size = 1000, key = "customer")]
+    /// # struct Trade { customer: i64, qty: i32 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let fills = [Trade { customer: 7, qty: 10 }, Trade { customer: 9, qty: 5 }];
+    /// Trade::buckets(&db).push_many(&fills).await?; // customers 7 and 9
+    /// # Ok(()) }
+    /// ```
+    pub fn push_many<'a>(&'a self, items: &'a [T]) -> PushMany<'a, T> {
         PushMany {
             repo: self,
-            key: self.key_bson(key),
             items,
             options: Given::default(),
             session: None,
@@ -307,7 +327,20 @@ impl<T: Bucketed> Buckets<T> {
     /// Every item of `key`, oldest first, from one cursor over its buckets.
     /// It takes no lease: beside a late push that splits a bucket it can
     /// miss or repeat the items being moved, which a page cannot. It takes
-    /// no session either (see [`ItemStream`]).
+    /// In a caller's session it reads there (and inside a transaction sees
+    /// its writes); the stream then borrows the session (see
+    /// [`ItemStream`]).
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[bucket(size = 1000, key = "customer")]
+    /// # struct Trade { customer: i64, qty: i32 }
+    /// # async fn f(client: Client, db: Database) -> mongo_patterns::Result<()> {
+    /// let mut s = client.start_session().await?;
+    /// let all: Vec<Trade> = Trade::buckets(&db).stream(&7).session(&mut s).try_collect().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn stream<'a, Q>(&'a self, key: &Q) -> ItemStream<'a, T>
     where
         T::Key: std::borrow::Borrow<Q>,
@@ -318,7 +351,7 @@ impl<T: Bucketed> Buckets<T> {
 
     /// Recomputes every bucket's `start` from the counts, in one `aggregate`
     /// that writes back with `$merge`, after one read that refuses a key
-    /// with a damaged bucket (`Damaged`), under the key's lease. `remove`
+    /// with a damaged bucket (`Damaged`), under the key's lease. `delete`
     /// calls it, and so does a read that meets a removal's mark; call it
     /// yourself after editing buckets by hand. Refused inside a caller's
     /// transaction (`NotSupportedInTransaction`); in a session outside one it runs
@@ -357,12 +390,12 @@ impl<T: Bucketed> Buckets<T> {
     /// without these writes. In a session outside a transaction it runs as
     /// without the session (its own task, its own lease); write concern,
     /// read concern and read preference apply to every command it sends.
-    pub fn remove<'a, Q>(&'a self, key: &Q, matching: Document) -> Remove<'a, T>
+    pub fn delete<'a, Q>(&'a self, key: &Q, matching: Document) -> Delete<'a, T>
     where
         T::Key: std::borrow::Borrow<Q>,
         Q: serde::Serialize + ?Sized,
     {
-        Remove {
+        Delete {
             repo: self,
             key: self.key_bson(key),
             matching,
@@ -376,18 +409,18 @@ impl<T: Bucketed> Buckets<T> {
     /// item keeps its position; with `order` the bucket is sorted again in
     /// the same write, so an item whose order field changed moves within
     /// its bucket (never to another bucket: a value moved past a
-    /// neighbouring bucket's breaks the order across buckets; remove and
+    /// neighbouring bucket's breaks the order across buckets; delete and
     /// push it instead). One `findAndModify`; when nothing matched, two
     /// `find`s more: one for this write's id (a retry by the driver after a
     /// lost reply finds the write applied), one that reports a damaged
     /// bucket of the key rather than `false`. It moves no positions, so in
     /// a caller's session and transaction all of it runs there.
-    pub fn update<'a, Q>(&'a self, key: &Q, matching: Document, item: &'a T) -> Update<'a, T>
+    pub fn replace<'a, Q>(&'a self, key: &Q, matching: Document, item: &'a T) -> Replace<'a, T>
     where
         T::Key: std::borrow::Borrow<Q>,
         Q: serde::Serialize + ?Sized,
     {
-        Update {
+        Replace {
             repo: self,
             key: self.key_bson(key),
             matching,

@@ -59,7 +59,7 @@ impl<'s> Cx<'s> {
     }
 
     /// Refuses an operation that moves items' positions inside a caller's
-    /// transaction (see [`Buckets::remove`]): `what` is `"remove"`,
+    /// transaction (see [`Buckets::delete`]): `what` is `"delete"`,
     /// `"reindex"`, `"a late push"` or `"repairing positions a removal
     /// left"`.
     pub(super) fn outside_transaction(&self, what: &'static str) -> Result<()> {
@@ -70,7 +70,7 @@ impl<'s> Cx<'s> {
             `start_transaction` or after the commit); given a session with no transaction \
             open, it runs as without one";
         let (operation, instead) = match what {
-            "remove" => ("`remove`", OUTSIDE),
+            "delete" => ("`delete`", OUTSIDE),
             "reindex" => ("`reindex`", OUTSIDE),
             "a late push" => (
                 "a late `push` (an item further back than the key's last two buckets)",

@@ -1,4 +1,4 @@
-//! `remove` and `update`: items changed inside their buckets, with the
+//! `delete` and `replace`: items changed inside their buckets, with the
 //! positions after them moved under the key's lease.
 
 use futures::TryStreamExt;
@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::util::id_of;
 
 impl<T: Bucketed> Buckets<T> {
-    /// [`Buckets::remove`]: as a task of its own, so that a caller that
+    /// [`Buckets::delete`]: as a task of its own, so that a caller that
     /// stops waiting does not cut it between buckets.
     pub(super) async fn remove_spawned(&self, key_b: Bson, matching: Document) -> Result<u64> {
         let cond = item_cond(&matching, (self.spec.key, &key_b))?;
@@ -24,7 +24,7 @@ impl<T: Bucketed> Buckets<T> {
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             Err(_) => Err(Error::invalid(
                 "runtime",
-                "the runtime shut down while `remove` ran; it may have removed some items",
+                "the runtime shut down while `delete` ran; it may have deleted some items",
             )),
         }
     }
@@ -137,7 +137,7 @@ impl<T: Bucketed> Buckets<T> {
         done.map(|()| removed)
     }
 
-    /// [`Buckets::update`], in `cx`.
+    /// [`Buckets::replace`], in `cx`.
     pub(super) async fn update_in(
         &self,
         key_b: &Bson,

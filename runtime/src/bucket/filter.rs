@@ -1,4 +1,4 @@
-//! The filter `remove` and `update` take, as an aggregation expression over
+//! The filter `delete` and `replace` take, as an aggregation expression over
 //! one item (`$$this`).
 //!
 //! Both calls work inside a bucket's array, where the query language cannot
@@ -13,7 +13,7 @@ use mongodb::bson::{doc, Bson, Document};
 
 use crate::error::{Error, Result};
 
-/// Field operators `remove` and `update` accept.
+/// Field operators `delete` and `replace` accept.
 pub const FIELD_OPERATORS: &[&str] = &[
     "$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists",
 ];
@@ -215,7 +215,7 @@ fn check_value(v: &Bson) -> Result<()> {
     match v {
         Bson::RegularExpression(_) => Err(Error::invalid(
             "matching",
-            "a regular expression matches by pattern, which `remove` and `update` do not support",
+            "a regular expression matches by pattern, which `delete` and `replace` do not support",
         )),
         Bson::JavaScriptCode(_) | Bson::JavaScriptCodeWithScope(_) => Err(Error::invalid(
             "matching",

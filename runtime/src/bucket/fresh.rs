@@ -4,12 +4,11 @@
 
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
-use mongodb::bson::{doc, Bson, RawBsonRef};
+use mongodb::bson::{doc, Bson, RawBsonRef, RawDocumentBuf};
 
 use super::cx::Cx;
 use super::stored::Head;
 use super::{BucketPage, Bucketed, Buckets, PageRequest};
-use crate::action::Options;
 use crate::error::{Error, Result};
 
 impl<T: Bucketed> Buckets<T> {
@@ -91,33 +90,39 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// [`Buckets::stream`] with options `opts`.
-    pub(super) fn stream_in(
-        &self,
-        key_b: Result<Bson>,
-        opts: Options,
-    ) -> BoxStream<'static, Result<T>> {
-        let this = self.scoped(&opts);
-        futures::stream::once(async move {
-            let key_b = key_b?;
-            let cursor = this
-                .reads
-                .find(this.of_key(&key_b))
-                .with_options(opts.driver::<mongodb::options::FindOptions>())
-                .sort(doc! {"_id": 1})
-                .await?;
-            let items = cursor.map_err(Error::from).map(move |bucket| {
-                let bucket = bucket?;
-                let len = match bucket.get(this.spec.items) {
-                    Ok(Some(RawBsonRef::Array(a))) => Some(a.into_iter().count() as i64),
-                    _ => None,
-                };
-                this.check(&bucket, len)?;
-                let items = this.items_of(&bucket, &key_b, i64::MAX)?;
-                Ok::<_, Error>(futures::stream::iter(items.into_iter().map(Ok)))
-            });
-            Ok::<_, Error>(items.try_flatten())
-        })
-        .try_flatten()
-        .boxed()
+    pub(super) async fn stream_in<'a>(
+        &'a self,
+        key_b: Bson,
+        cx: &mut Cx<'a>,
+    ) -> Result<BoxStream<'a, Result<T>>> {
+        let find = self
+            .reads
+            .find(self.of_key(&key_b))
+            .with_options(cx.opts.driver::<mongodb::options::FindOptions>())
+            .sort(doc! {"_id": 1});
+        let buckets: BoxStream<'a, Result<RawDocumentBuf>> = match cx.session.take() {
+            None => find.await?.map_err(Error::from).boxed(),
+            // The session moves into the stream, which runs each
+            // `getMore` in it.
+            Some(s) => {
+                let cursor = find.session(&mut *s).await?;
+                futures::stream::unfold((cursor, s), |(mut cursor, s)| async move {
+                    let next = cursor.next(s).await?;
+                    Some((next.map_err(Error::from), (cursor, s)))
+                })
+                .boxed()
+            }
+        };
+        let items = buckets.map(move |bucket| {
+            let bucket = bucket?;
+            let len = match bucket.get(self.spec.items) {
+                Ok(Some(RawBsonRef::Array(a))) => Some(a.into_iter().count() as i64),
+                _ => None,
+            };
+            self.check(&bucket, len)?;
+            let items = self.items_of(&bucket, &key_b, i64::MAX)?;
+            Ok::<_, Error>(futures::stream::iter(items.into_iter().map(Ok)))
+        });
+        Ok(items.try_flatten().boxed())
     }
 }

@@ -13,26 +13,43 @@ use crate::retry::Retry;
 use crate::util::key_bytes;
 
 impl<T: Bucketed> Buckets<T> {
-    /// [`Buckets::push_many`], in `cx`.
-    pub(super) async fn push_many_in(
+    /// [`Buckets::push_many`], in `cx`: the items grouped by key (keys in
+    /// the order they first appear, each key's items in the order given),
+    /// every item checked before the first write.
+    pub(super) async fn push_groups(&self, items: &[T], cx: &mut Cx<'_>) -> Result<()> {
+        let mut groups: Vec<(Bson, Vec<&T>)> = Vec::new();
+        let mut index = std::collections::HashMap::new();
+        for item in items {
+            let key = self.key_bson(item.bucket_key())?;
+            let at = *index.entry(key_bytes(&key)).or_insert_with(|| {
+                groups.push((key, Vec::new()));
+                groups.len() - 1
+            });
+            groups[at].1.push(item);
+        }
+        let mut checked = Vec::with_capacity(groups.len());
+        for (key, items) in groups {
+            let mut docs = Vec::with_capacity(items.len());
+            for item in items {
+                let d = self.item_doc(item)?;
+                let len = item_len(&d)?;
+                docs.push((d, len));
+            }
+            checked.push((key, docs));
+        }
+        for (key, docs) in checked {
+            self.push_many_in(key, docs, cx).await?;
+        }
+        Ok(())
+    }
+
+    /// One key's items (as stored, with their lengths), in `cx`.
+    async fn push_many_in(
         &self,
-        key_b: &Bson,
-        items: &[T],
+        key_b: Bson,
+        mut docs: Vec<(Document, i64)>,
         cx: &mut Cx<'_>,
     ) -> Result<()> {
-        let key_b = key_b.clone();
-        let mut docs = Vec::with_capacity(items.len());
-        for item in items {
-            if self.key_bson(item.bucket_key())? != key_b {
-                return Err(Error::invalid(
-                    "items",
-                    "every item must have the key given",
-                ));
-            }
-            let d = self.item_doc(item)?;
-            let len = item_len(&d)?;
-            docs.push((d, len));
-        }
         if let Some(order) = self.spec.order {
             // Stable: items with equal order values keep the order given.
             docs.sort_by(|(a, _), (b, _)| order_cmp(a.get(order), b.get(order)));

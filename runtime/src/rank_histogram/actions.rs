@@ -60,8 +60,8 @@ actions! {
     Change[write] -> () { args: Result<Box<WriteArgs>> }
     |repo, o, s| repo.run_write(&*args?, o, s).await;
 
-    /// [`Ranks::remove`]: a write.
-    Remove[write] -> () { args: Result<Box<WriteArgs>> }
+    /// [`Ranks::unrecord`]: a write.
+    Unrecord[write] -> () { args: Result<Box<WriteArgs>> }
     |repo, o, s| repo.run_write(&*args?, o, s).await;
 
     /// [`Ranks::rank`]: a read.

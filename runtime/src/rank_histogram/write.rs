@@ -30,7 +30,7 @@ pub(super) struct Delta<'a> {
     pub(super) inc: Option<&'a Bson>,
 }
 
-/// What `record`, `change` and `remove` write, boxed in their actions.
+/// What `record`, `change` and `unrecord` write, boxed in their actions.
 pub(super) struct WriteArgs {
     pub(super) board: Bson,
     pub(super) dec: Option<Bson>,
