@@ -311,42 +311,45 @@ impl<T: ShardKeyed> Sharded<T> {
     ) -> Result<u64> {
         check_update(&self.spec, &update)?;
         let point = point?;
-        let id = filter
-            .get("_id")
-            .filter(|v| {
-                !v.as_document()
-                    .is_some_and(|d| d.keys().any(|k| k.starts_with('$')))
-            })
-            .cloned();
-        let mut f = point.clone();
-        for (k, v) in filter {
-            f.insert(k, v);
-        }
+        let id = plain_id(&filter);
         let o = cx.options.driver::<UpdateOptions>();
         let matched = run!(
-            self.coll.update_many(f, update).with_options(o),
+            self.coll
+                .update_many(within(&point, filter), update)
+                .with_options(o),
             cx.session.as_deref_mut()
         )?
         .matched_count;
         if let (0, Some(id)) = (matched, id) {
-            if let Some(stored) = self.stored_key(&id, &point, &mut cx).await? {
-                let differs = point.iter().any(|(k, v)| {
-                    stored
-                        .get(k)
-                        .is_none_or(|s| analyze::cmp_bson(s, v) != std::cmp::Ordering::Equal)
-                });
-                if differs {
-                    let mut key = stored;
-                    key.remove("_id");
-                    return Err(Error::ShardKeyMismatch {
-                        collection: self.coll.name().to_owned(),
-                        id: Box::new(id),
-                        stored: Box::new(key),
-                    });
-                }
-            }
+            self.refuse_other_key(id, &point, &mut cx).await?;
         }
         Ok(matched)
+    }
+
+    /// Why a write within the key value `point`, by a filter naming `id`,
+    /// touched nothing (`update` and `delete` share it): the document
+    /// stored under another key value is [`Error::ShardKeyMismatch`], one
+    /// whose key is damaged [`Error::Damaged`]. No document, or one under
+    /// `point` that the rest of the filter left out, is `Ok`.
+    async fn refuse_other_key(&self, id: Bson, point: &Document, cx: &mut Cx<'_>) -> Result<()> {
+        let Some(stored) = self.stored_key(&id, point, cx).await? else {
+            return Ok(());
+        };
+        let differs = point.iter().any(|(k, v)| {
+            stored
+                .get(k)
+                .is_none_or(|s| analyze::cmp_bson(s, v) != std::cmp::Ordering::Equal)
+        });
+        if !differs {
+            return Ok(());
+        }
+        let mut key = stored;
+        key.remove("_id");
+        Err(Error::ShardKeyMismatch {
+            collection: self.coll.name().to_owned(),
+            id: Box::new(id),
+            stored: Box::new(key),
+        })
     }
 
     fn point_filter<Q>(&self, at: DateTime, search: &Q) -> Result<Document>
@@ -374,6 +377,28 @@ enum Written {
     Replaced,
     Inserted,
     Nothing,
+}
+
+/// The `_id` `filter` names as a plain value (not an operator such as
+/// `$in`): the one document a miss is looked up by.
+fn plain_id(filter: &Document) -> Option<Bson> {
+    filter
+        .get("_id")
+        .filter(|v| {
+            !v.as_document()
+                .is_some_and(|d| d.keys().any(|k| k.starts_with('$')))
+        })
+        .cloned()
+}
+
+/// `filter` within the key value `point`: the point's fields first, so
+/// that `mongos` sees the key (a field of `filter` of the same name wins).
+fn within(point: &Document, filter: Document) -> Document {
+    let mut f = point.clone();
+    for (k, v) in filter {
+        f.insert(k, v);
+    }
+    f
 }
 
 /// Fills the derived coarse field of a stored document.
