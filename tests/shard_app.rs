@@ -90,18 +90,24 @@ fn month_of(d: &Document) -> DateTime {
 
 /// Inside a caller's transaction: `insert`, `upsert` that inserts, `upsert`
 /// under an unchanged key, `upsert` that moves the document to another
-/// month, `replace` and `update`. Aborted: nothing of it is stored.
-/// Committed: all of it is. Every command runs in the transaction.
+/// month, `replace`, `update` and `delete`. Aborted: nothing of it is
+/// stored, and the deleted document is still there. Committed: all of it
+/// is. Every command runs in the transaction.
 #[tokio::test]
 async fn writes_join_the_callers_transaction() {
     let (db, commands) = fresh_db("shard_app_txn").await;
     db.create_collection("logs").await.unwrap();
     let repo = Log::sharded(&db);
-    // Stored before the transaction: 1 (to re-write in place), 2 (to move).
+    // Stored before the transaction: 1 (to re-write in place), 2 (to
+    // move), 5 (to delete).
     bounded(
         30,
-        repo.insert_many(&[log(1, "app", OCT, "one"), log(2, "app", OCT, "two")])
-            .into_future(),
+        repo.insert_many(&[
+            log(1, "app", OCT, "one"),
+            log(2, "app", OCT, "two"),
+            log(5, "app", OCT, "five"),
+        ])
+        .into_future(),
     )
     .await
     .unwrap();
@@ -174,6 +180,16 @@ async fn writes_join_the_callers_transaction() {
         .await
         .unwrap();
         assert_eq!(n, 1);
+        let n = bounded(
+            30,
+            repo.delete(at("2021-10-25T00:00:00Z"), "app", doc! {"_id": 5})
+                .write_concern(majority.clone())
+                .session(&mut s)
+                .into_future(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(n, 1);
         // The transaction's reads see its own writes; a read concern on
         // the action is not sent there either.
         let seen: Vec<i64> = bounded(
@@ -190,7 +206,8 @@ async fn writes_join_the_callers_transaction() {
         .collect();
         assert_eq!(seen, [1, 2, 3, 4]);
         let sent = commands.take();
-        assert!(sent.len() >= 10, "{sent:?}");
+        assert!(sent.len() >= 11, "{sent:?}");
+        assert!(sent.iter().any(|(n, _)| n == "delete"), "{sent:?}");
         for (name, cmd) in &sent {
             assert!(cmd.contains_key("lsid"), "{name} outside the session");
             assert_eq!(
@@ -210,7 +227,11 @@ async fn writes_join_the_callers_transaction() {
             bounded(30, s.abort_transaction().into_future())
                 .await
                 .unwrap();
-            assert_eq!(raw_all(&db, "logs").await, before, "aborted: nothing");
+            assert_eq!(
+                raw_all(&db, "logs").await,
+                before,
+                "aborted: nothing, and 5 is still there"
+            );
         }
     }
     let stored = raw_all(&db, "logs").await;

@@ -355,6 +355,16 @@ async fn damaged_keys_are_refused_by_writes() {
                 .await
                 .map(|_| ()),
             ),
+            (
+                "delete",
+                bounded(
+                    30,
+                    repo.delete(DateTime::from_millis(oct * 1000), "app", doc! {"_id": id})
+                        .into_future(),
+                )
+                .await
+                .map(|_| ()),
+            ),
         ] {
             match r {
                 Err(Error::Damaged {
@@ -376,8 +386,8 @@ async fn damaged_keys_are_refused_by_writes() {
     // second document appeared.
     assert_eq!(raw_all(&db, "logs").await, damaged);
 
-    // `update` naming an `_id` stored under another key: a typed error
-    // naming it, not Ok(0).
+    // `update` or `delete` naming an `_id` stored under another key: a
+    // typed error naming it, not Ok(0).
     bounded(30, repo.insert(&log(5, "web", oct)).into_future())
         .await
         .unwrap();
@@ -415,6 +425,39 @@ async fn damaged_keys_are_refused_by_writes() {
     .await
     .unwrap();
     assert_eq!(n, 1);
+    let r = bounded(
+        30,
+        repo.delete(
+            DateTime::from_millis(oct * 1000),
+            "app",
+            doc! {"_id": 5_i64},
+        )
+        .into_future(),
+    )
+    .await;
+    match r {
+        Err(Error::ShardKeyMismatch { id, stored, .. }) => {
+            assert_eq!(*id, Bson::Int64(5));
+            assert_eq!(stored.get_str("type").ok(), Some("web"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let five = raw.find_one(doc! {"_id": 5_i64}).await.unwrap();
+    assert!(five.is_some(), "a mismatch deletes nothing");
+    // Under its own key, the delete is made.
+    let n = bounded(
+        30,
+        repo.delete(
+            DateTime::from_millis(oct * 1000),
+            "web",
+            doc! {"_id": 5_i64},
+        )
+        .into_future(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(raw.find_one(doc! {"_id": 5_i64}).await.unwrap(), None);
 }
 
 /// A mistyped field: reads give `UnexpectedDocument` naming the `_id`, on

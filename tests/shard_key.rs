@@ -319,6 +319,85 @@ async fn targeted_queries_carry_the_key_prefix() {
     assert_eq!(sessions.shard_spec(), doc! {"_id": "hashed"});
 }
 
+/// A delete names the key's values, as an update does: one `delete`
+/// (`deleteMany`) whose filter starts with the month and the type, so
+/// `mongos` sends it to one shard; it removes what matches within that
+/// key value and nothing under another.
+#[tokio::test]
+async fn delete_stays_within_one_key_value() {
+    let (db, commands) = fresh_db("shard_delete").await;
+    let repo = Log::sharded(&db);
+    let all = logs(1_200, 13);
+    repo.insert_many(&all).await.unwrap();
+    // October 2022.
+    let (lo, hi) = (1_664_582_400, 1_667_260_800);
+    let october = |l: &Log| l.ts >= lo && l.ts < hi;
+    let count = |kind: &str, in_october: bool| {
+        all.iter()
+            .filter(|l| l.kind == kind && l.level == "high" && october(l) == in_october)
+            .count() as u64
+    };
+    let want = count("app", true);
+    assert!(want > 0 && count("app", false) > 0 && count("web", true) > 0);
+
+    commands.take();
+    let n = repo
+        .delete(at("2022-10-20T00:00:00Z"), "app", doc! {"level": "high"})
+        .await
+        .unwrap();
+    assert_eq!(n, want);
+    let sent = commands.take();
+    let names: Vec<&str> = sent.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["delete"], "one command, no lookup without an `_id`");
+    let statement = sent[0].1.get_array("deletes").unwrap()[0]
+        .as_document()
+        .unwrap();
+    assert!(
+        matches!(
+            statement.get("limit"),
+            Some(Bson::Int32(0) | Bson::Int64(0))
+        ),
+        "deleteMany: {statement}"
+    );
+    let q = statement.get_document("q").unwrap();
+    let keys: Vec<&str> = q.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["month", "type", "level"], "{q}");
+    assert_eq!(
+        q.get_datetime("month").unwrap(),
+        &at("2022-10-01T00:00:00Z")
+    );
+    assert_eq!(q.get_str("type").ok(), Some("app"));
+
+    // Gone: October's high app logs. Left: the same filter under other
+    // months and under another type, and everything else.
+    let raw = db.collection::<Document>("logs");
+    let stored = |f: Document| {
+        let raw = raw.clone();
+        async move { raw.count_documents(f).await.unwrap() }
+    };
+    let oct = at("2022-10-01T00:00:00Z");
+    assert_eq!(
+        stored(doc! {"month": oct, "type": "app", "level": "high"}).await,
+        0
+    );
+    assert_eq!(
+        stored(doc! {"month": {"$ne": oct}, "type": "app", "level": "high"}).await,
+        count("app", false)
+    );
+    assert_eq!(
+        stored(doc! {"month": oct, "type": "web", "level": "high"}).await,
+        count("web", true)
+    );
+    assert_eq!(stored(doc! {}).await, all.len() as u64 - want);
+
+    // Again: nothing left to delete.
+    let n = repo
+        .delete(at("2022-10-01T00:00:00Z"), "app", doc! {"level": "high"})
+        .await
+        .unwrap();
+    assert_eq!(n, 0);
+}
+
 #[tokio::test]
 async fn ensure_sharded_says_not_sharded() {
     let (db, _) = fresh_db("shard_ensure").await;

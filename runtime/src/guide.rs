@@ -326,13 +326,14 @@
 //!   A `w: 0` write counts in `stats().writes` only if the reply still
 //!   reports it applied.
 //! - **Shard key.** `.write_concern(..)` on writes (`insert`,
-//!   `insert_many`, `replace`, `upsert`, `update`, `ensure_sharded`),
-//!   `.read_concern(..)` and `.selection_criteria(..)` on reads (`find`,
-//!   `find_by_hashed`, `scatter`, `audit`, `analyze`), `comment` and
-//!   `max_time` on every call. The lookup by `_id` inside `replace`,
-//!   `upsert` and `update` always reads the primary, whatever reads are set
-//!   to: it decides the write. `ensure_sharded` writes the effective write
-//!   concern into each admin command.
+//!   `insert_many`, `replace`, `upsert`, `update`, `delete`,
+//!   `ensure_sharded`), `.read_concern(..)` and `.selection_criteria(..)`
+//!   on reads (`find`, `find_by_hashed`, `scatter`, `audit`, `analyze`),
+//!   `comment` and `max_time` on every call. The lookup by `_id` inside
+//!   `replace`, `upsert`, `update` and `delete` always reads the primary,
+//!   whatever reads are set to: it decides the write (or the error).
+//!   `ensure_sharded` writes the effective write concern into each admin
+//!   command.
 //! - **[`ensure`](crate::ensure).** `ensure` takes `.write_concern()` (sent
 //!   on every `create`, `createIndexes`, `enableSharding` and
 //!   `shardCollection`; by default the `Database`'s), `.comment()`,

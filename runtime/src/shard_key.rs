@@ -18,8 +18,8 @@
 //!   [`Sharded::replace`] build that filter, and move a document whose key
 //!   changed (they look up the key it is stored under, so an upsert never
 //!   inserts a second document with the same `_id` on another shard);
-//!   [`Sharded::update`] takes the key's values. Key fields cannot be
-//!   changed through `update`.
+//!   [`Sharded::update`] and [`Sharded::delete`] take the key's values. Key
+//!   fields cannot be changed through `update`.
 //! - A query without the key's prefix goes to every shard. [`Sharded::find`]
 //!   takes the search value and a time range, so it is targeted; anything
 //!   else goes through the separately named [`Sharded::scatter`].
@@ -28,9 +28,9 @@
 //! under `keyCharacteristics`, on any deployment, by `$sample`.
 //!
 //! Every method that sends a command returns an action ([`Insert`],
-//! [`InsertMany`], [`Replace`], [`Upsert`], [`Update`], [`Find`],
-//! [`AuditKeys`], [`Analyze`], [`EnsureSharded`]): setters for the session
-//! and the options that apply, run by `.await`. [`Sharded::find`],
+//! [`InsertMany`], [`Replace`], [`Upsert`], [`Update`], [`Delete`],
+//! [`Find`], [`AuditKeys`], [`Analyze`], [`EnsureSharded`]): setters for
+//! the session and the options that apply, run by `.await`. [`Sharded::find`],
 //! [`Sharded::find_by_hashed`] and [`Sharded::scatter`] give a stream when
 //! awaited, as the driver's `find` gives a cursor: the query is sent and
 //! refused at the `.await`, and the stream then reads batch after batch.
@@ -100,6 +100,7 @@
 //! | `insert`, `insert_many` | the documents with the coarse field filled |
 //! | `upsert(&item)`, `replace(&item)` | `replaceOne` whose filter is `_id` plus the full shard key (MongoDB 4.2+ requires it on a sharded collection). On a miss: a `find` by `_id` (every shard), then a `replaceOne` on the stored key, which moves a document whose key changed, or (upsert) the insert. A replace under an unchanged key is 1 round trip; a move or an upsert that inserts, 3 |
 //! | `update(at, search, filter, update)` | `updateMany` within one key value; refuses updates that change a key field, the timestamp it derives from, or `_id`. When `filter` names one `_id` and nothing matched, a `find` by it: `ShardKeyMismatch` if it is stored under another key |
+//! | `delete(at, search, filter)` | `deleteMany` (`limit: 0`) within one key value, as `update`: when `filter` names one `_id` and nothing was deleted, a `find` by it: `ShardKeyMismatch` if it is stored under another key |
 //! | `find(search, range, extra)` | `find` on `{month: {$gte, $lte}, type, ts: {$gte, $lt}, ...extra}`: the key's prefix, so `mongos` targets the shards that hold that range; the bound on `ts` is exact to the millisecond (epoch seconds: a log at second `s` is at `s × 1000` ms) |
 //! | `audit(max)` | one `find` over the whole collection, projected to the key: documents whose coarse field is missing, not a date, or not their timestamp's period (targeted queries cannot see them), as `Damaged`, up to `max` |
 //! | `find_by_hashed(value)` | `find` on the hashed field's value: one shard |
@@ -128,8 +129,8 @@
 //! server crash or a failover leaves at most the commands already sent; there
 //! is nothing to resume or release.
 //!
-//! - **Cancelled calls.** `insert` and `update` are one command each;
-//!   `insert_many` one `insertMany` (ordered: a cut or failed batch may have
+//! - **Cancelled calls.** `insert`, `update` and `delete` are one command
+//!   each; `insert_many` one `insertMany` (ordered: a cut or failed batch may have
 //!   stored a prefix, and a retry gets a duplicate key on those). `replace`
 //!   and `upsert` are up to three commands (the write under the new key; on a
 //!   miss, the lookup by `_id`; the write under the stored key, or the
@@ -169,7 +170,8 @@
 //!   `insert` repeated after it landed is a duplicate key (`Database`, code
 //!   11000), which means it is stored; an `update` is as safe to repeat as its
 //!   operators (`$set` is, `$inc` is not: `updateMany` is not a retryable
-//!   write). `Contended` (5 rounds lost to concurrent writers of one `_id`
+//!   write); a `delete` is safe to repeat (a repeat deletes what matches by
+//!   then). `Contended` (5 rounds lost to concurrent writers of one `_id`
 //!   during a move) may be retried. Do not retry `Damaged`,
 //!   `UnexpectedDocument`, `ShardKeyMismatch` or `InvalidArgument`: the same
 //!   call fails the same way.
@@ -178,12 +180,12 @@
 //!
 //! Written by another client:
 //!
-//! | stored document | `find` | `scatter`, `find_by_hashed` | `replace`, `upsert`, `update` by `_id` |
+//! | stored document | `find` | `scatter`, `find_by_hashed` | `replace`, `upsert`, `update`, `delete` by `_id` |
 //! | --- | --- | --- | --- |
 //! | no coarse field, or one that is not a date or not its timestamp's period | not returned: its key is in no range (see `audit`) | returned, or `UnexpectedDocument` if the model cannot read it | `Damaged` naming the `_id` and field; nothing written |
 //! | a key field missing or of another type than the model writes, a timestamp that is not one | returned only if the stored key matches the query (then `UnexpectedDocument`) | `UnexpectedDocument` | `Damaged`; nothing written |
 //! | any field that does not deserialize into the model | `UnexpectedDocument { id }` | `UnexpectedDocument { id }` | written over (a replace sends the whole model) |
-//! | stored under another key than `update` named | — | — | `ShardKeyMismatch { id, stored }` |
+//! | stored under another key than `update` or `delete` named | — | — | `ShardKeyMismatch { id, stored }` |
 //!
 //! A targeted query cannot see a document that lacks its key, and nothing but
 //! a scan can: `audit(max)` is that scan. The library installs no server-side
@@ -205,7 +207,9 @@ use mongodb::{ClientSession, Collection, Database};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-pub use self::actions::{Analyze, AuditKeys, Find, Insert, InsertMany, Replace, Update, Upsert};
+pub use self::actions::{
+    Analyze, AuditKeys, Delete, Find, Insert, InsertMany, Replace, Update, Upsert,
+};
 pub use self::analyze::KeyAnalysis;
 pub use self::audit::Audit;
 pub use self::deploy::EnsureSharded;

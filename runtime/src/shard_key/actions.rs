@@ -93,6 +93,11 @@ action! {
 }
 
 action! {
+    /// [`Sharded::delete`]: as [`Replace`].
+    Delete { point: Result<Document>, filter: Document } -> u64, write, delete_in
+}
+
+action! {
     /// [`Sharded::find`], [`Sharded::find_by_hashed`] and
     /// [`Sharded::scatter`]: read options (`read_concern`,
     /// `selection_criteria`, `comment`, `max_time`) and `session`. `.await`

@@ -1,15 +1,16 @@
-//! The write path: inserts, and the replace, upsert and update that carry
-//! the full shard key in their filter.
+//! The write path: inserts, and the replace, upsert, update and delete
+//! that carry the full shard key in their filter.
 
 use std::borrow::Borrow;
 
 use mongodb::bson::{doc, Bson, DateTime, Document};
 use mongodb::options::{
-    FindOneOptions, InsertManyOptions, InsertOneOptions, ReplaceOptions, UpdateOptions,
+    DeleteOptions, FindOneOptions, InsertManyOptions, InsertOneOptions, ReplaceOptions,
+    UpdateOptions,
 };
 use serde::Serialize;
 
-use super::actions::{Insert, InsertMany, Replace, Update, Upsert};
+use super::actions::{Delete, Insert, InsertMany, Replace, Update, Upsert};
 use super::audit::check_stored;
 use super::time::{seconds, truncate};
 use super::{
@@ -311,42 +312,115 @@ impl<T: ShardKeyed> Sharded<T> {
     ) -> Result<u64> {
         check_update(&self.spec, &update)?;
         let point = point?;
-        let id = filter
-            .get("_id")
-            .filter(|v| {
-                !v.as_document()
-                    .is_some_and(|d| d.keys().any(|k| k.starts_with('$')))
-            })
-            .cloned();
-        let mut f = point.clone();
-        for (k, v) in filter {
-            f.insert(k, v);
-        }
+        let id = plain_id(&filter);
         let o = cx.options.driver::<UpdateOptions>();
         let matched = run!(
-            self.coll.update_many(f, update).with_options(o),
+            self.coll
+                .update_many(within(&point, filter), update)
+                .with_options(o),
             cx.session.as_deref_mut()
         )?
         .matched_count;
         if let (0, Some(id)) = (matched, id) {
-            if let Some(stored) = self.stored_key(&id, &point, &mut cx).await? {
-                let differs = point.iter().any(|(k, v)| {
-                    stored
-                        .get(k)
-                        .is_none_or(|s| analyze::cmp_bson(s, v) != std::cmp::Ordering::Equal)
-                });
-                if differs {
-                    let mut key = stored;
-                    key.remove("_id");
-                    return Err(Error::ShardKeyMismatch {
-                        collection: self.coll.name().to_owned(),
-                        id: Box::new(id),
-                        stored: Box::new(key),
-                    });
-                }
-            }
+            self.refuse_other_key(id, &point, &mut cx).await?;
         }
         Ok(matched)
+    }
+
+    /// Deletes the documents `filter` matches within one shard key value:
+    /// `at` and `search`, as [`Sharded::update`] takes them. The key's
+    /// values go into the filter so that `mongos` sends the delete to the
+    /// one shard that holds them, not to every shard. Returns how many were
+    /// deleted.
+    ///
+    /// When `filter` names one `_id` and nothing was deleted, the document
+    /// is looked up, as `update` does: one stored under another key value
+    /// is [`Error::ShardKeyMismatch`] (it is still there), one whose key is
+    /// damaged [`Error::Damaged`], instead of `Ok(0)`.
+    ///
+    /// Commands: one `delete` (`deleteMany`, `limit: 0`); after a miss by
+    /// `_id`, a `find` by it. Both run in the session when one is given;
+    /// nothing is retried.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[model(collection = "logs")]
+    /// # #[shard_key(coarse = "month", from = "ts", search = "type")]
+    /// # struct Log {
+    /// #     #[serde(rename = "_id")] id: ObjectId,
+    /// #     #[serde(rename = "type")] kind: String,
+    /// #     ts: i64,
+    /// #     level: String,
+    /// # }
+    /// # async fn f(db: Database, at: DateTime) -> mongo_patterns::Result<()> {
+    /// // The month of `at`, type "app": one shard.
+    /// let n = Log::sharded(&db)
+    ///     .delete(at, "app", doc! {"level": "debug"})
+    ///     .write_concern(WriteConcern::majority())
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn delete<'a, Q>(&'a self, at: DateTime, search: &Q, filter: Document) -> Delete<'a, T>
+    where
+        T::Search: Borrow<Q>,
+        Q: Serialize + ?Sized,
+    {
+        Delete {
+            repo: self,
+            point: self.point_filter(at, search),
+            filter,
+            options: Options::default(),
+            session: None,
+        }
+    }
+
+    pub(super) async fn delete_in(
+        &self,
+        point: Result<Document>,
+        filter: Document,
+        mut cx: Cx<'_>,
+    ) -> Result<u64> {
+        let point = point?;
+        let id = plain_id(&filter);
+        let o = cx.options.driver::<DeleteOptions>();
+        let deleted = run!(
+            self.coll
+                .delete_many(within(&point, filter))
+                .with_options(o),
+            cx.session.as_deref_mut()
+        )?
+        .deleted_count;
+        if let (0, Some(id)) = (deleted, id) {
+            self.refuse_other_key(id, &point, &mut cx).await?;
+        }
+        Ok(deleted)
+    }
+
+    /// Why a write within the key value `point`, by a filter naming `id`,
+    /// touched nothing (`update` and `delete` share it): the document
+    /// stored under another key value is [`Error::ShardKeyMismatch`], one
+    /// whose key is damaged [`Error::Damaged`]. No document, or one under
+    /// `point` that the rest of the filter left out, is `Ok`.
+    async fn refuse_other_key(&self, id: Bson, point: &Document, cx: &mut Cx<'_>) -> Result<()> {
+        let Some(stored) = self.stored_key(&id, point, cx).await? else {
+            return Ok(());
+        };
+        let differs = point.iter().any(|(k, v)| {
+            stored
+                .get(k)
+                .is_none_or(|s| analyze::cmp_bson(s, v) != std::cmp::Ordering::Equal)
+        });
+        if !differs {
+            return Ok(());
+        }
+        let mut key = stored;
+        key.remove("_id");
+        Err(Error::ShardKeyMismatch {
+            collection: self.coll.name().to_owned(),
+            id: Box::new(id),
+            stored: Box::new(key),
+        })
     }
 
     fn point_filter<Q>(&self, at: DateTime, search: &Q) -> Result<Document>
@@ -374,6 +448,28 @@ enum Written {
     Replaced,
     Inserted,
     Nothing,
+}
+
+/// The `_id` `filter` names as a plain value (not an operator such as
+/// `$in`): the one document a miss is looked up by.
+fn plain_id(filter: &Document) -> Option<Bson> {
+    filter
+        .get("_id")
+        .filter(|v| {
+            !v.as_document()
+                .is_some_and(|d| d.keys().any(|k| k.starts_with('$')))
+        })
+        .cloned()
+}
+
+/// `filter` within the key value `point`: the point's fields first, so
+/// that `mongos` sees the key (a field of `filter` of the same name wins).
+fn within(point: &Document, filter: Document) -> Document {
+    let mut f = point.clone();
+    for (k, v) in filter {
+        f.insert(k, v);
+    }
+    f
 }
 
 /// Fills the derived coarse field of a stored document.
