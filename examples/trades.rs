@@ -78,7 +78,9 @@ async fn main() -> mongo_patterns::Result<()> {
         );
     }
     // A page that crosses from one bucket into the next.
-    let page = trades.page(&customer, PageRequest::page(10).per_page(110)).await?;
+    let page = trades
+        .page(&customer, PageRequest::page(10).per_page(110))
+        .await?;
     println!(
         "oldest first, page 10 of 110 crosses buckets: {} trades, {} to {}",
         page.items.len(),

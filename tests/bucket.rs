@@ -111,7 +111,10 @@ async fn operation_futures_fit_a_small_allocation() {
         ("push, ordered", future_size(&*d.push(&dt).into_future())),
         (
             "page",
-            future_size(&*b.page(&1_i64, PageRequest::page(2).per_page(10)).into_future()),
+            future_size(
+                &*b.page(&1_i64, PageRequest::page(2).per_page(10))
+                    .into_future(),
+            ),
         ),
         (
             "page, newest first",
@@ -196,7 +199,10 @@ async fn concurrent_pushes_to_one_key_are_stored_once_in_order() {
     // Pages of several sizes, at sampled depths, match the stream.
     for per in [1u32, 37, 99, 100, 101, 200] {
         for page in [1u32, 2, 57, 400, 80_000 / per] {
-            let p = repo.page(&7, PageRequest::page(page).per_page(per)).await.unwrap();
+            let p = repo
+                .page(&7, PageRequest::page(page).per_page(per))
+                .await
+                .unwrap();
             let from = (page as usize - 1) * per as usize;
             let want = &all[from.min(all.len())..(from + per as usize).min(all.len())];
             assert_eq!(p.items, want, "page {page} of {per}");
@@ -300,7 +306,9 @@ async fn push_many_fills_then_opens_buckets_in_few_round_trips() {
 async fn push_many_takes_each_items_key_from_the_item() {
     let (db, commands) = fresh_db("bucket_push_many_keys").await;
     let repo = Trade::buckets(&db);
-    let mixed: Vec<Trade> = (0..30u32).map(|s| trade(10 + i64::from(s % 3), 0, s)).collect();
+    let mixed: Vec<Trade> = (0..30u32)
+        .map(|s| trade(10 + i64::from(s % 3), 0, s))
+        .collect();
     commands.take();
     repo.push_many(&mixed).await.unwrap();
     let sent = commands.take();
@@ -312,7 +320,9 @@ async fn push_many_takes_each_items_key_from_the_item() {
             .try_collect()
             .await
             .unwrap();
-        let expected: Vec<u32> = (0..30u32).filter(|s| 10 + i64::from(s % 3) == key).collect();
+        let expected: Vec<u32> = (0..30u32)
+            .filter(|s| 10 + i64::from(s % 3) == key)
+            .collect();
         assert_eq!(seqs, expected, "key {key}");
     }
     // Keys go one after another, each in its few round trips.
@@ -353,7 +363,10 @@ async fn a_push_is_one_round_trip() {
         "a full bucket: the push lands in the bucket opened ahead, opens the \
          one after it, and reads the one before to check its start"
     );
-    let page = repo.page(&1, PageRequest::page(1).per_page(100)).await.unwrap();
+    let page = repo
+        .page(&1, PageRequest::page(1).per_page(100))
+        .await
+        .unwrap();
     assert_eq!(page.items.len(), 100);
     assert_eq!(
         commands.take_count(),
@@ -365,7 +378,9 @@ async fn a_push_is_one_round_trip() {
     for s in SIZE as u32 + 1..2 * SIZE as u32 {
         repo.push(&trade(1, 0, s)).await.unwrap();
     }
-    let pipeline = repo.page_pipeline(&1, PageRequest::page(2).per_page(60)).unwrap();
+    let pipeline = repo
+        .page_pipeline(&1, PageRequest::page(2).per_page(60))
+        .unwrap();
     let slices: Vec<Document> = db
         .collection::<Document>("history")
         .aggregate(pipeline)
@@ -380,7 +395,10 @@ async fn a_push_is_one_round_trip() {
         .map(|b| b.get_array("trades").unwrap().len())
         .sum();
     assert_eq!(sent, 61);
-    let page = repo.page(&1, PageRequest::page(2).per_page(60)).await.unwrap();
+    let page = repo
+        .page(&1, PageRequest::page(2).per_page(60))
+        .await
+        .unwrap();
     assert_eq!(
         page.items.iter().map(|t| t.seq).collect::<Vec<_>>(),
         (60..120).collect::<Vec<_>>()
@@ -557,7 +575,10 @@ async fn errors_are_typed() {
     }
     assert_eq!(commands.take_count(), 0, "refused before sending");
     // A page past the end is empty, not an error.
-    let p = repo.page(&1, PageRequest::page(5).per_page(10)).await.unwrap();
+    let p = repo
+        .page(&1, PageRequest::page(5).per_page(10))
+        .await
+        .unwrap();
     assert!(p.items.is_empty() && !p.has_more);
     // An item larger than any bucket can hold.
     let mut big = trade(1, 0, 0);

@@ -647,8 +647,7 @@ async fn unacknowledged_write_concern_reaches_the_driver() {
     refused(
         bounded(
             30,
-            repo.push_many(&[tick("s-1", 60, 6)])
-                .write_concern(w0()),
+            repo.push_many(&[tick("s-1", 60, 6)]).write_concern(w0()),
         )
         .await,
         "push_many",

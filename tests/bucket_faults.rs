@@ -226,7 +226,10 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
             }};
         }
         expect!("page", fresh.page(&key, PageRequest::page(1).per_page(10)));
-        expect!("page of 2", fresh.page(&key, PageRequest::page(1).per_page(2)));
+        expect!(
+            "page of 2",
+            fresh.page(&key, PageRequest::page(1).per_page(2))
+        );
         expect!(
             "newest first",
             fresh.page(&key, PageRequest::page(1).per_page(10).newest_first())
@@ -278,7 +281,9 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
     .await
     .unwrap();
     for r in [
-        repo.page(&key, PageRequest::page(1).per_page(10)).await.map(|_| ()),
+        repo.page(&key, PageRequest::page(1).per_page(10))
+            .await
+            .map(|_| ()),
         repo.page(&key, PageRequest::page(1).per_page(10).newest_first())
             .await
             .map(|_| ()),
@@ -1339,7 +1344,10 @@ async fn crash_kill_and_restart_mid_pushes() {
     for per in [1u32, 7, 40] {
         let mut paged = Vec::new();
         for n in 1.. {
-            let p = repo.page(&3, PageRequest::page(n).per_page(per)).await.unwrap();
+            let p = repo
+                .page(&3, PageRequest::page(n).per_page(per))
+                .await
+                .unwrap();
             paged.extend(p.items.iter().map(|t| t.seq));
             if !p.has_more {
                 break;
@@ -1727,7 +1735,8 @@ async fn cancelled_late_pushes_lose_nothing_and_double_nothing() {
     let mut finished: HashSet<i64> = (0..60).collect();
     let r = &repo;
     // Measured on a key of its own, with late items too.
-    repo.push_many(&base
+    repo.push_many(
+        &base
             .iter()
             .map(|d| dated(2, d.day, d.n))
             .collect::<Vec<_>>(),

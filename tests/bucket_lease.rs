@@ -168,7 +168,10 @@ async fn a_read_cut_under_the_lease_ends_it_at_once() {
             "the next writer waited {waited:?} after the cut: the cut call's lease was left \
              to run out"
         );
-        let page = repo.page(&1, PageRequest::page(2).per_page(5)).await.unwrap();
+        let page = repo
+            .page(&1, PageRequest::page(2).per_page(5))
+            .await
+            .unwrap();
         let seqs: Vec<u32> = page.items.iter().map(|t| t.seq).collect();
         assert_eq!(seqs, [6, 7, 8, 9]);
         assert_eq!(repo.total(&1).await.unwrap(), 9);

@@ -489,7 +489,10 @@ async fn reads_that_decide_writes_go_to_the_primary() {
                 .unwrap();
         }
         cmds.take();
-        ticks.page("s", PageRequest::page(1).per_page(2)).await.unwrap();
+        ticks
+            .page("s", PageRequest::page(1).per_page(2))
+            .await
+            .unwrap();
         let page = cmds.take();
         assert!(
             !off_primary(&page).is_empty(),

@@ -95,7 +95,10 @@ async fn chrono_bucket_key_and_time_order() {
         repo.push(&reading(other, m)).await.unwrap();
     }
 
-    let page = repo.page(&day, PageRequest::page(1).per_page(20)).await.unwrap();
+    let page = repo
+        .page(&day, PageRequest::page(1).per_page(20))
+        .await
+        .unwrap();
     let minutes: Vec<i32> = page.items.iter().map(|r| r.value).collect();
     assert_eq!(minutes, [0, 10, 20, 25, 30, 40, 50, 55, 60]);
     assert!(page.items.iter().all(|r| r.day == day));
@@ -157,7 +160,10 @@ async fn uuid_bucket_key_and_chrono_order() {
     .await
     .unwrap();
 
-    let page = repo.page(&a, PageRequest::page(2).per_page(2)).await.unwrap();
+    let page = repo
+        .page(&a, PageRequest::page(2).per_page(2))
+        .await
+        .unwrap();
     assert_eq!(page.items, pings(a, 4)[2..]);
     assert!(page.has_more);
     assert_eq!(repo.total(&a).await.unwrap(), 6);

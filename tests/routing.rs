@@ -254,7 +254,10 @@ async fn patterns_under_the_checker() {
     }
     let (c, f) = routing.take();
     let push = line("bucket push ×4", c, &f);
-    trades.page(&7_i64, PageRequest::page(1).per_page(2)).await.unwrap();
+    trades
+        .page(&7_i64, PageRequest::page(1).per_page(2))
+        .await
+        .unwrap();
     trades
         .page(&7_i64, PageRequest::page(1).per_page(2).newest_first())
         .await

@@ -137,7 +137,10 @@ async fn a_refused_operator_is_a_typed_error() {
             assert!(unsupported(&page), "{code}: {page:?}");
             fail_command_off(&c).await;
 
-            let page = events.page("a", PageRequest::page(1).per_page(3)).await.unwrap();
+            let page = events
+                .page("a", PageRequest::page(1).per_page(3))
+                .await
+                .unwrap();
             let ns: Vec<u32> = page.items.iter().map(|e| e.n).collect();
             assert_eq!(ns, [0, 1, 2], "{code}: nothing removed");
             assert_eq!(events.total("a").await.unwrap(), 7);
@@ -148,7 +151,10 @@ async fn a_refused_operator_is_a_typed_error() {
                 .unwrap()
                 .is_none());
             assert_eq!(events.delete("a", doc! {"n": {"$lt": 2}}).await.unwrap(), 2);
-            let page = events.page("a", PageRequest::page(1).per_page(3)).await.unwrap();
+            let page = events
+                .page("a", PageRequest::page(1).per_page(3))
+                .await
+                .unwrap();
             let ns: Vec<u32> = page.items.iter().map(|e| e.n).collect();
             assert_eq!(ns, [2, 3, 4], "{code}");
         }

@@ -71,7 +71,9 @@ pub(crate) async fn generated_vs_hand(
     }
     let last = args.trades.div_ceil(100) as u32;
     let page = 500.min(last);
-    let gp = repo.page(&CUSTOMER, PageRequest::page(page).per_page(100)).await?;
+    let gp = repo
+        .page(&CUSTOMER, PageRequest::page(page).per_page(100))
+        .await?;
     let gen_page_cmds = commands.take();
     let hp = page_by_hand(&typed, CUSTOMER, page, 100).await?;
     let hand_page_cmds = commands.take();
@@ -134,7 +136,11 @@ pub(crate) async fn generated_vs_hand(
             for k in 0..page_ops {
                 let p = 1 + (page - 1 + k as u32) % last.max(1);
                 if v == 0 {
-                    black_box(prepo.page(&CUSTOMER, PageRequest::page(p).per_page(100)).await?);
+                    black_box(
+                        prepo
+                            .page(&CUSTOMER, PageRequest::page(p).per_page(100))
+                            .await?,
+                    );
                 } else {
                     black_box(page_by_hand(&ptyped, CUSTOMER, p, 100).await?);
                 }
@@ -204,7 +210,11 @@ pub(crate) async fn generated_vs_hand(
                 let p = 1 + (page - 1 + k as u32) % last.max(1);
                 match v {
                     0 => {
-                        black_box(prepo.page(&CUSTOMER, PageRequest::page(p).per_page(100)).await?);
+                        black_box(
+                            prepo
+                                .page(&CUSTOMER, PageRequest::page(p).per_page(100))
+                                .await?,
+                        );
                     }
                     1 => {
                         black_box(page_by_hand(&ptyped, CUSTOMER, p, 100).await?);

@@ -121,7 +121,7 @@ struct RankedStudent {
 }
 
 /// What both models share, so that loading and timing are written once.
-trait Exam: RankHistogram<Board = String, Score = f64> + Clone {
+trait Exam: RankHistogram<Board = String, Score = f64> + mongo_patterns::Documents + Clone {
     fn new(id: i64, score: f64) -> Self;
 }
 

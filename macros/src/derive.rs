@@ -55,7 +55,7 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
     };
     let keyset_const = keyset.as_ref().map(|k| k.expand_const(p));
     let declared = expand_declared(p, &repos);
-    let mut out = model.expand(input, quote! { #keyset_const #declared });
+    let mut out = model.expand(input, quote! { #keyset_const #declared }, !repos.bucket);
     out.extend(keyset.map(|k| k.expand_checks(input, p)));
     out.extend(bucket_impl);
     out.extend(rank_impl);

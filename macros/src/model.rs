@@ -92,17 +92,27 @@ fn check(cx: &Ctxt, input: &DeriveInput, attr: Attr) -> Model {
 
 impl Model {
     /// The `Model` impl, with `items` (the keyset's const, `declared`) in it.
-    pub fn expand(&self, input: &DeriveInput, items: TokenStream) -> TokenStream {
+    /// `documents`: the model is stored one document per value (it has
+    /// no `#[bucket]`), so it also gets `Documents` (`collection`,
+    /// `keyset`).
+    pub fn expand(&self, input: &DeriveInput, items: TokenStream, documents: bool) -> TokenStream {
         let p = &self.private;
         let ident = &input.ident;
         let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
         let collection = &self.collection;
+        let documents = documents.then(|| {
+            quote! {
+                #[automatically_derived]
+                impl #impl_g #p::Documents for #ident #ty_g #where_g {}
+            }
+        });
         quote! {
             #[automatically_derived]
             impl #impl_g #p::Model for #ident #ty_g #where_g {
                 const COLLECTION: &'static str = #collection;
                 #items
             }
+            #documents
         }
     }
 
@@ -117,6 +127,8 @@ impl Model {
             impl #impl_g #p::Model for #ident #ty_g #where_g {
                 const COLLECTION: &'static str = "";
             }
+            #[automatically_derived]
+            impl #impl_g #p::Documents for #ident #ty_g #where_g {}
         }
     }
 }

@@ -39,6 +39,40 @@
 //! plain methods: no option could apply to them. The [`action`](crate::action)
 //! module holds the machinery ([`Options`](crate::action::Options)).
 //!
+//! # One verb, one meaning
+//!
+//! The same verb does the same thing in every repository, and means what
+//! the driver's verb of that name means. Every call in the table is an
+//! action (setters, `.await`) except the streams, which are `Stream`s;
+//! every one that reads or writes your data takes `.session()` (the
+//! counter's `flush` and `shutdown`, and the deployment calls, take none:
+//! see below).
+//!
+//! | verb | means | keyset | bucket | rank histogram | approximate counter | shard key |
+//! | --- | --- | --- | --- | --- | --- | --- |
+//! | `insert` | store new documents | — | `push`, `push_many`: the pattern's insert, appending items to each one's key | `insert` (the player and its count) | — | `insert`, `insert_many` |
+//! | `upsert` | replace, or insert when absent | — | — | — | — | `upsert` |
+//! | `replace` | replace one whole document or item | — | `replace(key, filter, item)` | — | — | `replace` |
+//! | `update` | change fields of what matches | — | — | `update_score(filter, score)` | `incr`, `incr_by` | `update(at, search, filter, update)` (operators) |
+//! | `delete` | delete what matches | — | `delete(key, filter)` (items) | `delete(filter)` (a player, uncounted) | — | `delete(at, search, filter)` |
+//! | `record`, `change`, `unrecord` | counts on the histogram alone, no player document | — | — | `record`, `change`, `unrecord` | — | — |
+//! | reads | one answer | `page`, `count` | `page`, `total` | `rank`, `percentile`, `top`, `histogram` | `estimate` | `find`, `find_by_hashed`, `scatter` (streams), `audit`, `analyze` |
+//! | `stream` | every item, as a `Stream` | `stream`, `pages` | `stream(key)` | — | — | (`find` gives one) |
+//! | repair | recompute what is derived | — | `reindex(key)` | `rebuild(board)` | `flush`, `shutdown` (write what is pending) | — |
+//! | `ensure`, `plan`, `declared` | what the deployment needs | every model: `M::ensure(&db)`, `M::plan(&db)`, `M::declared(&db)`, and each repository's `ensure()` and `declared()` | | | | `ensure_sharded` (strict: fails off a sharded cluster) |
+//!
+//! Before this table (the CHANGELOG has the migration notes): bucket
+//! `update` replaced an item (now `replace`) and `remove` deleted items
+//! (now `delete`); rank `remove` uncounted a score (now `unrecord`, the
+//! opposite of `record`); `Sharded` had no `delete`; bucket `stream` took
+//! no session; `push_many(key, items)` asked for the key its items hold
+//! (now `push_many(items)`, which may mix keys); `PageRequest::new(3, 25)`
+//! took two bare numbers (now `PageRequest::page(3).per_page(25)`);
+//! `ensure_indexes` was a second name for `ensure` on two repositories; and
+//! a `#[bucket]` model had `M::keyset` and `M::collection`, which read its
+//! bucket documents as items and failed on the first (they are now on
+//! [`Documents`](crate::Documents), which bucket models do not get).
+//!
 //! # Sessions and transactions
 //!
 //! `.session(&mut s)` runs the call in your session, and inside your
@@ -349,7 +383,7 @@
 //! what the repository uses, for [`ensure`](crate::ensure)
 //! (`repo.ensure()` creates it, under the run-time names).
 //!
-//! - **Keyset.** `Model::keyset(&db)` pages the model's collection;
+//! - **Keyset.** `M::keyset(&db)` ([`Documents::keyset`](crate::Documents::keyset)) pages the model's collection;
 //!   `.with_collection("visits_tenant_a")` pages another. Tokens name their
 //!   database and collection: tenant A's token is `InvalidCursor(Foreign)`
 //!   on tenant B's collection, before anything is sent.

@@ -24,7 +24,7 @@
 //!
 //! # Queries and reads
 //!
-//! `Model::keyset(&db)` returns a builder: `.filter(doc)` (or
+//! `M::keyset(&db)` ([`Documents::keyset`](crate::Documents::keyset)) returns a builder: `.filter(doc)` (or
 //! `.untrusted_filter(doc)?`), `.page_size(n)` (1 to 100,000), `.ascending()` /
 //! `.descending()`, `.by_id()`, `.signing_key(key)`, `.after(&token)`,
 //! `.before(&token)`, `.hint(..)`, `.collation(..)`, `.with_options(..)`,
@@ -159,7 +159,7 @@
 //! - **The index.** Every figure in `benches/keyset-results.md` assumes the index `{sort keys…, _id}`
 //!   in the query's direction (named `mp_keyset_<keys>`, with the query's
 //!   collation if it has one); `Model::ensure` creates it, and
-//!   `Model::keyset(&db).declared()` lists it. Without it each page sorts the
+//!   `M::keyset(&db).declared()` lists it. Without it each page sorts the
 //!   whole filtered collection. By `_id` alone the `_id` index serves.
 //!
 //! # On a sharded collection

@@ -26,7 +26,7 @@ pub use mongodb;
 pub use mongodb::bson;
 
 pub use crate::error::{CursorError, Error, Found, Result};
-pub use crate::model::Model;
+pub use crate::model::{Documents, Model};
 /// Derives [`Model`](trait@Model) and the patterns its attributes name. The
 /// reference of every attribute follows; its examples are compiled as doc
 /// tests of `mongo-patterns-macros`.
@@ -46,7 +46,7 @@ pub mod prelude {
     pub use crate::keyset::{Keyset, Page, PageToken};
     pub use crate::rank_histogram::{Rank, RankHistogram, Ranks, ScoreCount};
     pub use crate::shard_key::{ShardKeyed, Sharded, TimeRange};
-    pub use crate::{Error, Model};
+    pub use crate::{Documents, Error, Model};
     pub use futures::TryStreamExt;
     pub use mongodb::options::{
         Acknowledgment, ReadConcern, ReadPreference, SelectionCriteria, WriteConcern,
@@ -64,7 +64,7 @@ pub mod __private {
     };
     pub use crate::ensure::Declared;
     pub use crate::keyset::{KeysetSpec, SortKey};
-    pub use crate::model::Model;
+    pub use crate::model::{Documents, Model};
     pub use crate::rank_histogram::{BoardKey, FloatScore, Layout, RankHistogram, RankSpec, Ranks};
     pub use crate::shard_key::{
         Coarse, CoarseSlot, Derived, Granularity, ShardKeyed, ShardSpec, Sharded, TimeRepr,

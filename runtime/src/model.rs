@@ -1,5 +1,7 @@
-//! The trait every `#[derive(Model)]` implements: where the documents live,
-//! and how they page by default.
+//! The traits `#[derive(Model)]` implements: [`Model`] for every model
+//! (where its documents live, what it needs in the deployment), and
+//! [`Documents`] for models stored one document per value (every model but
+//! a `#[bucket]` one, whose documents are buckets).
 
 use mongodb::{Collection, Database};
 use serde::de::DeserializeOwned;
@@ -7,7 +9,7 @@ use serde::de::DeserializeOwned;
 use crate::ensure::{Declared, EnsureAction, PlanAction};
 use crate::keyset::{Keyset, KeysetSpec};
 
-/// A struct stored one document per value in a collection.
+/// A struct the patterns store in a collection.
 ///
 /// Derive it; the derive checks the attributes against the struct's fields
 /// (as serde names them) at compile time.
@@ -16,24 +18,9 @@ pub trait Model: Sized {
     /// the struct's name in snake_case (`PageView` is `page_view`).
     const COLLECTION: &'static str;
 
-    /// How [`Model::keyset`] pages: `#[keyset(...)]`, or `_id` ascending.
+    /// How [`Documents::keyset`] pages: `#[keyset(...)]`, or `_id`
+    /// ascending.
     const KEYSET: KeysetSpec = KeysetSpec::BY_ID;
-
-    /// The typed collection.
-    fn collection(db: &Database) -> Collection<Self>
-    where
-        Self: Send + Sync,
-    {
-        db.collection(Self::COLLECTION)
-    }
-
-    /// A keyset query over the collection, in the model's declared order.
-    fn keyset(db: &Database) -> Keyset<Self>
-    where
-        Self: DeserializeOwned + Send + Sync,
-    {
-        Keyset::new(db, Self::COLLECTION, Self::KEYSET)
-    }
 
     /// What the model's attributes need in the deployment: its collection,
     /// the keyset index `{sort keys..., _id}` when `#[keyset(sort = ...)]`
@@ -56,5 +43,43 @@ pub trait Model: Sized {
     /// the deployment differs from the declarations. Sends only reads.
     fn plan(db: &Database) -> PlanAction<'_> {
         PlanAction::new(db, Self::declared(db))
+    }
+}
+
+/// A model stored one document per value: the derive implements it for
+/// every model but a `#[bucket]` one. A bucket model's documents are
+/// buckets of items, which neither its typed collection nor an `_id`
+/// keyset could read; its items are read with
+/// [`Buckets::page`](crate::bucket::Buckets::page) and
+/// [`Buckets::stream`](crate::bucket::Buckets::stream).
+pub trait Documents: Model {
+    /// The typed collection.
+    fn collection(db: &Database) -> Collection<Self>
+    where
+        Self: Send + Sync,
+    {
+        db.collection(Self::COLLECTION)
+    }
+
+    /// A keyset query over the collection, in the model's declared order
+    /// (see [`crate::keyset`]).
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[keyset(sort = "at", order = "desc", page_size = 50)]
+    /// # struct Visit { at: DateTime, page: String }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let first = Visit::keyset(&db).page().await?;
+    /// if let Some(next) = first.next {
+    ///     let _second = Visit::keyset(&db).after(&next).page().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    fn keyset(db: &Database) -> Keyset<Self>
+    where
+        Self: DeserializeOwned + Send + Sync,
+    {
+        Keyset::new(db, Self::COLLECTION, Self::KEYSET)
     }
 }

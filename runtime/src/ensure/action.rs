@@ -9,7 +9,7 @@ use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::{ClientSession, Database};
 
-use super::compare::{compare_index, merge, same_keys, Wanted};
+use super::compare::{compare_index, merge, same_keys, shard_key_index, Wanted};
 use super::{Conflict, Declared, Ensured, Index, Note, Plan, ServerFacts, Unsupported};
 use crate::action::Options;
 use crate::error::Result;
@@ -24,7 +24,10 @@ use crate::error::Result;
 /// on a missing collection creates it), `create` per missing collection
 /// that needs no index; where a shard key or a [`Need`](super::Need) is
 /// declared, `hello`; where a need is declared, `buildInfo`; and on a
-/// sharded cluster a read of `config.collections`, `enableSharding` and
+/// sharded cluster a read of `config.collections`, a `createIndexes` of
+/// the shard key's index where no index starts with the key (`mongod`
+/// builds it only when sharding an empty collection, and refuses a
+/// collection with documents without it), `enableSharding` and
 /// `shardCollection`. The write concern applies to each write (by default
 /// the `Database`'s, which `run_command` would not send by itself).
 ///
@@ -287,7 +290,14 @@ async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted]) -> Result<Plan> {
         let config = db.client().database("config");
         let command = doc! {"find": "collections", "filter": {"_id": &ns}, "limit": 1};
         match sharding(cx.read_cursor(&config, command).await)? {
-            Sharding::Unsharded => plan.shard.push(shard.clone()),
+            Sharding::Unsharded => {
+                // Before `shardCollection`, on a collection that may hold
+                // documents (see `shard_key_index`).
+                if let Some(ix) = shard_key_index(shard, &existing, &plan.create_indexes) {
+                    plan.create_indexes.push(ix);
+                }
+                plan.shard.push(shard.clone());
+            }
             Sharding::On(k) if same_keys(&k, &shard.key) => {}
             Sharding::On(found) => plan.conflicts.push(Conflict::ShardKey {
                 declared: shard.clone(),

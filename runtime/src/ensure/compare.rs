@@ -71,6 +71,56 @@ pub(super) fn merge(declared: Vec<Declared>) -> Result<Vec<Wanted>> {
     Ok(out)
 }
 
+/// The index `shardCollection` needs on a collection that may already
+/// hold documents, unless one listed (`existing`, as `listIndexes` gives
+/// them) or planned serves: one whose keys start with the shard key, with
+/// no option that narrows it (`partialFilterExpression`, `sparse`,
+/// `hidden`) and, for a unique key, unique. `mongod` builds that index
+/// itself only when it shards an empty collection; on one with documents
+/// it refuses (`InvalidOptions`, "Please create an index that starts with
+/// the proposed shard key before sharding the collection").
+pub(super) fn shard_key_index(
+    shard: &Shard,
+    existing: &[Document],
+    planned: &[Index],
+) -> Option<Index> {
+    let starts_with_key = |keys: &Document| {
+        keys.len() >= shard.key.len() && {
+            let prefix: Document = keys
+                .iter()
+                .take(shard.key.len())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            same_keys(&prefix, &shard.key)
+        }
+    };
+    let plain = |options: &Document| {
+        !["partialFilterExpression", "sparse", "hidden"]
+            .iter()
+            .any(|o| options.get(*o).is_some_and(|v| v != &Bson::Boolean(false)))
+            && (!shard.unique || options.get_bool("unique") == Ok(true))
+    };
+    let listed = existing
+        .iter()
+        .any(|i| i.get_document("key").is_ok_and(starts_with_key) && plain(i));
+    let to_create = planned
+        .iter()
+        .any(|i| i.collection == shard.collection && starts_with_key(&i.keys) && plain(&i.options));
+    if listed || to_create {
+        return None;
+    }
+    let mut options = Document::new();
+    if shard.unique {
+        options.insert("unique", true);
+    }
+    Some(Index {
+        collection: shard.collection.clone(),
+        name: default_name(&shard.key),
+        keys: shard.key.clone(),
+        options,
+    })
+}
+
 /// The name the server gives an unnamed index: `a_1_b_-1`.
 fn default_name(keys: &Document) -> String {
     let parts: Vec<String> = keys
@@ -237,6 +287,51 @@ mod tests {
     use mongodb::bson::doc;
 
     use super::*;
+
+    #[test]
+    fn a_shard_key_needs_an_index_that_starts_with_it() {
+        use mongodb::bson::doc;
+        let shard = Shard {
+            collection: "trades".into(),
+            key: doc! {"customerId": "hashed"},
+            unique: false,
+        };
+        // None listed, none planned: the hashed index, under the server's
+        // own name for it.
+        let ix = shard_key_index(&shard, &[doc! {"key": {"_id": 1}, "name": "_id_"}], &[]).unwrap();
+        assert_eq!(ix.keys, doc! {"customerId": "hashed"});
+        assert_eq!(ix.name, "customerId_hashed");
+        assert!(ix.options.is_empty());
+        // One listed that starts with the key serves; a partial one does not.
+        let serving = doc! {"key": {"customerId": "hashed", "start": 1}, "name": "x"};
+        assert!(shard_key_index(&shard, &[serving], &[]).is_none());
+        let partial = doc! {"key": {"customerId": "hashed"}, "name": "p", "partialFilterExpression": {"a": 1}};
+        assert!(shard_key_index(&shard, &[partial], &[]).is_some());
+        // A ranged index on the field is not a hashed one.
+        let ranged = doc! {"key": {"customerId": 1}, "name": "customerId_1"};
+        assert!(shard_key_index(&shard, &[ranged], &[]).is_some());
+        // A planned index on the same collection serves; on another, not.
+        let planned = |collection: &str| Index {
+            collection: collection.into(),
+            name: "k".into(),
+            keys: doc! {"customerId": "hashed"},
+            options: Document::new(),
+        };
+        assert!(shard_key_index(&shard, &[], &[planned("trades")]).is_none());
+        assert!(shard_key_index(&shard, &[], &[planned("other")]).is_some());
+        // A unique key needs a unique index.
+        let unique = Shard {
+            collection: "logs".into(),
+            key: doc! {"month": 1, "type": 1},
+            unique: true,
+        };
+        let plain = doc! {"key": {"month": 1, "type": 1}, "name": "m"};
+        let ix = shard_key_index(&unique, &[plain], &[]).unwrap();
+        assert_eq!(ix.options, doc! {"unique": true});
+        assert_eq!(ix.name, "month_1_type_1");
+        let uniq = doc! {"key": {"month": 1.0, "type": 1_i64}, "name": "m", "unique": true};
+        assert!(shard_key_index(&unique, &[uniq], &[]).is_none());
+    }
 
     #[test]
     fn keys_compare_by_direction() {
