@@ -458,3 +458,78 @@ async fn counters_under_their_declared_key() {
     assert!(c.targeted_writes > 10 && c.targeted_reads >= 2, "{c}");
     println!("counters under {{_id: \"hashed\"}}: {c}");
 }
+
+/// A bucket model that `#[shard_key]` shards on ranges of its bucket key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "ranged_history")]
+#[bucket(size = 3, key = "customerId", order = "seq")]
+#[shard_key(search = "customerId")]
+struct RangedTrade {
+    customer_id: String,
+    seq: u32,
+}
+
+/// Every bucket call on a collection sharded on `{customerId: 1}` (what
+/// `#[shard_key(search = "customerId")]` declares for a bucket model):
+/// each names the key, so no write is refused or broadcast and every read
+/// of the buckets goes to one shard, late items and removals included.
+#[tokio::test]
+async fn buckets_under_a_ranged_key_from_shard_key() {
+    let db0 = fresh_db_with("routing_ranged_buckets", None).await.0;
+    let routing = strict(RangedTrade::declared(&db0));
+    assert_eq!(
+        routing.key_of(RangedTrade::COLLECTION),
+        Some(ShardKey::ranged("customerId"))
+    );
+    let (db, _) = fresh_db_with("routing_ranged_buckets", Some(routing.clone())).await;
+    let trades = RangedTrade::buckets(&db);
+    let t = |c: &str, seq| RangedTrade {
+        customer_id: c.into(),
+        seq,
+    };
+    for seq in [1, 2, 3, 5, 6] {
+        trades.push(&t("c-7", seq)).await.unwrap();
+    }
+    trades.push(&t("c-7", 4)).await.unwrap(); // late: into a sealed bucket
+    trades
+        .push_many(&[t("c-8", 1), t("c-9", 1), t("c-8", 2)])
+        .await
+        .unwrap();
+    let page = trades
+        .page("c-7", PageRequest::page(1).per_page(4))
+        .await
+        .unwrap();
+    assert_eq!(
+        page.items.iter().map(|x| x.seq).collect::<Vec<_>>(),
+        [1, 2, 3, 4]
+    );
+    trades
+        .page("c-7", PageRequest::page(1).per_page(2).newest_first())
+        .await
+        .unwrap();
+    assert_eq!(trades.total("c-8").await.unwrap(), 2);
+    let all: Vec<RangedTrade> = trades.stream("c-7").try_collect().await.unwrap();
+    assert_eq!(all.len(), 6);
+    assert!(trades
+        .replace("c-7", doc! {"seq": 6}, &t("c-7", 6))
+        .await
+        .unwrap());
+    assert_eq!(
+        trades
+            .delete("c-7", doc! {"seq": {"$lt": 3}})
+            .await
+            .unwrap(),
+        2
+    );
+    trades.reindex("c-7").await.unwrap();
+    routing.assert_clean();
+    let on_buckets: Vec<Finding> = routing
+        .findings()
+        .into_iter()
+        .filter(|f| f.coll == RangedTrade::COLLECTION)
+        .collect();
+    assert!(on_buckets.is_empty(), "{on_buckets:#?}");
+    let c = routing.counts();
+    println!("buckets under {{customerId: 1}}: {c}");
+}

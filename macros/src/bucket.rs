@@ -12,6 +12,7 @@ use crate::ast::Input;
 use crate::attr::{self, Opt};
 use crate::ctxt::Ctxt;
 use crate::private::Private;
+use crate::shard_key::BucketSharding;
 
 const BUCKET: &str = "bucket";
 const SIZE: &str = "size";
@@ -231,8 +232,24 @@ fn check(cx: &Ctxt, first: &Attribute, attr: Attr, model: &Input) -> Option<Spec
 }
 
 impl Bucket {
-    pub fn expand(&self, input: &DeriveInput, p: &Private) -> Option<TokenStream> {
+    /// The bucket key's stored (BSON) name; `None` after an error.
+    pub fn key_name(&self) -> Option<&str> {
+        self.spec.as_ref().map(|s| s.key.0.as_str())
+    }
+
+    /// `sharding`: what `#[shard_key]` on the same struct chose (hashed
+    /// when absent).
+    pub fn expand(
+        &self,
+        input: &DeriveInput,
+        p: &Private,
+        sharding: Option<BucketSharding>,
+    ) -> Option<TokenStream> {
         let spec = self.spec.as_ref()?;
+        let sharding = match sharding {
+            Some(BucketSharding::Ranged) => quote!(#p::KeySharding::Ranged),
+            Some(BucketSharding::Hashed) | None => quote!(#p::KeySharding::Hashed),
+        };
         let ident = &input.ident;
         let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
         let size = spec.size as u32;
@@ -260,6 +277,7 @@ impl Bucket {
                     key: #key_name,
                     order: #order,
                     items: #items,
+                    sharding: #sharding,
                 };
                 fn bucket_key(&self) -> &Self::Key {
                     &self.#key_ident

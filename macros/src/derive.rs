@@ -32,6 +32,13 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
     let counters = approx_counter::parse(&cx, input, &ast);
     let shard = shard_key::parse(&cx, input, &ast, check::refuses(&broken, "shard_key"));
     check::report(&cx, input, &broken);
+    // A `#[bucket]` model's `#[shard_key]` says how its buckets shard; it
+    // gets no `Sharded` repository (its documents are buckets).
+    let bucket_sharding = match (&bucket, &shard) {
+        (Some(b), Some(s)) => b.key_name().and_then(|key| s.for_bucket(&cx, input, key)),
+        _ => None,
+    };
+    let shard = if bucket.is_some() { None } else { shard };
     let p = &model.private;
 
     if let Some(errors) = cx.into_compile_errors() {
@@ -42,7 +49,7 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
         let shard = shard.map(|s| s.fallback(input, p));
         return quote! { #errors #fallback #bucket #rank #counters #shard };
     }
-    let bucket_impl = bucket.and_then(|b| b.expand(input, p));
+    let bucket_impl = bucket.and_then(|b| b.expand(input, p, bucket_sharding));
     let rank_impl = rank.and_then(|r| r.expand(input, p));
     let accessors = counters.as_ref().map(|c| c.accessors()).unwrap_or_default();
     let counters_impl = counters.and_then(|c| c.expand(input, p));

@@ -108,6 +108,46 @@ struct Spec {
     small_check: Option<(String, Type)>,
 }
 
+/// How a `#[bucket]` model's collection shards: on its bucket key alone.
+pub enum BucketSharding {
+    /// `#[shard_key(hashed = "<key>")]`.
+    Hashed,
+    /// `#[shard_key(search = "<key>")]`.
+    Ranged,
+}
+
+impl ShardKey {
+    /// The key as a `#[bucket]` model's, whose bucket key is the field
+    /// stored as `key`: `Some` when it is that field alone; otherwise the
+    /// error says why (every item of a bucket has the same bucket key, and
+    /// only that field keeps a push and a page on one shard). `None`
+    /// without an error after one of the key's own.
+    pub fn for_bucket(&self, cx: &Ctxt, input: &DeriveInput, key: &str) -> Option<BucketSharding> {
+        let spec = self.spec.as_ref()?;
+        let at = input.attrs.iter().find(|a| a.path().is_ident(SHARD))?;
+        let lone = match (&spec.coarse, &spec.search, &spec.hashed) {
+            (None, Some((field, _)), None) => Some((field, BucketSharding::Ranged)),
+            (None, None, Some(field)) => Some((field, BucketSharding::Hashed)),
+            _ => None,
+        };
+        let use_key = format!(
+            "shard it on the bucket key: `#[shard_key(hashed = \"{key}\")]` (the default), or `#[shard_key(search = \"{key}\")]` for ranges of keys"
+        );
+        match lone {
+            Some((field, how)) if field == key => return Some(how),
+            Some((field, _)) => cx.error_spanned_by(
+                at,
+                format!("a `#[bucket]` model cannot be sharded on `{field}`: one bucket holds items with different `{field}`s (its items share only the bucket key `{key}`), so a push or a page could not stay on one shard; {use_key}"),
+            ),
+            None => cx.error_spanned_by(
+                at,
+                format!("a `#[bucket]` model cannot be sharded on a coarse time field and `{key}`: one bucket holds a `{key}`'s items across months (buckets fill by count, not by time), so its items would differ in the shard key; {use_key}"),
+            ),
+        }
+        None
+    }
+}
+
 /// `#[shard_key]` as written.
 struct Attr<'c> {
     coarse: Opt<'c, LitStr>,
@@ -143,7 +183,9 @@ pub fn parse(cx: &Ctxt, input: &DeriveInput, model: &Input, refused: bool) -> Op
         .map(|f| f.ty.clone());
     // Whether nothing is wrong but what the last checks find.
     let clean = |cx: &Ctxt| !refused && cx.error_count() == errors_before;
-    let spec = check(cx, attrs[0], attr, model, &clean);
+    // On a `#[bucket]` model the key only says how its buckets shard.
+    let of_buckets = input.attrs.iter().any(|a| a.path().is_ident("bucket"));
+    let spec = check(cx, attrs[0], attr, model, &clean, of_buckets);
     Some(ShardKey { named_search, spec })
 }
 
@@ -248,6 +290,7 @@ fn check(
     attr: Attr,
     model: &Input,
     clean: &dyn Fn(&Ctxt) -> bool,
+    of_buckets: bool,
 ) -> Option<Spec> {
     let Attr {
         allowed, mut muted, ..
@@ -291,7 +334,7 @@ fn check(
         if !clean(cx) {
             return None;
         }
-        require_id(cx, model, first)?;
+        require_id(cx, model, first, of_buckets)?;
         return Some(Spec {
             coarse: None,
             derived: None,
@@ -445,7 +488,7 @@ fn check(
     }
     let search = search.map(|(_, f)| (f.bson_name.clone(), f.ty.clone()));
     if clean(cx) {
-        require_id(cx, model, first)?;
+        require_id(cx, model, first, of_buckets)?;
     }
     Some(Spec {
         coarse: coarse_name,
@@ -460,9 +503,10 @@ fn check(
 /// `upsert` and `replace` find a document by its `_id` and its full shard
 /// key: a model without a stored `_id` could insert but never replace.
 /// Reported only for a key that is otherwise right, so that it never adds
-/// to another mistake's errors.
-fn require_id(cx: &Ctxt, model: &Input, attr: &Attribute) -> Option<()> {
-    if model.stored_id().is_some() {
+/// to another mistake's errors. A `#[bucket]` model needs none: its key
+/// only says how the buckets shard, and no document is replaced by `_id`.
+fn require_id(cx: &Ctxt, model: &Input, attr: &Attribute, of_buckets: bool) -> Option<()> {
+    if of_buckets || model.stored_id().is_some() {
         return Some(());
     }
     let fix = match model.fields.iter().find(|f| f.rust_name == "id") {

@@ -132,10 +132,18 @@
 //! by removals and late items, and every write to them is by `_id`, so
 //! sharding them later on `{_id: "hashed"}` needs no change here.
 //!
-//! Hashed, not ranged: bucket keys are often ids that grow (an `ObjectId`,
-//! a sequence), and the newest keys are often the busiest; on a ranged
-//! key all of them would land in the last chunk, on one shard. No
-//! operation reads a range of keys, so hashing costs nothing. The price of
+//! Hashed by default, not ranged: bucket keys are often ids that grow (an
+//! `ObjectId`, a sequence), and the newest keys are often the busiest; on a
+//! ranged key all of them would land in the last chunk, on one shard. No
+//! operation of the repository reads a range of keys, so hashing costs it
+//! nothing. Where your own queries read ranges of keys and the keys do not
+//! grow, `#[shard_key(search = "<key>")]` on the model shards on `{<key>:
+//! 1}` instead ([`KeySharding`]); `#[shard_key(hashed = "<key>")]` says the
+//! default. No other shard key is accepted, and the derive says why: only
+//! the bucket key is shared by every item of a bucket, so only it keeps a
+//! push or a page on one shard. A key with a coarse time field first
+//! (`{month, customerId}`) is refused for the same reason: buckets fill by
+//! count, so one bucket holds a key's items across months. The price of
 //! one key on one shard is that a key cannot be split across chunks: a key
 //! whose buckets outgrow a chunk (128 MB by default since MongoDB 6.0; about
 //! 640 buckets of 1,000 items of 200 bytes) makes a chunk the balancer
@@ -210,6 +218,26 @@ pub struct BucketSpec {
     pub order: Option<&'static str>,
     /// The array field that holds the items.
     pub items: &'static str,
+    /// The collection's shard key: the bucket key, hashed unless
+    /// `#[shard_key(search = "<key>")]` asks for ranges.
+    pub sharding: KeySharding,
+}
+
+/// How a bucket collection shards: on the bucket key alone, the one field
+/// every item of a bucket shares, so that each push and each page names
+/// the shard key and goes to one shard. See [Sharding](self#sharding).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySharding {
+    /// `{<key>: "hashed"}`, the default: keys spread over the shards even
+    /// when new keys grow (customer numbers, ObjectIds), but a range of
+    /// keys is read from every shard, and one key's buckets cannot be
+    /// split between chunks.
+    Hashed,
+    /// `{<key>: 1}`, with `#[shard_key(search = "<key>")]`: neighbouring
+    /// keys share a chunk, so a range of keys reads few shards; keys that
+    /// only grow send every new key's pushes to the last chunk (the
+    /// derive's `monotonic` lint asks you to say they do not).
+    Ranged,
 }
 
 impl BucketSpec {
@@ -220,6 +248,7 @@ impl BucketSpec {
         key: "",
         order: None,
         items: "items",
+        sharding: KeySharding::Hashed,
     };
 }
 
@@ -540,8 +569,19 @@ impl<T: Bucketed> Buckets<T> {
         }
         vec![crate::ensure::Declared::new(self.coll.name())
             .index(doc! {key: 1, "start": 1}, format!("mp_bucket_{key}_start"))
-            .sharded(doc! {key: "hashed"}, false)
+            .sharded(self.shard_key(), false)
             .needs(needs)]
+    }
+
+    /// The collection's shard key, which [`declared`](Self::declared) lists
+    /// and `ensure` shards with on a sharded cluster: the bucket key,
+    /// hashed or ranged (see [`KeySharding`]).
+    pub fn shard_key(&self) -> Document {
+        let key = self.spec.key;
+        match self.spec.sharding {
+            KeySharding::Hashed => doc! {key: "hashed"},
+            KeySharding::Ranged => doc! {key: 1},
+        }
     }
 
     fn key_bson<Q: Serialize + ?Sized>(&self, key: &Q) -> Result<Bson> {

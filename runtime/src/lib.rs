@@ -60,7 +60,8 @@ pub mod prelude {
 pub mod __private {
     pub use crate::approx_counter::{ApproxCounted, Counter, CounterSpec, CounterValue, Mode};
     pub use crate::bucket::{
-        key_of as bucket_key_of, BucketKey, BucketSpec, Bucketed, Buckets, KeyInItem, OrderKey,
+        key_of as bucket_key_of, BucketKey, BucketSpec, Bucketed, Buckets, KeyInItem, KeySharding,
+        OrderKey,
     };
     pub use crate::ensure::Declared;
     pub use crate::keyset::{KeysetSpec, SortKey};
