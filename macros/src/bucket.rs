@@ -12,7 +12,7 @@ use crate::ast::Input;
 use crate::attr::{self, Opt};
 use crate::ctxt::Ctxt;
 use crate::private::Private;
-use crate::shard_key::BucketSharding;
+use crate::shard_key::ShardKey;
 
 const BUCKET: &str = "bucket";
 const SIZE: &str = "size";
@@ -26,6 +26,53 @@ const OPTIONS: &[&str] = &[SIZE, KEY, ORDER, ITEMS];
 const MAX_SIZE: u64 = 10_000;
 /// Field names the bucket document uses for its own bookkeeping.
 const RESERVED: &[&str] = &["_id", "start", "count", "bytes", "sealed"];
+
+/// How a `#[bucket]` model's collection shards: on its bucket key alone.
+pub enum BucketSharding {
+    /// `#[shard_key(hashed = "<key>")]`.
+    Hashed,
+    /// `#[shard_key(search = "<key>")]`.
+    Ranged,
+}
+
+/// What `#[shard_key]` on a `#[bucket]` model may say: the bucket key
+/// alone. Otherwise the error says why (every item of a bucket has the same
+/// bucket key, and only that field keeps a push and a page on one shard).
+/// `None` without an error after one of the key's own.
+pub fn sharding(
+    cx: &Ctxt,
+    input: &DeriveInput,
+    bucket: &Bucket,
+    shard: &ShardKey,
+) -> Option<BucketSharding> {
+    let key = bucket.key_name()?;
+    let lone = shard.lone_field()?;
+    let at = input
+        .attrs
+        .iter()
+        .find(|a| a.path().is_ident("shard_key"))?;
+    let use_key = format!(
+        "shard it on the bucket key: `#[shard_key(hashed = \"{key}\")]` (the default), or `#[shard_key(search = \"{key}\")]` for ranges of keys"
+    );
+    match lone {
+        Some((field, hashed)) if field == key => {
+            return Some(if hashed {
+                BucketSharding::Hashed
+            } else {
+                BucketSharding::Ranged
+            })
+        }
+        Some((field, _)) => cx.error_spanned_by(
+            at,
+            format!("a `#[bucket]` model cannot be sharded on `{field}`: one bucket holds items with different `{field}`s (its items share only the bucket key `{key}`), so a push or a page could not stay on one shard; {use_key}"),
+        ),
+        None => cx.error_spanned_by(
+            at,
+            format!("a `#[bucket]` model cannot be sharded on a coarse time field and `{key}`: one bucket holds a `{key}`'s items across months (buckets fill by count, not by time), so its items would differ in the shard key; {use_key}"),
+        ),
+    }
+    None
+}
 
 /// What `#[bucket]` says, as far as it could be read.
 pub struct Bucket {

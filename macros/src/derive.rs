@@ -35,7 +35,7 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
     // A `#[bucket]` model's `#[shard_key]` says how its buckets shard; it
     // gets no `Sharded` repository (its documents are buckets).
     let bucket_sharding = match (&bucket, &shard) {
-        (Some(b), Some(s)) => b.key_name().and_then(|key| s.for_bucket(&cx, input, key)),
+        (Some(b), Some(s)) => bucket::sharding(&cx, input, b, s),
         _ => None,
     };
     let shard = if bucket.is_some() { None } else { shard };

@@ -108,43 +108,18 @@ struct Spec {
     small_check: Option<(String, Type)>,
 }
 
-/// How a `#[bucket]` model's collection shards: on its bucket key alone.
-pub enum BucketSharding {
-    /// `#[shard_key(hashed = "<key>")]`.
-    Hashed,
-    /// `#[shard_key(search = "<key>")]`.
-    Ranged,
-}
-
 impl ShardKey {
-    /// The key as a `#[bucket]` model's, whose bucket key is the field
-    /// stored as `key`: `Some` when it is that field alone; otherwise the
-    /// error says why (every item of a bucket has the same bucket key, and
-    /// only that field keeps a push and a page on one shard). `None`
-    /// without an error after one of the key's own.
-    pub fn for_bucket(&self, cx: &Ctxt, input: &DeriveInput, key: &str) -> Option<BucketSharding> {
+    /// The key when it is one field alone, by its stored name: `Some((field,
+    /// true))` for `hashed = "field"`, `Some((field, false))` for `search =
+    /// "field"` without `coarse`; `Some(None)` for any other key; `None`
+    /// after an error in the key itself.
+    pub fn lone_field(&self) -> Option<Option<(&str, bool)>> {
         let spec = self.spec.as_ref()?;
-        let at = input.attrs.iter().find(|a| a.path().is_ident(SHARD))?;
-        let lone = match (&spec.coarse, &spec.search, &spec.hashed) {
-            (None, Some((field, _)), None) => Some((field, BucketSharding::Ranged)),
-            (None, None, Some(field)) => Some((field, BucketSharding::Hashed)),
+        Some(match (&spec.coarse, &spec.search, &spec.hashed) {
+            (None, Some((field, _)), None) => Some((field.as_str(), false)),
+            (None, None, Some(field)) => Some((field.as_str(), true)),
             _ => None,
-        };
-        let use_key = format!(
-            "shard it on the bucket key: `#[shard_key(hashed = \"{key}\")]` (the default), or `#[shard_key(search = \"{key}\")]` for ranges of keys"
-        );
-        match lone {
-            Some((field, how)) if field == key => return Some(how),
-            Some((field, _)) => cx.error_spanned_by(
-                at,
-                format!("a `#[bucket]` model cannot be sharded on `{field}`: one bucket holds items with different `{field}`s (its items share only the bucket key `{key}`), so a push or a page could not stay on one shard; {use_key}"),
-            ),
-            None => cx.error_spanned_by(
-                at,
-                format!("a `#[bucket]` model cannot be sharded on a coarse time field and `{key}`: one bucket holds a `{key}`'s items across months (buckets fill by count, not by time), so its items would differ in the shard key; {use_key}"),
-            ),
-        }
-        None
+        })
     }
 }
 
