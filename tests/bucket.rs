@@ -125,7 +125,7 @@ async fn operation_futures_fit_a_small_allocation() {
         ),
         ("total", future_size(&*b.total(&1_i64).into_future())),
         (
-            "remove",
+            "delete",
             future_size(&*b.delete(&1_i64, doc! {"seq": 1}).into_future()),
         ),
     ];

@@ -663,11 +663,11 @@ async fn unacknowledged_write_concern_reaches_the_driver() {
                 .write_concern(w0()),
         )
         .await,
-        "update",
+        "replace",
     );
     refused(
         bounded(30, repo.delete("s-1", doc! {"n": 1}).write_concern(w0())).await,
-        "remove",
+        "delete",
     );
     refused(
         bounded(30, repo.reindex("s-1").write_concern(w0())).await,

@@ -270,7 +270,7 @@ async fn rank_writes<T: RankHistogram<Board = String, Score = f64>>(
             ranks.change("b", 7.0, 8.0).session(s).await
         })
         .await;
-        cut_in_transaction(c, "remove", point, async |s, _| {
+        cut_in_transaction(c, "unrecord", point, async |s, _| {
             ranks.unrecord("b", 7.0).session(s).await
         })
         .await;

@@ -59,7 +59,7 @@ async fn a_removal_in_a_transaction_is_refused_once_and_not_retried() {
     println!("converted back: {ours}");
     match &ours {
         Error::NotSupportedInTransaction { operation, .. } => {
-            assert!(operation.contains("remove"), "{operation}")
+            assert!(operation.contains("delete"), "{operation}")
         }
         other => panic!("{other:?}"),
     }
