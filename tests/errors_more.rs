@@ -68,7 +68,7 @@ async fn a_removal_in_a_transaction_is_refused_once_and_not_retried() {
     assert_eq!(ours.code(), None);
     let text = ours.to_string();
     assert!(
-        text.contains("`remove` cannot run inside a transaction"),
+        text.contains("`delete` cannot run inside a transaction"),
         "{text}"
     );
     assert!(text.contains("without the transaction's session"), "{text}");
