@@ -39,7 +39,7 @@ fn trade(customer_id: i64, task: u32, seq: u32) -> Trade {
     }
 }
 
-/// Items with a value of any type, to compare `remove`'s filters with a
+/// Items with a value of any type, to compare `delete`'s filters with a
 /// query's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[serde(rename_all = "camelCase")]
@@ -959,7 +959,7 @@ async fn cancelled_removes_and_updates_leave_buckets_exact() {
     assert!(cut_n > 10, "the delays cut some calls: {cut_n}");
 }
 
-/// What a `remove` cut short by a crash leaves: buckets marked, one
+/// What a `delete` cut short by a crash leaves: buckets marked, one
 /// rewritten, `start` not yet recomputed. Reads recompute it first.
 #[tokio::test]
 async fn a_removal_cut_before_its_recount_leaves_no_page_wrong() {

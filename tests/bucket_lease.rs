@@ -47,7 +47,7 @@ const HELD: Duration = Duration::from_secs(3);
 
 /// Host `a` (its clock `skew_a` ms off) removes an item of key 1 under the
 /// key's lease, while the server holds the first command it sends under the
-/// lease (`remove` reads the key's buckets with an `aggregate`) for
+/// lease (`delete` reads the key's buckets with an `aggregate`) for
 /// [`HELD`]. While `a` holds the lease, host `b` (its clock `skew_b` ms off)
 /// removes another item of the key. `b` must wait for `a` to give the lease
 /// back: it cannot finish before the server lets `a`'s command go.

@@ -305,7 +305,7 @@ async fn rank_writes<T: RankHistogram<Board = String, Score = f64>>(
     }
 }
 
-/// Rank `record`, `change`, `remove`, `insert`, `update_score` and
+/// Rank `record`, `change`, `unrecord`, `insert`, `update_score` and
 /// `delete`, both layouts.
 #[tokio::test]
 async fn rank_writes_cut_in_a_callers_transaction() {

@@ -33,7 +33,7 @@ fn tick(n: u32) -> Tick {
     Tick { sym: "s".into(), n }
 }
 
-/// A bucket `remove` inside `and_run2`: refused with
+/// A bucket `delete` inside `and_run2`: refused with
 /// `NotSupportedInTransaction` before anything is sent, not retryable, so
 /// `and_run2` gives up after one attempt instead of looping; the driver's
 /// error it returns converts back to ours, whose text names the operation

@@ -34,7 +34,7 @@ pub(super) const OPS_PATH: &str = "$mp_ops";
 /// How many write ids a bucket keeps: more than the writes that can land
 /// between a write and its retry (one per concurrent writer).
 pub(super) const OPS_KEPT: i32 = 64;
-/// Set on every bucket of a key while a `remove` changes counts and has not
+/// Set on every bucket of a key while a `delete` changes counts and has not
 /// yet recomputed `start`: a read that meets it recomputes them first, so a
 /// removal cut short by a crash leaves no page wrong.
 pub(super) const STALE: &str = "mp_stale";
