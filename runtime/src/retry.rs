@@ -27,6 +27,10 @@
 //! - a buffered counter's flush write (`approx_counter/buffer.rs`), which
 //!   gives up after a few tries by design ([`Retry::at_most`]).
 //!
+//! Each pause is recorded in the operation's span (`retries`, or
+//! `lease_waits` for the lease) and said at DEBUG (see the
+//! [guide](crate::guide#tracing)).
+//!
 //! Inside a caller's transaction nothing waits out the bound: a push or
 //! `push_many` there retries a few rounds without pausing (it would read
 //! the same snapshot again), then returns a transient error that the
