@@ -358,6 +358,72 @@ macro_rules! setters {
 }
 pub(crate) use setters;
 
+/// The span an operation runs in: target and name `mongo_patterns`, at
+/// DEBUG, with the pattern (`"bucket"`, `"keyset"`, `"rank_histogram"`,
+/// `"approx_counter"`, `"shard_key"`, `"ensure"`), the operation as the
+/// caller names it (`"push"`, `"page"`, `"update_score"`, ...) and the
+/// collection; `retries` and `lease_waits` are recorded when the call
+/// pauses (see [`crate::retry`]). What it carries and how to read it: the
+/// [guide](crate::guide#tracing).
+///
+/// Without a subscriber that wants it, this is a check of a static and one
+/// of an atomic, and no allocation: `collection` is borrowed, recorded
+/// only by a subscriber that takes the span.
+#[inline]
+pub(crate) fn span(
+    pattern: &'static str,
+    operation: &'static str,
+    collection: &str,
+) -> tracing::Span {
+    tracing::debug_span!(
+        target: "mongo_patterns",
+        "mongo_patterns",
+        pattern,
+        operation,
+        collection,
+        retries = tracing::field::Empty,
+        lease_waits = tracing::field::Empty,
+    )
+}
+
+/// `fut`, boxed, running in `span`: instrumented only when a subscriber
+/// took the span, so that without one the future is the size it was (the
+/// operations' futures are held to a small allocation, see [`Effective`]);
+/// with one it is the span's 40 bytes larger.
+pub(crate) fn boxed_in<'a, F>(
+    fut: F,
+    span: tracing::Span,
+) -> futures::future::BoxFuture<'a, F::Output>
+where
+    F: std::future::Future + Send + 'a,
+{
+    if span.is_disabled() {
+        Box::pin(fut)
+    } else {
+        Box::pin(tracing::Instrument::instrument(fut, span))
+    }
+}
+
+/// Marks a fallback learnt (`flag`, shared by a repository's clones) and,
+/// the first time, says so at INFO (target `mongo_patterns::fallback`):
+/// what the deployment refused, and what the repository sends instead
+/// from now on.
+pub(crate) fn learnt(
+    flag: &std::sync::atomic::AtomicBool,
+    fallback: &'static str,
+    collection: &str,
+    instead: &'static str,
+) {
+    if !flag.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::info!(
+            target: "mongo_patterns::fallback",
+            fallback,
+            collection,
+            "{instead}"
+        );
+    }
+}
+
 /// Runs a driver action in `session` (an `Option<&mut ClientSession>`,
 /// e.g. `session.as_deref_mut()`) when there is one.
 macro_rules! run {

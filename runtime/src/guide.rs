@@ -1,6 +1,6 @@
 //! Using the patterns in an application: the derive's rules, actions,
-//! sessions and transactions, options, collection names, errors, and what
-//! every pattern does under failure.
+//! sessions and transactions, options, collection names, errors, tracing,
+//! and what every pattern does under failure.
 //!
 //! This module holds no code. Every pattern's repository follows the rules
 //! below; each pattern's module docs say what its own calls send and how
@@ -453,6 +453,73 @@
 //! again. Inside your
 //! transaction, an error with `is_transient()` means: run the whole
 //! transaction again.
+//!
+//! # Tracing
+//!
+//! Every operation runs in a [`tracing`](https://docs.rs/tracing) span, as
+//! the driver's own calls emit events: turn on a subscriber and filter on
+//! the targets below (`RUST_LOG=mongo_patterns=debug` with
+//! `tracing-subscriber`'s `EnvFilter`; a target matches its sub-targets).
+//!
+//! - **The span**: target and name `mongo_patterns`, level DEBUG, with
+//!   fields `pattern` (`bucket`, `keyset`, `rank_histogram`,
+//!   `approx_counter`, `shard_key`, `ensure`), `operation` (the method as
+//!   you call it: `push`, `push_many`, `page`, `update_score`, `incr`,
+//!   `ensure`, ...; `incr_by` is `incr`; `find_by_hashed` is `find`) and
+//!   `collection` (the collection the call is about: a rank histogram's is
+//!   its histogram collection, which every call of it reads or writes;
+//!   `ensure` and `plan` name every declared collection). Recorded when the
+//!   call pauses: `retries` (the retries of a lost race so far) and
+//!   `lease_waits` (bucket: the pauses while another call held the key's
+//!   lease). The span covers the whole call, the tasks it spawns (a bucket
+//!   `delete`, a late push, a batch of queued pushes: there, in the span of
+//!   the push that started the batch) and, for the streams (bucket
+//!   `stream`, keyset `stream` and `pages`), every poll from the first; a
+//!   shard key `find` covers the `find`, not the `getMore`s of the stream
+//!   it returns. A counter `incr` that sends nothing (a sampled increment
+//!   that did not hit, one buffered) has no span: its hot path stays a load
+//!   and a draw.
+//! - **Events inside it**: DEBUG on `mongo_patterns::retry` for each pause
+//!   after a lost race (fields `operation`, the retry loop's name, which
+//!   may be a step of the call such as `mark`; `attempt`; `backoff_ms`);
+//!   DEBUG on `mongo_patterns::lease` for each pause while a key's lease is
+//!   held, and when the call takes over a lease its holder never gave back;
+//!   INFO on `mongo_patterns::fallback`, once per repository and its
+//!   clones, when it learns the deployment lacks something (field
+//!   `fallback`: `no_bulk_write`, `no_bulk_in_transaction`,
+//!   `no_transactions`; `collection`; the message says what it sends
+//!   instead). An INFO filter shows the fallbacks without the spans. The
+//!   counter's timed flush warns (WARN, `mongo_patterns::approx_counter`)
+//!   when a write fails; it runs outside any call's span.
+//! - **Cost**: without a subscriber that takes the span, a call checks a
+//!   static and an atomic, allocates nothing more and holds no span: its
+//!   future is the size it was (`tests/tracing_spans.rs` counts the
+//!   allocations). With one, each call's future holds the span (40 bytes
+//!   more) and the subscriber does what it does.
+//!
+//! **Round trips.** The span does not count commands: the runtime sees no
+//! command the driver sends. The driver does, two ways, and both land
+//! inside the operation's span, because the driver emits them in the task
+//! that awaits the call:
+//!
+//! - its command events: a [`command_event_handler`](mongodb::options::ClientOptions::command_event_handler)
+//!   made with `EventHandler::callback` runs inline, where
+//!   `tracing::Span::current()` is the operation's span, so it can count
+//!   `CommandEvent::Started` per span (`tests/tracing_spans.rs` checks that
+//!   every command of a push, an `update_score` and an `incr` starts in its
+//!   span);
+//! - its own `tracing` events, behind the driver's `tracing-unstable`
+//!   feature (unstable: it may change in a minor release of the driver):
+//!   `mongodb = { version = "3", features = ["tracing-unstable"] }` emits
+//!   `Command started`, `Command succeeded` and `Command failed` at DEBUG
+//!   on target `mongodb::command` (the command and the reply as JSON, cut
+//!   at `tracing_max_document_length_bytes`, 1000 by default), and events
+//!   on `mongodb::connection`, `mongodb::server_selection` and
+//!   `mongodb::topology`. With
+//!   `RUST_LOG=mongo_patterns=debug,mongodb::command=debug`,
+//!   `tracing-subscriber`'s `fmt` prints each command under the call that
+//!   sent it:
+//!   `mongo_patterns{pattern="bucket" operation="push" collection="trades"}: mongodb::command: Command started ...`.
 //!
 //! # bson 2 and bson 3
 //!

@@ -27,6 +27,10 @@
 //! - a buffered counter's flush write (`approx_counter/buffer.rs`), which
 //!   gives up after a few tries by design ([`Retry::at_most`]).
 //!
+//! Each pause is recorded in the operation's span (`retries`, or
+//! `lease_waits` for the lease) and said at DEBUG (see the
+//! [guide](crate::guide#tracing)).
+//!
 //! Inside a caller's transaction nothing waits out the bound: a push or
 //! `push_many` there retries a few rounds without pausing (it would read
 //! the same snapshot again), then returns a transient error that the
@@ -94,13 +98,46 @@ impl Retry {
 
     /// After a lost race: sleeps the next backoff, or returns
     /// [`Error::Contended`] once the bound has passed (or the attempts
-    /// set with [`Retry::at_most`] are spent).
-    pub(crate) async fn pause(&mut self) -> Result<()> {
+    /// set with [`Retry::at_most`] are spent). Records the retries so far
+    /// in the operation's span (`retries`) and says so at DEBUG (target
+    /// `mongo_patterns::retry`).
+    pub(crate) fn pause(&mut self) -> impl std::future::Future<Output = Result<()>> + Send + '_ {
+        self.pause_counted("retries")
+    }
+
+    /// [`Retry::pause`] while another call holds a bucket key's lease:
+    /// counted in the span's `lease_waits` instead.
+    pub(crate) fn wait(&mut self) -> impl std::future::Future<Output = Result<()>> + Send + '_ {
+        self.pause_counted("lease_waits")
+    }
+
+    async fn pause_counted(&mut self, field: &'static str) -> Result<()> {
         if self.started.elapsed() >= self.bound || self.most.is_some_and(|m| self.attempts() >= m) {
             return Err(self.contended());
         }
+        let backoff = backoff_within(self.attempt, self.cap);
+        // The span's field holds this loop's count: a later loop of the
+        // same call (rare) records its own over it.
+        tracing::Span::current().record(field, self.attempt + 1);
+        let (attempt, backoff_ms) = (self.attempt + 1, backoff.as_secs_f64() * 1000.0);
+        if field == "lease_waits" {
+            tracing::debug!(
+                target: "mongo_patterns::lease",
+                attempt,
+                backoff_ms,
+                "the key's lease is held: waiting"
+            );
+        } else {
+            tracing::debug!(
+                target: "mongo_patterns::retry",
+                operation = self.operation,
+                attempt,
+                backoff_ms,
+                "lost a race: retrying"
+            );
+        }
         // Boxed: rare, and inline it would grow every caller's future.
-        Box::pin(tokio::time::sleep(backoff_within(self.attempt, self.cap))).await;
+        Box::pin(tokio::time::sleep(backoff)).await;
         self.attempt += 1;
         Ok(())
     }

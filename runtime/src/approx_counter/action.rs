@@ -58,8 +58,11 @@ impl<'a> IncrFuture<'a> {
         IncrFuture(Some(Box::pin(std::future::ready(Err(e)))))
     }
 
-    fn writing(f: impl Future<Output = Result<()>> + Send + 'a) -> Self {
-        IncrFuture(Some(Box::pin(f)))
+    /// A call that writes, in its span (an increment that sends nothing
+    /// gets none: the hot path stays a load and a draw).
+    fn writing(collection: &str, f: impl Future<Output = Result<()>> + Send + 'a) -> Self {
+        let span = crate::action::span("approx_counter", "incr", collection);
+        IncrFuture(Some(crate::action::boxed_in(f, span)))
     }
 }
 
@@ -228,7 +231,7 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
             Err(e) => return IncrFuture::failed(e.into()),
         };
         let (options, mut session) = (self.options, self.session);
-        IncrFuture::writing(async move {
+        IncrFuture::writing(inner.coll.name(), async move {
             let (opts, txn) = inner.effective(&options, session.as_deref_mut()).await;
             inner.write(&id, amount, &opts, txn, session).await
         })
@@ -256,7 +259,7 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
             Mode::Buffered if session.is_some() || options.write_concern.is_some() => {
                 let id = crate::compat::to_bson(id)?;
                 inner.increments.add(n);
-                Ok(IncrFuture::writing(async move {
+                Ok(IncrFuture::writing(inner.coll.name(), async move {
                     let mut session = session;
                     let (opts, txn) = inner.effective(&options, session.as_deref_mut()).await;
                     inner.write(&id, n, &opts, txn, session).await
@@ -269,7 +272,7 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
                 if !due && !crowded {
                     return Ok(IncrFuture::done());
                 }
-                Ok(IncrFuture::writing(async move {
+                Ok(IncrFuture::writing(inner.coll.name(), async move {
                     let opts = options.or(&inner.defaults);
                     if due {
                         // The key holds N or more: this call returns once it
@@ -299,7 +302,7 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
                     return Ok(IncrFuture::done());
                 }
                 let id = crate::compat::to_bson(id)?;
-                Ok(IncrFuture::writing(async move {
+                Ok(IncrFuture::writing(inner.coll.name(), async move {
                     let mut session = session;
                     let (opts, txn) = inner.effective(&options, session.as_deref_mut()).await;
                     inner.write(&id, amount, &opts, txn, session).await
@@ -309,7 +312,7 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
                 let at = inner.increments.add(n);
                 let id = crate::compat::to_bson(id)?;
                 if closed {
-                    return Ok(IncrFuture::writing(async move {
+                    return Ok(IncrFuture::writing(inner.coll.name(), async move {
                         let mut session = session;
                         let (opts, txn) = inner.effective(&options, session.as_deref_mut()).await;
                         inner.write(&id, n, &opts, txn, session).await
@@ -321,7 +324,7 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
                 if amount == 0 {
                     return Ok(IncrFuture::done());
                 }
-                Ok(IncrFuture::writing(async move {
+                Ok(IncrFuture::writing(inner.coll.name(), async move {
                     let mut session = session;
                     let (opts, txn) = inner.effective(&options, session.as_deref_mut()).await;
                     // A missing document (upsert off) reads back nothing,
@@ -368,22 +371,26 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> IntoFuture for Estimate<'a, T,
         let id = inner
             .check()
             .and_then(|()| crate::compat::to_bson(id).map_err(Error::from));
-        Box::pin(async move {
-            let id = id?;
-            let (opts, _) = inner.effective(&options, session.as_deref_mut()).await;
-            let field = inner.spec.field;
-            let find = inner
-                .coll
-                .find_one(doc! {"_id": &id})
-                .with_options(opts.driver::<mongodb::options::FindOneOptions>())
-                .projection(doc! {field: 1});
-            let stored = crate::action::run!(find, session.as_deref_mut())?
-                .map(|d| number(&d, field, inner.coll.name()))
-                .transpose()?
-                .unwrap_or(0);
-            let pending = inner.held(&key_bytes(&id));
-            Ok(stored.saturating_add_unsigned(pending))
-        })
+        let span = crate::action::span("approx_counter", "estimate", inner.coll.name());
+        crate::action::boxed_in(
+            async move {
+                let id = id?;
+                let (opts, _) = inner.effective(&options, session.as_deref_mut()).await;
+                let field = inner.spec.field;
+                let find = inner
+                    .coll
+                    .find_one(doc! {"_id": &id})
+                    .with_options(opts.driver::<mongodb::options::FindOneOptions>())
+                    .projection(doc! {field: 1});
+                let stored = crate::action::run!(find, session.as_deref_mut())?
+                    .map(|d| number(&d, field, inner.coll.name()))
+                    .transpose()?
+                    .unwrap_or(0);
+                let pending = inner.held(&key_bytes(&id));
+                Ok(stored.saturating_add_unsigned(pending))
+            },
+            span,
+        )
     }
 }
 
@@ -406,13 +413,18 @@ impl<'a, T: ApproxCounted> IntoFuture for Flush<'a, T> {
 
     fn into_future(self) -> Self::IntoFuture {
         let inner = &*self.counter.inner;
-        Box::pin(async move {
-            inner.check()?;
-            if self.shutdown {
-                inner.close();
-            }
-            let opts = self.options.or(&inner.defaults);
-            inner.flush_where(|_| true, &opts).await
-        })
+        let operation = if self.shutdown { "shutdown" } else { "flush" };
+        let span = crate::action::span("approx_counter", operation, inner.coll.name());
+        crate::action::boxed_in(
+            async move {
+                inner.check()?;
+                if self.shutdown {
+                    inner.close();
+                }
+                let opts = self.options.or(&inner.defaults);
+                inner.flush_where(|_| true, &opts).await
+            },
+            span,
+        )
     }
 }

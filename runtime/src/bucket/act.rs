@@ -55,7 +55,7 @@ macro_rules! body {
 }
 
 macro_rules! action {
-    ($(#[$m:meta])* $name:ident<$a:lifetime, T> { $($f:ident: $t:ty),* } -> $out:ty; $kind:ident $(, $guard:ident)?;
+    ($(#[$m:meta])* $name:ident<$a:lifetime, T> $op:literal { $($f:ident: $t:ty),* } -> $out:ty; $kind:ident $(, $guard:ident)?;
      |$this:ident, $cx:ident| $body:expr) => {
         $(#[$m])*
         #[must_use = "does nothing unless awaited"]
@@ -77,11 +77,12 @@ macro_rules! action {
             fn into_future(self) -> Self::IntoFuture {
                 // Bound outside the future, so that the future holds it once.
                 let $this = self;
-                Box::pin(async move {
+                let span = crate::action::span("bucket", $op, $this.repo.coll.name());
+                crate::action::boxed_in(async move {
                     let for_caller = for_caller!($kind);
                     let mut made = Cx::new($this.repo, $this.options, $this.session, for_caller).await;
                     body!($cx, made, $body $(, $guard)?)
-                })
+                }, span)
             }
         }
     };
@@ -89,31 +90,31 @@ macro_rules! action {
 
 action! {
     /// [`Buckets::push`]: one `update` on the hot path.
-    Push<'a, T> { item: &'a T } -> (); write, guarded;
+    Push<'a, T> "push" { item: &'a T } -> (); write, guarded;
     |this, cx| this.repo.push_in(this.item, cx).await
 }
 
 action! {
     /// [`Buckets::push_many`].
-    PushMany<'a, T> { items: &'a [T] } -> (); write, guarded;
+    PushMany<'a, T> "push_many" { items: &'a [T] } -> (); write, guarded;
     |this, cx| this.repo.push_groups(this.items, cx).await
 }
 
 action! {
     /// [`Buckets::page`].
-    FetchPage<'a, T> { key: Result<Bson>, req: PageRequest } -> BucketPage<T>; read;
+    FetchPage<'a, T> "page" { key: Result<Bson>, req: PageRequest } -> BucketPage<T>; read;
     |this, cx| this.repo.page_in(&this.key?, this.req, cx).await
 }
 
 action! {
     /// [`Buckets::total`].
-    Total<'a, T> { key: Result<Bson> } -> u64; read;
+    Total<'a, T> "total" { key: Result<Bson> } -> u64; read;
     |this, cx| this.repo.total_in(&this.key?, cx).await
 }
 
 action! {
     /// [`Buckets::reindex`].
-    Reindex<'a, T> { key: Result<Bson> } -> (); both;
+    Reindex<'a, T> "reindex" { key: Result<Bson> } -> (); both;
     |this, cx| {
         cx.outside_transaction("reindex")?;
         this.repo.scoped(&cx.opts).repair(&this.key?).await
@@ -122,7 +123,7 @@ action! {
 
 action! {
     /// [`Buckets::delete`].
-    Delete<'a, T> { key: Result<Bson>, matching: Document } -> u64; both;
+    Delete<'a, T> "delete" { key: Result<Bson>, matching: Document } -> u64; both;
     |this, cx| {
         cx.outside_transaction("delete")?;
         this.repo.scoped(&cx.opts).remove_spawned(this.key?, this.matching).await
@@ -131,7 +132,7 @@ action! {
 
 action! {
     /// [`Buckets::replace`].
-    Replace<'a, T> { key: Result<Bson>, matching: Document, item: &'a T } -> bool; both, guarded;
+    Replace<'a, T> "replace" { key: Result<Bson>, matching: Document, item: &'a T } -> bool; both, guarded;
     |this, cx| this.repo.update_in(&this.key?, this.matching, this.item, cx).await
 }
 
@@ -145,6 +146,8 @@ pub struct ItemStream<'a, T> {
     options: Given,
     session: Option<&'a mut ClientSession>,
     inner: Option<BoxStream<'a, Result<T>>>,
+    /// The stream's span, from its first poll.
+    span: tracing::Span,
 }
 
 impl<'a, T: Bucketed> ItemStream<'a, T> {
@@ -155,6 +158,7 @@ impl<'a, T: Bucketed> ItemStream<'a, T> {
             options: Given::default(),
             session: None,
             inner: None,
+            span: tracing::Span::none(),
         }
     }
 
@@ -177,12 +181,16 @@ impl<'a, T: Bucketed> Stream for ItemStream<'a, T> {
                 std::mem::take(&mut this.options),
                 this.session.take(),
             );
+            this.span = crate::action::span("bucket", "stream", repo.coll.name());
             let items = futures::stream::once(async move {
                 let mut cx = Cx::new(repo, options, session, true).await;
                 repo.stream_in(key?, &mut cx).await
             });
             this.inner = Some(items.try_flatten().boxed());
         }
+        // Every poll in the span: the cursor's `aggregate`, then each
+        // `getMore`.
+        let _in = this.span.enter();
         match this.inner.as_mut() {
             Some(s) => s.as_mut().poll_next(cx),
             None => Poll::Ready(None),

@@ -19,7 +19,11 @@ impl<T: Bucketed> Buckets<T> {
     pub(super) async fn remove_spawned(&self, key_b: Bson, matching: Document) -> Result<u64> {
         let cond = item_cond(&matching, (self.spec.key, &key_b))?;
         let this = self.clone();
-        match tokio::spawn(async move { this.remove_now(&key_b, &cond).await }).await {
+        match tokio::spawn(tracing::Instrument::in_current_span(async move {
+            this.remove_now(&key_b, &cond).await
+        }))
+        .await
+        {
             Ok(r) => r,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             Err(_) => Err(Error::invalid(

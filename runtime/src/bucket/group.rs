@@ -147,7 +147,11 @@ impl<T: Bucketed> Buckets<T> {
         };
         if let Some(first) = first {
             let this = self.clone();
-            tokio::spawn(async move { this.send_queue(slot, first).await });
+            // In the span of the push that started the queue: the batches'
+            // retries show there.
+            tokio::spawn(tracing::Instrument::in_current_span(async move {
+                this.send_queue(slot, first).await
+            }));
         }
         outcome.await.unwrap_or_else(|_| {
             Err(Error::invalid(

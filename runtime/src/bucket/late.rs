@@ -24,7 +24,7 @@ impl<T: Bucketed> Buckets<T> {
     ) -> Result<()> {
         let this = self.clone();
         let key = key.clone();
-        let task = tokio::spawn(async move {
+        let late = async move {
             let (this, key, item) = (&this, &key, &item);
             this.leased(key, |taken_over| async move {
                 if taken_over {
@@ -37,7 +37,8 @@ impl<T: Bucketed> Buckets<T> {
                 }
             })
             .await
-        });
+        };
+        let task = tokio::spawn(tracing::Instrument::in_current_span(late));
         match task.await {
             Ok(r) => r,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),

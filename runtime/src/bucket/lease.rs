@@ -131,11 +131,16 @@ impl<T: Bucketed> Buckets<T> {
                 .update_one(ended.clone(), take_over.clone())
                 .await?;
             if r.matched_count == 1 {
+                tracing::debug!(
+                    target: "mongo_patterns::lease",
+                    "took over the key's lease from a holder that did not give it back"
+                );
                 return Ok(true);
             }
             // Held: waited for as every race is (`crate::retry`: random
-            // jitter, so waiters do not wake in step), up to `WAIT_MS`.
-            retry.pause().await?;
+            // jitter, so waiters do not wake in step), up to `WAIT_MS`;
+            // counted in the span's `lease_waits`.
+            retry.wait().await?;
         }
     }
 

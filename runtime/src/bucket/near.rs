@@ -160,7 +160,7 @@ impl<T: Bucketed> Buckets<T> {
             .or_else(|| self.coll.write_concern().cloned());
         to.selection_criteria = Some(crate::util::primary());
         let (client, coll) = (self.db.client().clone(), self.coll.clone());
-        let task = tokio::spawn(async move {
+        let task = tokio::spawn(tracing::Instrument::in_current_span(async move {
             let mut s = client.start_session().await?;
             s.start_transaction().with_options(to).await?;
             let done: Result<bool> = async {
@@ -187,7 +187,7 @@ impl<T: Bucketed> Buckets<T> {
                 let _ = s.abort_transaction().await;
             }
             done
-        });
+        }));
         let done = match task.await {
             Ok(r) => r,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -203,7 +203,12 @@ impl<T: Bucketed> Buckets<T> {
             Ok(false) => Ok(Near::Far),
             Err(e) => {
                 if refused(&e) {
-                    self.no_transactions.store(true, Ordering::Relaxed);
+                    crate::action::learnt(
+                        &self.no_transactions,
+                        "no_transactions",
+                        self.coll.name(),
+                        "the deployment refused a transaction (a standalone): late items near the end take the key's lease",
+                    );
                     return Ok(Near::Far);
                 }
                 if e.is_transient() {

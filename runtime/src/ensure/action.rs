@@ -84,21 +84,25 @@ impl<'a> IntoFuture for EnsureAction<'a> {
     type IntoFuture = BoxFuture<'a, Result<Ensured>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            let mut cx = Cx {
-                db: self.db,
-                options: self.options,
-                session: self.session,
-            };
-            let wanted = merge(self.declared)?;
-            let plan = survey(&mut cx, &wanted).await?;
-            // Before anything is created: a server that cannot run the
-            // patterns gets nothing half-prepared.
-            if let Some(u) = plan.unsupported.first() {
-                return Err(u.clone().into_error());
-            }
-            apply(&mut cx, plan).await
-        })
+        let span = span("ensure", &self.declared);
+        crate::action::boxed_in(
+            async move {
+                let mut cx = Cx {
+                    db: self.db,
+                    options: self.options,
+                    session: self.session,
+                };
+                let wanted = merge(self.declared)?;
+                let plan = survey(&mut cx, &wanted).await?;
+                // Before anything is created: a server that cannot run the
+                // patterns gets nothing half-prepared.
+                if let Some(u) = plan.unsupported.first() {
+                    return Err(u.clone().into_error());
+                }
+                apply(&mut cx, plan).await
+            },
+            span,
+        )
     }
 }
 
@@ -153,16 +157,42 @@ impl<'a> IntoFuture for PlanAction<'a> {
     type IntoFuture = BoxFuture<'a, Result<Plan>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            let mut cx = Cx {
-                db: self.db,
-                options: self.options,
-                session: self.session,
-            };
-            let wanted = merge(self.declared)?;
-            survey(&mut cx, &wanted).await
-        })
+        let span = span("plan", &self.declared);
+        crate::action::boxed_in(
+            async move {
+                let mut cx = Cx {
+                    db: self.db,
+                    options: self.options,
+                    session: self.session,
+                };
+                let wanted = merge(self.declared)?;
+                survey(&mut cx, &wanted).await
+            },
+            span,
+        )
     }
+}
+
+/// The span of `ensure` or `plan`: its `collection` names the declared
+/// collections, comma-separated (joined only for a subscriber that takes
+/// the span).
+fn span(operation: &'static str, declared: &[Declared]) -> tracing::Span {
+    // The fields of `crate::action::span`, `collection` recorded after.
+    let span = tracing::debug_span!(
+        target: "mongo_patterns",
+        "mongo_patterns",
+        pattern = "ensure",
+        operation,
+        collection = tracing::field::Empty,
+        retries = tracing::field::Empty,
+        lease_waits = tracing::field::Empty,
+    );
+    if !span.is_disabled() {
+        let mut names: Vec<&str> = declared.iter().map(|d| d.collection.as_str()).collect();
+        names.dedup();
+        span.record("collection", names.join(", "));
+    }
+    span
 }
 
 /// The database, the effective options and the caller's session, for the

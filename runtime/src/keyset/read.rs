@@ -83,17 +83,21 @@ where
     type IntoFuture = BoxFuture<'a, Result<Page<T>>>;
 
     fn into_future(mut self) -> Self::IntoFuture {
-        Box::pin(async move {
-            let q = self.query;
-            let options = q.effective(self.options, &mut self.session).await;
-            q.fetch(
-                &options,
-                self.hint.as_ref(),
-                self.collation.as_ref(),
-                self.session,
-            )
-            .await
-        })
+        let span = crate::action::span("keyset", "page", self.query.coll.name());
+        crate::action::boxed_in(
+            async move {
+                let q = self.query;
+                let options = q.effective(self.options, &mut self.session).await;
+                q.fetch(
+                    &options,
+                    self.hint.as_ref(),
+                    self.collation.as_ref(),
+                    self.session,
+                )
+                .await
+            },
+            span,
+        )
     }
 }
 
@@ -135,17 +139,21 @@ where
     type IntoFuture = BoxFuture<'a, Result<u64>>;
 
     fn into_future(mut self) -> Self::IntoFuture {
-        Box::pin(async move {
-            let q = self.query;
-            let options = q.effective(self.options, &mut self.session).await;
-            q.count_with(
-                &options,
-                self.hint.as_ref(),
-                self.collation.as_ref(),
-                self.session,
-            )
-            .await
-        })
+        let span = crate::action::span("keyset", "count", self.query.coll.name());
+        crate::action::boxed_in(
+            async move {
+                let q = self.query;
+                let options = q.effective(self.options, &mut self.session).await;
+                q.count_with(
+                    &options,
+                    self.hint.as_ref(),
+                    self.collation.as_ref(),
+                    self.session,
+                )
+                .await
+            },
+            span,
+        )
     }
 }
 
@@ -153,6 +161,9 @@ where
 struct Pending<'a, T: Send + Sync> {
     query: Option<Keyset<T>>,
     running: Option<BoxStream<'a, Result<Page<T>>>>,
+    /// The stream's span, from its first poll: every page's `find` runs
+    /// in it.
+    span: tracing::Span,
 }
 
 /// Between pages of a running stream.
@@ -218,6 +229,7 @@ where
 {
     fn poll_page(
         &mut self,
+        operation: &'static str,
         cx: &mut Context<'_>,
         options: &mut Options,
         session: &mut Option<&'a mut ClientSession>,
@@ -225,6 +237,7 @@ where
         collation: &mut Option<Collation>,
     ) -> Poll<Option<Result<Page<T>>>> {
         if let Some(query) = self.query.take() {
+            self.span = crate::action::span("keyset", operation, query.coll.name());
             self.running = Some(start(
                 query,
                 std::mem::take(options),
@@ -233,6 +246,7 @@ where
                 collation.take(),
             ));
         }
+        let _in = self.span.enter();
         match &mut self.running {
             Some(pages) => pages.poll_next_unpin(cx),
             None => Poll::Ready(None),
@@ -263,6 +277,7 @@ impl<'a, T: Send + Sync> PageStream<'a, T> {
             pending: Pending {
                 query: Some(query),
                 running: None,
+                span: tracing::Span::none(),
             },
             options: Options::new(),
             session: None,
@@ -284,6 +299,7 @@ where
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         this.pending.poll_page(
+            "pages",
             cx,
             &mut this.options,
             &mut this.session,
@@ -314,6 +330,7 @@ impl<'a, T: Send + Sync> ItemStream<'a, T> {
             pending: Pending {
                 query: Some(query),
                 running: None,
+                span: tracing::Span::none(),
             },
             items: Vec::new().into_iter(),
             options: Options::new(),
@@ -343,6 +360,7 @@ where
                 return Poll::Ready(Some(Ok(item)));
             }
             match this.pending.poll_page(
+                "stream",
                 cx,
                 &mut this.options,
                 &mut this.session,

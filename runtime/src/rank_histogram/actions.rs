@@ -16,7 +16,7 @@ use crate::error::Result;
 macro_rules! actions {
     ($(
         $(#[$doc:meta])*
-        $name:ident [$kind:ident] -> $out:ty { $($field:ident: $ty:ty),* }
+        $name:ident [$kind:ident] $op:literal -> $out:ty { $($field:ident: $ty:ty),* }
         |$repo:ident, $o:ident, $s:ident| $body:expr;
     )*) => {$(
         $(#[$doc])*
@@ -42,10 +42,11 @@ macro_rules! actions {
 
             fn into_future(self) -> Self::IntoFuture {
                 let $name { repo: $repo, $($field,)* options, session: $s } = self;
-                Box::pin(async move {
+                let span = crate::action::span("rank_histogram", $op, $repo.hist.name());
+                crate::action::boxed_in(async move {
                     let $o = options.over(&$repo.defaults);
                     $body
-                })
+                }, span)
             }
         }
     )*};
@@ -53,45 +54,45 @@ macro_rules! actions {
 
 actions! {
     /// [`Ranks::record`]: a write.
-    Record[write] -> () { args: Result<Box<WriteArgs>> }
+    Record[write] "record" -> () { args: Result<Box<WriteArgs>> }
     |repo, o, s| repo.run_write(&*args?, o, s).await;
 
     /// [`Ranks::change`]: a write.
-    Change[write] -> () { args: Result<Box<WriteArgs>> }
+    Change[write] "change" -> () { args: Result<Box<WriteArgs>> }
     |repo, o, s| repo.run_write(&*args?, o, s).await;
 
     /// [`Ranks::unrecord`]: a write.
-    Unrecord[write] -> () { args: Result<Box<WriteArgs>> }
+    Unrecord[write] "unrecord" -> () { args: Result<Box<WriteArgs>> }
     |repo, o, s| repo.run_write(&*args?, o, s).await;
 
     /// [`Ranks::rank`]: a read.
-    RankOf[read] -> Rank { args: Result<Box<(Bson, Bson)>> }
+    RankOf[read] "rank" -> Rank { args: Result<Box<(Bson, Bson)>> }
     |repo, o, s| {
         let args = args?;
         repo.run_rank(&args.0, &args.1, o, s).await
     };
 
     /// [`Ranks::top`]: a read.
-    Top[read] -> Vec<ScoreCount<T::Score>> { args: Result<(Bson, u32)> }
+    Top[read] "top" -> Vec<ScoreCount<T::Score>> { args: Result<(Bson, u32)> }
     |repo, o, s| repo.run_top(args, o, s).await;
 
     /// [`Ranks::histogram`]: a read.
-    Histogram[read] -> Vec<ScoreCount<T::Score>> { board: Result<Bson> }
+    Histogram[read] "histogram" -> Vec<ScoreCount<T::Score>> { board: Result<Bson> }
     |repo, o, s| repo.run_histogram(board, o, s).await;
 
     /// [`Ranks::insert`]: writes in a transaction.
-    Insert[write] -> () { doc: &'a T }
+    Insert[write] "insert" -> () { doc: &'a T }
     |repo, o, s| repo.run_atomically(SourceOp::Insert(doc), o, s).await.map(drop);
 
     /// [`Ranks::update_score`]: writes in a transaction.
-    UpdateScore[write] -> bool { args: (Document, Box<dyn AnyScore>) }
+    UpdateScore[write] "update_score" -> bool { args: (Document, Box<dyn AnyScore>) }
     |repo, o, s| repo.run_atomically(SourceOp::Update(args.0, args.1), o, s).await;
 
     /// [`Ranks::delete`]: writes in a transaction.
-    Delete[write] -> bool { filter: Document }
+    Delete[write] "delete" -> bool { filter: Document }
     |repo, o, s| repo.run_atomically(SourceOp::Delete(filter), o, s).await;
 
     /// [`Ranks::rebuild`]: reads the players, writes the histogram.
-    Rebuild[both] -> u64 { board: Result<Bson> }
+    Rebuild[both] "rebuild" -> u64 { board: Result<Bson> }
     |repo, o, s| repo.run_rebuild(board, o, s).await;
 }

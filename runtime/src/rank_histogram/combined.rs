@@ -89,11 +89,21 @@ impl<T: RankHistogram> Ranks<T> {
         let reply = match admin.run_raw_command(command).session(session).await {
             Ok(reply) => reply,
             Err(e) if refused_bulk_write(&e) => {
-                self.no_bulk_write.store(true, Ordering::Relaxed);
+                crate::action::learnt(
+                    &self.no_bulk_write,
+                    "no_bulk_write",
+                    self.hist.name(),
+                    "the deployment refused bulkWrite (a server before 8.0): writes go as update and delete commands",
+                );
                 return Ok(Some(e));
             }
             Err(e) if refused_field(&e) => {
-                self.no_bulk_in_transaction.store(true, Ordering::Relaxed);
+                crate::action::learnt(
+                    &self.no_bulk_in_transaction,
+                    "no_bulk_in_transaction",
+                    self.hist.name(),
+                    "the deployment refused bulkWrite as a transaction's first command: insert sends two commands",
+                );
                 return Ok(Some(e));
             }
             Err(e) => return Err(e.into()),

@@ -171,7 +171,12 @@ async fn write<T: RankHistogram>(
                     // command. Inside a transaction the whole
                     // transaction is rerun, as the server may have
                     // aborted it.
-                    r.no_bulk_write.store(true, Ordering::Relaxed);
+                    crate::action::learnt(
+                        &r.no_bulk_write,
+                        "no_bulk_write",
+                        r.hist.name(),
+                        "the deployment refused bulkWrite (a server before 8.0): writes go as update and delete commands",
+                    );
                     if in_transaction {
                         return Err(Error::Raced(e));
                     }

@@ -112,7 +112,12 @@ impl<T: RankHistogram> Ranks<T> {
         match self.own_transaction(&op, &o, &mut txn, combine).await {
             // A standalone refuses on the first write, before writing.
             Err(Error::NoTransactions { .. }) => {
-                self.no_transactions.store(true, Ordering::Relaxed);
+                crate::action::learnt(
+                    &self.no_transactions,
+                    "no_transactions",
+                    self.hist.name(),
+                    "the deployment refused a transaction (a standalone): insert, update_score and delete write without one where allow_non_atomic permits, and fail with NoTransactions otherwise",
+                );
                 Box::pin(self.non_atomic(&op, &o, txn.session())).await
             }
             other => other,

@@ -27,7 +27,7 @@ macro_rules! writes {
 macro_rules! action {
     (
         $(#[$doc:meta])*
-        $name:ident { $($field:ident: $ty:ty),* $(,)? } -> $out:ty, $kind:ident, $run:ident
+        $name:ident { $($field:ident: $ty:ty),* $(,)? } -> $out:ty, $kind:ident, $run:ident, $op:expr
     ) => {
         $(#[$doc])*
         #[must_use = "does nothing unless awaited"]
@@ -47,8 +47,9 @@ macro_rules! action {
             type IntoFuture = BoxFuture<'a, Result<$out>>;
 
             fn into_future(self) -> Self::IntoFuture {
-                Box::pin(async move {
-                    let $name { repo, $($field,)* options, session } = self;
+                let $name { repo, $($field,)* options, session } = self;
+                let span = crate::action::span("shard_key", $op, repo.coll.name());
+                crate::action::boxed_in(async move {
                     let cx = repo.cx(options, session).await;
                     // A write cut in the caller's transaction has the
                     // session killed on the server (see `crate::cut`).
@@ -59,7 +60,7 @@ macro_rules! action {
                     let done = repo.$run($($field,)* cx).await;
                     cut.disarm();
                     done
-                })
+                }, span)
             }
         }
     };
@@ -68,33 +69,33 @@ macro_rules! action {
 action! {
     /// [`Sharded::insert`]: write options (`write_concern`, `comment`,
     /// `max_time`) and `session`.
-    Insert { item: &'a T } -> (), write, insert_in
+    Insert { item: &'a T } -> (), write, insert_in, "insert"
 }
 
 action! {
     /// [`Sharded::insert_many`]: write options and `session`.
-    InsertMany { items: &'a [T] } -> (), write, insert_many_in
+    InsertMany { items: &'a [T] } -> (), write, insert_many_in, "insert_many"
 }
 
 action! {
     /// [`Sharded::replace`]: write options and `session`. The lookup by
     /// `_id` after a miss always reads the primary: it decides the write.
-    Replace { item: &'a T } -> bool, write, replace_in
+    Replace { item: &'a T } -> bool, write, replace_in, "replace"
 }
 
 action! {
     /// [`Sharded::upsert`]: as [`Replace`].
-    Upsert { item: &'a T } -> bool, write, upsert_in
+    Upsert { item: &'a T } -> bool, write, upsert_in, "upsert"
 }
 
 action! {
     /// [`Sharded::update`]: as [`Replace`].
-    Update { point: Result<Document>, filter: Document, update: Document } -> u64, write, update_in
+    Update { point: Result<Document>, filter: Document, update: Document } -> u64, write, update_in, "update"
 }
 
 action! {
     /// [`Sharded::delete`]: as [`Replace`].
-    Delete { point: Result<Document>, filter: Document } -> u64, write, delete_in
+    Delete { point: Result<Document>, filter: Document } -> u64, write, delete_in, "delete"
 }
 
 action! {
@@ -104,15 +105,15 @@ action! {
     /// sends the `find` and gives the documents as a stream, as the
     /// driver's `find` gives a cursor; with a session, the stream borrows
     /// it until dropped.
-    Find { filter: Result<Document>, scatter: bool } -> BoxStream<'a, Result<T>>, read, find_in
+    Find { filter: Result<Document>, scatter: bool } -> BoxStream<'a, Result<T>>, read, find_in, if scatter { "scatter" } else { "find" }
 }
 
 action! {
     /// [`Sharded::audit`]: read options and `session`.
-    AuditKeys { max: usize } -> Audit, read, audit_in
+    AuditKeys { max: usize } -> Audit, read, audit_in, "audit"
 }
 
 action! {
     /// [`Sharded::analyze`]: read options and `session`.
-    Analyze { key: &'a [&'a str], sample: u32 } -> KeyAnalysis, read, analyze_in
+    Analyze { key: &'a [&'a str], sample: u32 } -> KeyAnalysis, read, analyze_in, "analyze"
 }

@@ -150,10 +150,14 @@ impl<'a, T: ShardKeyed> IntoFuture for EnsureSharded<'a, T> {
     type IntoFuture = BoxFuture<'a, Result<()>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            let o = self.options.or(&self.repo.defaults);
-            self.repo.ensure_sharded_in(o).await
-        })
+        let span = crate::action::span("shard_key", "ensure_sharded", self.repo.coll.name());
+        crate::action::boxed_in(
+            async move {
+                let o = self.options.or(&self.repo.defaults);
+                self.repo.ensure_sharded_in(o).await
+            },
+            span,
+        )
     }
 }
 
