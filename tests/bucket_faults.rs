@@ -1706,10 +1706,15 @@ async fn quiet(db: &Database, key: i64) {
         if calm >= 4 {
             return;
         }
+        let changed = now != last;
         last = now;
+        // Generous: under a loaded CI machine the cut late pushes queue
+        // behind the key's lease for tens of seconds; a task that never
+        // finished would still show here, with what is left.
         assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "cut calls never finished"
+            t0.elapsed() < Duration::from_secs(120),
+            "cut calls never finished: {leases} leases held, {marked} buckets marked, \
+             buckets still changing: {changed}"
         );
         tokio::time::sleep(Duration::from_millis(60)).await;
     }
