@@ -156,6 +156,7 @@ async fn cut_in_transaction(
     hold_next_command(c).await;
     let cut = tokio::time::timeout(Duration::from_millis(50), call(&mut s, 0)).await;
     assert!(cut.is_err(), "{what}: not cut: {cut:?}");
+    let cut_at = Instant::now();
     // The held command runs now.
     tokio::time::sleep(Duration::from_millis(400)).await;
     let t = Instant::now();
@@ -192,8 +193,13 @@ async fn cut_in_transaction(
     );
 
     // The caller's session: its abort returns at once, and its next
-    // transaction runs and commits.
+    // transaction runs and commits. It starts after the kill's repeat
+    // (`crate::cut`, 1 s after the cut), which would abort a transaction
+    // of this server session running then, as the guide says; and so the
+    // session, dropped below, goes back to the driver's pool (which hands
+    // its server session to the next `start_session`) only after it.
     bounded(5, s.abort_transaction()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_300).saturating_sub(cut_at.elapsed())).await;
     bounded(10, async {
         s.start_transaction().await?;
         call(&mut s, 2).await?;
