@@ -138,7 +138,7 @@ async fn sampled_within_three_sigma() {
 
 /// Clones counting on several threads at once: every increment is counted
 /// once in `stats`, seeded or not, and the unseeded estimate stays within
-/// 3σ (each thread draws from its own part of the handle's stream). A
+/// 4σ (each thread draws from its own part of the handle's stream). A
 /// seeded handle's clones share one stream: the same seed counts the same
 /// total however the tasks interleave.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -180,10 +180,12 @@ async fn clones_on_many_threads_count_every_increment() {
         // A write is $inc: 100 per hit (`incr_by` of 3 may hit twice).
         assert_eq!(got % 100, 0, "{got}");
         assert!(stats.writes as i64 * 100 <= got, "{stats:?}, {got}");
+        // 4σ: the unseeded draws differ every run, and a 3σ bound fails
+        // about one run in 370 by chance (it did once in CI, at 3.2σ).
         let sigma = views.relative_error(n) * n as f64;
         assert!(
-            (got - n as i64).unsigned_abs() as f64 <= 3.0 * sigma,
-            "{got} is more than 3σ from {n} ({seed:?})"
+            (got - n as i64).unsigned_abs() as f64 <= 4.0 * sigma,
+            "{got} is more than 4σ from {n} ({seed:?})"
         );
         counted.push(got);
     }
