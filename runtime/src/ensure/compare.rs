@@ -98,7 +98,7 @@ pub(super) fn shard_key_index(
         !["partialFilterExpression", "sparse", "hidden"]
             .iter()
             .any(|o| options.get(*o).is_some_and(|v| v != &Bson::Boolean(false)))
-            && (!shard.unique || options.get_bool("unique") == Ok(true))
+            && (!shard.unique || matches!(options.get_bool("unique"), Ok(true)))
     };
     let listed = existing
         .iter()
