@@ -17,27 +17,19 @@ impl<T: Bucketed> Buckets<T> {
     /// the order they first appear, each key's items in the order given),
     /// every item checked before the first write.
     pub(super) async fn push_groups(&self, items: &[T], cx: &mut Cx<'_>) -> Result<()> {
-        let mut groups: Vec<(Bson, Vec<&T>)> = Vec::new();
+        let mut groups: Vec<(Bson, Vec<(Document, i64)>)> = Vec::new();
         let mut index = std::collections::HashMap::new();
         for item in items {
             let key = self.key_bson(item.bucket_key())?;
+            let d = self.item_doc(item)?;
+            let len = item_len(&d)?;
             let at = *index.entry(key_bytes(&key)).or_insert_with(|| {
                 groups.push((key, Vec::new()));
                 groups.len() - 1
             });
-            groups[at].1.push(item);
+            groups[at].1.push((d, len));
         }
-        let mut checked = Vec::with_capacity(groups.len());
-        for (key, items) in groups {
-            let mut docs = Vec::with_capacity(items.len());
-            for item in items {
-                let d = self.item_doc(item)?;
-                let len = item_len(&d)?;
-                docs.push((d, len));
-            }
-            checked.push((key, docs));
-        }
-        for (key, docs) in checked {
+        for (key, docs) in groups {
             self.push_many_in(key, docs, cx).await?;
         }
         Ok(())
