@@ -89,7 +89,8 @@ impl<T: Bucketed> Buckets<T> {
             .await
     }
 
-    /// [`Buckets::stream`] with options `opts`.
+    /// [`Buckets::stream`], in `cx`: its session, if any, moves into the
+    /// stream.
     pub(super) async fn stream_in<'a>(
         &'a self,
         key_b: Bson,
