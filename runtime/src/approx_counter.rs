@@ -388,6 +388,15 @@ impl<T: ApproxCounted> Counter<T> {
     /// Creates what [`declared`](Self::declared) lists and the deployment
     /// lacks (the collection). The same as
     /// [`Model::ensure`](crate::Model::ensure) for this counter.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # struct Ticker { #[serde(rename = "_id")] id: String, #[approx_counter(every = 100)] volume: i64 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// Ticker::volume_counter(&db).ensure().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn ensure(&self) -> crate::ensure::EnsureAction<'_> {
         crate::ensure::EnsureAction::new(&self.inner.db, self.declared())
     }

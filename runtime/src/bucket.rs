@@ -534,6 +534,17 @@ impl<T: Bucketed> Buckets<T> {
     /// this repository (under its run-time collection name). Pushes need no
     /// index beyond `_id`: they address buckets by `_id`, and no field they
     /// change is indexed.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[bucket(size = 1000, key = "customer")]
+    /// # struct Trade { customer: i64, qty: i32 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// // A tenant's trades, in a collection named at run time.
+    /// Trade::buckets(&db).with_collection("trades_acme").ensure().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn ensure(&self) -> crate::ensure::EnsureAction<'_> {
         crate::ensure::EnsureAction::new(&self.db, self.declared())
     }

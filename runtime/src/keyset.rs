@@ -493,6 +493,16 @@ where
 
     /// Creates what [`declared`](Self::declared) lists and the deployment
     /// lacks: the collection and its keyset index.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[keyset(sort = "at", order = "desc")]
+    /// # struct Visit { at: DateTime, page: String }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// Visit::keyset(&db).ensure().await?; // the {at, _id} index
+    /// # Ok(()) }
+    /// ```
     pub fn ensure(&self) -> crate::ensure::EnsureAction<'_> {
         crate::ensure::EnsureAction::new(&self.db, self.declared())
     }
@@ -539,6 +549,16 @@ where
 
     /// How many documents match the filter: a separate `countDocuments`
     /// (one `aggregate`), never run as part of paging. See [`CountDocuments`].
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[keyset(sort = "at", order = "desc", page_size = 50)]
+    /// # struct Visit { at: DateTime, page: String }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let n = Visit::keyset(&db).filter(doc! {"page": "/"}).count().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn count(&self) -> CountDocuments<'_, T> {
         CountDocuments::new(self)
     }
@@ -551,6 +571,16 @@ where
 
     /// Fetches one page: one `find`, one round trip (while the page fits in
     /// one 16 MB batch). See [`FetchPage`].
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[keyset(sort = "at", order = "desc", page_size = 50)]
+    /// # struct Visit { at: DateTime, page: String }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let page = Visit::keyset(&db).page().await?; // then `.after(&token)`
+    /// # Ok(()) }
+    /// ```
     pub fn page(&self) -> FetchPage<'_, T> {
         FetchPage::new(self)
     }
@@ -559,6 +589,16 @@ where
     /// time: no cursor is held open between pages, so a long job neither
     /// times out a cursor nor holds more than one page in memory. See
     /// [`ItemStream`] (it takes a session, which it then borrows).
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[keyset(sort = "at", order = "desc", page_size = 50)]
+    /// # struct Visit { at: DateTime, page: String }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let all: Vec<Visit> = Visit::keyset(&db).stream().try_collect().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn stream<'a>(self) -> ItemStream<'a, T>
     where
         T: 'a,
@@ -568,6 +608,19 @@ where
 
     /// Every page from the query's position to the end, each with the token
     /// to resume after it (for checkpointing a long job). See [`PageStream`].
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[keyset(sort = "at", order = "desc", page_size = 50)]
+    /// # struct Visit { at: DateTime, page: String }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let mut pages = Visit::keyset(&db).pages();
+    /// while let Some(page) = pages.try_next().await? {
+    ///     // process `page.items`; checkpoint `page.next` to resume
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn pages<'a>(self) -> PageStream<'a, T>
     where
         T: 'a,

@@ -35,12 +35,34 @@ pub trait Model: Sized {
     /// collections, indexes, and sharding on a sharded cluster. Idempotent;
     /// drops and changes nothing: what conflicts is reported and left
     /// alone. See [`EnsureAction`] for the commands it sends.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[bucket(size = 1000, key = "customer")]
+    /// # struct Trade { customer: i64, qty: i32 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let done = Trade::ensure(&db).await?; // at start-up; idempotent
+    /// println!("{done:?}");
+    /// # Ok(()) }
+    /// ```
     fn ensure(db: &Database) -> EnsureAction<'_> {
         EnsureAction::new(db, Self::declared(db))
     }
 
     /// A dry run of [`Model::ensure`]: what it would create, and what in
     /// the deployment differs from the declarations. Sends only reads.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[bucket(size = 1000, key = "customer")]
+    /// # struct Trade { customer: i64, qty: i32 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let plan = Trade::plan(&db).await?; // what ensure would do
+    /// println!("{plan:?}");
+    /// # Ok(()) }
+    /// ```
     fn plan(db: &Database) -> PlanAction<'_> {
         PlanAction::new(db, Self::declared(db))
     }

@@ -429,6 +429,16 @@ impl<T: RankHistogram> Ranks<T> {
     /// [`rebuild`](Self::rebuild) reads by, and both collections. The same
     /// as [`Model::ensure`] for this repository
     /// (under its run-time collection names).
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[rank_histogram(board = "desk", score = "profit")]
+    /// # struct Trader { #[serde(rename = "_id")] id: String, desk: String, profit: i64 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// Trader::ranks(&db).with_histogram_collection("desk_ranks").ensure().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn ensure(&self) -> crate::ensure::EnsureAction<'_> {
         crate::ensure::EnsureAction::new(&self.db, self.declared())
     }
@@ -508,6 +518,17 @@ impl<T: RankHistogram> Ranks<T> {
     /// layout sends `update` (and `delete`, for `change` and `unrecord`)
     /// rather than `bulkWrite`, which refuses the `readConcern` the driver
     /// adds to a transaction's first command.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[rank_histogram(board = "desk", score = "profit")]
+    /// # struct Trader { #[serde(rename = "_id")] id: String, desk: String, profit: i64 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let ranks = Trader::ranks(&db);
+    /// ranks.record("desk-1", 120).await?; // a player not stored here
+    /// # Ok(()) }
+    /// ```
     pub fn record<'a, Q>(&'a self, board: &Q, score: T::Score) -> Record<'a, T>
     where
         T::Board: Borrow<Q>,
@@ -528,6 +549,17 @@ impl<T: RankHistogram> Ranks<T> {
     /// (two on the `"documents"` layout without `bulkWrite`).
     /// Fails with [`Error::ScoreNotFound`] when nobody holds `old`. Races
     /// as [`record`](Self::record).
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[rank_histogram(board = "desk", score = "profit")]
+    /// # struct Trader { #[serde(rename = "_id")] id: String, desk: String, profit: i64 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let ranks = Trader::ranks(&db);
+    /// ranks.change("desk-1", 120, 135).await?; // 120 -> 135, both counts or neither
+    /// # Ok(()) }
+    /// ```
     pub fn change<'a, Q>(&'a self, board: &Q, old: T::Score, new: T::Score) -> Change<'a, T>
     where
         T::Board: Borrow<Q>,
@@ -549,6 +581,17 @@ impl<T: RankHistogram> Ranks<T> {
     /// [`Error::ScoreNotFound`] when nobody holds it: a count never goes
     /// below 0. One round trip (two on the `"documents"` layout without
     /// `bulkWrite`). Races as [`record`](Self::record).
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[rank_histogram(board = "desk", score = "profit")]
+    /// # struct Trader { #[serde(rename = "_id")] id: String, desk: String, profit: i64 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let ranks = Trader::ranks(&db);
+    /// ranks.unrecord("desk-1", 135).await?; // one player fewer at 135
+    /// # Ok(()) }
+    /// ```
     pub fn unrecord<'a, Q>(&'a self, board: &Q, score: T::Score) -> Unrecord<'a, T>
     where
         T::Board: Borrow<Q>,
@@ -571,6 +614,18 @@ impl<T: RankHistogram> Ranks<T> {
     /// with [`Error::Damaged`] for a board another client broke (a score
     /// listed twice, a count below 1). In a caller's transaction it reads
     /// the transaction's writes.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[rank_histogram(board = "desk", score = "profit")]
+    /// # struct Trader { #[serde(rename = "_id")] id: String, desk: String, profit: i64 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let ranks = Trader::ranks(&db);
+    /// let r = ranks.rank("desk-1", 135).await?;
+    /// println!("#{} of {} ({} tied)", r.rank, r.total, r.ties);
+    /// # Ok(()) }
+    /// ```
     pub fn rank<'a, Q>(&'a self, board: &Q, score: T::Score) -> RankOf<'a, T>
     where
         T::Board: Borrow<Q>,
@@ -591,6 +646,19 @@ impl<T: RankHistogram> Ranks<T> {
     /// (`top(board, 3)` on 100, 90, 90, 80 gives 100, 90 ×2: places 1 to 3).
     /// One round trip (`aggregate`, or `find` on the `"documents"`
     /// layout), reading at most `places` scores.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[rank_histogram(board = "desk", score = "profit")]
+    /// # struct Trader { #[serde(rename = "_id")] id: String, desk: String, profit: i64 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let ranks = Trader::ranks(&db);
+    /// for s in ranks.top("desk-1", 3).await? {
+    ///     println!("{} x{}", s.score, s.count);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn top<'a, Q>(&'a self, board: &Q, places: u32) -> Top<'a, T>
     where
         T::Board: Borrow<Q>,
@@ -602,6 +670,17 @@ impl<T: RankHistogram> Ranks<T> {
     /// Every score of `board` with its count and rank, best first. One round
     /// trip (up to 100,000 scores; a larger `"documents"` board continues
     /// with `getMore`s, in the same session).
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[rank_histogram(board = "desk", score = "profit")]
+    /// # struct Trader { #[serde(rename = "_id")] id: String, desk: String, profit: i64 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let ranks = Trader::ranks(&db);
+    /// let all = ranks.histogram("desk-1").await?; // best first
+    /// # Ok(()) }
+    /// ```
     pub fn histogram<'a, Q>(&'a self, board: &Q) -> Histogram<'a, T>
     where
         T::Board: Borrow<Q>,
@@ -629,6 +708,18 @@ impl<T: RankHistogram> Ranks<T> {
     /// the call has the server kill that session (which frees what it
     /// locked); the session still shows the transaction open: abort it or
     /// drop the session.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[rank_histogram(board = "desk", score = "profit")]
+    /// # struct Trader { #[serde(rename = "_id")] id: String, desk: String, profit: i64 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let ranks = Trader::ranks(&db);
+    /// let ada = Trader { id: "ada".into(), desk: "desk-1".into(), profit: 120 };
+    /// ranks.insert(&ada).await?; // the player and its count, together
+    /// # Ok(()) }
+    /// ```
     pub fn insert<'a>(&'a self, doc: &'a T) -> Insert<'a, T> {
         Insert::new(self, doc)
     }
@@ -637,6 +728,17 @@ impl<T: RankHistogram> Ranks<T> {
     /// moves it on the histogram, in one transaction (`findAndModify`, the
     /// histogram's write, commit). Returns whether a document matched.
     /// Sessions and transactions as [`insert`](Self::insert).
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[rank_histogram(board = "desk", score = "profit")]
+    /// # struct Trader { #[serde(rename = "_id")] id: String, desk: String, profit: i64 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let ranks = Trader::ranks(&db);
+    /// let matched = ranks.update_score(doc! {"_id": "ada"}, 135).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn update_score(&self, filter: Document, new: T::Score) -> UpdateScore<'_, T> {
         UpdateScore::new(self, (filter, Box::new(new)))
     }
@@ -645,6 +747,17 @@ impl<T: RankHistogram> Ranks<T> {
     /// score, in one transaction (`findAndModify`, the histogram's write,
     /// commit). Returns whether a document matched. Sessions and
     /// transactions as [`insert`](Self::insert).
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[rank_histogram(board = "desk", score = "profit")]
+    /// # struct Trader { #[serde(rename = "_id")] id: String, desk: String, profit: i64 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let ranks = Trader::ranks(&db);
+    /// let deleted = ranks.delete(doc! {"_id": "ada"}).await?; // and uncounted
+    /// # Ok(()) }
+    /// ```
     pub fn delete(&self, filter: Document) -> Delete<'_, T> {
         Delete::new(self, filter)
     }
@@ -658,6 +771,17 @@ impl<T: RankHistogram> Ranks<T> {
     /// Sends an `aggregate` of the players, then an `update` (array) or a
     /// `delete` and an `insert` (documents); in a caller's session and
     /// transaction when given one.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[rank_histogram(board = "desk", score = "profit")]
+    /// # struct Trader { #[serde(rename = "_id")] id: String, desk: String, profit: i64 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let ranks = Trader::ranks(&db);
+    /// let players = ranks.rebuild("desk-1").await?; // after a repair by hand
+    /// # Ok(()) }
+    /// ```
     pub fn rebuild<'a, Q>(&'a self, board: &Q) -> Rebuild<'a, T>
     where
         T::Board: Borrow<Q>,

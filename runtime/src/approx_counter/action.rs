@@ -88,6 +88,16 @@ impl Future for IncrFuture<'_> {
 
 impl<T: ApproxCounted> Counter<T> {
     /// Counts one increment of `id`'s counter: [`Counter::incr_by`] of 1.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # struct Ticker { #[serde(rename = "_id")] id: String, #[approx_counter(every = 100)] volume: i64 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let volume = Ticker::volume_counter(&db);
+    /// volume.incr("MDB").await?; // one in 100 calls writes
+    /// # Ok(()) }
+    /// ```
     pub fn incr<'a, Q>(&'a self, id: &'a Q) -> Incr<'a, T, Q>
     where
         T::Id: Borrow<Q>,
@@ -127,6 +137,16 @@ impl<T: ApproxCounted> Counter<T> {
     /// Inside a caller's transaction it is not retried: the error carries
     /// `TransientTransactionError`, for the caller's `and_run2` to run the
     /// transaction again.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # struct Ticker { #[serde(rename = "_id")] id: String, #[approx_counter(every = 100)] volume: i64 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let volume = Ticker::volume_counter(&db);
+    /// volume.incr_by("MDB", 250).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn incr_by<'a, Q>(&'a self, id: &'a Q, n: u64) -> Incr<'a, T, Q>
     where
         T::Id: Borrow<Q>,
@@ -149,6 +169,16 @@ impl<T: ApproxCounted> Counter<T> {
     ///
     /// Setters: `session`, `read_concern`, `selection_criteria`,
     /// `comment`, `max_time`.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # struct Ticker { #[serde(rename = "_id")] id: String, #[approx_counter(every = 100)] volume: i64 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let volume = Ticker::volume_counter(&db);
+    /// let about = volume.estimate("MDB").await?;
+    /// # Ok(()) }
+    /// ```
     pub fn estimate<'a, Q>(&'a self, id: &'a Q) -> Estimate<'a, T, Q>
     where
         T::Id: Borrow<Q>,
@@ -170,6 +200,16 @@ impl<T: ApproxCounted> Counter<T> {
     ///
     /// Setters: `write_concern`, `comment`, `max_time` (no session: the
     /// writes carry increments of every caller).
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # struct Ticker { #[serde(rename = "_id")] id: String, #[approx_counter(every = 100)] volume: i64 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let volume = Ticker::volume_counter(&db);
+    /// volume.flush().await?; // what a buffered counter holds, written
+    /// # Ok(()) }
+    /// ```
     pub fn flush(&self) -> Flush<'_, T> {
         Flush {
             counter: self,
@@ -181,6 +221,16 @@ impl<T: ApproxCounted> Counter<T> {
     /// Flushes, then writes every later increment straight through (exact).
     /// Call it before the process exits: what is pending at exit is lost.
     /// Setters as [`Counter::flush`].
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # struct Ticker { #[serde(rename = "_id")] id: String, #[approx_counter(every = 100)] volume: i64 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let volume = Ticker::volume_counter(&db);
+    /// volume.shutdown().await?; // flushed; later increments write through
+    /// # Ok(()) }
+    /// ```
     pub fn shutdown(&self) -> Flush<'_, T> {
         Flush {
             counter: self,

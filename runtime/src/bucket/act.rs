@@ -255,6 +255,17 @@ impl<T: Bucketed> Buckets<T> {
     /// bucket's `start` when it belongs in the one before; only further
     /// back, on a deployment without transactions, or where a bucket must
     /// split does it take the key's lease. See the module docs.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[bucket(size = 1000, key = "customer", order = "at")]
+    /// # struct Trade { customer: i64, at: DateTime, ticker: String, qty: i32 }
+    /// # async fn f(db: Database, trade: Trade) -> mongo_patterns::Result<()> {
+    /// let trades = Trade::buckets(&db);
+    /// trades.push(&trade).await?; // one update on the hot path
+    /// # Ok(()) }
+    /// ```
     pub fn push<'a>(&'a self, item: &'a T) -> Push<'a, T> {
         Push {
             repo: self,
@@ -303,6 +314,18 @@ impl<T: Bucketed> Buckets<T> {
     /// caller's session its reads run in it (and see the transaction's
     /// writes); a page that meets a removal's mark repairs positions first,
     /// which is refused inside a transaction (`NotSupportedInTransaction`).
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[bucket(size = 1000, key = "customer", order = "at")]
+    /// # struct Trade { customer: i64, at: DateTime, ticker: String, qty: i32 }
+    /// # async fn f(db: Database, trade: Trade) -> mongo_patterns::Result<()> {
+    /// let trades = Trade::buckets(&db);
+    /// let page = trades.page(&7, PageRequest::page(1).per_page(25).newest_first()).await?;
+    /// let more = page.has_more;
+    /// # Ok(()) }
+    /// ```
     pub fn page<'a, Q>(&'a self, key: &Q, req: PageRequest) -> FetchPage<'a, T>
     where
         T::Key: std::borrow::Borrow<Q>,
@@ -319,6 +342,17 @@ impl<T: Bucketed> Buckets<T> {
 
     /// How many items `key` has: one indexed `find` of its newest bucket,
     /// in the caller's session when one is given.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[bucket(size = 1000, key = "customer", order = "at")]
+    /// # struct Trade { customer: i64, at: DateTime, ticker: String, qty: i32 }
+    /// # async fn f(db: Database, trade: Trade) -> mongo_patterns::Result<()> {
+    /// let trades = Trade::buckets(&db);
+    /// let n = trades.total(&7).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn total<'a, Q>(&'a self, key: &Q) -> Total<'a, T>
     where
         T::Key: std::borrow::Borrow<Q>,
@@ -364,6 +398,17 @@ impl<T: Bucketed> Buckets<T> {
     /// yourself after editing buckets by hand. Refused inside a caller's
     /// transaction (`NotSupportedInTransaction`); in a session outside one it runs
     /// as without the session.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[bucket(size = 1000, key = "customer", order = "at")]
+    /// # struct Trade { customer: i64, at: DateTime, ticker: String, qty: i32 }
+    /// # async fn f(db: Database, trade: Trade) -> mongo_patterns::Result<()> {
+    /// let trades = Trade::buckets(&db);
+    /// trades.reindex(&7).await?; // after editing buckets by hand
+    /// # Ok(()) }
+    /// ```
     pub fn reindex<'a, Q>(&'a self, key: &Q) -> Reindex<'a, T>
     where
         T::Key: std::borrow::Borrow<Q>,
@@ -398,6 +443,17 @@ impl<T: Bucketed> Buckets<T> {
     /// without these writes. In a session outside a transaction it runs as
     /// without the session (its own task, its own lease); write concern,
     /// read concern and read preference apply to every command it sends.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[bucket(size = 1000, key = "customer", order = "at")]
+    /// # struct Trade { customer: i64, at: DateTime, ticker: String, qty: i32 }
+    /// # async fn f(db: Database, trade: Trade) -> mongo_patterns::Result<()> {
+    /// let trades = Trade::buckets(&db);
+    /// let deleted = trades.delete(&7, doc! {"ticker": "MDB", "qty": {"$lt": 10}}).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn delete<'a, Q>(&'a self, key: &Q, matching: Document) -> Delete<'a, T>
     where
         T::Key: std::borrow::Borrow<Q>,
@@ -423,6 +479,18 @@ impl<T: Bucketed> Buckets<T> {
     /// lost reply finds the write applied), one that reports a damaged
     /// bucket of the key rather than `false`. It moves no positions, so in
     /// a caller's session and transaction all of it runs there.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[bucket(size = 1000, key = "customer", order = "at")]
+    /// # struct Trade { customer: i64, at: DateTime, ticker: String, qty: i32 }
+    /// # async fn f(db: Database, trade: Trade) -> mongo_patterns::Result<()> {
+    /// let trades = Trade::buckets(&db);
+    /// let fixed = Trade { qty: 12, ..trade.clone() };
+    /// let matched = trades.replace(&7, doc! {"at": trade.at}, &fixed).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn replace<'a, Q>(&'a self, key: &Q, matching: Document, item: &'a T) -> Replace<'a, T>
     where
         T::Key: std::borrow::Borrow<Q>,

@@ -21,6 +21,22 @@ impl<T: ShardKeyed> Sharded<T> {
     /// refused. Reports up to `max` of them, as [`Error::Damaged`], in
     /// `_id` order. One `find` and its `getMore`s, in the session when one
     /// is given.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[shard_key(coarse = "month", from = "ts", search = "type")]
+    /// # struct Log {
+    /// #     #[serde(rename = "_id")] id: ObjectId,
+    /// #     #[serde(rename = "type")] kind: String,
+    /// #     ts: i64,
+    /// #     level: String,
+    /// # }
+    /// # async fn f(db: Database, log: Log, more: Vec<Log>, at: DateTime) -> mongo_patterns::Result<()> {
+    /// let logs = Log::sharded(&db);
+    /// let audit = logs.audit(10).await?; // documents whose key is damaged
+    /// # Ok(()) }
+    /// ```
     pub fn audit(&self, max: usize) -> AuditKeys<'_, T> {
         AuditKeys {
             repo: self,
@@ -70,6 +86,23 @@ impl<T: ShardKeyed> Sharded<T> {
     /// Analyses a candidate shard key (BSON field names, in key order) on a
     /// `$sample` of up to `sample` documents: see [`analyze`]. One
     /// `aggregate`, in the session when one is given.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[shard_key(coarse = "month", from = "ts", search = "type")]
+    /// # struct Log {
+    /// #     #[serde(rename = "_id")] id: ObjectId,
+    /// #     #[serde(rename = "type")] kind: String,
+    /// #     ts: i64,
+    /// #     level: String,
+    /// # }
+    /// # async fn f(db: Database, log: Log, more: Vec<Log>, at: DateTime) -> mongo_patterns::Result<()> {
+    /// let logs = Log::sharded(&db);
+    /// let report = logs.analyze(&["month", "type"], 10_000).await?;
+    /// let trap = report.low_cardinality() || report.monotonic() == Some(true);
+    /// # Ok(()) }
+    /// ```
     pub fn analyze<'a>(&'a self, key: &'a [&'a str], sample: u32) -> Analyze<'a, T> {
         Analyze {
             repo: self,

@@ -79,6 +79,16 @@ impl<T: ShardKeyed> Sharded<T> {
     /// that may not read `config.collections`
     /// ([`Note::ShardingUnknown`](crate::ensure::Note::ShardingUnknown):
     /// the index is created, the sharding left to a user with those rights).
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[shard_key(coarse = "month", from = "ts", search = "type")]
+    /// # struct Log { #[serde(rename = "_id")] id: ObjectId, #[serde(rename = "type")] kind: String, ts: i64 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// Log::sharded(&db).ensure().await?; // index, and sharding on a cluster
+    /// # Ok(()) }
+    /// ```
     pub fn ensure(&self) -> crate::ensure::EnsureAction<'_> {
         crate::ensure::EnsureAction::new(&self.db, self.declared())
     }

@@ -76,6 +76,26 @@ impl<T: ShardKeyed> Sharded<T> {
     /// documents. A document that does not deserialize is
     /// [`Error::UnexpectedDocument`], named by its `_id`, and ends the
     /// stream.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[shard_key(coarse = "month", from = "ts", search = "type")]
+    /// # struct Log {
+    /// #     #[serde(rename = "_id")] id: ObjectId,
+    /// #     #[serde(rename = "type")] kind: String,
+    /// #     ts: i64,
+    /// #     level: String,
+    /// # }
+    /// # async fn f(db: Database, log: Log, more: Vec<Log>, at: DateTime) -> mongo_patterns::Result<()> {
+    /// let logs = Log::sharded(&db);
+    /// let recent: Vec<Log> = logs
+    ///     .find("app", TimeRange::last_days(7), doc! {"level": "error"})
+    ///     .await? // one shard per month
+    ///     .try_collect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub fn find<'a, Q>(&'a self, search: &Q, range: TimeRange, extra: Document) -> Find<'a, T>
     where
         T::Search: Borrow<Q>,
@@ -98,6 +118,16 @@ impl<T: ShardKeyed> Sharded<T> {
 
     /// A query by the hashed key's value: targeted to one shard. One
     /// `find`, streamed as [`Sharded::find`].
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[shard_key(hashed = "user")]
+    /// # struct Event { #[serde(rename = "_id")] id: ObjectId, user: String, kind: String }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let ada: Vec<Event> = Event::sharded(&db).find_by_hashed("ada").await?.try_collect().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn find_by_hashed<'a, Q: Serialize + ?Sized>(&'a self, value: &Q) -> Find<'a, T> {
         let filter = match self.spec.hashed() {
             Some(h) => crate::compat::to_bson(value)
@@ -120,6 +150,22 @@ impl<T: ShardKeyed> Sharded<T> {
     /// Any query, sent to every shard that holds the collection. Named
     /// apart so that a scatter-gather is never an accident. One `find`,
     /// streamed as [`Sharded::find`].
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[shard_key(coarse = "month", from = "ts", search = "type")]
+    /// # struct Log {
+    /// #     #[serde(rename = "_id")] id: ObjectId,
+    /// #     #[serde(rename = "type")] kind: String,
+    /// #     ts: i64,
+    /// #     level: String,
+    /// # }
+    /// # async fn f(db: Database, log: Log, more: Vec<Log>, at: DateTime) -> mongo_patterns::Result<()> {
+    /// let logs = Log::sharded(&db);
+    /// let all_errors: Vec<Log> = logs.scatter(doc! {"level": "error"}).await?.try_collect().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn scatter(&self, filter: Document) -> Find<'_, T> {
         Find {
             repo: self,

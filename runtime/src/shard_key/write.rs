@@ -43,6 +43,22 @@ impl<T: ShardKeyed> Sharded<T> {
     }
 
     /// Inserts `item`, its coarse field derived: one `insert`.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[shard_key(coarse = "month", from = "ts", search = "type")]
+    /// # struct Log {
+    /// #     #[serde(rename = "_id")] id: ObjectId,
+    /// #     #[serde(rename = "type")] kind: String,
+    /// #     ts: i64,
+    /// #     level: String,
+    /// # }
+    /// # async fn f(db: Database, log: Log, more: Vec<Log>, at: DateTime) -> mongo_patterns::Result<()> {
+    /// let logs = Log::sharded(&db);
+    /// logs.insert(&log).await?; // `month` derived from `ts`
+    /// # Ok(()) }
+    /// ```
     pub fn insert<'a>(&'a self, item: &'a T) -> Insert<'a, T> {
         Insert {
             repo: self,
@@ -64,6 +80,22 @@ impl<T: ShardKeyed> Sharded<T> {
 
     /// Inserts `items` in one `insert` (`insertMany`, ordered), their coarse
     /// fields derived. Sends nothing for no items.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[shard_key(coarse = "month", from = "ts", search = "type")]
+    /// # struct Log {
+    /// #     #[serde(rename = "_id")] id: ObjectId,
+    /// #     #[serde(rename = "type")] kind: String,
+    /// #     ts: i64,
+    /// #     level: String,
+    /// # }
+    /// # async fn f(db: Database, log: Log, more: Vec<Log>, at: DateTime) -> mongo_patterns::Result<()> {
+    /// let logs = Log::sharded(&db);
+    /// logs.insert_many(&more).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn insert_many<'a>(&'a self, items: &'a [T]) -> InsertMany<'a, T> {
         InsertMany {
             repo: self,
@@ -106,6 +138,22 @@ impl<T: ShardKeyed> Sharded<T> {
     /// second `update`. In a session, all of them run in it; in the
     /// caller's transaction the lookup and the write see one snapshot, so
     /// no round is repeated.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[shard_key(coarse = "month", from = "ts", search = "type")]
+    /// # struct Log {
+    /// #     #[serde(rename = "_id")] id: ObjectId,
+    /// #     #[serde(rename = "type")] kind: String,
+    /// #     ts: i64,
+    /// #     level: String,
+    /// # }
+    /// # async fn f(db: Database, log: Log, more: Vec<Log>, at: DateTime) -> mongo_patterns::Result<()> {
+    /// let logs = Log::sharded(&db);
+    /// let replaced = logs.replace(&log).await?; // by `_id` and the full key
+    /// # Ok(()) }
+    /// ```
     pub fn replace<'a>(&'a self, item: &'a T) -> Replace<'a, T> {
         Replace {
             repo: self,
@@ -144,6 +192,22 @@ impl<T: ShardKeyed> Sharded<T> {
     /// It runs no transaction of its own: its only write is the last
     /// command (a move is one replace, which a sharded cluster performs
     /// atomically), so a crash or a cut before it leaves the old document.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[shard_key(coarse = "month", from = "ts", search = "type")]
+    /// # struct Log {
+    /// #     #[serde(rename = "_id")] id: ObjectId,
+    /// #     #[serde(rename = "type")] kind: String,
+    /// #     ts: i64,
+    /// #     level: String,
+    /// # }
+    /// # async fn f(db: Database, log: Log, more: Vec<Log>, at: DateTime) -> mongo_patterns::Result<()> {
+    /// let logs = Log::sharded(&db);
+    /// let inserted = logs.upsert(&log).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn upsert<'a>(&'a self, item: &'a T) -> Upsert<'a, T> {
         Upsert {
             repo: self,
@@ -282,6 +346,24 @@ impl<T: ShardKeyed> Sharded<T> {
     /// Commands: one `update` (`updateMany`); after a miss by `_id`, a
     /// `find` by it. Both run in the session when one is given; nothing is
     /// retried.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[shard_key(coarse = "month", from = "ts", search = "type")]
+    /// # struct Log {
+    /// #     #[serde(rename = "_id")] id: ObjectId,
+    /// #     #[serde(rename = "type")] kind: String,
+    /// #     ts: i64,
+    /// #     level: String,
+    /// # }
+    /// # async fn f(db: Database, log: Log, more: Vec<Log>, at: DateTime) -> mongo_patterns::Result<()> {
+    /// let logs = Log::sharded(&db);
+    /// let n = logs
+    ///     .update(at, "app", doc! {"level": "debug"}, doc! {"$set": {"level": "trace"}})
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub fn update<'a, Q>(
         &'a self,
         at: DateTime,
