@@ -358,6 +358,159 @@ macro_rules! setters {
 }
 pub(crate) use setters;
 
+/// What [`action!`] needs of a repository: its pattern's name (the span's
+/// `pattern`), its collection's name and its default [`Options`].
+pub(crate) trait Repository {
+    const PATTERN: &'static str;
+    fn defaults(&self) -> &Options;
+    fn collection_name(&self) -> &str;
+}
+
+/// One call's context, built once when the call is awaited and handed to
+/// the pattern's code: the effective options, the caller's session, and
+/// whether that session has a transaction open. Every pattern's actions
+/// build it the same way, so "which options apply" and "are we in a
+/// transaction" are answered in one place.
+pub(crate) struct Call<'s> {
+    /// The call's options over the repository's; inside a transaction
+    /// without write and read concern, which belong to the transaction.
+    pub(crate) opts: Effective<'s>,
+    pub(crate) session: Option<&'s mut ClientSession>,
+    /// The session has a transaction open: nothing is retried inside it,
+    /// a race is handed back labelled for the caller's `and_run2`.
+    pub(crate) txn: bool,
+    /// A read for the caller (a page, a total, a rank): it follows the
+    /// caller's read preference. A read that decides a write goes to the
+    /// primary.
+    pub(crate) for_caller: bool,
+}
+
+impl<'s> Call<'s> {
+    pub(crate) async fn new(
+        defaults: &'s Options,
+        given: Given,
+        mut session: Option<&'s mut ClientSession>,
+        for_caller: bool,
+    ) -> Call<'s> {
+        // Boxed: only a call given a session asks, and inline the question
+        // would take room in every operation's future.
+        let txn = match session.as_deref_mut() {
+            Some(s) => Box::pin(in_transaction(s)).await,
+            None => false,
+        };
+        let mut opts = given.over(defaults);
+        if txn {
+            opts = opts.in_transaction();
+        }
+        Call {
+            opts,
+            session,
+            txn,
+            for_caller,
+        }
+    }
+
+    /// No options, no session: for work a call does on its own behalf
+    /// (under a lease, in a task of its own).
+    pub(crate) fn plain() -> Call<'static> {
+        Call {
+            opts: Effective::Defaults(Options::none()),
+            session: None,
+            txn: false,
+            for_caller: false,
+        }
+    }
+}
+
+/// An operation of a repository as an action, the one shape every
+/// pattern's operations take: a struct holding the repository, the
+/// arguments, its own [`Options`] and the caller's session, with the
+/// [`setters`] of its kind (`read`, `write` or `both`) and `new`; awaited,
+/// it runs `body` with `cx`, the call's [`Call`], in the operation's
+/// [`span`], as one boxed future.
+///
+/// A `guarded` write run inside the caller's transaction has a
+/// [`CutGuard`](crate::cut::CutGuard) armed around `body`, so that a call
+/// cut before its last reply has the session killed on the server (see
+/// [`crate::cut`]). Only those actions pay for the guard: wrapping every
+/// one would take reads' futures past a small allocation.
+///
+/// What is not made by it, and why: a counter's `incr` (its future is not
+/// boxed: an increment that does not write is a draw and nothing else) and
+/// `flush` (no session: it carries every caller's increments), and the
+/// `Stream`s (`Keyset::items`/`pages`, bucket and shard-key streams),
+/// which build the same [`Call`] on their first poll.
+macro_rules! action {
+    (
+        $(#[$m:meta])*
+        $name:ident<$a:lifetime, T: $bound:path> on $repo:ident, $op:expr, $kind:ident $(, $guarded:ident)?;
+        { $($f:ident: $t:ty),* $(,)? } -> $out:ty;
+        |$this:ident, $cx:ident| $body:expr
+    ) => {
+        $(#[$m])*
+        #[must_use = "does nothing unless awaited"]
+        pub struct $name<$a, T: Send + Sync> {
+            repo: &$a $repo<T>,
+            $($f: $t,)*
+            options: $crate::action::Given,
+            session: Option<&$a mut mongodb::ClientSession>,
+        }
+
+        impl<$a, T: $bound + Send + Sync + $a> $name<$a, T> {
+            pub(super) fn new(repo: &$a $repo<T>, $($f: $t),*) -> Self {
+                $name {
+                    repo,
+                    $($f,)*
+                    options: $crate::action::Given::default(),
+                    session: None,
+                }
+            }
+
+            $crate::action::setters!($a; $kind);
+        }
+
+        impl<$a, T: $bound + Send + Sync + $a> std::future::IntoFuture for $name<$a, T> {
+            type Output = $crate::error::Result<$out>;
+            type IntoFuture = futures::future::BoxFuture<$a, $crate::error::Result<$out>>;
+
+            fn into_future(self) -> Self::IntoFuture {
+                // Bound outside the future, so that the future holds it once.
+                let $this = self;
+                let span = $crate::action::span(
+                    <$repo<T> as $crate::action::Repository>::PATTERN,
+                    $op,
+                    $crate::action::Repository::collection_name($this.repo),
+                );
+                $crate::action::boxed_in(
+                    async move {
+                        #[allow(unused_mut)]
+                        let mut $cx = $crate::action::Call::new(
+                            $crate::action::Repository::defaults($this.repo),
+                            $this.options,
+                            $this.session,
+                            $crate::action::action!(@for_caller $kind),
+                        )
+                        .await;
+                        $crate::action::action!(@run $cx, $body $(, $guarded)?)
+                    },
+                    span,
+                )
+            }
+        }
+    };
+    (@for_caller read) => { true };
+    (@for_caller write) => { false };
+    (@for_caller both) => { false };
+    (@run $cx:ident, $body:expr) => { $body };
+    (@run $cx:ident, $body:expr, guarded) => {{
+        let mut cut = $crate::cut::CutGuard::new($cx.txn, $cx.session.as_deref());
+        let done = async { $body }.await;
+        cut.disarm();
+        done
+    }};
+}
+pub(crate) use action;
+
 /// The span an operation runs in: target and name `mongo_patterns`, at
 /// DEBUG, with the pattern (`"bucket"`, `"keyset"`, `"rank_histogram"`,
 /// `"approx_counter"`, `"shard_key"`, `"ensure"`), the operation as the

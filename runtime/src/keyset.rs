@@ -351,6 +351,18 @@ pub struct Keyset<T: Send + Sync> {
     collation: Option<Collation>,
 }
 
+impl<T: Send + Sync> crate::action::Repository for Keyset<T> {
+    const PATTERN: &'static str = "keyset";
+
+    fn defaults(&self) -> &Options {
+        &self.defaults
+    }
+
+    fn collection_name(&self) -> &str {
+        self.coll.name()
+    }
+}
+
 impl<T: Send + Sync> Clone for Keyset<T> {
     fn clone(&self) -> Self {
         Keyset {
@@ -560,7 +572,7 @@ where
     /// # Ok(()) }
     /// ```
     pub fn count(&self) -> CountDocuments<'_, T> {
-        CountDocuments::new(self)
+        CountDocuments::new(self, None, None)
     }
 
     /// The `find` this query sends: filter, sort and limit.
@@ -582,7 +594,7 @@ where
     /// # Ok(()) }
     /// ```
     pub fn page(&self) -> FetchPage<'_, T> {
-        FetchPage::new(self)
+        FetchPage::new(self, None, None)
     }
 
     /// Every item from the query's position to the end, fetched a page at a

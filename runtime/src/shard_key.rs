@@ -203,7 +203,7 @@ mod time;
 mod write;
 
 use mongodb::bson::{doc, Bson, DateTime, Document};
-use mongodb::{ClientSession, Collection, Database};
+use mongodb::{Collection, Database};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -419,12 +419,16 @@ impl<T: Send + Sync> Clone for Sharded<T> {
     }
 }
 
-/// An operation's effective options and session.
-struct Cx<'a> {
-    options: Options,
-    session: Option<&'a mut ClientSession>,
-    /// The caller's transaction is open: race handling must not retry.
-    in_transaction: bool,
+impl<T: Send + Sync> crate::action::Repository for Sharded<T> {
+    const PATTERN: &'static str = "shard_key";
+
+    fn defaults(&self) -> &Options {
+        &self.defaults
+    }
+
+    fn collection_name(&self) -> &str {
+        self.coll.name()
+    }
 }
 
 impl<T: ShardKeyed> Sharded<T> {
@@ -467,24 +471,6 @@ impl<T: ShardKeyed> Sharded<T> {
     /// The repository's default options ([`Sharded::with_options`]).
     pub fn options(&self) -> &Options {
         &self.defaults
-    }
-
-    /// The effective options of an operation (its own over the
-    /// repository's), and whether `session` has a transaction open.
-    async fn cx<'a>(&self, options: Options, mut session: Option<&'a mut ClientSession>) -> Cx<'a> {
-        let in_transaction = match session.as_deref_mut() {
-            Some(s) => crate::action::in_transaction(s).await,
-            None => false,
-        };
-        let mut options = options.or(&self.defaults);
-        if in_transaction {
-            options = options.in_transaction();
-        }
-        Cx {
-            options,
-            session,
-            in_transaction,
-        }
     }
 }
 

@@ -13,13 +13,13 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
-use mongodb::bson::doc;
+use mongodb::bson::{doc, Bson};
 use mongodb::ClientSession;
 use serde::Serialize;
 
 use super::write::{amount_bson, number};
 use super::{ApproxCounted, Counter, Mode};
-use crate::action::{Given, Options};
+use crate::action::{action, Call, Given, Options};
 use crate::error::{Error, Result};
 use crate::util::key_bytes;
 
@@ -179,17 +179,16 @@ impl<T: ApproxCounted> Counter<T> {
     /// let about = volume.estimate("MDB").await?;
     /// # Ok(()) }
     /// ```
-    pub fn estimate<'a, Q>(&'a self, id: &'a Q) -> Estimate<'a, T, Q>
+    pub fn estimate<Q>(&self, id: &Q) -> Estimate<'_, T>
     where
         T::Id: Borrow<Q>,
         Q: Serialize + ?Sized,
     {
-        Estimate {
-            counter: self,
-            id,
-            options: Options::default(),
-            session: None,
-        }
+        let id = self
+            .inner
+            .check()
+            .and_then(|()| crate::compat::to_bson(id).map_err(Error::from));
+        Estimate::new(self, id)
     }
 
     /// Writes every pending increment (buffered mode; a no-op otherwise),
@@ -280,10 +279,10 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
             Ok(id) => id,
             Err(e) => return IncrFuture::failed(e.into()),
         };
-        let (options, mut session) = (self.options, self.session);
+        let (options, session) = (self.options, self.session);
         IncrFuture::writing(inner.coll.name(), async move {
-            let (opts, txn) = inner.effective(&options, session.as_deref_mut()).await;
-            inner.write(&id, amount, &opts, txn, session).await
+            let cx = Call::new(&inner.defaults, options, session, false).await;
+            inner.write(&id, amount, &cx.opts, cx.txn, cx.session).await
         })
     }
 
@@ -310,9 +309,8 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
                 let id = crate::compat::to_bson(id)?;
                 inner.increments.add(n);
                 Ok(IncrFuture::writing(inner.coll.name(), async move {
-                    let mut session = session;
-                    let (opts, txn) = inner.effective(&options, session.as_deref_mut()).await;
-                    inner.write(&id, n, &opts, txn, session).await
+                    let cx = Call::new(&inner.defaults, options, session, false).await;
+                    inner.write(&id, n, &cx.opts, cx.txn, cx.session).await
                 }))
             }
             Mode::Buffered => {
@@ -353,9 +351,8 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
                 }
                 let id = crate::compat::to_bson(id)?;
                 Ok(IncrFuture::writing(inner.coll.name(), async move {
-                    let mut session = session;
-                    let (opts, txn) = inner.effective(&options, session.as_deref_mut()).await;
-                    inner.write(&id, amount, &opts, txn, session).await
+                    let cx = Call::new(&inner.defaults, options, session, false).await;
+                    inner.write(&id, amount, &cx.opts, cx.txn, cx.session).await
                 }))
             }
             Mode::Geometric => {
@@ -363,9 +360,8 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
                 let id = crate::compat::to_bson(id)?;
                 if closed {
                     return Ok(IncrFuture::writing(inner.coll.name(), async move {
-                        let mut session = session;
-                        let (opts, txn) = inner.effective(&options, session.as_deref_mut()).await;
-                        inner.write(&id, n, &opts, txn, session).await
+                        let cx = Call::new(&inner.defaults, options, session, false).await;
+                        inner.write(&id, n, &cx.opts, cx.txn, cx.session).await
                     }));
                 }
                 let key = key_bytes(&id);
@@ -375,13 +371,13 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
                     return Ok(IncrFuture::done());
                 }
                 Ok(IncrFuture::writing(inner.coll.name(), async move {
-                    let mut session = session;
-                    let (opts, txn) = inner.effective(&options, session.as_deref_mut()).await;
+                    let cx = Call::new(&inner.defaults, options, session, false).await;
+                    let txn = cx.txn;
                     // A missing document (upsert off) reads back nothing,
                     // and stays at the first step; a value read inside a
                     // transaction may be rolled back, so it is not kept.
                     let back = inner
-                        .write_returning(&id, amount, &opts, txn, session)
+                        .write_returning(&id, amount, &cx.opts, txn, cx.session)
                         .await?;
                     if let (Some(v), false) = (back, txn) {
                         inner.remember(key, v);
@@ -393,54 +389,25 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
     }
 }
 
-/// `estimate`: reads one key's counter.
-#[must_use = "does nothing unless awaited"]
-pub struct Estimate<'a, T, Q: ?Sized> {
-    counter: &'a Counter<T>,
-    id: &'a Q,
-    options: Options,
-    session: Option<&'a mut ClientSession>,
-}
-
-impl<'a, T: ApproxCounted, Q: ?Sized> Estimate<'a, T, Q> {
-    crate::action::setters!('a; read);
-}
-
-impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> IntoFuture for Estimate<'a, T, Q> {
-    type Output = Result<i64>;
-    type IntoFuture = BoxFuture<'a, Result<i64>>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        let Estimate {
-            counter,
-            id,
-            options,
-            mut session,
-        } = self;
-        let inner = &*counter.inner;
-        let id = inner
-            .check()
-            .and_then(|()| crate::compat::to_bson(id).map_err(Error::from));
-        let span = crate::action::span("approx_counter", "estimate", inner.coll.name());
-        crate::action::boxed_in(
-            async move {
-                let id = id?;
-                let (opts, _) = inner.effective(&options, session.as_deref_mut()).await;
-                let field = inner.spec.field;
-                let find = inner
-                    .coll
-                    .find_one(doc! {"_id": &id})
-                    .with_options(opts.driver::<mongodb::options::FindOneOptions>())
-                    .projection(doc! {field: 1});
-                let stored = crate::action::run!(find, session.as_deref_mut())?
-                    .map(|d| number(&d, field, inner.coll.name()))
-                    .transpose()?
-                    .unwrap_or(0);
-                let pending = inner.held(&key_bytes(&id));
-                Ok(stored.saturating_add_unsigned(pending))
-            },
-            span,
-        )
+action! {
+    /// `estimate`: reads one key's counter.
+    Estimate<'a, T: ApproxCounted> on Counter, "estimate", read;
+    { id: Result<Bson> } -> i64;
+    |this, cx| {
+        let id = this.id?;
+        let inner = &*this.repo.inner;
+        let field = inner.spec.field;
+        let find = inner
+            .coll
+            .find_one(doc! {"_id": &id})
+            .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
+            .projection(doc! {field: 1});
+        let stored = crate::action::run!(find, cx.session)?
+            .map(|d| number(&d, field, inner.coll.name()))
+            .transpose()?
+            .unwrap_or(0);
+        let pending = inner.held(&key_bytes(&id));
+        Ok(stored.saturating_add_unsigned(pending))
     }
 }
 

@@ -16,27 +16,6 @@ use crate::action::Options;
 use crate::error::{Error, Found, Result};
 
 impl Inner {
-    /// The options a call runs with (its own over the handle's defaults),
-    /// and whether it runs inside the caller's transaction: asked only when
-    /// a session is given; there, write and read concern are the
-    /// transaction's.
-    pub(super) async fn effective(
-        &self,
-        options: &Options,
-        session: Option<&mut ClientSession>,
-    ) -> (Options, bool) {
-        let opts = options.or(&self.defaults);
-        let txn = match session {
-            Some(s) => crate::action::in_transaction(s).await,
-            None => false,
-        };
-        if txn {
-            (opts.in_transaction(), true)
-        } else {
-            (opts, false)
-        }
-    }
-
     /// Whether writes with `opts` go unacknowledged (`w: 0`, the call's,
     /// the handle's or the collection's), which the driver's own write
     /// helpers refuse to send. Never inside a transaction.

@@ -2,138 +2,72 @@
 //! `.await`. `page_pipeline` stays a plain method: it sends nothing, so no
 //! option could apply; `declared` likewise.
 
-use std::future::IntoFuture;
+use super::cx::outside_transaction;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 use mongodb::bson::{Bson, Document};
 use mongodb::ClientSession;
 
-use super::cx::Cx;
 use super::{BucketPage, Bucketed, Buckets, PageRequest};
-use crate::action::Given;
-use crate::cut::CutGuard;
+use crate::action::{action, Call, Given};
 use crate::error::{Error, Result};
-
-/// Whether an action of this kind reads for the caller (see
-/// [`Cx::for_caller`]).
-macro_rules! for_caller {
-    (read) => {
-        true
-    };
-    (write) => {
-        false
-    };
-    (both) => {
-        false
-    };
-}
-
-/// The body of an action: as it is, or, for a write that may run in the
-/// caller's transaction (`guarded`), with a [`CutGuard`] armed there, so
-/// that a call cut before its last reply has the session killed on the
-/// server (see [`crate::action`]). Only those actions pay for the guard:
-/// wrapping every one would take reads' futures past a small allocation.
-macro_rules! body {
-    ($cx:ident, $made:ident, $body:expr) => {{
-        let $cx = &mut $made;
-        $body
-    }};
-    ($cx:ident, $made:ident, $body:expr, guarded) => {{
-        let mut cut = CutGuard::new($made.txn, $made.session.as_deref());
-        let done = async {
-            let $cx = &mut $made;
-            $body
-        }
-        .await;
-        cut.disarm();
-        done
-    }};
-}
-
-macro_rules! action {
-    ($(#[$m:meta])* $name:ident<$a:lifetime, T> $op:literal { $($f:ident: $t:ty),* } -> $out:ty; $kind:ident $(, $guard:ident)?;
-     |$this:ident, $cx:ident| $body:expr) => {
-        $(#[$m])*
-        #[must_use = "does nothing unless awaited"]
-        pub struct $name<$a, T> {
-            repo: &$a Buckets<T>,
-            $($f: $t,)*
-            options: Given,
-            session: Option<&$a mut ClientSession>,
-        }
-
-        impl<$a, T: Bucketed> $name<$a, T> {
-            crate::action::setters!($a; $kind);
-        }
-
-        impl<$a, T: Bucketed> IntoFuture for $name<$a, T> {
-            type Output = Result<$out>;
-            type IntoFuture = BoxFuture<$a, Result<$out>>;
-
-            fn into_future(self) -> Self::IntoFuture {
-                // Bound outside the future, so that the future holds it once.
-                let $this = self;
-                let span = crate::action::span("bucket", $op, $this.repo.coll.name());
-                crate::action::boxed_in(async move {
-                    let for_caller = for_caller!($kind);
-                    let mut made = Cx::new($this.repo, $this.options, $this.session, for_caller).await;
-                    body!($cx, made, $body $(, $guard)?)
-                }, span)
-            }
-        }
-    };
-}
 
 action! {
     /// [`Buckets::push`]: one `update` on the hot path.
-    Push<'a, T> "push" { item: &'a T } -> (); write, guarded;
-    |this, cx| this.repo.push_in(this.item, cx).await
+    Push<'a, T: Bucketed> on Buckets, "push", write, guarded;
+    { item: &'a T } -> ();
+    |this, cx| this.repo.push_in(this.item, &mut cx).await
 }
 
 action! {
     /// [`Buckets::push_many`].
-    PushMany<'a, T> "push_many" { items: &'a [T] } -> (); write, guarded;
-    |this, cx| this.repo.push_groups(this.items, cx).await
+    PushMany<'a, T: Bucketed> on Buckets, "push_many", write, guarded;
+    { items: &'a [T] } -> ();
+    |this, cx| this.repo.push_groups(this.items, &mut cx).await
 }
 
 action! {
     /// [`Buckets::page`].
-    FetchPage<'a, T> "page" { key: Result<Bson>, req: PageRequest } -> BucketPage<T>; read;
-    |this, cx| this.repo.page_in(&this.key?, this.req, cx).await
+    FetchPage<'a, T: Bucketed> on Buckets, "page", read;
+    { key: Result<Bson>, req: PageRequest } -> BucketPage<T>;
+    |this, cx| this.repo.page_in(&this.key?, this.req, &mut cx).await
 }
 
 action! {
     /// [`Buckets::total`].
-    Total<'a, T> "total" { key: Result<Bson> } -> u64; read;
-    |this, cx| this.repo.total_in(&this.key?, cx).await
+    Total<'a, T: Bucketed> on Buckets, "total", read;
+    { key: Result<Bson> } -> u64;
+    |this, cx| this.repo.total_in(&this.key?, &mut cx).await
 }
 
 action! {
     /// [`Buckets::reindex`].
-    Reindex<'a, T> "reindex" { key: Result<Bson> } -> (); both;
+    Reindex<'a, T: Bucketed> on Buckets, "reindex", both;
+    { key: Result<Bson> } -> ();
     |this, cx| {
-        cx.outside_transaction("reindex")?;
+        outside_transaction(&cx, "reindex")?;
         this.repo.scoped(&cx.opts).repair(&this.key?).await
     }
 }
 
 action! {
     /// [`Buckets::delete`].
-    Delete<'a, T> "delete" { key: Result<Bson>, matching: Document } -> u64; both;
+    Delete<'a, T: Bucketed> on Buckets, "delete", both;
+    { key: Result<Bson>, matching: Document } -> u64;
     |this, cx| {
-        cx.outside_transaction("delete")?;
+        outside_transaction(&cx, "delete")?;
         this.repo.scoped(&cx.opts).remove_spawned(this.key?, this.matching).await
     }
 }
 
 action! {
     /// [`Buckets::replace`].
-    Replace<'a, T> "replace" { key: Result<Bson>, matching: Document, item: &'a T } -> bool; both, guarded;
-    |this, cx| this.repo.update_in(&this.key?, this.matching, this.item, cx).await
+    Replace<'a, T: Bucketed> on Buckets, "replace", both, guarded;
+    { key: Result<Bson>, matching: Document, item: &'a T } -> bool;
+    |this, cx| this.repo.update_in(&this.key?, this.matching, this.item, &mut cx).await
 }
 
 /// [`Buckets::stream`]: every item of a key, oldest first. Read options
@@ -183,7 +117,7 @@ impl<'a, T: Bucketed> Stream for ItemStream<'a, T> {
             );
             this.span = crate::action::span("bucket", "stream", repo.coll.name());
             let items = futures::stream::once(async move {
-                let mut cx = Cx::new(repo, options, session, true).await;
+                let mut cx = Call::new(&repo.defaults, options, session, true).await;
                 repo.stream_in(key?, &mut cx).await
             });
             this.inner = Some(items.try_flatten().boxed());
@@ -267,12 +201,7 @@ impl<T: Bucketed> Buckets<T> {
     /// # Ok(()) }
     /// ```
     pub fn push<'a>(&'a self, item: &'a T) -> Push<'a, T> {
-        Push {
-            repo: self,
-            item,
-            options: Given::default(),
-            session: None,
-        }
+        Push::new(self, item)
     }
 
     /// Appends `items`, each to its own key's buckets (the key is read from
@@ -296,12 +225,7 @@ impl<T: Bucketed> Buckets<T> {
     /// # Ok(()) }
     /// ```
     pub fn push_many<'a>(&'a self, items: &'a [T]) -> PushMany<'a, T> {
-        PushMany {
-            repo: self,
-            items,
-            options: Given::default(),
-            session: None,
-        }
+        PushMany::new(self, items)
     }
 
     /// Page `req.page` of `req.per_page` items of `key`. Oldest first it is
@@ -331,13 +255,7 @@ impl<T: Bucketed> Buckets<T> {
         T::Key: std::borrow::Borrow<Q>,
         Q: serde::Serialize + ?Sized,
     {
-        FetchPage {
-            repo: self,
-            key: self.key_bson(key),
-            req,
-            options: Given::default(),
-            session: None,
-        }
+        FetchPage::new(self, self.key_bson(key), req)
     }
 
     /// How many items `key` has: one indexed `find` of its newest bucket,
@@ -358,12 +276,7 @@ impl<T: Bucketed> Buckets<T> {
         T::Key: std::borrow::Borrow<Q>,
         Q: serde::Serialize + ?Sized,
     {
-        Total {
-            repo: self,
-            key: self.key_bson(key),
-            options: Given::default(),
-            session: None,
-        }
+        Total::new(self, self.key_bson(key))
     }
 
     /// Every item of `key`, oldest first, from one cursor over its buckets.
@@ -414,12 +327,7 @@ impl<T: Bucketed> Buckets<T> {
         T::Key: std::borrow::Borrow<Q>,
         Q: serde::Serialize + ?Sized,
     {
-        Reindex {
-            repo: self,
-            key: self.key_bson(key),
-            options: Given::default(),
-            session: None,
-        }
+        Reindex::new(self, self.key_bson(key))
     }
 
     /// Removes the items of `key` that match `matching`, and returns how
@@ -459,13 +367,7 @@ impl<T: Bucketed> Buckets<T> {
         T::Key: std::borrow::Borrow<Q>,
         Q: serde::Serialize + ?Sized,
     {
-        Delete {
-            repo: self,
-            key: self.key_bson(key),
-            matching,
-            options: Given::default(),
-            session: None,
-        }
+        Delete::new(self, self.key_bson(key), matching)
     }
 
     /// Replaces the first item of `key` that matches `matching` with `item`,
@@ -496,13 +398,6 @@ impl<T: Bucketed> Buckets<T> {
         T::Key: std::borrow::Borrow<Q>,
         Q: serde::Serialize + ?Sized,
     {
-        Replace {
-            repo: self,
-            key: self.key_bson(key),
-            matching,
-            item,
-            options: Given::default(),
-            session: None,
-        }
+        Replace::new(self, self.key_bson(key), matching, item)
     }
 }

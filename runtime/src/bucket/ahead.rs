@@ -14,10 +14,11 @@
 //! Only models kept in insertion order use it, outside a caller's
 //! transaction: with `order`, a push's bucket depends on its value.
 
+use crate::action::Call;
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, Document, RawBsonRef};
 
-use super::cx::{Cx, Pushed};
+use super::cx::Pushed;
 use super::stored::{raw_int, NEXT, NEXT_PATH, OPS, OPS_KEPT, OPS_PATH, STALE};
 use super::{Bucketed, Buckets, MAX_BUCKET_BYTES};
 use crate::error::{Error, Result};
@@ -34,7 +35,7 @@ pub(super) const WINDOW: i64 = 4;
 impl<T: Bucketed> Buckets<T> {
     /// Whether pushes in `cx` may take [`Buckets::push_ahead`].
     /// Not with `w: 0`: a push must learn where it landed.
-    pub(super) fn ahead(&self, cx: &Cx<'_>) -> bool {
+    pub(super) fn ahead(&self, cx: &Call<'_>) -> bool {
         self.spec.order.is_none() && !cx.txn && !cx.opts.unacknowledged(self.coll.write_concern())
     }
 
@@ -46,7 +47,7 @@ impl<T: Bucketed> Buckets<T> {
         &self,
         p: &Pushed,
         seq: i64,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<(Option<i64>, i64)> {
         if let Some(landed) = self.push_ahead(p, seq, cx).await? {
             return Ok((Some(landed), seq));
@@ -65,7 +66,7 @@ impl<T: Bucketed> Buckets<T> {
         &self,
         p: &Pushed,
         seq: i64,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<(Option<i64>, i64)> {
         let key = &p.key;
         let head = self.head(key, None, cx).await?;
@@ -92,7 +93,7 @@ impl<T: Bucketed> Buckets<T> {
         &self,
         p: &Pushed,
         seq: i64,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<Option<i64>> {
         let key = &p.key;
         let cmd = self.push_ahead_command(p, seq, cx)?;
@@ -159,7 +160,7 @@ impl<T: Bucketed> Buckets<T> {
         &self,
         p: &Pushed,
         e: Error,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<Option<i64>> {
         use crate::error::code::{outcome, Outcome};
         match e.mongo().map(outcome) {
@@ -174,7 +175,7 @@ impl<T: Bucketed> Buckets<T> {
 
     /// The `findAndModify` of [`Buckets::push_ahead`]. Built apart, so
     /// that nothing of it stays in the push's future.
-    fn push_ahead_command(&self, p: &Pushed, seq: i64, cx: &Cx<'_>) -> Result<Document> {
+    fn push_ahead_command(&self, p: &Pushed, seq: i64, cx: &Call<'_>) -> Result<Document> {
         let (key, doc, len, op) = (&p.key, &p.doc, p.len, p.op);
         // The bucket last seen open and those after it: point reads of the
         // `_id` index, whichever is the lowest open one.
@@ -244,7 +245,7 @@ impl<T: Bucketed> Buckets<T> {
         seq: i64,
         start: i64,
         stale: bool,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<()> {
         let mut bucket = self.new_bucket(key, seq, start);
         bucket.insert("count", 0_i64);
@@ -273,7 +274,7 @@ impl<T: Bucketed> Buckets<T> {
         key: &Bson,
         seq: i64,
         start: i64,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<()> {
         let Some(prev) = self.bucket(key, seq - 1, None, cx).await? else {
             return Ok(());
@@ -301,7 +302,7 @@ impl<T: Bucketed> Buckets<T> {
         key: &Bson,
         seq: i64,
         start: i64,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<bool> {
         let update = self
             .coll
@@ -316,7 +317,7 @@ impl<T: Bucketed> Buckets<T> {
 
     /// Removes the empty bucket opened ahead after `seq`, where a write is
     /// about to open that bucket itself.
-    pub(super) async fn drop_ahead(&self, key: &Bson, seq: i64, cx: &mut Cx<'_>) -> Result<()> {
+    pub(super) async fn drop_ahead(&self, key: &Bson, seq: i64, cx: &mut Call<'_>) -> Result<()> {
         let delete = self
             .coll
             .delete_one(doc! {self.spec.key: key.clone(), "_id": {"k": key.clone(), "s": seq + 1}, NEXT: true, "count": 0})
@@ -330,7 +331,7 @@ impl<T: Bucketed> Buckets<T> {
         &self,
         key: &Bson,
         op: ObjectId,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<Option<i64>> {
         let mut filter = self.of_key(key);
         filter.insert(OPS, op);

@@ -1,12 +1,12 @@
 //! `delete` and `replace`: items changed inside their buckets, with the
 //! positions after them moved under the key's lease.
 
+use crate::action::Call;
 use futures::TryStreamExt;
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::options::ReturnDocument;
 
-use super::cx::Cx;
 use super::filter::item_cond;
 use super::stored::{item_len, raw_int, with_op, FLOOR, LEN, OPS, TYPE};
 use super::{Bucketed, Buckets};
@@ -147,7 +147,7 @@ impl<T: Bucketed> Buckets<T> {
         key_b: &Bson,
         matching: Document,
         item: &T,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<bool> {
         let key_b = key_b.clone();
         if self.key_bson(item.bucket_key())? != key_b {

@@ -2,11 +2,12 @@
 //! what the write that set it left, under the key's lease, then reads
 //! again.
 
+use super::cx::outside_transaction;
+use crate::action::Call;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use mongodb::bson::{doc, Bson, RawBsonRef, RawDocumentBuf};
 
-use super::cx::Cx;
 use super::stored::Head;
 use super::{BucketPage, Bucketed, Buckets, PageRequest};
 use crate::error::{Error, Result};
@@ -17,7 +18,7 @@ impl<T: Bucketed> Buckets<T> {
         &self,
         key_b: &Bson,
         req: PageRequest,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<BucketPage<T>> {
         req.check()?;
         // A read that meets a removal's mark recomputes `start` and reads
@@ -41,9 +42,9 @@ impl<T: Bucketed> Buckets<T> {
         &self,
         key_b: &Bson,
         req: PageRequest,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<Option<BucketPage<T>>> {
-        cx.outside_transaction("repairing positions a removal left")?;
+        outside_transaction(cx, "repairing positions a removal left")?;
         // Under the lease, no write can mark the key again before the
         // page is read.
         let scoped = self.scoped(&cx.opts);
@@ -58,13 +59,13 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// [`Buckets::total`], in `cx`.
-    pub(super) async fn total_in(&self, key_b: &Bson, cx: &mut Cx<'_>) -> Result<u64> {
+    pub(super) async fn total_in(&self, key_b: &Bson, cx: &mut Call<'_>) -> Result<u64> {
         Ok(self.fresh_head(key_b, cx).await?.total() as u64)
     }
 
     /// The newest bucket, with `start` recomputed first if a removal left
     /// it stale.
-    pub(super) async fn fresh_head(&self, key: &Bson, cx: &mut Cx<'_>) -> Result<Head> {
+    pub(super) async fn fresh_head(&self, key: &Bson, cx: &mut Call<'_>) -> Result<Head> {
         let head = self.head(key, None, cx).await?;
         if !head.stale {
             return Ok(head);
@@ -76,8 +77,8 @@ impl<T: Bucketed> Buckets<T> {
 
     /// The newest bucket, after `start` is recomputed under the key's
     /// lease.
-    async fn head_repaired(&self, key: &Bson, cx: &mut Cx<'_>) -> Result<Head> {
-        cx.outside_transaction("repairing positions a removal left")?;
+    async fn head_repaired(&self, key: &Bson, cx: &mut Call<'_>) -> Result<Head> {
+        outside_transaction(cx, "repairing positions a removal left")?;
         let scoped = self.scoped(&cx.opts);
         let scoped = &scoped;
         scoped
@@ -94,7 +95,7 @@ impl<T: Bucketed> Buckets<T> {
     pub(super) async fn stream_in<'a>(
         &'a self,
         key_b: Bson,
-        cx: &mut Cx<'a>,
+        cx: &mut Call<'a>,
     ) -> Result<BoxStream<'a, Result<T>>> {
         let find = self
             .reads

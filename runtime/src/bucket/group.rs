@@ -43,13 +43,14 @@
 //! Not grouped: pushes in a session (a caller's transaction keeps its own
 //! commands), with options of their own, or unacknowledged.
 
+use crate::action::Call;
 use std::collections::HashMap;
 
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, Document};
 use tokio::sync::oneshot;
 
-use super::cx::{Cx, Pushed};
+use super::cx::Pushed;
 use super::stored::{item_len, order_cmp, Head, NEXT, OPS};
 use super::{Bucketed, Buckets, MAX_BUCKET_BYTES};
 use crate::action::Effective;
@@ -101,7 +102,7 @@ impl<T: Bucketed> Buckets<T> {
     /// [`Buckets::push`], in `cx`: the first command inline, the rest
     /// (reads, rollovers, retries) boxed when it runs: inline, it would
     /// make every push's future too large for a small allocation.
-    pub(super) async fn push_in(&self, item: &T, cx: &mut Cx<'_>) -> Result<()> {
+    pub(super) async fn push_in(&self, item: &T, cx: &mut Call<'_>) -> Result<()> {
         let key = self.key_bson(item.bucket_key())?;
         let doc = self.item_doc(item)?;
         // Boxed: a push's future holds it across every `.await`.
@@ -120,7 +121,7 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// Whether the push `p` in `cx` goes through the key's queue.
-    pub(super) fn groups(&self, cx: &Cx<'_>) -> bool {
+    pub(super) fn groups(&self, cx: &Call<'_>) -> bool {
         cx.session.is_none()
             && !cx.txn
             && *cx.opts == *self.defaults
@@ -192,7 +193,7 @@ impl<T: Bucketed> Buckets<T> {
     /// rest go in one update to the new bucket; a late item (below the
     /// bucket) goes alone too.
     async fn send_batch(&self, mut batch: Vec<Waiting>) {
-        let mut cx = Cx {
+        let mut cx = Call {
             opts: Effective::Defaults(&self.defaults),
             session: None,
             txn: false,
@@ -290,7 +291,7 @@ impl<T: Bucketed> Buckets<T> {
         &self,
         batch: &[Waiting],
         seq: i64,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> std::result::Result<Appended, mongodb::error::Error> {
         let first = &batch[0].p;
         let key = &first.key;

@@ -10,6 +10,7 @@
 //! recompute `start` first, so no page is cut by stale positions. Pushes in
 //! order never take the lease: they change the last bucket only.
 
+use crate::action::Call;
 use std::time::Duration;
 
 use futures::TryStreamExt;
@@ -17,7 +18,6 @@ use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, DateTime, Document, RawBsonRef, RawDocumentBuf};
 use mongodb::Collection;
 
-use super::cx::Cx;
 use super::stored::{between, item_len, seq_id, with_op, Head, FLOOR, MOVING, NEXT, OPS, STALE};
 use super::{Bucketed, Buckets, MAX_BUCKET_BYTES};
 use crate::error::{Error, Result};
@@ -212,7 +212,7 @@ impl<T: Bucketed> Buckets<T> {
             self.coll
                 .update_many(mark.clone(), doc! {"$set": {STALE: true}})
                 .await?;
-            let head = self.head(key, None, &mut Cx::plain()).await?;
+            let head = self.head(key, None, &mut Call::plain()).await?;
             if !head.exists {
                 return Ok(());
             }

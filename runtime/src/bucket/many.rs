@@ -1,11 +1,13 @@
 //! `push_many`: a key's items in as few writes as fit, each bucket filled
 //! to `size` and the next opened after it, all or nothing per bucket.
 
+use super::cx::outside_transaction;
+use crate::action::Call;
 use futures::TryStreamExt;
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, Document, RawBsonRef};
 
-use super::cx::{contended, raced, Cx};
+use super::cx::{contended, raced};
 use super::stored::{item_len, order_cmp, raw_int, Head, FLOOR, OPS, STALE};
 use super::{Bucketed, Buckets};
 use crate::error::{Error, Result};
@@ -16,7 +18,7 @@ impl<T: Bucketed> Buckets<T> {
     /// [`Buckets::push_many`], in `cx`: the items grouped by key (keys in
     /// the order they first appear, each key's items in the order given),
     /// every item checked before the first write.
-    pub(super) async fn push_groups(&self, items: &[T], cx: &mut Cx<'_>) -> Result<()> {
+    pub(super) async fn push_groups(&self, items: &[T], cx: &mut Call<'_>) -> Result<()> {
         let mut groups: Vec<(Bson, Vec<(Document, i64)>)> = Vec::new();
         let mut index = std::collections::HashMap::new();
         for item in items {
@@ -40,7 +42,7 @@ impl<T: Bucketed> Buckets<T> {
         &self,
         key_b: Bson,
         mut docs: Vec<(Document, i64)>,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<()> {
         if let Some(order) = self.spec.order {
             // Stable: items with equal order values keep the order given.
@@ -79,7 +81,7 @@ impl<T: Bucketed> Buckets<T> {
                 })
                 .count();
             if late > 0 {
-                cx.outside_transaction("a late push")?;
+                outside_transaction(cx, "a late push")?;
                 let scoped = self.scoped(&cx.opts);
                 for (d, len) in &rest[..late] {
                     scoped

@@ -48,12 +48,13 @@
 //! transaction with `TransientTransactionError`, which `and_run2` runs
 //! again.
 
+use crate::action::Call;
 use std::sync::atomic::Ordering;
 
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};
 
-use super::cx::{contended, raced, Cx, Pushed};
+use super::cx::{contended, raced, Pushed};
 use super::stored::{order_cmp, Head, MOVING, OPS, STALE};
 use super::{Bucketed, Buckets, MAX_BUCKET_BYTES};
 use crate::error::{Error, Result};
@@ -78,7 +79,7 @@ impl<T: Bucketed> Buckets<T> {
         p: &Pushed,
         v: &Bson,
         head: &Head,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<Near> {
         if head.stale {
             return Ok(Near::Far);
@@ -239,7 +240,7 @@ impl<T: Bucketed> Buckets<T> {
         p: &Pushed,
         v: &Bson,
         head: &Head,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<bool> {
         let mut filter = self.late_filter(p, v, &head.id);
         filter.insert("sealed", Bson::Null);
@@ -290,7 +291,11 @@ impl<T: Bucketed> Buckets<T> {
 
     /// The key's last bucket and the one before it, read on the primary
     /// (in the caller's transaction, when there is one).
-    async fn last_two(&self, key: &Bson, cx: &mut Cx<'_>) -> Result<(Option<Head>, Option<Head>)> {
+    async fn last_two(
+        &self,
+        key: &Bson,
+        cx: &mut Call<'_>,
+    ) -> Result<(Option<Head>, Option<Head>)> {
         let find = self
             .raw
             .find(self.of_key(key))

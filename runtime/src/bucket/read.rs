@@ -2,6 +2,7 @@
 //! and the recomputation of `start` that a read runs first when a removal
 //! left positions stale.
 
+use crate::action::Call;
 use futures::TryStreamExt;
 use mongodb::bson;
 use mongodb::bson::oid::ObjectId;
@@ -16,7 +17,6 @@ pub use keyed::{key_of, KeyInItem};
 
 use newest::{PAGE, P_END, P_FROM};
 
-use super::cx::Cx;
 use super::stored::{is_stale, raw_int, Head, LEN, NEXT, STALE, TYPE};
 use super::{BucketPage, Bucketed, Buckets, PageRequest};
 use crate::error::{Error, Result};
@@ -75,7 +75,7 @@ impl<T: Bucketed> Buckets<T> {
         &self,
         key: &Bson,
         req: PageRequest,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<Option<BucketPage<T>>> {
         let per = i64::from(req.per_page);
         let skip = (i64::from(req.page) - 1) * per;
@@ -168,7 +168,7 @@ impl<T: Bucketed> Buckets<T> {
         &self,
         key: &Bson,
         op: Option<ObjectId>,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<Head> {
         let mut newest = self.of_key(key);
         newest.insert(NEXT, doc! {"$ne": true});
@@ -192,7 +192,7 @@ impl<T: Bucketed> Buckets<T> {
         key: &Bson,
         seq: i64,
         op: Option<ObjectId>,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<Option<Head>> {
         let find = self
             .reader(cx)
@@ -210,7 +210,7 @@ impl<T: Bucketed> Buckets<T> {
         key: &Bson,
         from: i64,
         n: i64,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<Option<Vec<T>>> {
         // The page's one or two buckets, sliced.
         let buckets = self
@@ -246,7 +246,7 @@ impl<T: Bucketed> Buckets<T> {
 
     /// The handle `cx`'s reads go through: the caller's read preference
     /// for a read of the caller's, the primary's for everything else.
-    fn reader(&self, cx: &Cx<'_>) -> &mongodb::Collection<RawDocumentBuf> {
+    fn reader(&self, cx: &Call<'_>) -> &mongodb::Collection<RawDocumentBuf> {
         if cx.for_caller {
             &self.reads
         } else {
@@ -259,7 +259,7 @@ impl<T: Bucketed> Buckets<T> {
     async fn aggregate(
         &self,
         pipeline: Vec<Document>,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<Vec<RawDocumentBuf>> {
         let opts = cx.opts.driver::<mongodb::options::AggregateOptions>();
         // The cursor is boxed, and so is the read in a session: held

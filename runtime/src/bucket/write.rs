@@ -12,10 +12,12 @@
 //! [`late`](super::late). A push without a session or options of its
 //! own goes through its key's queue first ([`group`](super::group)).
 
+use super::cx::outside_transaction;
+use crate::action::Call;
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, Document};
 
-use super::cx::{contended, raced, Cx, Pushed};
+use super::cx::{contended, raced, Pushed};
 use super::near::Near;
 use super::stored::{order_cmp, Head, FLOOR, OPS, STALE};
 use super::{Bucketed, Buckets, MAX_BUCKET_BYTES};
@@ -24,7 +26,7 @@ use crate::retry::Retry;
 
 impl<T: Bucketed> Buckets<T> {
     /// One push's commands, its own: the first inline, the rest boxed.
-    pub(super) async fn push_one(&self, p: &Pushed, cx: &mut Cx<'_>) -> Result<()> {
+    pub(super) async fn push_one(&self, p: &Pushed, cx: &mut Call<'_>) -> Result<()> {
         let known = self.remembered(&p.slot);
         if let Some(seq) = known.filter(|_| self.ahead(cx)) {
             let (landed, looked) = self.push_hinted(p, seq, cx).await?;
@@ -50,7 +52,7 @@ impl<T: Bucketed> Buckets<T> {
 
     /// One update appending the pushed item to bucket `seq` of its key, if
     /// that bucket is open, sound and has room: whether it did.
-    async fn append_to(&self, p: &Pushed, seq: i64, cx: &mut Cx<'_>) -> Result<bool> {
+    async fn append_to(&self, p: &Pushed, seq: i64, cx: &mut Call<'_>) -> Result<bool> {
         let (key, doc, len, op) = (&p.key, &p.doc, p.len, p.op);
         let v = self.order_of(doc);
         let filter = self.open_filter(key, seq, 1, len, op, v.as_ref());
@@ -77,7 +79,7 @@ impl<T: Bucketed> Buckets<T> {
         p: &Pushed,
         mut tried: Option<i64>,
         mut first: Option<(i64, Result<bool>)>,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<()> {
         let (key, doc, len, slot, op) = (&p.key, &p.doc, p.len, &p.slot, p.op);
         let v = self.order_of(doc);
@@ -218,7 +220,7 @@ impl<T: Bucketed> Buckets<T> {
                         Near::Far => {}
                     }
                 }
-                cx.outside_transaction("a late push")?;
+                outside_transaction(cx, "a late push")?;
                 let scoped = self.scoped(&cx.opts);
                 return Box::pin(scoped.push_late(key, doc.clone(), len, op)).await;
             }
@@ -304,7 +306,7 @@ impl<T: Bucketed> Buckets<T> {
         items: Vec<Document>,
         len: i64,
         op: ObjectId,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<Option<i64>> {
         if head.exists && !head.sealed && !self.seal_if_unchanged(head, cx).await? {
             // It changed since it was read: the caller reads it again.
@@ -314,7 +316,7 @@ impl<T: Bucketed> Buckets<T> {
         // write that moves positions left stale.
         let fresh;
         let head = if head.stale {
-            cx.outside_transaction("repairing positions a removal left")?;
+            outside_transaction(cx, "repairing positions a removal left")?;
             let scoped = self.scoped(&cx.opts);
             let (scoped, cx) = (&scoped, &mut *cx);
             fresh = scoped
@@ -378,7 +380,7 @@ impl<T: Bucketed> Buckets<T> {
 
     /// Seals `head` if it is still as read (count and mark), and says
     /// whether it is closed now; a full bucket needs no seal.
-    pub(super) async fn seal_if_unchanged(&self, head: &Head, cx: &mut Cx<'_>) -> Result<bool> {
+    pub(super) async fn seal_if_unchanged(&self, head: &Head, cx: &mut Call<'_>) -> Result<bool> {
         // With `order`, a full bucket is closed too, by a write naming the
         // `start` and `count` read: a late item may still land in the last
         // bucket, full or not, or shift its `start` (see [`near`](super::near)),

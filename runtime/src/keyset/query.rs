@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use super::boundary::boundary_filter;
 use super::token;
 use super::{Keyset, Page, PageToken, Position, MAX_KEY_BYTES, MAX_PAGE_SIZE, MIN_SIGNING_KEY_LEN};
-use crate::action::{Effective, Given, Options};
+use crate::action::Options;
 use crate::error::{Error, Found, Result};
 use crate::util::id_of;
 
@@ -19,27 +19,6 @@ impl<T> Keyset<T>
 where
     T: DeserializeOwned + Send + Sync,
 {
-    /// The action's options over this query's defaults; inside the
-    /// caller's transaction, without the read concern (the transaction's
-    /// applies). Probes the session only when a read concern is set.
-    pub(super) async fn effective(
-        &self,
-        options: Given,
-        session: &mut Option<&mut ClientSession>,
-    ) -> Effective<'_> {
-        let o = options.over(&self.defaults);
-        match session.as_deref_mut() {
-            Some(s) if o.read_concern.is_some() => {
-                if crate::action::in_transaction(s).await {
-                    o.in_transaction()
-                } else {
-                    o
-                }
-            }
-            _ => o,
-        }
-    }
-
     /// One `countDocuments` with effective `options`.
     pub(super) async fn count_with(
         &self,

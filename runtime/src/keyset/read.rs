@@ -10,11 +10,9 @@
 //! uncommitted writes, and takes the transaction's read concern (one set
 //! on the action is not sent there, as the driver requires).
 
-use std::future::IntoFuture;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use mongodb::options::{Collation, Hint};
@@ -22,7 +20,7 @@ use mongodb::ClientSession;
 use serde::de::DeserializeOwned;
 
 use super::{Keyset, Page, Position};
-use crate::action::{Given, Options};
+use crate::action::{action, Call, Given, Options};
 use crate::error::Result;
 
 /// `hint` and `collation`, on every keyset read.
@@ -45,116 +43,44 @@ macro_rules! keyset_setters {
     };
 }
 
-/// One page of a [`Keyset`] query: [`Keyset::page`].
-///
-/// Sends one `find` (filter and boundary, sort `{keys..., _id}`, `limit`
-/// and `batchSize` of the page size + 1), with the options set here or on
-/// the query ([`Keyset::with_options`]). In a session it reads in that
-/// session, and inside its transaction sees the transaction's own writes.
-#[must_use = "does nothing unless awaited"]
-pub struct FetchPage<'a, T: Send + Sync> {
-    query: &'a Keyset<T>,
-    options: Given,
-    session: Option<&'a mut ClientSession>,
-    hint: Option<Hint>,
-    collation: Option<Collation>,
+action! {
+    /// One page of a [`Keyset`] query: [`Keyset::page`].
+    ///
+    /// Sends one `find` (filter and boundary, sort `{keys..., _id}`, `limit`
+    /// and `batchSize` of the page size + 1), with the options set here or on
+    /// the query ([`Keyset::with_options`]). In a session it reads in that
+    /// session, and inside its transaction sees the transaction's own writes.
+    FetchPage<'a, T: DeserializeOwned> on Keyset, "page", read;
+    { hint: Option<Hint>, collation: Option<Collation> } -> Page<T>;
+    |this, cx| {
+        this.repo
+            .fetch(&cx.opts, this.hint.as_ref(), this.collation.as_ref(), cx.session)
+            .await
+    }
 }
 
-impl<'a, T: Send + Sync> FetchPage<'a, T> {
-    pub(super) fn new(query: &'a Keyset<T>) -> Self {
-        FetchPage {
-            query,
-            options: Given::default(),
-            session: None,
-            hint: None,
-            collation: None,
-        }
-    }
-
-    crate::action::setters!('a; read);
+impl<T: DeserializeOwned + Send + Sync> FetchPage<'_, T> {
     keyset_setters!();
 }
 
-impl<'a, T> IntoFuture for FetchPage<'a, T>
-where
-    T: DeserializeOwned + Send + Sync + 'a,
-{
-    type Output = Result<Page<T>>;
-    type IntoFuture = BoxFuture<'a, Result<Page<T>>>;
-
-    fn into_future(mut self) -> Self::IntoFuture {
-        let span = crate::action::span("keyset", "page", self.query.coll.name());
-        crate::action::boxed_in(
-            async move {
-                let q = self.query;
-                let options = q.effective(self.options, &mut self.session).await;
-                q.fetch(
-                    &options,
-                    self.hint.as_ref(),
-                    self.collation.as_ref(),
-                    self.session,
-                )
-                .await
-            },
-            span,
-        )
+action! {
+    /// How many documents match a [`Keyset`] query's filter:
+    /// [`Keyset::count`].
+    ///
+    /// Sends one `aggregate` (the driver's `countDocuments`: `$match` on the
+    /// filter, then `$group`), with the options set here or on the query. The
+    /// query's position is ignored: it counts the whole filter.
+    CountDocuments<'a, T: DeserializeOwned> on Keyset, "count", read;
+    { hint: Option<Hint>, collation: Option<Collation> } -> u64;
+    |this, cx| {
+        this.repo
+            .count_with(&cx.opts, this.hint.as_ref(), this.collation.as_ref(), cx.session)
+            .await
     }
 }
 
-/// How many documents match a [`Keyset`] query's filter:
-/// [`Keyset::count`].
-///
-/// Sends one `aggregate` (the driver's `countDocuments`: `$match` on the
-/// filter, then `$group`), with the options set here or on the query. The
-/// query's position is ignored: it counts the whole filter.
-#[must_use = "does nothing unless awaited"]
-pub struct CountDocuments<'a, T: Send + Sync> {
-    query: &'a Keyset<T>,
-    options: Given,
-    session: Option<&'a mut ClientSession>,
-    hint: Option<Hint>,
-    collation: Option<Collation>,
-}
-
-impl<'a, T: Send + Sync> CountDocuments<'a, T> {
-    pub(super) fn new(query: &'a Keyset<T>) -> Self {
-        CountDocuments {
-            query,
-            options: Given::default(),
-            session: None,
-            hint: None,
-            collation: None,
-        }
-    }
-
-    crate::action::setters!('a; read);
+impl<T: DeserializeOwned + Send + Sync> CountDocuments<'_, T> {
     keyset_setters!();
-}
-
-impl<'a, T> IntoFuture for CountDocuments<'a, T>
-where
-    T: DeserializeOwned + Send + Sync + 'a,
-{
-    type Output = Result<u64>;
-    type IntoFuture = BoxFuture<'a, Result<u64>>;
-
-    fn into_future(mut self) -> Self::IntoFuture {
-        let span = crate::action::span("keyset", "count", self.query.coll.name());
-        crate::action::boxed_in(
-            async move {
-                let q = self.query;
-                let options = q.effective(self.options, &mut self.session).await;
-                q.count_with(
-                    &options,
-                    self.hint.as_ref(),
-                    self.collation.as_ref(),
-                    self.session,
-                )
-                .await
-            },
-            span,
-        )
-    }
 }
 
 /// What a stream holds until it is first polled.
@@ -204,7 +130,9 @@ where
         // Once per stream: the caller cannot touch the session meanwhile.
         if !st.effective {
             let given = Given::from(std::mem::take(&mut st.options));
-            st.options = (*st.query.effective(given, &mut st.session).await).clone();
+            let session = st.session.as_deref_mut();
+            let call = Call::new(&st.query.defaults, given, session, true).await;
+            st.options = call.opts.clone();
             st.effective = true;
         }
         let page = st

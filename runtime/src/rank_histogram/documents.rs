@@ -13,7 +13,6 @@ use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document, RawArrayBuf, RawBson, RawDocumentBuf};
 use mongodb::ClientSession;
 
-use super::read::read_options;
 use super::score::as_number;
 use super::write::{refuse, Delta, Statement, Txn};
 use super::{RankHistogram, RankSpec, Ranks, Store, ARRAY_LIMIT};
@@ -475,7 +474,6 @@ async fn rows<T: RankHistogram>(
     // Count 0: the board's marker (and emptied scores a former
     // version kept); anything else is checked below.
     filter.insert("count", doc! {"$ne": 0});
-    let o = read_options(o, session.as_deref_mut()).await;
     let find = r
         .hist
         .find(filter)

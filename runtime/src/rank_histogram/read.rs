@@ -6,19 +6,13 @@ use mongodb::bson::{Bson, Document};
 use mongodb::{ClientSession, Collection};
 
 use super::{Rank, RankHistogram, Ranks, ScoreCount};
-use crate::action::Effective;
+use crate::action::{Call, Effective};
 use crate::error::{Error, Result};
 
 impl<T: RankHistogram> Ranks<T> {
-    pub(super) async fn run_rank(
-        &self,
-        b: &Bson,
-        s: &Bson,
-        o: Effective<'_>,
-        session: Option<&mut ClientSession>,
-    ) -> Result<Rank> {
+    pub(super) async fn run_rank(&self, b: &Bson, s: &Bson, cx: Call<'_>) -> Result<Rank> {
         let pipeline = self.rank_pipeline(b, s);
-        let Some(d) = first_of(&self.hist, pipeline, o, session).await? else {
+        let Some(d) = first_of(&self.hist, pipeline, cx.opts, cx.session).await? else {
             return Err(self.unknown_board(b));
         };
         if let Some(e) = self.store().rank_damage(self, b, &d).await {
@@ -43,14 +37,13 @@ impl<T: RankHistogram> Ranks<T> {
     pub(super) async fn run_top(
         &self,
         args: Result<(Bson, u32)>,
-        o: Effective<'_>,
-        session: Option<&mut ClientSession>,
+        cx: Call<'_>,
     ) -> Result<Vec<ScoreCount<T::Score>>> {
         let (b, places) = args?;
         if places == 0 {
             return Ok(Vec::new());
         }
-        let mut all = self.read(&b, Some(places), o, session).await?;
+        let mut all = self.read(&b, Some(places), cx).await?;
         all.retain(|s| s.rank <= u64::from(places));
         Ok(all)
     }
@@ -58,10 +51,9 @@ impl<T: RankHistogram> Ranks<T> {
     pub(super) async fn run_histogram(
         &self,
         board: Result<Bson>,
-        o: Effective<'_>,
-        session: Option<&mut ClientSession>,
+        cx: Call<'_>,
     ) -> Result<Vec<ScoreCount<T::Score>>> {
-        self.read(&board?, None, o, session).await
+        self.read(&board?, None, cx).await
     }
 
     /// A board's scores best first, with ranks; at most `limit` scores.
@@ -69,10 +61,12 @@ impl<T: RankHistogram> Ranks<T> {
         &self,
         board: &Bson,
         limit: Option<u32>,
-        o: Effective<'_>,
-        session: Option<&mut ClientSession>,
+        cx: Call<'_>,
     ) -> Result<Vec<ScoreCount<T::Score>>> {
-        let rows = self.store().rows(self, board, limit, o, session).await?;
+        let rows = self
+            .store()
+            .rows(self, board, limit, cx.opts, cx.session)
+            .await?;
         let mut out = Vec::with_capacity(rows.len());
         let mut above = 0;
         for (id, row) in rows {
@@ -112,34 +106,15 @@ impl<T: RankHistogram> Ranks<T> {
     }
 }
 
-/// `o` for a read in `session`: inside its transaction without the read
-/// concern, which belongs to the transaction. Asks only when there is one
-/// to drop.
-pub(super) async fn read_options<'o>(
-    o: Effective<'o>,
-    session: Option<&mut ClientSession>,
-) -> Effective<'o> {
-    match session {
-        Some(s) if o.read_concern.is_some() => {
-            if crate::action::in_transaction(s).await {
-                o.in_transaction()
-            } else {
-                o
-            }
-        }
-        _ => o,
-    }
-}
-
-/// The first document `pipeline` gives on `coll`, read with `o`, in
-/// `session` when there is one.
+/// The first document `pipeline` gives on `coll`, read with `o` (a
+/// [`Call`]'s: inside a transaction without a read concern), in `session`
+/// when there is one.
 pub(super) async fn first_of(
     coll: &Collection<Document>,
     pipeline: Vec<Document>,
     o: Effective<'_>,
-    mut session: Option<&mut ClientSession>,
+    session: Option<&mut ClientSession>,
 ) -> Result<Option<Document>> {
-    let o = read_options(o, session.as_deref_mut()).await;
     let aggregate = coll.aggregate(pipeline).with_options(o.driver());
     // The cursor is boxed: held across an `.await`, it would make every
     // read's future too large for a small allocation.

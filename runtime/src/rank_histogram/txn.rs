@@ -13,7 +13,7 @@ use super::queue::Turn;
 use super::score::AnyScore;
 use super::write::{Delta, Txn};
 use super::{RankHistogram, Ranks};
-use crate::action::{Effective, Options};
+use crate::action::{Call, Options};
 use crate::error::{server_codes, Error, Result};
 use crate::retry::backoff;
 
@@ -64,17 +64,9 @@ impl<T: RankHistogram> Ranks<T> {
     /// call dropped while its own transaction is open has the server abort
     /// it at once (`killSessions`), so the players and board it touched are
     /// free for the next writer.
-    pub(super) async fn run_atomically(
-        &self,
-        op: SourceOp<'_, T>,
-        o: Effective<'_>,
-        mut session: Option<&mut ClientSession>,
-    ) -> Result<bool> {
+    pub(super) async fn run_atomically(&self, op: SourceOp<'_, T>, cx: Call<'_>) -> Result<bool> {
         let no_txn = !self.transactions || self.no_transactions.load(Ordering::Relaxed);
-        let joined = match session.as_deref_mut() {
-            Some(s) => crate::action::in_transaction(s).await,
-            None => false,
-        };
+        let (o, session, joined) = (cx.opts, cx.session, cx.txn);
         // The paths other than a transaction of its own are boxed, each
         // when taken: inline, they would make every call's future too
         // large for a small allocation.
@@ -82,7 +74,6 @@ impl<T: RankHistogram> Ranks<T> {
             Some(s) if joined => {
                 // A call cut before its last reply has the session killed
                 // on the server (see `crate::cut`).
-                let o = o.in_transaction();
                 let write = |s| self.source_op(&op, &o, s);
                 return Box::pin(crate::cut::guarded(s, write)).await;
             }

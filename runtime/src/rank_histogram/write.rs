@@ -8,7 +8,7 @@ use mongodb::ClientSession;
 
 use super::rounding::rounded;
 use super::{RankHistogram, Ranks};
-use crate::action::{Effective, Options};
+use crate::action::{Call, Options};
 use crate::compat::append;
 use crate::error::{Error, Result};
 
@@ -38,12 +38,7 @@ pub(super) struct WriteArgs {
 }
 
 impl<T: RankHistogram> Ranks<T> {
-    pub(super) async fn run_write(
-        &self,
-        args: &WriteArgs,
-        o: Effective<'_>,
-        session: Option<&mut ClientSession>,
-    ) -> Result<()> {
+    pub(super) async fn run_write(&self, args: &WriteArgs, cx: Call<'_>) -> Result<()> {
         let (b, delta) = (
             &args.board,
             Delta {
@@ -51,19 +46,17 @@ impl<T: RankHistogram> Ranks<T> {
                 inc: args.inc.as_ref(),
             },
         );
-        match session {
+        let o = cx.opts;
+        match cx.session {
             None => self.write(b, delta, &o, None, Txn::No).await,
-            Some(s) => {
-                if crate::action::in_transaction(s).await {
-                    // The caller's transaction: a call cut before its
-                    // reply has the session killed on the server (see
-                    // `crate::cut`). Boxed: a path only transactions take.
-                    let o = o.in_transaction();
-                    let write = |s| self.write(b, delta, &o, Some(s), Txn::Callers);
-                    return Box::pin(crate::cut::guarded(s, write)).await;
-                }
-                self.write(b, delta, &o, Some(s), Txn::No).await
+            Some(s) if cx.txn => {
+                // The caller's transaction: a call cut before its reply
+                // has the session killed on the server (see `crate::cut`).
+                // Boxed: a path only transactions take.
+                let write = |s| self.write(b, delta, &o, Some(s), Txn::Callers);
+                Box::pin(crate::cut::guarded(s, write)).await
             }
+            Some(s) => self.write(b, delta, &o, Some(s), Txn::No).await,
         }
     }
 
@@ -120,18 +113,9 @@ impl<T: RankHistogram> Ranks<T> {
         }
     }
 
-    pub(super) async fn run_rebuild(
-        &self,
-        board: Result<Bson>,
-        o: Effective<'_>,
-        mut session: Option<&mut ClientSession>,
-    ) -> Result<u64> {
+    pub(super) async fn run_rebuild(&self, board: Result<Bson>, cx: Call<'_>) -> Result<u64> {
         let b = board?;
-        let joined = match session.as_deref_mut() {
-            Some(s) => crate::action::in_transaction(s).await,
-            None => false,
-        };
-        let o = if joined { o.in_transaction() } else { o };
+        let (o, mut session) = (cx.opts, cx.session);
         let score = format!("${}", self.spec.score);
         let key = rounded(score, self.spec.precision);
         let dir = if self.spec.descending { -1 } else { 1 };

@@ -1,101 +1,55 @@
 //! The repository's actions: each holds its arguments, options and session,
 //! with the setters that apply, and runs by `.await`.
 
-use std::future::IntoFuture;
-
-use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use mongodb::bson::Document;
-use mongodb::ClientSession;
 
 use super::{Audit, KeyAnalysis, ShardKeyed, Sharded};
-use crate::action::Options;
+use crate::action::action;
 use crate::error::Result;
-
-/// Whether an action of this kind writes.
-macro_rules! writes {
-    (write) => {
-        true
-    };
-    (read) => {
-        false
-    };
-}
-
-/// An action of the repository: a struct holding the arguments, its
-/// options and session, with the setters that apply, run by `.await`.
-macro_rules! action {
-    (
-        $(#[$doc:meta])*
-        $name:ident { $($field:ident: $ty:ty),* $(,)? } -> $out:ty, $kind:ident, $run:ident, $op:expr
-    ) => {
-        $(#[$doc])*
-        #[must_use = "does nothing unless awaited"]
-        pub struct $name<'a, T: Send + Sync> {
-            pub(super) repo: &'a Sharded<T>,
-            $(pub(super) $field: $ty,)*
-            pub(super) options: Options,
-            pub(super) session: Option<&'a mut ClientSession>,
-        }
-
-        impl<'a, T: ShardKeyed> $name<'a, T> {
-            crate::action::setters!('a; $kind);
-        }
-
-        impl<'a, T: ShardKeyed> IntoFuture for $name<'a, T> {
-            type Output = Result<$out>;
-            type IntoFuture = BoxFuture<'a, Result<$out>>;
-
-            fn into_future(self) -> Self::IntoFuture {
-                let $name { repo, $($field,)* options, session } = self;
-                let span = crate::action::span("shard_key", $op, repo.coll.name());
-                crate::action::boxed_in(async move {
-                    let cx = repo.cx(options, session).await;
-                    // A write cut in the caller's transaction has the
-                    // session killed on the server (see `crate::cut`).
-                    let mut cut = crate::cut::CutGuard::new(
-                        cx.in_transaction && writes!($kind),
-                        cx.session.as_deref(),
-                    );
-                    let done = repo.$run($($field,)* cx).await;
-                    cut.disarm();
-                    done
-                }, span)
-            }
-        }
-    };
-}
 
 action! {
     /// [`Sharded::insert`]: write options (`write_concern`, `comment`,
     /// `max_time`) and `session`.
-    Insert { item: &'a T } -> (), write, insert_in, "insert"
+    Insert<'a, T: ShardKeyed> on Sharded, "insert", write, guarded;
+    { item: &'a T } -> ();
+    |this, cx| this.repo.insert_in(this.item, cx).await
 }
 
 action! {
     /// [`Sharded::insert_many`]: write options and `session`.
-    InsertMany { items: &'a [T] } -> (), write, insert_many_in, "insert_many"
+    InsertMany<'a, T: ShardKeyed> on Sharded, "insert_many", write, guarded;
+    { items: &'a [T] } -> ();
+    |this, cx| this.repo.insert_many_in(this.items, cx).await
 }
 
 action! {
     /// [`Sharded::replace`]: write options and `session`. The lookup by
     /// `_id` after a miss always reads the primary: it decides the write.
-    Replace { item: &'a T } -> bool, write, replace_in, "replace"
+    Replace<'a, T: ShardKeyed> on Sharded, "replace", write, guarded;
+    { item: &'a T } -> bool;
+    |this, cx| this.repo.replace_in(this.item, cx).await
 }
 
 action! {
     /// [`Sharded::upsert`]: as [`Replace`].
-    Upsert { item: &'a T } -> bool, write, upsert_in, "upsert"
+    Upsert<'a, T: ShardKeyed> on Sharded, "upsert", write, guarded;
+    { item: &'a T } -> bool;
+    |this, cx| this.repo.upsert_in(this.item, cx).await
 }
 
 action! {
     /// [`Sharded::update`]: as [`Replace`].
-    Update { point: Result<Document>, filter: Document, update: Document } -> u64, write, update_in, "update"
+    Update<'a, T: ShardKeyed> on Sharded, "update", write, guarded;
+    { point: Result<Document>, filter: Document, update: Document } -> u64;
+    |this, cx| this.repo.update_in(this.point, this.filter, this.update, cx).await
 }
 
 action! {
     /// [`Sharded::delete`]: as [`Replace`].
-    Delete { point: Result<Document>, filter: Document } -> u64, write, delete_in, "delete"
+    Delete<'a, T: ShardKeyed> on Sharded, "delete", write, guarded;
+    { point: Result<Document>, filter: Document } -> u64;
+    |this, cx| this.repo.delete_in(this.point, this.filter, cx).await
 }
 
 action! {
@@ -105,15 +59,21 @@ action! {
     /// sends the `find` and gives the documents as a stream, as the
     /// driver's `find` gives a cursor; with a session, the stream borrows
     /// it until dropped.
-    Find { filter: Result<Document>, scatter: bool } -> BoxStream<'a, Result<T>>, read, find_in, if scatter { "scatter" } else { "find" }
+    Find<'a, T: ShardKeyed> on Sharded, if this.scatter { "scatter" } else { "find" }, read;
+    { filter: Result<Document>, scatter: bool } -> BoxStream<'a, Result<T>>;
+    |this, cx| this.repo.find_in(this.filter, this.scatter, cx).await
 }
 
 action! {
     /// [`Sharded::audit`]: read options and `session`.
-    AuditKeys { max: usize } -> Audit, read, audit_in, "audit"
+    AuditKeys<'a, T: ShardKeyed> on Sharded, "audit", read;
+    { max: usize } -> Audit;
+    |this, cx| this.repo.audit_in(this.max, cx).await
 }
 
 action! {
     /// [`Sharded::analyze`]: read options and `session`.
-    Analyze { key: &'a [&'a str], sample: u32 } -> KeyAnalysis, read, analyze_in, "analyze"
+    Analyze<'a, T: ShardKeyed> on Sharded, "analyze", read;
+    { key: &'a [&'a str], sample: u32 } -> KeyAnalysis;
+    |this, cx| this.repo.analyze_in(this.key, this.sample, cx).await
 }

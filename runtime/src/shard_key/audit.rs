@@ -8,9 +8,9 @@ use mongodb::options::FindOptions;
 use super::actions::{Analyze, AuditKeys};
 use super::time::{seconds, truncate};
 use super::{
-    analyze, key_fields, key_projection, Cx, KeyAnalysis, ShardKeyed, ShardSpec, Sharded, TimeRepr,
+    analyze, key_fields, key_projection, KeyAnalysis, ShardKeyed, ShardSpec, Sharded, TimeRepr,
 };
-use crate::action::Options;
+use crate::action::Call;
 use crate::error::{Error, Result};
 
 impl<T: ShardKeyed> Sharded<T> {
@@ -38,16 +38,11 @@ impl<T: ShardKeyed> Sharded<T> {
     /// # Ok(()) }
     /// ```
     pub fn audit(&self, max: usize) -> AuditKeys<'_, T> {
-        AuditKeys {
-            repo: self,
-            max,
-            options: Options::default(),
-            session: None,
-        }
+        AuditKeys::new(self, max)
     }
 
-    pub(super) async fn audit_in(&self, max: usize, mut cx: Cx<'_>) -> Result<Audit> {
-        let o = cx.options.driver::<FindOptions>();
+    pub(super) async fn audit_in(&self, max: usize, mut cx: Call<'_>) -> Result<Audit> {
+        let o = cx.opts.driver::<FindOptions>();
         let find = self
             .coll
             .find(doc! {})
@@ -104,25 +99,20 @@ impl<T: ShardKeyed> Sharded<T> {
     /// # Ok(()) }
     /// ```
     pub fn analyze<'a>(&'a self, key: &'a [&'a str], sample: u32) -> Analyze<'a, T> {
-        Analyze {
-            repo: self,
-            key,
-            sample,
-            options: Options::default(),
-            session: None,
-        }
+        Analyze::new(self, key, sample)
     }
 
     pub(super) async fn analyze_in(
         &self,
         key: &[&str],
         sample: u32,
-        mut cx: Cx<'_>,
+        cx: Call<'_>,
     ) -> Result<KeyAnalysis> {
         // A read: a write concern among the repository's defaults does not
         // apply to it.
-        cx.options.write_concern = None;
-        analyze::analyze_with(&self.coll, key, sample, &cx.options, cx.session).await
+        let mut o = cx.opts.clone();
+        o.write_concern = None;
+        analyze::analyze_with(&self.coll, key, sample, &o, cx.session).await
     }
 }
 

@@ -11,8 +11,8 @@ use serde::Serialize;
 
 use super::actions::Find;
 use super::time::{ceil_seconds, truncate};
-use super::{Cx, ShardKeyed, Sharded, TimeRange, TimeRepr};
-use crate::action::Options;
+use super::{ShardKeyed, Sharded, TimeRange, TimeRepr};
+use crate::action::Call;
 use crate::error::{Error, Result};
 
 impl<T: ShardKeyed> Sharded<T> {
@@ -107,13 +107,7 @@ impl<T: ShardKeyed> Sharded<T> {
             }
             f
         });
-        Find {
-            repo: self,
-            filter,
-            scatter: false,
-            options: Options::default(),
-            session: None,
-        }
+        Find::new(self, filter, false)
     }
 
     /// A query by the hashed key's value: targeted to one shard. One
@@ -138,13 +132,7 @@ impl<T: ShardKeyed> Sharded<T> {
                 "this model's shard key is not hashed",
             )),
         };
-        Find {
-            repo: self,
-            filter,
-            scatter: false,
-            options: Options::default(),
-            session: None,
-        }
+        Find::new(self, filter, false)
     }
 
     /// Any query, sent to every shard that holds the collection. Named
@@ -167,13 +155,7 @@ impl<T: ShardKeyed> Sharded<T> {
     /// # Ok(()) }
     /// ```
     pub fn scatter(&self, filter: Document) -> Find<'_, T> {
-        Find {
-            repo: self,
-            filter: Ok(filter),
-            scatter: true,
-            options: Options::default(),
-            session: None,
-        }
+        Find::new(self, Ok(filter), true)
     }
 
     /// Every document `filter` matches, as a stream that holds the cursor
@@ -184,13 +166,13 @@ impl<T: ShardKeyed> Sharded<T> {
         &self,
         filter: Result<Document>,
         scatter: bool,
-        cx: Cx<'a>,
+        cx: Call<'a>,
     ) -> Result<BoxStream<'a, Result<T>>> {
         let filter = filter?;
         if scatter {
             tracing::debug!(collection = self.coll.name(), "scatter-gather query");
         }
-        let o = cx.options.driver::<FindOptions>();
+        let o = cx.opts.driver::<FindOptions>();
         let name = self.coll.name().to_owned();
         Ok(match cx.session {
             None => {

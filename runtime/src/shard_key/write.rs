@@ -14,10 +14,11 @@ use super::actions::{Delete, Insert, InsertMany, Replace, Update, Upsert};
 use super::audit::check_stored;
 use super::time::{seconds, truncate};
 use super::{
-    analyze, key_fields, key_projection, stored_key_filter, Cx, ShardKeyed, ShardSpec, Sharded,
+    analyze, key_fields, key_projection, stored_key_filter, ShardKeyed, ShardSpec, Sharded,
     TimeRepr,
 };
-use crate::action::{run, Options};
+use crate::action::run;
+use crate::action::Call;
 use crate::error::code::DUPLICATE_KEY;
 use crate::error::{server_codes, Error, Found, Result};
 
@@ -60,17 +61,12 @@ impl<T: ShardKeyed> Sharded<T> {
     /// # Ok(()) }
     /// ```
     pub fn insert<'a>(&'a self, item: &'a T) -> Insert<'a, T> {
-        Insert {
-            repo: self,
-            item,
-            options: Options::default(),
-            session: None,
-        }
+        Insert::new(self, item)
     }
 
-    pub(super) async fn insert_in(&self, item: &T, mut cx: Cx<'_>) -> Result<()> {
+    pub(super) async fn insert_in(&self, item: &T, mut cx: Call<'_>) -> Result<()> {
         let d = self.to_document(item)?;
-        let o = cx.options.driver::<InsertOneOptions>();
+        let o = cx.opts.driver::<InsertOneOptions>();
         run!(
             self.coll.insert_one(d).with_options(o),
             cx.session.as_deref_mut()
@@ -97,15 +93,10 @@ impl<T: ShardKeyed> Sharded<T> {
     /// # Ok(()) }
     /// ```
     pub fn insert_many<'a>(&'a self, items: &'a [T]) -> InsertMany<'a, T> {
-        InsertMany {
-            repo: self,
-            items,
-            options: Options::default(),
-            session: None,
-        }
+        InsertMany::new(self, items)
     }
 
-    pub(super) async fn insert_many_in(&self, items: &[T], mut cx: Cx<'_>) -> Result<()> {
+    pub(super) async fn insert_many_in(&self, items: &[T], mut cx: Call<'_>) -> Result<()> {
         if items.is_empty() {
             return Ok(());
         }
@@ -113,7 +104,7 @@ impl<T: ShardKeyed> Sharded<T> {
             .iter()
             .map(|i| self.to_document(i))
             .collect::<Result<Vec<_>>>()?;
-        let o = cx.options.driver::<InsertManyOptions>();
+        let o = cx.opts.driver::<InsertManyOptions>();
         run!(
             self.coll.insert_many(docs).with_options(o),
             cx.session.as_deref_mut()
@@ -155,15 +146,10 @@ impl<T: ShardKeyed> Sharded<T> {
     /// # Ok(()) }
     /// ```
     pub fn replace<'a>(&'a self, item: &'a T) -> Replace<'a, T> {
-        Replace {
-            repo: self,
-            item,
-            options: Options::default(),
-            session: None,
-        }
+        Replace::new(self, item)
     }
 
-    pub(super) async fn replace_in(&self, item: &T, cx: Cx<'_>) -> Result<bool> {
+    pub(super) async fn replace_in(&self, item: &T, cx: Call<'_>) -> Result<bool> {
         let d = self.to_document(item)?;
         Ok(self.write(&d, false, cx).await? != Written::Nothing)
     }
@@ -209,24 +195,19 @@ impl<T: ShardKeyed> Sharded<T> {
     /// # Ok(()) }
     /// ```
     pub fn upsert<'a>(&'a self, item: &'a T) -> Upsert<'a, T> {
-        Upsert {
-            repo: self,
-            item,
-            options: Options::default(),
-            session: None,
-        }
+        Upsert::new(self, item)
     }
 
-    pub(super) async fn upsert_in(&self, item: &T, cx: Cx<'_>) -> Result<bool> {
+    pub(super) async fn upsert_in(&self, item: &T, cx: Call<'_>) -> Result<bool> {
         let d = self.to_document(item)?;
         Ok(self.write(&d, true, cx).await? == Written::Inserted)
     }
 
     /// The write behind `replace` and `upsert`: the new key first, then,
     /// on a miss, the key the `_id` is stored under.
-    async fn write(&self, d: &Document, upsert: bool, mut cx: Cx<'_>) -> Result<Written> {
+    async fn write(&self, d: &Document, upsert: bool, mut cx: Call<'_>) -> Result<Written> {
         let filter = self.key_filter(d)?;
-        let o = cx.options.driver::<ReplaceOptions>();
+        let o = cx.opts.driver::<ReplaceOptions>();
         if key_fields(&self.spec) == ["_id"] {
             // The key is the `_id`: it cannot change, and the unique index
             // on `_id` keeps an upsert from doubling it.
@@ -282,7 +263,7 @@ impl<T: ShardKeyed> Sharded<T> {
                     Ok(_) => {}
                     // Inserted meanwhile under another key: the server has
                     // aborted the caller's transaction; the caller retries.
-                    Err(e) if cx.in_transaction && server_codes(&e).contains(&DUPLICATE_KEY) => {
+                    Err(e) if cx.txn && server_codes(&e).contains(&DUPLICATE_KEY) => {
                         return Err(crate::action::raced_in_transaction(e))
                     }
                     // Inserted meanwhile under another key: look again.
@@ -290,7 +271,7 @@ impl<T: ShardKeyed> Sharded<T> {
                     Err(e) => return Err(e.into()),
                 },
             }
-            if cx.in_transaction {
+            if cx.txn {
                 return Err(retry.contended());
             }
             retry.pause().await?;
@@ -305,12 +286,12 @@ impl<T: ShardKeyed> Sharded<T> {
         &self,
         id: &Bson,
         new: &Document,
-        cx: &mut Cx<'_>,
+        cx: &mut Call<'_>,
     ) -> Result<Option<Document>> {
         // The lookup decides the write: it reads the primary, with the
         // default read concern (or the transaction's), whatever reads are
         // set to elsewhere.
-        let mut lookup = cx.options.clone();
+        let mut lookup = cx.opts.clone();
         lookup.read_concern = None;
         // Set, not left unset: unset, the client's read preference would
         // apply (`secondaryPreferred` in many URIs), and a secondary that
@@ -375,14 +356,7 @@ impl<T: ShardKeyed> Sharded<T> {
         T::Search: Borrow<Q>,
         Q: Serialize + ?Sized,
     {
-        Update {
-            repo: self,
-            point: self.point_filter(at, search),
-            filter,
-            update,
-            options: Options::default(),
-            session: None,
-        }
+        Update::new(self, self.point_filter(at, search), filter, update)
     }
 
     pub(super) async fn update_in(
@@ -390,12 +364,12 @@ impl<T: ShardKeyed> Sharded<T> {
         point: Result<Document>,
         filter: Document,
         update: Document,
-        mut cx: Cx<'_>,
+        mut cx: Call<'_>,
     ) -> Result<u64> {
         check_update(&self.spec, &update)?;
         let point = point?;
         let id = plain_id(&filter);
-        let o = cx.options.driver::<UpdateOptions>();
+        let o = cx.opts.driver::<UpdateOptions>();
         let matched = run!(
             self.coll
                 .update_many(within(&point, filter), update)
@@ -448,24 +422,18 @@ impl<T: ShardKeyed> Sharded<T> {
         T::Search: Borrow<Q>,
         Q: Serialize + ?Sized,
     {
-        Delete {
-            repo: self,
-            point: self.point_filter(at, search),
-            filter,
-            options: Options::default(),
-            session: None,
-        }
+        Delete::new(self, self.point_filter(at, search), filter)
     }
 
     pub(super) async fn delete_in(
         &self,
         point: Result<Document>,
         filter: Document,
-        mut cx: Cx<'_>,
+        mut cx: Call<'_>,
     ) -> Result<u64> {
         let point = point?;
         let id = plain_id(&filter);
-        let o = cx.options.driver::<DeleteOptions>();
+        let o = cx.opts.driver::<DeleteOptions>();
         let deleted = run!(
             self.coll
                 .delete_many(within(&point, filter))
@@ -484,7 +452,7 @@ impl<T: ShardKeyed> Sharded<T> {
     /// stored under another key value is [`Error::ShardKeyMismatch`], one
     /// whose key is damaged [`Error::Damaged`]. No document, or one under
     /// `point` that the rest of the filter left out, is `Ok`.
-    async fn refuse_other_key(&self, id: Bson, point: &Document, cx: &mut Cx<'_>) -> Result<()> {
+    async fn refuse_other_key(&self, id: Bson, point: &Document, cx: &mut Call<'_>) -> Result<()> {
         let Some(stored) = self.stored_key(&id, point, cx).await? else {
             return Ok(());
         };
