@@ -300,18 +300,6 @@ pub struct Counter<T> {
     _model: PhantomData<fn() -> T>,
 }
 
-impl<T> crate::action::Repository for Counter<T> {
-    const PATTERN: &'static str = "approx_counter";
-
-    fn defaults(&self) -> &Options {
-        &self.inner.defaults
-    }
-
-    fn collection_name(&self) -> &str {
-        self.inner.coll.name()
-    }
-}
-
 impl<T> Clone for Counter<T> {
     fn clone(&self) -> Self {
         Counter {

@@ -420,18 +420,6 @@ impl Paths {
     }
 }
 
-impl<T> crate::action::Repository for Buckets<T> {
-    const PATTERN: &'static str = "bucket";
-
-    fn defaults(&self) -> &Options {
-        &self.defaults
-    }
-
-    fn collection_name(&self) -> &str {
-        self.coll.name()
-    }
-}
-
 impl<T> Clone for Buckets<T> {
     fn clone(&self) -> Self {
         Buckets {

@@ -351,18 +351,6 @@ pub struct Keyset<T: Send + Sync> {
     collation: Option<Collation>,
 }
 
-impl<T: Send + Sync> crate::action::Repository for Keyset<T> {
-    const PATTERN: &'static str = "keyset";
-
-    fn defaults(&self) -> &Options {
-        &self.defaults
-    }
-
-    fn collection_name(&self) -> &str {
-        self.coll.name()
-    }
-}
-
 impl<T: Send + Sync> Clone for Keyset<T> {
     fn clone(&self) -> Self {
         Keyset {

@@ -295,18 +295,6 @@ pub struct Ranks<T: Send + Sync> {
     queues: Arc<queue::Queues>,
 }
 
-impl<T: Send + Sync> crate::action::Repository for Ranks<T> {
-    const PATTERN: &'static str = "rank_histogram";
-
-    fn defaults(&self) -> &Options {
-        &self.defaults
-    }
-
-    fn collection_name(&self) -> &str {
-        self.hist.name()
-    }
-}
-
 impl<T: Send + Sync> Clone for Ranks<T> {
     fn clone(&self) -> Self {
         Ranks {

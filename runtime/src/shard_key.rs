@@ -419,18 +419,6 @@ impl<T: Send + Sync> Clone for Sharded<T> {
     }
 }
 
-impl<T: Send + Sync> crate::action::Repository for Sharded<T> {
-    const PATTERN: &'static str = "shard_key";
-
-    fn defaults(&self) -> &Options {
-        &self.defaults
-    }
-
-    fn collection_name(&self) -> &str {
-        self.coll.name()
-    }
-}
-
 impl<T: ShardKeyed> Sharded<T> {
     /// The repository for `T` in `db`, on the collection the model names.
     pub fn new(db: &Database) -> Self {

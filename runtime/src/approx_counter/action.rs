@@ -23,6 +23,18 @@ use crate::action::{action, Call, Given, Options};
 use crate::error::{Error, Result};
 use crate::util::key_bytes;
 
+impl<T> crate::action::Repository for Counter<T> {
+    const PATTERN: &'static str = "approx_counter";
+
+    fn defaults(&self) -> &crate::action::Options {
+        &self.inner.defaults
+    }
+
+    fn collection_name(&self) -> &str {
+        self.inner.coll.name()
+    }
+}
+
 /// `incr` / `incr_by`: counts increments of one key's counter.
 ///
 /// Setters: `session`, `write_concern`, `comment`, `max_time`. What a

@@ -15,6 +15,18 @@ use super::{BucketPage, Bucketed, Buckets, PageRequest};
 use crate::action::{action, Call, Given};
 use crate::error::{Error, Result};
 
+impl<T> crate::action::Repository for Buckets<T> {
+    const PATTERN: &'static str = "bucket";
+
+    fn defaults(&self) -> &crate::action::Options {
+        &self.defaults
+    }
+
+    fn collection_name(&self) -> &str {
+        self.coll.name()
+    }
+}
+
 action! {
     /// [`Buckets::push`]: one `update` on the hot path.
     Push<'a, T: Bucketed> on Buckets, "push", write, guarded;

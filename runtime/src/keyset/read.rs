@@ -23,6 +23,18 @@ use super::{Keyset, Page, Position};
 use crate::action::{action, Call, Given, Options};
 use crate::error::Result;
 
+impl<T: Send + Sync> crate::action::Repository for Keyset<T> {
+    const PATTERN: &'static str = "keyset";
+
+    fn defaults(&self) -> &crate::action::Options {
+        &self.defaults
+    }
+
+    fn collection_name(&self) -> &str {
+        self.coll.name()
+    }
+}
+
 /// `hint` and `collation`, on every keyset read.
 macro_rules! keyset_setters {
     () => {

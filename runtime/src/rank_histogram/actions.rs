@@ -9,6 +9,18 @@ use super::{Rank, RankHistogram, Ranks, ScoreCount, SourceOp};
 use crate::action::action;
 use crate::error::Result;
 
+impl<T: Send + Sync> crate::action::Repository for Ranks<T> {
+    const PATTERN: &'static str = "rank_histogram";
+
+    fn defaults(&self) -> &crate::action::Options {
+        &self.defaults
+    }
+
+    fn collection_name(&self) -> &str {
+        self.hist.name()
+    }
+}
+
 action! {
     /// [`Ranks::record`]: a write.
     Record<'a, T: RankHistogram> on Ranks, "record", write;

@@ -8,6 +8,18 @@ use super::{Audit, KeyAnalysis, ShardKeyed, Sharded};
 use crate::action::action;
 use crate::error::Result;
 
+impl<T: Send + Sync> crate::action::Repository for Sharded<T> {
+    const PATTERN: &'static str = "shard_key";
+
+    fn defaults(&self) -> &crate::action::Options {
+        &self.defaults
+    }
+
+    fn collection_name(&self) -> &str {
+        self.coll.name()
+    }
+}
+
 action! {
     /// [`Sharded::insert`]: write options (`write_concern`, `comment`,
     /// `max_time`) and `session`.
