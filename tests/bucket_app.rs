@@ -16,7 +16,6 @@ use mongo_patterns::mongodb::options::{
     ReadConcern, ReadPreference, SelectionCriteria, WriteConcern,
 };
 use mongo_patterns::prelude::*;
-use mongo_patterns::Error;
 use mongo_patterns_testkit::{bounded, fresh_db};
 
 /// A ticker's daily closes, kept sorted by day across buckets.
@@ -85,15 +84,11 @@ fn days(items: &[Document]) -> Vec<i64> {
     items.iter().map(|d| d.get_i64("day").unwrap()).collect()
 }
 
-fn is_refused_in_transaction(e: &Error) -> bool {
-    matches!(e, Error::NotSupportedInTransaction { .. }) && !e.is_retryable()
-}
-
 /// Pushes in a caller's transaction, one of which opens a new bucket:
-/// aborted, nothing is stored; committed, each item is stored once. A late
-/// item near the end joins the transaction (and goes with its abort); one
-/// further back is refused before anything is written, and the
-/// transaction goes on. Keys are borrowed: a `String` key takes `"s-1"`.
+/// aborted, nothing is stored; committed, each item is stored once. Late
+/// items, near the end or further back, a removal and a reindex join the
+/// transaction (and go with its abort). Keys are borrowed: a `String` key
+/// takes `"s-1"`.
 #[tokio::test]
 async fn pushes_in_a_transaction_abort_to_nothing_and_commit_once() {
     let (db, _) = fresh_db("bucket_app_txn").await;
@@ -125,12 +120,19 @@ async fn pushes_in_a_transaction_abort_to_nothing_and_commit_once() {
         .await
         .unwrap();
     assert_eq!(inside, 6, "the transaction sees the late item");
-    // One further back (below the first bucket's first item) is refused.
-    let late = bounded(30, repo.push(&tick("s-1", 5, 98)).session(&mut s)).await;
-    assert!(
-        late.as_ref().is_err_and(is_refused_in_transaction),
-        "a late push further back in a transaction is refused: {late:?}"
-    );
+    // One further back (below the first bucket's first item) joins it too.
+    bounded(30, repo.push(&tick("s-1", 5, 98)).session(&mut s))
+        .await
+        .unwrap();
+    let first = bounded(
+        30,
+        repo.page("s-1", PageRequest::page(1).per_page(2))
+            .session(&mut s),
+    )
+    .await
+    .unwrap();
+    let got: Vec<i64> = first.items.iter().map(|t| t.day).collect();
+    assert_eq!(got, [5, 10], "the transaction sees the late item in order");
     s.abort_transaction().await.unwrap();
     assert!(
         raw_buckets(&db, "ticks").await.is_empty(),
@@ -191,13 +193,19 @@ async fn pushes_in_a_transaction_abort_to_nothing_and_commit_once() {
     let got: Vec<i64> = page.items.iter().map(|t| t.day).collect();
     assert_eq!(got, [10, 15, 20]);
     assert_eq!(bounded(30, repo.total("s-1")).await.unwrap(), 8);
-    // Removal and reindex inside a transaction are refused, outside work.
+    // Removal and reindex join a transaction: aborted, nothing stays.
     s.start_transaction().await.unwrap();
     let r = bounded(30, repo.delete("s-1", doc! {"n": 99}).session(&mut s)).await;
-    assert!(r.as_ref().is_err_and(is_refused_in_transaction), "{r:?}");
-    let r = bounded(30, repo.reindex("s-1").session(&mut s)).await;
-    assert!(r.as_ref().is_err_and(is_refused_in_transaction), "{r:?}");
+    assert_eq!(r.unwrap(), 1);
+    bounded(30, repo.reindex("s-1").session(&mut s))
+        .await
+        .unwrap();
+    let inside = bounded(30, repo.total("s-1").session(&mut s))
+        .await
+        .unwrap();
+    assert_eq!(inside, 7, "the transaction sees its removal");
     s.abort_transaction().await.unwrap();
+    assert_eq!(bounded(30, repo.total("s-1")).await.unwrap(), 8, "aborted");
     assert_eq!(
         bounded(30, repo.delete("s-1", doc! {"n": 99}).session(&mut s))
             .await
@@ -465,37 +473,43 @@ async fn options_reach_every_command() {
     check_writes(&sent, &["findAndModify"], true);
     assert!(sent[0].1.contains_key("maxTimeMS"), "{:?}", sent[0]);
     // A late push near the end (below the last bucket, into the one
-    // before): a transaction of the push's own, whose commit carries the
-    // write concern (the statements inside may not).
+    // before), one further back, removals and a reindex: each one
+    // transaction of the call's own, whose commit carries the write
+    // concern (the statements inside may not).
+    let check_transaction = |sent: Vec<(String, Document)>, what: &str| {
+        let names: Vec<&str> = sent.iter().map(|(n, _)| n.as_str()).collect();
+        println!("{what}: {names:?}");
+        assert!(names.contains(&"commitTransaction"), "{what}: {names:?}");
+        for (name, cmd) in &sent {
+            if name == "commitTransaction" {
+                assert_eq!(
+                    cmd.get_document("writeConcern").ok(),
+                    Some(&doc! {"w": "majority"}),
+                    "{what}: {cmd}"
+                );
+            } else if cmd.contains_key("autocommit") {
+                // A statement of the transaction.
+                assert!(!cmd.contains_key("writeConcern"), "{what}: {cmd}");
+            } else if matches!(name.as_str(), "update" | "insert") {
+                assert_eq!(
+                    cmd.get_document("writeConcern").ok(),
+                    Some(&doc! {"w": "majority"}),
+                    "{what}: {cmd}"
+                );
+            }
+        }
+    };
     bounded(
         30,
         repo.push(&tick("s-1", 35, 98)).write_concern(majority()),
     )
     .await
     .unwrap();
-    let sent = commands.take();
-    let names: Vec<&str> = sent.iter().map(|(n, _)| n.as_str()).collect();
-    println!("late push near the end: {names:?}");
-    assert!(names.contains(&"commitTransaction"), "{names:?}");
-    for (name, cmd) in &sent {
-        if cmd.contains_key("txnNumber") && name != "commitTransaction" {
-            continue;
-        }
-        if matches!(name.as_str(), "update" | "commitTransaction") {
-            assert_eq!(
-                cmd.get_document("writeConcern").ok(),
-                Some(&doc! {"w": "majority"}),
-                "{name}: {cmd}"
-            );
-        }
-    }
-    // A late push further back and a removal: lease, marks, rewrites,
-    // $merge.
+    check_transaction(commands.take(), "late push near the end");
     bounded(30, repo.push(&tick("s-1", 5, 99)).write_concern(majority()))
         .await
         .unwrap();
-    let names = check_writes(&commands.take(), &["update", "aggregate"], false);
-    println!("late push: {names:?}");
+    check_transaction(commands.take(), "late push further back");
     for n in [99, 98] {
         assert_eq!(
             bounded(
@@ -506,13 +520,12 @@ async fn options_reach_every_command() {
             .unwrap(),
             1
         );
+        check_transaction(commands.take(), "delete");
     }
-    let names = check_writes(&commands.take(), &["update", "aggregate", "delete"], false);
-    println!("remove: {names:?}");
     bounded(30, repo.reindex("s-1").write_concern(majority()))
         .await
         .unwrap();
-    check_writes(&commands.take(), &["aggregate"], false);
+    check_transaction(commands.take(), "reindex");
 
     // Reads.
     let pref = SelectionCriteria::ReadPreference(ReadPreference::SecondaryPreferred {
@@ -626,9 +639,14 @@ async fn unacknowledged_write_concern_reaches_the_driver() {
         match r {
             Err(e) => {
                 let driver = e.mongo().unwrap_or_else(|| panic!("{what}: {e:?}"));
+                // The driver's own refusal: of `w: 0` with a session, or (a
+                // transaction of the call's own) in a transaction.
+                use mongo_patterns::mongodb::error::ErrorKind;
                 assert!(
-                    matches!(&*driver.kind, mongo_patterns::mongodb::error::ErrorKind::InvalidArgument { message, .. }
-                        if message.contains("Unacknowledged")),
+                    matches!(&*driver.kind, ErrorKind::InvalidArgument { message, .. }
+                        if message.contains("Unacknowledged"))
+                        || matches!(&*driver.kind, ErrorKind::Transaction { message, .. }
+                        if message.contains("unacknowledged")),
                     "{what}: {driver:?}"
                 );
             }

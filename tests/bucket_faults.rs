@@ -13,7 +13,7 @@ use mongo_patterns::mongodb::Collection;
 use mongo_patterns::prelude::*;
 use mongo_patterns::Error;
 use mongo_patterns_testkit::{
-    bounded, client, fresh_db, server_uri, with_pool, OwnServer, ServerOptions,
+    bounded, client, fail_command, fresh_db, server_uri, with_pool, OwnServer, ServerOptions,
 };
 use tokio::time::timeout;
 
@@ -959,78 +959,6 @@ async fn cancelled_removes_and_updates_leave_buckets_exact() {
     assert!(cut_n > 10, "the delays cut some calls: {cut_n}");
 }
 
-/// What a `delete` cut short by a crash leaves: buckets marked, one
-/// rewritten, `start` not yet recomputed. Reads recompute it first.
-#[tokio::test]
-async fn a_removal_cut_before_its_recount_leaves_no_page_wrong() {
-    let (db, _) = fresh_db("bucket_stale").await;
-    let repo = Trade::buckets(&db);
-    let all: Vec<Trade> = (0..30).map(|s| trade(1, 0, s)).collect();
-    repo.push_many(&all).await.unwrap();
-    let raw = db.collection::<Document>("trades");
-    raw.update_many(
-        doc! {"customerId": 1_i64},
-        doc! {"$set": {"mp_stale": true}},
-    )
-    .await
-    .unwrap();
-    // Bucket 0 loses seqs 0 and 1, as the removal's rewrite does it.
-    raw.update_one(
-        doc! {"customerId": 1_i64, "_id": {"k": 1_i64, "s": 0_i64}},
-        vec![
-            doc! {"$set": {"trades": {"$filter": {"input": "$trades", "cond": {"$gte": ["$$this.seq", 2]}}}}},
-            doc! {"$set": {"count": {"$size": "$trades"}, "sealed": true}},
-        ],
-    )
-    .await
-    .unwrap();
-    let want: Vec<u32> = (2..30).collect();
-    let page = |n, per| PageRequest::page(n).per_page(per);
-    let got: Vec<u32> = repo
-        .page(&1, page(2, 5))
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|t| t.seq)
-        .collect();
-    assert_eq!(got, want[5..10], "a page inside a later bucket");
-    invariants(&db, "trades", "trades").await;
-    // The newest-first total, and a push opening a bucket, also start from
-    // recomputed positions.
-    raw.update_many(
-        doc! {"customerId": 1_i64},
-        doc! {"$set": {"mp_stale": true, "start": 99_i64}},
-    )
-    .await
-    .unwrap();
-    assert_eq!(repo.total(&1).await.unwrap(), 28);
-    raw.update_many(
-        doc! {"customerId": 1_i64},
-        doc! {"$set": {"mp_stale": true, "start": 99_i64}},
-    )
-    .await
-    .unwrap();
-    let newest: Vec<u32> = repo
-        .page(&1, page(1, 3).newest_first())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|t| t.seq)
-        .collect();
-    assert_eq!(newest, [29, 28, 27]);
-    raw.update_many(
-        doc! {"customerId": 1_i64},
-        doc! {"$set": {"mp_stale": true, "start": 99_i64}},
-    )
-    .await
-    .unwrap();
-    repo.push(&trade(1, 0, 30)).await.unwrap();
-    repo.page(&1, page(1, 1)).await.unwrap();
-    invariants(&db, "trades", "trades").await;
-}
-
 // ---- contention ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1932,56 +1860,62 @@ async fn crash_kill_and_restart_mid_late_pushes() {
     );
 }
 
-/// What a split cut short by a crash leaves: the moved items set aside in
-/// the bucket they leave (`mp_moving`), the key's buckets marked, and the
-/// items delivered or not. The next read delivers them once, then pages.
+/// A write that moves positions (a late item that splits a bucket, a
+/// removal) is one transaction: failing part way, at its commit, it
+/// leaves nothing of itself, and every page is what it was; rerun after a
+/// transient failure of one of its statements, it lands once.
 #[tokio::test]
-async fn a_split_cut_between_its_writes_loses_and_doubles_nothing() {
-    let (db, _) = fresh_db("bucket_split_cut").await;
+async fn a_move_that_fails_part_way_leaves_nothing_half_done() {
+    let server = OwnServer::start(ServerOptions {
+        test_commands: true,
+        ..ServerOptions::default()
+    });
+    let (c, _) = client(server.uri()).await;
+    let db = c.database("moves");
     let repo = Dated::buckets(&db);
-    let raw = db.collection::<Document>("dated");
-    for delivered in [false, true] {
-        let key = i64::from(delivered);
-        let all: Vec<Dated> = (0..10).map(|d| dated(key, d, d as u32)).collect();
-        repo.push_many(&all).await.unwrap();
-        let want: Vec<(i64, i64)> = (0..10).map(|d| (d, d)).collect();
-        // Bucket 0 gives days 2, 3, 4 to a new bucket between 0 and 1.
-        let op = bson::oid::ObjectId::new();
-        let moved: Vec<Document> = (2_i64..5).map(|d| doc! {"day": d, "n": d}).collect();
-        let to = doc! {"k": key, "s": 0.5};
-        raw.update_many(doc! {"customerId": key}, doc! {"$set": {"mp_stale": true}})
+    // Days 10..20 in two full buckets (size 5): a late day 10.5 would
+    // make the first hold six, day 1 lands below them all.
+    let all: Vec<Dated> = (10..20).map(|d| dated(1, d, d as u32)).collect();
+    bounded(30, repo.push_many(&all)).await.unwrap();
+    let mut want: Vec<(i64, i64)> = (10..20).map(|d| (d, d)).collect();
+    // Enough late items to split the first bucket (twice `size` at most).
+    for n in 0..6 {
+        bounded(30, repo.push(&dated(1, 11, 100 + n)))
             .await
             .unwrap();
-        raw.update_one(
-            doc! {"customerId": key, "_id": {"k": key, "s": 0_i64}},
-            doc! {"$set": {
-                "items": [{"day": 0_i64, "n": 0_i64}, {"day": 1_i64, "n": 1_i64}],
-                "count": 2_i64,
-                "sealed": true,
-                "mp_moving": {"to": &to, "op": op, "lower": false, "items": &moved},
-            }},
-        )
+        want.insert(2 + n as usize, (11, i64::from(100 + n)));
+    }
+    assert_eq!(sorted_buckets(&db, 1).await, want);
+    let refused = doc! {"failCommands": ["commitTransaction"], "errorCode": 2};
+    for (what, fail) in [("late push", 0), ("split", 1), ("delete", 2)] {
+        fail_command(&c, Some(1), refused.clone()).await;
+        let r = match fail {
+            0 => bounded(30, repo.push(&dated(1, 1, 1))).await.map(drop),
+            1 => bounded(30, repo.push(&dated(1, 11, 200))).await.map(drop),
+            _ => bounded(30, repo.delete(&1, doc! {"day": 11}))
+                .await
+                .map(drop),
+        };
+        assert!(r.is_err(), "{what}: the commit was refused: {r:?}");
+        assert_eq!(sorted_buckets(&db, 1).await, want, "{what}: nothing of it");
+        pages_equal(&repo, 1, &want, &[1, 3, 7]).await;
+    }
+    bounded(30, repo.push(&dated(1, 1, 1))).await.unwrap();
+    want.insert(0, (1, 1));
+    assert_eq!(sorted_buckets(&db, 1).await, want);
+    // A statement of the transaction (a removal's first, which opens it)
+    // fails transiently: the removal runs again, and removes once.
+    let transient = doc! {
+        "failCommands": ["aggregate"],
+        "errorCode": 112,
+        "errorLabels": ["TransientTransactionError"],
+    };
+    fail_command(&c, Some(1), transient).await;
+    let removed = bounded(30, repo.delete(&1, doc! {"day": 11}))
         .await
         .unwrap();
-        if delivered {
-            // The new bucket went in; only the clean-up was cut.
-            raw.insert_one(doc! {
-                "_id": &to, "customerId": key, "start": 0_i64, "count": 3_i64,
-                "bytes": 100_i64, "items": &moved, "mp_ops": [op], "sealed": true,
-            })
-            .await
-            .unwrap();
-        }
-        let first: Vec<(i64, i64)> = repo
-            .page(&key, PageRequest::page(1).per_page(4))
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .map(|d| (d.day, i64::from(d.n)))
-            .collect();
-        assert_eq!(first, want[..4], "delivered before: {delivered}");
-        assert_eq!(sorted_buckets(&db, key).await, want, "once each");
-        pages_equal(&repo, key, &want, &[1, 3, 10]).await;
-    }
+    assert_eq!(removed, 7, "day 11 and the six late ones");
+    want.retain(|(d, _)| *d != 11);
+    assert_eq!(sorted_buckets(&db, 1).await, want);
+    pages_equal(&repo, 1, &want, &[1, 3, 7]).await;
 }

@@ -1,7 +1,7 @@
 //! The `tracing` span every operation runs in, and the events inside it,
 //! recorded by a small subscriber of this file's own (no
 //! `tracing-subscriber`): target and name `mongo_patterns`, the pattern,
-//! the operation and the collection; `retries` and `lease_waits` when a
+//! the operation and the collection; `retries` when a
 //! call pauses; a learnt fallback said once, at INFO. And what costs
 //! nothing: without a subscriber, an operation's future is its one box.
 //!
@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mongo_patterns::bson::{oid::ObjectId, DateTime};
 use mongo_patterns::bucket::PageRequest;
 use mongo_patterns::mongodb::event::command::CommandEvent;
 use mongo_patterns::mongodb::event::EventHandler;
@@ -386,55 +385,6 @@ async fn each_operation_runs_in_its_span() {
         r.spans()
     );
     fresh.drop().await.unwrap();
-}
-
-/// A call that waits for a bucket key's lease counts its waits in the
-/// span's `lease_waits`, with a DEBUG event each (target
-/// `mongo_patterns::lease`), and says when it took over a lease its holder
-/// never gave back. Forced: the lease is a document another "host" left,
-/// ending 300 ms from now on the server's clock.
-#[tokio::test]
-async fn waiting_for_a_lease_is_counted_in_the_span() {
-    let (db, _) = mongo_patterns_testkit::fresh_db("tracing_lease").await;
-    let buckets = Trade::buckets(&db);
-    let items: Vec<Trade> = (0..7)
-        .map(|seq| Trade {
-            customer_id: 1,
-            seq,
-        })
-        .collect();
-    buckets.push_many(&items).await.unwrap();
-    let until = DateTime::from_millis(DateTime::now().timestamp_millis() + 300);
-    db.collection::<Document>("trades.mp_locks")
-        .insert_one(doc! {"_id": 1_i64, "op": ObjectId::new(), "until": until})
-        .await
-        .unwrap();
-
-    let (r, _guard) = record();
-    buckets.reindex(&1).await.unwrap();
-    let span = one_span(&r, "bucket", "reindex", "trades");
-    let waits: u32 = field(&span.fields, "lease_waits").parse().unwrap_or(0);
-    assert!(waits >= 1, "{span:?}");
-    assert!(!span.fields.contains_key("retries"), "{span:?}");
-    let events = r.events();
-    let waiting: Vec<_> = events
-        .iter()
-        .filter(|e| e.target == "mongo_patterns::lease" && e.level == Level::DEBUG)
-        .filter(|e| field(&e.fields, "message").contains("held"))
-        .collect();
-    assert_eq!(waiting.len() as u32, waits, "{events:?}");
-    assert!(
-        waiting.iter().all(|e| e.span == Some(span.id)),
-        "{events:?}"
-    );
-    assert!(
-        events.iter().any(|e| e.target == "mongo_patterns::lease"
-            && field(&e.fields, "message").contains("took over")
-            && e.span == Some(span.id)),
-        "{events:?}"
-    );
-    assert_eq!(buckets.total(&1).await.unwrap(), 7);
-    db.drop().await.unwrap();
 }
 
 /// Pushes that lose a race retry, and their span says how often

@@ -258,7 +258,7 @@ pub(crate) use action;
 /// DEBUG, with the pattern (`"bucket"`, `"keyset"`, `"rank_histogram"`,
 /// `"approx_counter"`, `"shard_key"`, `"ensure"`), the operation as the
 /// caller names it (`"push"`, `"page"`, `"update_score"`, ...) and the
-/// collection; `retries` and `lease_waits` are recorded when the call
+/// collection; `retries` is recorded when the call
 /// pauses (see [`crate::retry`]). What it carries and how to read it: the
 /// [guide](crate::guide#tracing).
 ///
@@ -278,7 +278,6 @@ pub(crate) fn span(
         operation,
         collection,
         retries = tracing::field::Empty,
-        lease_waits = tracing::field::Empty,
     )
 }
 

@@ -27,110 +27,85 @@
 //!   removal is a pipeline update that closes (`sealed`) what it touched, so
 //!   pushes only ever append to the newest bucket.
 //!
-//! Against faults (the README's "Failure behaviour" has the figures):
+//! With `order`, pages follow it across all buckets, also for late items
+//! (a trade dated yesterday pushed after today's; equal values keep their
+//! arrival order). A push not below the last bucket's floor (`mp_floor`,
+//! the highest value before the bucket when it opened) is in order: one
+//! update that inserts it sorted into the last bucket. A late one goes
+//! into the bucket that covers its value, which may grow to twice `size`
+//! before it is split, and every later bucket's `start` moves by one.
+//!
+//! # Writes that move positions, and many instances
+//!
+//! A late item, a split, a [`delete`](Buckets::delete) and a
+//! [`reindex`](Buckets::reindex) change the `start` of every later bucket
+//! of the key. Each runs as one transaction (the caller's, when the call
+//! runs in one; otherwise one of its own, through the driver's convenient
+//! API, as a task that a caller who stops waiting does not cut), and
+//! nothing else coordinates them: no lease, no marks, nothing held in
+//! memory. A reader sees such a write whole or not at all, two of them on
+//! one key conflict on the server, which reruns one, and a process that
+//! dies in the middle leaves nothing half done. Every other write changes
+//! one bucket. This is what lets several instances of a service (each
+//! with its own clients and memory) write one key at once: no write of
+//! the repository waits for another writer while it holds a transaction
+//! open, so a slow, cut or dead instance cannot stall the others. They
+//! need transactions, which a standalone server does not run: there they
+//! fail with [`Error::NoTransactions`] (pushes in order, pages, totals,
+//! streams and `replace` need none).
+//!
+//! Pushes of one process to one key queue while a command for the key is
+//! out and go together, sorted, when it returns (see [`Buckets::push`]):
+//! they reach the server in the order they were called, a batch is one
+//! update, and few items are late. Across processes, items dated a moment
+//! apart still race at rollovers; a late one near the end costs one update
+//! when it belongs in the last bucket, and a transaction of four round
+//! trips when it belongs in the one before.
+//!
+//! # Against faults
+//!
 //! - Every write's filter matches only a sound bucket (`count` an integer
-//!   equal to the array's length, within `size`; `start` a number), so a
-//!   bucket another client broke is never written on; the read that follows
-//!   a write that matched nothing reports it as [`Error::Damaged`].
-//! - Each write carries an id that the bucket keeps (its last
-//!   64): a write the driver retries after a lost reply finds its
-//!   id and is not applied twice.
+//!   equal to the array's length, within the limit; `start` a number), so
+//!   a bucket another client broke is never written on; the read that
+//!   follows a write that matched nothing reports it as
+//!   [`Error::Damaged`].
+//! - Each write carries an id that the bucket keeps (its last 64): a write
+//!   the driver retries after a lost reply finds its id and is not applied
+//!   twice.
 //! - In an election, the one-command push (sent with `run_command`, which
 //!   the driver does not retry) is sent again when the server refused or
-//!   interrupted it (`NotWritablePrimary`, `InterruptedDueToReplStateChange`,
-//!   …: nothing stored); when its reply was lost or a step-down came after
-//!   it (a `writeConcernError`), its write id, read on the primary with
-//!   majority read concern, says whether it stays, and only if that read
-//!   fails too is the push [`Error::OutcomeUnknown`].
+//!   interrupted it (nothing stored); when its reply was lost or a
+//!   step-down came after it, its write id, read on the primary, says
+//!   whether it stays, and only if that read fails too is the push
+//!   [`Error::OutcomeUnknown`]. A transaction of the call's own is rerun
+//!   whole after a transient failure, and its commit retried.
 //! - Every read that decides a write (the newest bucket before a push,
-//!   everything under the lease, the `$merge` of a reindex) goes to the
-//!   primary, whatever the client's read preference; pages, totals and
-//!   streams follow the caller's.
-//! - A removal marks the key's buckets until it has recomputed `start`; a
-//!   read that meets the mark recomputes first (under the key's lease), so
-//!   a removal cut short by a crash leaves no page wrong.
-//! - With `order`, pages follow it across all buckets, also for late items
-//!   (equal values in arrival order). A push not below the last bucket's
-//!   items is in order: one update that inserts it sorted, as before. Each
-//!   bucket opened with `order` keeps its floor (`mp_floor`, the highest
-//!   value before it), and an item not below it belongs there even below
-//!   the bucket's first item. A late item near the end (in the last bucket
-//!   or the one before) lands without the lease: see `near` below. A
-//!   late one further back goes into the bucket that covers its value, which may grow to
-//!   twice `size` before it is split; since that shifts the `start` of every
-//!   later bucket, it runs under the key's lease with the buckets it moves
-//!   marked, as a removal does. Why a lease: two writers recomputing
-//!   positions side by side could each clear the other's mark with
-//!   positions that miss the other's write. Splitting moves half the
-//!   items to the next bucket, or to a new one between (a fractional
-//!   `seq`: no renumbering, which would mean rewriting every later `_id`),
-//!   and sets them aside in the bucket they leave in the same write, so a
-//!   crash between the two writes loses and doubles nothing. Transactions
-//!   would do the same on servers that have them; the lease and marks work
-//!   on any server.
-//!
-//! Hot keys (`group` and `near`, in this module's source): many tasks
-//! pushing to one key, each item dated when its push is called, used to
-//! meet at every rollover: items dated a moment before the one that filled
-//! a bucket, or opened the next, arrived after it and took the late path
-//! (lease, marks, recount: about ten round trips, and every push meeting
-//! the marks waited), 13 round trips a push at 64 tasks. Two changes:
-//! - Pushes of one process to one key queue while a command for the key is
-//!   out and go together, sorted, when it returns: they reach the server
-//!   in the order they were called, and a batch is one update. This takes
-//!   away most late items and most round trips; it is the design's main
-//!   answer because the cause is the race itself, which no placement rule
-//!   at the server can avoid paying for.
-//! - What is still late (racing processes, callers' transactions) and
-//!   belongs in the last bucket or the one before lands without the
-//!   lease: in the last, one update (no position after it moves; the
-//!   writer opening the next bucket closes this one first by a write
-//!   naming its `count` and `start`, and takes the next `start` from
-//!   them); in the one before, two updates in one transaction, the second
-//!   moving the last bucket's `start`. The issue's own suggestion, a
-//!   `$push` with `$sort` into whichever of the last two buckets covers
-//!   the item as one command, leaves the last bucket's `start` wrong when
-//!   the item goes into the one before: positions after a write must move
-//!   with it, which takes a second document, hence the transaction. Under
-//!   load from one process that transaction is rarely needed, and it could
-//!   not carry the load alone: it holds the hottest document until it
-//!   commits, and with 64 tasks each sending its own push (no queue) it
-//!   cut the round trips a push from 13 to 6 but not the time (90 pushes
-//!   a second against 143 with the lease, in one run).
+//!   everything inside a move's transaction) goes to the primary,
+//!   whatever the client's read preference; pages, totals and streams
+//!   follow the caller's.
 //!
 //! Every operation that reads or writes returns an action ([`Push`],
 //! [`PushMany`], [`FetchPage`], [`Total`], [`Reindex`], [`Delete`],
-//! [`Replace`], [`ItemStream`]), configured by setters
-//! (`session`, write/read concern, read preference, `comment`, `max_time`)
-//! and run by `.await`. Each operation's doc says which commands it sends
-//! and what it does in a caller's session and transaction: in-order pushes,
-//! pages, totals and replaces join the transaction, and a race they would
-//! retry is handed back as transient; a late push near the end joins the
-//! transaction too (its two writes, or one); late pushes further back,
-//! removals and reindexing move positions under the key's lease, which a
-//! caller's transaction could not hold until it commits, so they are
-//! refused there. `page_pipeline`
-//! sends nothing and stays a plain method.
+//! [`Replace`], [`ItemStream`]), configured by setters (`session`,
+//! write/read concern, read preference, `comment`, `max_time`) and run by
+//! `.await`. Given a session with a transaction open, every operation
+//! joins it, and a race it would retry is handed back as transient for
+//! the caller's `and_run2` to run again. `page_pipeline` sends nothing and
+//! stays a plain method.
 //!
 //! # Sharding
 //!
-//! A key's buckets are the pattern's unit: pages span two buckets, a
+//! A key's buckets are the pattern's unit: pages span two buckets, and a
 //! removal or a late item moves `start` in every later bucket of the key,
-//! and a late item near the end writes the last two buckets in one
-//! transaction. So all of a key's buckets live on one shard: the bucket
-//! collection's shard key is `{<key>: "hashed"}`, and every command the
-//! repository sends names the key field (with the `_id` or the `_id`
+//! in one transaction. So all of a key's buckets live on one shard: the
+//! bucket collection's shard key is `{<key>: "hashed"}`, and every command
+//! the repository sends names the key field (with the `_id` or the `_id`
 //! range), so `mongos` sends it to that one shard: pushes (the one-command
 //! push's `findAndModify` too, whose full shard key is the key field),
-//! pages, totals, streams, removals, the lease's marks and recounts
-//! (`$merge` on its default, the document key), and near's transactions,
-//! which stay single-shard. `ensure` shards the collection on a sharded
-//! cluster ([`declared`](Buckets::declared)); `plan` reports it sharded on
-//! another key. The leases (`<collection>.mp_locks`, one small document
-//! per key while a write moves positions, addressed by `_id`, the key)
-//! stay unsharded, on the database's primary shard: they are written only
-//! by removals and late items, and every write to them is by `_id`, so
-//! sharding them later on `{_id: "hashed"}` needs no change here.
+//! pages, totals, streams, and every statement of the transactions that
+//! move positions, which stay single-shard. `ensure` shards the collection
+//! on a sharded cluster ([`declared`](Buckets::declared)); `plan` reports
+//! it sharded on another key.
 //!
 //! Hashed by default, not ranged: bucket keys are often ids that grow (an
 //! `ObjectId`, a sequence), and the newest keys are often the busiest; on a
@@ -160,7 +135,6 @@
 use mongodb::bson;
 use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};
@@ -174,28 +148,28 @@ use crate::model::Model;
 use crate::util::impls;
 
 // Submodules in layers, bottom up; each imports only from the layers
-// below it (`scripts/modgraph runtime/src/bucket` checks it):
-// `stored`, `filter`, `cx` (what a bucket holds, filters, a call's
-// context) < `read` < `lease` < `fresh` (reads that repair first),
-// `ahead`, `late` < `near` < `write` < `many`, `group` < `edit` < `act`.
+// below it (`scripts/modgraph` checks it): `shape` (the stored format) and
+// `filter` (callers' item filters) < `read` < `moves` (writes that move
+// positions, each one transaction) < `ahead` (the one-command push) <
+// `late` (late items, a move) < `push` (a push, in order) < `queue` (a
+// key's pushes from many tasks) < `many` (`push_many`) < `edit` (delete,
+// replace) < `act` (the actions and the public methods).
 mod act;
 mod ahead;
-mod cx;
 mod edit;
 mod filter;
-mod fresh;
-mod group;
 mod late;
-mod lease;
 mod many;
-mod near;
+mod moves;
+mod push;
+mod queue;
 mod read;
-mod stored;
-mod write;
+mod shape;
 
 pub use act::{Delete, FetchPage, ItemStream, Push, PushMany, Reindex, Replace, Total};
 pub use filter::{FIELD_OPERATORS, LOGICAL_OPERATORS};
 pub use read::{key_of, KeyInItem};
+pub use shape::RESERVED;
 
 /// Largest bucket `#[bucket(size = ...)]` accepts. Past it, documents grow
 /// into megabytes that every page read has to load: use a time-series
@@ -366,58 +340,29 @@ pub struct BucketPage<T> {
 }
 
 /// The typed repository a `#[bucket]` model gets: see the module docs.
+///
+/// Clones share its state: the queue of pushes per key of this process,
+/// and what it remembers of each key's open bucket (a hint that every
+/// write's filter checks).
 #[derive(Debug)]
 pub struct Buckets<T> {
     db: Database,
     defaults: Arc<Options>,
     /// Writes, and the collection handed to callers.
     coll: Collection<Document>,
-    /// Every read that decides a write, and everything done under the
-    /// lease: the primary's, whatever the client's read preference (a
-    /// secondary's copy can lag behind the write being decided).
+    /// Every read that decides a write: the primary's, whatever the
+    /// client's read preference (a secondary's copy can lag behind the
+    /// write being decided).
     raw: Collection<RawDocumentBuf>,
     /// Reads for the caller (pages, streams): the caller's read
     /// preference.
     reads: Collection<RawDocumentBuf>,
-    locks: Collection<Document>,
-    spec: BucketSpec,
-    paths: Arc<Paths>,
+    shape: Arc<shape::Shape>,
+    /// Each key's open bucket as this handle last saw it.
     heads: Arc<Mutex<HashMap<Vec<u8>, i64>>>,
-    /// The deployment refused a transaction (a standalone server): late
-    /// items near the end take the lease instead (see [`near`]).
-    no_transactions: Arc<AtomicBool>,
-    /// Pushes queued per key while a batch of the key is out
-    /// (see [`group`]).
-    queues: Arc<group::Queues>,
-    /// A test seam: milliseconds added to this client's clock wherever the
-    /// repository reads it (see [`Buckets::__skew_clock`]). Nothing does
-    /// now: the lease is on the server's clock.
-    #[allow(dead_code)]
-    clock_skew_ms: i64,
+    /// Pushes queued per key while a batch of the key is out.
+    queue: Arc<queue::PushQueue>,
     _items: PhantomData<fn() -> T>,
-}
-
-/// The declaration's fields as expression paths, spelt once per
-/// repository rather than formatted in every command.
-#[derive(Debug)]
-struct Paths {
-    /// `$<items>`.
-    items: String,
-    /// `$$this.<order>`: an item's order value inside `$filter`.
-    this_order: String,
-    /// `$$mp_e.<order>`: an end item's order value.
-    end_order: String,
-}
-
-impl Paths {
-    fn new(spec: &BucketSpec) -> Self {
-        let order = spec.order.unwrap_or("_");
-        Paths {
-            items: format!("${}", spec.items),
-            this_order: format!("$$this.{order}"),
-            end_order: format!("$$mp_e.{order}"),
-        }
-    }
 }
 
 impl<T> Clone for Buckets<T> {
@@ -428,13 +373,9 @@ impl<T> Clone for Buckets<T> {
             coll: self.coll.clone(),
             raw: self.raw.clone(),
             reads: self.reads.clone(),
-            locks: self.locks.clone(),
-            spec: self.spec,
-            paths: self.paths.clone(),
+            shape: self.shape.clone(),
             heads: self.heads.clone(),
-            no_transactions: self.no_transactions.clone(),
-            queues: self.queues.clone(),
-            clock_skew_ms: self.clock_skew_ms,
+            queue: self.queue.clone(),
             _items: PhantomData,
         }
     }
@@ -447,15 +388,11 @@ impl<T: Bucketed> Buckets<T> {
             db: db.clone(),
             defaults: Arc::default(),
             coll: db.collection(T::COLLECTION),
-            raw: on_primary(db, T::COLLECTION, None),
+            raw: on_primary(db, T::COLLECTION),
             reads: db.collection(T::COLLECTION),
-            locks: on_primary(db, &format!("{}.mp_locks", T::COLLECTION), None),
-            spec: T::BUCKET,
-            paths: Arc::new(Paths::new(&T::BUCKET)),
+            shape: Arc::new(shape::Shape::new(T::BUCKET, T::COLLECTION)),
             heads: Arc::default(),
-            no_transactions: Arc::default(),
-            queues: Arc::default(),
-            clock_skew_ms: 0,
+            queue: Arc::default(),
             _items: PhantomData,
         }
     }
@@ -467,33 +404,21 @@ impl<T: Bucketed> Buckets<T> {
         self.defaults = Arc::new(options);
         // Its pushes queue apart: a queue sends with its repository's
         // options.
-        self.queues = Arc::default();
+        self.queue = Arc::default();
         self
     }
 
-    /// The same repository on collection `name` (its leases in
-    /// `<name>.mp_locks`), for one collection per tenant. It forgets the
-    /// open buckets it remembered, which belong to the other collection.
+    /// The same repository on collection `name`, for one collection per
+    /// tenant. It forgets the open buckets it remembered, which belong to
+    /// the other collection.
     pub fn with_collection(mut self, name: &str) -> Self {
         self.coll = self.db.collection(name);
-        self.raw = on_primary(&self.db, name, None);
+        self.raw = on_primary(&self.db, name);
         self.reads = self.db.collection(name);
-        self.locks = on_primary(&self.db, &format!("{name}.mp_locks"), None);
+        self.shape = Arc::new(shape::Shape::new(T::BUCKET, name));
         self.heads = Arc::default();
         // A queue sends to its repository's collection.
-        self.queues = Arc::default();
-        self
-    }
-
-    /// A test seam, not API: the same repository on a host whose clock is
-    /// `ms` milliseconds ahead (negative: behind) of the others', so that
-    /// a test can run two application hosts with skewed clocks in one
-    /// process. The lease reads the server's clock (`$$NOW`), not this
-    /// client's, so the skew changes nothing; the skew tests
-    /// (`tests/bucket_lease.rs`) run through this seam to keep proving it.
-    #[doc(hidden)]
-    pub fn __skew_clock(mut self, ms: i64) -> Self {
-        self.clock_skew_ms = ms;
+        self.queue = Arc::default();
         self
     }
 
@@ -501,31 +426,6 @@ impl<T: Bucketed> Buckets<T> {
     /// the repository's.
     pub fn collection(&self) -> &Collection<Document> {
         &self.coll
-    }
-
-    /// This repository with its collections carrying the write concern,
-    /// read concern and read preference of `o`: for the operations that
-    /// are not on the hot path (removals, edits, late pushes, repairs),
-    /// whose every command then gets them.
-    /// The read preference applies to the caller's reads only: the reads
-    /// behind writes and repairs stay on the primary.
-    fn scoped(&self, o: &Options) -> Buckets<T> {
-        if o.write_concern.is_none() && o.read_concern.is_none() && o.selection_criteria.is_none() {
-            return self.clone();
-        }
-        let co = mongodb::options::CollectionOptions::builder()
-            .write_concern(o.write_concern.clone())
-            .read_concern(o.read_concern.clone())
-            .selection_criteria(o.selection_criteria.clone())
-            .build();
-        let name = self.coll.name();
-        Buckets {
-            coll: self.db.collection_with_options(name, co.clone()),
-            raw: on_primary(&self.db, name, Some(co.clone())),
-            reads: self.db.collection_with_options(name, co.clone()),
-            locks: on_primary(&self.db, self.locks.name(), Some(co)),
-            ..self.clone()
-        }
     }
 
     /// Creates what [`declared`](Self::declared) lists and the deployment
@@ -552,27 +452,27 @@ impl<T: Bucketed> Buckets<T> {
     /// What this repository needs in the deployment: its collection, with
     /// the `{key, start}` index that page reads seek on, sharded on
     /// `{key: "hashed"}` where the deployment shards (see
-    /// [Sharding](self#sharding)); and from the
-    /// server: `$isNumber` and `$bsonSize` (MongoDB 4.4) for every push and
-    /// page (the soundness checks), `$setWindowFields` (5.0) with `$merge`
-    /// into the same collection (4.4) for [`delete`](Self::delete),
-    /// [`reindex`](Self::reindex), the repair a read or a push makes after
-    /// an interrupted removal, and with `order` a late item's push; with
-    /// `order`, `$sortArray` (5.2) for [`replace`](Self::replace).
+    /// [Sharding](self#sharding)); and from the server: `$isNumber` and
+    /// `$bsonSize` (MongoDB 4.4) for every push and page (the soundness
+    /// checks); transactions (a replica set or a sharded cluster) for
+    /// [`delete`](Self::delete), [`reindex`](Self::reindex) and, with
+    /// `order`, a late item's push, which fail with
+    /// [`NoTransactions`](crate::Error::NoTransactions) without them (the
+    /// rest works on a standalone); with `order`, `$sortArray` (5.2) for
+    /// [`replace`](Self::replace).
     pub fn declared(&self) -> Vec<crate::ensure::Declared> {
         use crate::ensure::{Feature, Need};
-        let key = self.spec.key;
-        let moves = if self.spec.order.is_some() {
+        let key = self.shape.spec.key;
+        let moves = if self.shape.spec.order.is_some() {
             "bucket delete, reindex and late push (with order)"
         } else {
             "bucket delete and reindex"
         };
         let mut needs = vec![
             Need::needs(Feature::IsNumber, "bucket push and page"),
-            Need::needs(Feature::SetWindowFields, moves),
-            Need::needs(Feature::MergeIntoSelf, moves),
+            Need::prefers(Feature::Transactions, moves, "NoTransactions"),
         ];
-        if self.spec.order.is_some() {
+        if self.shape.spec.order.is_some() {
             needs.push(Need::needs(
                 Feature::SortArray,
                 "bucket replace (with order)",
@@ -588,8 +488,8 @@ impl<T: Bucketed> Buckets<T> {
     /// and `ensure` shards with on a sharded cluster: the bucket key,
     /// hashed or ranged (see [`KeySharding`]).
     pub fn shard_key(&self) -> Document {
-        let key = self.spec.key;
-        match self.spec.sharding {
+        let key = self.shape.spec.key;
+        match self.shape.spec.sharding {
             KeySharding::Hashed => doc! {key: "hashed"},
             KeySharding::Ranged => doc! {key: 1},
         }
@@ -602,19 +502,16 @@ impl<T: Bucketed> Buckets<T> {
     /// The item as stored: without the key field, which the bucket holds.
     fn item_doc(&self, item: &T) -> Result<Document> {
         let mut doc = crate::compat::to_document(item)?;
-        doc.remove(self.spec.key);
+        doc.remove(self.shape.spec.key);
         Ok(doc)
     }
 }
 
-/// Collection `name` of `db` (with `co`, if given) reading from the
-/// primary, whatever the client's read preference.
-fn on_primary<D: Send + Sync>(
-    db: &Database,
-    name: &str,
-    co: Option<mongodb::options::CollectionOptions>,
-) -> Collection<D> {
-    let mut co = co.unwrap_or_default();
-    co.selection_criteria = Some(crate::util::primary());
+/// Collection `name` of `db` reading from the primary, whatever the
+/// client's read preference.
+fn on_primary<D: Send + Sync>(db: &Database, name: &str) -> Collection<D> {
+    let co = mongodb::options::CollectionOptions::builder()
+        .selection_criteria(crate::util::primary())
+        .build();
     db.collection_with_options(name, co)
 }

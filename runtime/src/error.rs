@@ -26,9 +26,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// the whole transaction again, and meet the same refusal each time until
 /// its 120 s bound. Races ([`is_transient`](Error::is_transient)) carry
 /// the label themselves, so that `and_run2` reruns. A refusal of the
-/// call's own ([`InvalidArgument`](Error::InvalidArgument),
-/// [`NotSupportedInTransaction`](Error::NotSupportedInTransaction)) fails
-/// no statement and leaves the transaction going; returned from
+/// call's own ([`InvalidArgument`](Error::InvalidArgument)) fails no
+/// statement and leaves the transaction going; returned from
 /// `and_run2`'s closure it carries no label, so `and_run2` aborts and
 /// hands it back without running the closure again.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -46,28 +45,6 @@ pub enum Error {
         name: &'static str,
         /// What was wrong with it.
         reason: String,
-    },
-
-    /// An operation that cannot run inside a transaction was given a
-    /// session with one open: a bucket `delete` or `reindex`, a late push
-    /// further back than the key's last two buckets (with `order`), or a
-    /// read or push that meets the positions a cut removal left to repair.
-    /// Each moves items' positions under the key's lease, which a
-    /// transaction cannot hold until it commits. Refused before anything
-    /// is sent, so your transaction goes on; run the operation outside it
-    /// (`instead` says how). Not retryable: the same call in the same
-    /// transaction is refused again, so it converts to the driver's error
-    /// without labels and `and_run2` returns it instead of running the
-    /// transaction again.
-    #[error("{operation} cannot run inside a transaction: {why}; {instead}")]
-    NotSupportedInTransaction {
-        /// What was refused: the method (`` `delete` ``), or the step of
-        /// one that needs the lease.
-        operation: &'static str,
-        /// Why a transaction cannot hold it.
-        why: &'static str,
-        /// What to do instead.
-        instead: &'static str,
     },
 
     /// A stored document does not deserialize into the model. Nothing was
@@ -268,10 +245,13 @@ pub enum Error {
         source: Option<Box<mongodb::error::Error>>,
     },
 
-    /// A write that must change two documents together met a deployment
-    /// without transactions (or one told not to use them), and the caller
-    /// did not allow writing them one after the other. Nothing was written.
-    #[error("`{operation}` needs a transaction, which this deployment does not run; allow non-atomic writes to write one document after the other")]
+    /// A write that must change several documents together met a
+    /// deployment without transactions (a standalone server; or one told
+    /// not to use them). Nothing was written. A replica set runs them, a
+    /// single-node one included (`mongod --replSet rs0`, then
+    /// `rs.initiate()`); a rank histogram can also be allowed to write
+    /// its documents one after the other (`allow_non_atomic`).
+    #[error("`{operation}` needs a transaction, which this deployment does not run (a standalone server): run a replica set, a single-node one will do")]
     NoTransactions {
         /// The repository method.
         operation: &'static str,

@@ -163,7 +163,7 @@
 //! | pattern | in your transaction | refused there, or not taking a session |
 //! | --- | --- | --- |
 //! | keyset | `page`, `count`, every page of `stream` and `pages` | — |
-//! | bucket | in-order `push`, `push_many`, `page`, `total`, `stream`, `replace` | a late push (with `order`), `delete`, `reindex`: `NotSupportedInTransaction` |
+//! | bucket | every call | — |
 //! | rank histogram | every call | — |
 //! | approximate counter | `incr`, `incr_by`, `estimate` (a buffered counter writes through, exact) | `flush`, `shutdown` take no session |
 //! | shard key | every call | `ensure_sharded` takes no session |
@@ -196,18 +196,16 @@
 //! of a key's open bucket is a hint that every write's filter checks: after
 //! an aborted transaction it costs one `find`, never a wrong write.
 //!
-//! What a transaction refuses: a late push further back than the key's last
-//! two buckets (with `order`), `delete` and `reindex` move positions under
-//! the key's lease. (A late item that belongs in the last bucket or the one
-//! before joins your transaction; a race it loses there aborts it with
-//! `TransientTransactionError`, which `and_run2` runs again.) A lease taken inside your transaction would be released before
-//! you commit, and another writer could then recompute `start` from a
-//! snapshot without your writes; so inside a transaction they return
-//! `NotSupportedInTransaction` before writing anything (your transaction
-//! goes on; its message says what to do instead).
-//! Run them outside it. Given a session outside a transaction, `delete`,
-//! `reindex` and late pushes run as without one (as a task of their own, so
-//! a dropped call still finishes).
+//! A late push (with `order`), `delete` and `reindex` move the positions of
+//! later buckets; each is one transaction of its own outside yours, and
+//! inside yours its reads and writes join it, whatever they move, so your
+//! commit stores them with the rest and your abort drops them. A write
+//! conflict they meet there (another writer of the key, in another
+//! instance or task) aborts your transaction with
+//! `TransientTransactionError`, which `and_run2` runs again. Until you
+//! commit, the buckets they wrote are yours on the server: pushes of
+//! other callers to the same key wait for your commit (their own
+//! transactions conflict and rerun), so keep such transactions short.
 //!
 //! ## Rank histogram
 //!
@@ -325,13 +323,14 @@
 //!   action to that read alone. `command()` and `declared()` send nothing,
 //!   so they take no options.
 //! - **Bucket.** `write_concern` reaches every write command (`update`,
-//!   `insert`, `findAndModify`, the lease's `update`/`delete`, the `$merge`
-//!   aggregation); `read_concern`, `selection_criteria`, `comment` and
+//!   `insert`, `findAndModify`) and, for the writes that move positions
+//!   (a removal, a reindex, a late push: one transaction each), the
+//!   commit; `read_concern`, `selection_criteria`, `comment` and
 //!   `max_time` reach `page`, `total` and `stream`; `comment` reaches the
 //!   writes of pushes and `update`, and `maxTimeMS` the `findAndModify`
-//!   (the driver has none for `update` and `insert`). A removal, a reindex
-//!   and a late push take write concern, read concern and read preference
-//!   but not `comment` or `max_time`.
+//!   (the driver has none for `update` and `insert`). Reads inside a
+//!   transaction of the call's own go to the primary, with the
+//!   transaction's read concern.
 //! - **Rank histogram.** `session`, `comment`, `max_time` on every call;
 //!   `write_concern` on the writes, `read_concern` and
 //!   `selection_criteria` on `rank`, `top` and `histogram`; all of them on
@@ -387,9 +386,8 @@
 //!   `.with_collection("visits_tenant_a")` pages another. Tokens name their
 //!   database and collection: tenant A's token is `InvalidCursor(Foreign)`
 //!   on tenant B's collection, before anything is sent.
-//! - **Bucket.** `.with_collection("history_tenant_a")` (leases in
-//!   `history_tenant_a.mp_locks`); it forgets the open buckets it
-//!   remembered. `.declared()` names the collection and its `{key, start}`
+//! - **Bucket.** `.with_collection("history_tenant_a")`; it forgets the
+//!   open buckets it remembered. `.declared()` names the collection and its `{key, start}`
 //!   index.
 //! - **Rank histogram.**
 //!   `Exam::ranks(&db).with_collection("t1_scores").with_histogram_collection("t1_ranks")`;
@@ -448,9 +446,8 @@
 //! `Unavailable` and `Contended` may succeed later, as may an election's
 //! refusal or a write conflict; `OutcomeUnknown` is not to be sent again
 //! as it is (read first); `InvalidArgument`, `InvalidCursor`,
-//! `Damaged`, `UnexpectedDocument`, `UnsupportedValue`, `NoTransactions`,
-//! `NotSupportedInTransaction` and `ShardKeyMismatch` give the same answer
-//! again. Inside your
+//! `Damaged`, `UnexpectedDocument`, `UnsupportedValue`, `NoTransactions`
+//! and `ShardKeyMismatch` give the same answer again. Inside your
 //! transaction, an error with `is_transient()` means: run the whole
 //! transaction again.
 //!
@@ -469,22 +466,19 @@
 //!   `collection` (the collection the call is about: a rank histogram's is
 //!   its histogram collection, which every call of it reads or writes;
 //!   `ensure` and `plan` name every declared collection). Recorded when the
-//!   call pauses: `retries` (the retries of a lost race so far) and
-//!   `lease_waits` (bucket: the pauses while another call held the key's
-//!   lease). The span covers the whole call, the tasks it spawns (a bucket
-//!   `delete`, a late push, a batch of queued pushes: there, in the span of
-//!   the push that started the batch) and, for the streams (bucket
+//!   call pauses: `retries` (the retries of a lost race so far). The span
+//!   covers the whole call, the tasks it spawns (a bucket `delete`,
+//!   `reindex` or late push, each a transaction of its own; a batch of
+//!   queued pushes: there, in the span of the push that started the
+//!   batch) and, for the streams (bucket
 //!   `stream`, keyset `stream` and `pages`), every poll from the first; a
 //!   shard key `find` covers the `find`, not the `getMore`s of the stream
 //!   it returns. A counter `incr` that sends nothing (a sampled increment
 //!   that did not hit, one buffered) has no span: its hot path stays a load
 //!   and a draw.
 //! - **Events inside it**: DEBUG on `mongo_patterns::retry` for each pause
-//!   after a lost race (fields `operation`, the retry loop's name, which
-//!   may be a step of the call such as `mark`; `attempt`; `backoff_ms`);
-//!   DEBUG on `mongo_patterns::lease` for each pause while a key's lease is
-//!   held, and when the call takes over a lease its holder never gave back;
-//!   INFO on `mongo_patterns::fallback`, once per repository and its
+//!   after a lost race (fields `operation`, the retry loop's name;
+//!   `attempt`; `backoff_ms`); INFO on `mongo_patterns::fallback`, once per repository and its
 //!   clones, when it learns the deployment lacks something (field
 //!   `fallback`: `no_bulk_write`, `no_bulk_in_transaction`,
 //!   `no_transactions`; `collection`; the message says what it sends

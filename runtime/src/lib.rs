@@ -20,6 +20,7 @@ mod model;
 pub mod rank_histogram;
 mod retry;
 pub mod shard_key;
+mod transaction;
 mod util;
 
 pub use mongodb;

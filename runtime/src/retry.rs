@@ -1,5 +1,5 @@
 //! The one retry policy of every internal retry: a lost race (a concurrent
-//! upsert, a write conflict, a bucket that filled, a held lease) is tried
+//! upsert, a write conflict, a bucket that filled) is tried
 //! again after a jittered exponential backoff, for one time bound, then
 //! reported as [`Error::Contended`].
 //!
@@ -12,23 +12,21 @@
 //!
 //! A loop pauses only after a race it lost (a write that matched nothing
 //! because another writer changed the document, a duplicate key on an
-//! insert another writer won, a held lease); a round that made progress
+//! insert another writer won); a round that made progress
 //! neither pauses nor counts. Its users:
 //!
 //! - the rank histogram: `rank_histogram/write.rs` and `documents.rs`
 //!   (`Retry`), and `txn.rs`'s wait for a non-atomic write's `+1`
 //!   ([`backoff`]);
 //! - the shard key's `upsert` and `replace` (`shard_key/write.rs`);
-//! - buckets: `push` and `push_many` (`bucket/write.rs`); the wait for the
-//!   key's lease (60 s, pauses of 25 ms at most); and, within a fraction
-//!   of the lease so that its holder gives it back before it can end,
-//!   `mark` (`bucket/lease.rs`), the late push (`bucket/late.rs`) and
-//!   `delete` (`bucket/edit.rs`);
+//! - buckets: `push` and `push_many` (`bucket/push.rs`, `bucket/many.rs`);
+//!   their transactions (a late item, `delete`, `reindex`) are rerun by
+//!   the driver's convenient API, with the same backoff and bound;
 //! - a buffered counter's flush write (`approx_counter/buffer.rs`), which
 //!   gives up after a few tries by design ([`Retry::at_most`]).
 //!
-//! Each pause is recorded in the operation's span (`retries`, or
-//! `lease_waits` for the lease) and said at DEBUG (see the
+//! Each pause is recorded in the operation's span (`retries`) and said at
+//! DEBUG (see the
 //! [guide](crate::guide#tracing)).
 //!
 //! Inside a caller's transaction nothing waits out the bound: a push or
@@ -52,8 +50,6 @@ pub(crate) struct Retry {
     started: Instant,
     bound: Duration,
     attempt: u32,
-    /// The longest one pause may be (500 ms unless set).
-    cap: Duration,
     /// Attempts after which it gives up whatever the time (none unless set).
     most: Option<usize>,
 }
@@ -64,24 +60,15 @@ impl Retry {
         Retry::within(operation, BOUND)
     }
 
-    /// Retries of `operation` for at most `bound` (a lease, held for
-    /// seconds, is waited for no longer than it can last).
+    /// Retries of `operation` for at most `bound`.
     pub(crate) fn within(operation: &'static str, bound: Duration) -> Self {
         Retry {
             operation,
             started: Instant::now(),
             bound,
             attempt: 0,
-            cap: CAP,
             most: None,
         }
-    }
-
-    /// Pauses of at most `cap`: a lease held for milliseconds is worth
-    /// asking for again sooner than a transaction that conflicted.
-    pub(crate) fn capped(mut self, cap: Duration) -> Self {
-        self.cap = cap.min(CAP);
-        self
     }
 
     /// At most `attempts` attempts too, for a retry that gives up early by
@@ -101,41 +88,21 @@ impl Retry {
     /// set with [`Retry::at_most`] are spent). Records the retries so far
     /// in the operation's span (`retries`) and says so at DEBUG (target
     /// `mongo_patterns::retry`).
-    pub(crate) fn pause(&mut self) -> impl std::future::Future<Output = Result<()>> + Send + '_ {
-        self.pause_counted("retries")
-    }
-
-    /// [`Retry::pause`] while another call holds a bucket key's lease:
-    /// counted in the span's `lease_waits` instead.
-    pub(crate) fn wait(&mut self) -> impl std::future::Future<Output = Result<()>> + Send + '_ {
-        self.pause_counted("lease_waits")
-    }
-
-    async fn pause_counted(&mut self, field: &'static str) -> Result<()> {
+    pub(crate) async fn pause(&mut self) -> Result<()> {
         if self.started.elapsed() >= self.bound || self.most.is_some_and(|m| self.attempts() >= m) {
             return Err(self.contended());
         }
-        let backoff = backoff_within(self.attempt, self.cap);
+        let backoff = backoff(self.attempt);
         // The span's field holds this loop's count: a later loop of the
         // same call (rare) records its own over it.
-        tracing::Span::current().record(field, self.attempt + 1);
-        let (attempt, backoff_ms) = (self.attempt + 1, backoff.as_secs_f64() * 1000.0);
-        if field == "lease_waits" {
-            tracing::debug!(
-                target: "mongo_patterns::lease",
-                attempt,
-                backoff_ms,
-                "the key's lease is held: waiting"
-            );
-        } else {
-            tracing::debug!(
-                target: "mongo_patterns::retry",
-                operation = self.operation,
-                attempt,
-                backoff_ms,
-                "lost a race: retrying"
-            );
-        }
+        tracing::Span::current().record("retries", self.attempt + 1);
+        tracing::debug!(
+            target: "mongo_patterns::retry",
+            operation = self.operation,
+            attempt = self.attempt + 1,
+            backoff_ms = backoff.as_secs_f64() * 1000.0,
+            "lost a race: retrying"
+        );
         // Boxed: rare, and inline it would grow every caller's future.
         Box::pin(tokio::time::sleep(backoff)).await;
         self.attempt += 1;

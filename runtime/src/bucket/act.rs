@@ -2,7 +2,6 @@
 //! `.await`. `page_pipeline` stays a plain method: it sends nothing, so no
 //! option could apply; `declared` likewise.
 
-use super::cx::outside_transaction;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -11,9 +10,13 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use mongodb::bson::{Bson, Document};
 use mongodb::ClientSession;
 
+use super::edit::Delete as Removal;
+use super::moves::Reindex as Recount;
+use super::shape::{item_len, Pushed};
 use super::{BucketPage, Bucketed, Buckets, PageRequest};
 use crate::action::{action, Call, Given};
 use crate::error::{Error, Result};
+use crate::util::key_bytes;
 
 impl<T> crate::action::Repository for Buckets<T> {
     const PATTERN: &'static str = "bucket";
@@ -59,10 +62,7 @@ action! {
     /// [`Buckets::reindex`].
     Reindex<'a, T: Bucketed> on Buckets, "reindex", both;
     { key: Result<Bson> } -> ();
-    |this, cx| {
-        outside_transaction(&cx, "reindex")?;
-        this.repo.scoped(&cx.opts).repair(&this.key?).await
-    }
+    |this, cx| this.repo.moved(Recount { key: this.key? }, &mut cx).await
 }
 
 action! {
@@ -70,8 +70,8 @@ action! {
     Delete<'a, T: Bucketed> on Buckets, "delete", both;
     { key: Result<Bson>, matching: Document } -> u64;
     |this, cx| {
-        outside_transaction(&cx, "delete")?;
-        this.repo.scoped(&cx.opts).remove_spawned(this.key?, this.matching).await
+        let removal = Removal::new(this.key?, &this.matching, this.repo.shape.spec.key)?;
+        this.repo.moved(removal, &mut cx).await
     }
 }
 
@@ -145,42 +145,61 @@ impl<'a, T: Bucketed> Stream for ItemStream<'a, T> {
 }
 
 impl<T: Bucketed> Buckets<T> {
+    /// [`Buckets::push`], in `cx`: through its key's queue, or alone.
+    async fn push_in(&self, item: &T, cx: &mut Call<'_>) -> Result<()> {
+        let key = self.key_bson(item.bucket_key())?;
+        let doc = self.item_doc(item)?;
+        // Boxed: a push's future holds it across every `.await`.
+        let p = Box::new(Pushed {
+            len: item_len(&doc)?,
+            slot: key_bytes(&key),
+            key,
+            doc,
+            // One id for every attempt: once one is applied, no other can be.
+            op: mongodb::bson::oid::ObjectId::new(),
+        });
+        if self.queues(cx) {
+            return Box::pin(self.push_queued(p)).await;
+        }
+        self.push_one(&p, cx).await
+    }
+
     /// Appends `item` to its key's open bucket, opening the next bucket when
     /// the open one is full.
     ///
     /// For a model without `order`, a push is one `findAndModify` of the
-    /// key's open bucket as last seen and the bucket after it, which the
-    /// server resolves to the lower one still open (one round trip, two
-    /// point reads of the `_id` index). The push that lands first in a
-    /// bucket also opens the next one, empty (a key's first bucket at
-    /// half), and reads the bucket before to check its own `start`. So a push costs 1 + 2/`size` round trips
-    /// while writers racing at a rollover land in the bucket opened ahead:
-    /// up to 64 writers on one key at `size` 100. Writers that fill a
-    /// bucket within one round trip pay reads at rollovers. A key this
-    /// repository has not seen starts at its first bucket (right at once for
-    /// a new key) and moves on to an indexed read of the newest; a bucket
-    /// closed by bytes, and pushes with `order` or in a transaction, take the
-    /// path below: an `update` of the open bucket by `_id`, and, once every
-    /// `size` pushes, a `find` of the full bucket and an `insert` of the next
-    /// (with `order`, also an `update` closing the full bucket first, by a
-    /// filter naming its `count` and `start`: a late item may land in the
-    /// last bucket until then, see the module docs).
-    /// Clones share what the repository remembers.
+    /// key's open bucket as last seen and the few after it, which the
+    /// server resolves to the lowest one still open (one round trip). The
+    /// push that lands first in a bucket also opens the next one, empty (a
+    /// key's first bucket at half), and reads the bucket before to check
+    /// its own `start`: 1 + 2/`size` round trips, and writers racing at a
+    /// rollover land in the bucket opened ahead. A key this repository has
+    /// not seen starts with the insert of its first bucket (the whole push
+    /// for a new key) and moves on to an indexed read of the newest. With
+    /// `order`, in a transaction, or after a bucket closed by bytes, a push
+    /// is an `update` of the open bucket by `_id`, and, once every `size`
+    /// pushes, a `find` of the full bucket, an `update` closing it by a
+    /// filter naming its `count` and `start` (with `order`; without, only
+    /// a bucket closed short), and an `insert` of the next. Clones share
+    /// what the repository remembers.
+    ///
+    /// A late item (with `order`, below the last bucket's floor, as items
+    /// dated at the call by racing tasks or processes are at a rollover):
+    /// into the last bucket in one update when it belongs there (up to
+    /// twice `size` items); otherwise into the bucket that covers its
+    /// value, with every later bucket's `start` moved, in one transaction
+    /// (four round trips near the end; a split adds two to four). See the
+    /// module docs, and [`Error::NoTransactions`] on a standalone server.
     ///
     /// In a caller's session every command runs in it. Inside the caller's
-    /// transaction the same commands join it; a race that a push would
-    /// retry (its insert of the next bucket losing to another writer's, or
-    /// its bucket changing under it) is returned with the
-    /// `TransientTransactionError` label instead, for `and_run2` to run the
-    /// transaction again. What the repository remembers of the open bucket
-    /// is only a hint that every write's filter checks: after an aborted
-    /// transaction it costs one `find` more, never a wrong write. A late
-    /// item (with `order`, below what the last bucket holds) that belongs
-    /// in the key's last bucket or the one before lands in the transaction
-    /// too (see below); one further back is refused there with
-    /// `NotSupportedInTransaction`, before anything is written: it moves positions
-    /// under the key's lease, which a transaction cannot hold until it
-    /// commits. Push that one outside the transaction.
+    /// transaction the same commands join it, late items included; a race
+    /// that a push would retry (its insert of the next bucket losing to
+    /// another writer's, its bucket changing under it, a write conflict)
+    /// is returned with the `TransientTransactionError` label instead, for
+    /// `and_run2` to run the transaction again. What the repository
+    /// remembers of the open bucket is only a hint that every write's
+    /// filter checks: after an aborted transaction it costs one `find`
+    /// more, never a wrong write.
     ///
     /// Many tasks on one key: pushes through clones of one repository with
     /// no session and no options of their own queue per key while a
@@ -188,19 +207,13 @@ impl<T: Bucketed> Buckets<T> {
     /// when it returns (sorted by `order`, if any; a batch the open bucket
     /// cannot take whole goes in up to three updates): a push then costs
     /// well under one round trip, and a key takes more pushes per second
-    /// from many tasks than from one (`tests/bucket_contention.rs`: 64
-    /// tasks with `order`, dates taken at the call, about 0.12 round trips
-    /// a push and several times the pushes per second of one task on the
-    /// test server). A push still returns only
-    /// once its item is stored, and its item is stored once even if the
-    /// caller stops waiting. A late item (with `order`: dated before an
-    /// item already stored in a later bucket, as items dated at the call
-    /// from racing tasks or processes are at a rollover) lands in one
-    /// update when it belongs in the last bucket (up to twice `size`
-    /// items), and in one transaction of two updates with the last
-    /// bucket's `start` when it belongs in the one before; only further
-    /// back, on a deployment without transactions, or where a bucket must
-    /// split does it take the key's lease. See the module docs.
+    /// from many tasks than from one. A push still returns only once its
+    /// item is stored, and its item is stored once even if the caller stops
+    /// waiting.
+    ///
+    /// Bounded: lost races are retried for at most 120 s, and a
+    /// transaction of the push's own runs for at most 120 s more (the
+    /// driver's convenient API); then [`Error::Contended`].
     ///
     /// ```no_run
     /// # use mongo_patterns::prelude::*;
@@ -223,8 +236,10 @@ impl<T: Bucketed> Buckets<T> {
     /// a key, however many items; keys go one after another, in the order
     /// they first appear. An error stops the call: the keys before it are
     /// stored, and of the failing key's items a prefix (see the module
-    /// docs). In a caller's transaction it behaves as [`Buckets::push`]
-    /// does (races transient, items further back refused).
+    /// docs). Items below the key's last bucket go one by one, as late
+    /// pushes do (each one transaction). In a caller's transaction it
+    /// behaves as [`Buckets::push`] does (all of it joins; races
+    /// transient).
     ///
     /// ```no_run
     /// # use mongo_patterns::prelude::*;
@@ -248,8 +263,8 @@ impl<T: Bucketed> Buckets<T> {
     /// are full; a second reads the page by position when a shorter bucket
     /// (after a removal, a close by bytes, a late item) lies between. In a
     /// caller's session its reads run in it (and see the transaction's
-    /// writes); a page that meets a removal's mark repairs positions first,
-    /// which is refused inside a transaction (`NotSupportedInTransaction`).
+    /// writes). Positions are never stale: whatever moves them does so in
+    /// one transaction, which a page sees whole or not at all.
     ///
     /// ```no_run
     /// # use mongo_patterns::prelude::*;
@@ -292,8 +307,8 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// Every item of `key`, oldest first, from one cursor over its buckets.
-    /// It takes no lease: beside a late push that splits a bucket it can
-    /// miss or repeat the items being moved, which a page cannot. It takes
+    /// It is not one snapshot: beside a late push that splits a bucket it
+    /// can miss or repeat the items being moved, which a page cannot.
     /// In a caller's session it reads there (and inside a transaction sees
     /// its writes); the stream then borrows the session (see
     /// [`ItemStream`]).
@@ -316,13 +331,14 @@ impl<T: Bucketed> Buckets<T> {
         ItemStream::new(self, self.key_bson(key))
     }
 
-    /// Recomputes every bucket's `start` from the counts, in one `aggregate`
-    /// that writes back with `$merge`, after one read that refuses a key
-    /// with a damaged bucket (`Damaged`), under the key's lease. `delete`
-    /// calls it, and so does a read that meets a removal's mark; call it
-    /// yourself after editing buckets by hand. Refused inside a caller's
-    /// transaction (`NotSupportedInTransaction`); in a session outside one it runs
-    /// as without the session.
+    /// Recomputes every bucket's `start` from the counts, in one
+    /// transaction: a `find` of every bucket's count (which refuses a key
+    /// with a damaged bucket, `Damaged`, before anything is written), one
+    /// `update` for every bucket whose `start` is wrong, and the commit.
+    /// Nothing of the repository's leaves positions wrong; call it after
+    /// editing buckets by hand. Inside a caller's transaction it joins it;
+    /// on a deployment without transactions it fails with
+    /// [`NoTransactions`](crate::Error::NoTransactions).
     ///
     /// ```no_run
     /// # use mongo_patterns::prelude::*;
@@ -346,23 +362,19 @@ impl<T: Bucketed> Buckets<T> {
     /// many items it removed. See the filter's rules at
     /// [`FIELD_OPERATORS`](super::FIELD_OPERATORS).
     ///
-    /// Under the key's lease, one `aggregate` finds the buckets with
-    /// matching items (and any damaged bucket of the key, which makes the
-    /// call fail before it writes); the key's buckets are marked (`update`),
-    /// each matching bucket is rewritten by `_id` in one pipeline `update`
-    /// that filters the array, fixes `count` and closes the bucket (so no
-    /// push fills the gap out of order); one `aggregate` with `$merge` then
-    /// recomputes every bucket's `start` and clears the marks. The work runs
-    /// as a task of its own: a caller that stops waiting does not cut it
-    /// between buckets (it finishes, and its count is lost with the call).
-    ///
-    /// Inside a caller's transaction it is refused with `NotSupportedInTransaction`
-    /// before anything is sent: the lease that keeps two position-moving
-    /// writers apart would be released before the transaction commits, and
-    /// another writer could then recompute positions from a snapshot
-    /// without these writes. In a session outside a transaction it runs as
-    /// without the session (its own task, its own lease); write concern,
-    /// read concern and read preference apply to every command it sends.
+    /// In one transaction, one `aggregate` finds the buckets with matching
+    /// items (and any damaged bucket of the key, which makes the call fail
+    /// before it writes); each matching bucket is rewritten by `_id` in one
+    /// pipeline `update` that filters the array, fixes `count` and closes
+    /// the bucket (so no push fills the gap out of order), and one `update`
+    /// moves the `start` of the buckets after it; a read of the key's last
+    /// two buckets and the commit end it. Readers see the removal whole or
+    /// not at all. The work runs as a task of its own: a caller that stops
+    /// waiting does not cut it (it finishes, and its count is lost with the
+    /// call). Inside a caller's transaction it joins it instead. On a
+    /// deployment without transactions it fails with
+    /// [`NoTransactions`](crate::Error::NoTransactions). Write concern and
+    /// comment apply (the write concern to the commit).
     ///
     /// ```no_run
     /// # use mongo_patterns::prelude::*;

@@ -18,9 +18,9 @@ use crate::action::Call;
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, Document, RawBsonRef};
 
-use super::cx::Pushed;
-use super::stored::{raw_int, NEXT, NEXT_PATH, OPS, OPS_KEPT, OPS_PATH, STALE};
-use super::{Bucketed, Buckets, MAX_BUCKET_BYTES};
+use super::moves::Reindex;
+use super::shape::{raw_int, Fill, Pushed, NEXT, OPS};
+use super::{Bucketed, Buckets};
 use crate::error::{Error, Result};
 
 /// Buckets a push's command names, from the key's open bucket as last
@@ -36,7 +36,9 @@ impl<T: Bucketed> Buckets<T> {
     /// Whether pushes in `cx` may take [`Buckets::push_ahead`].
     /// Not with `w: 0`: a push must learn where it landed.
     pub(super) fn ahead(&self, cx: &Call<'_>) -> bool {
-        self.spec.order.is_none() && !cx.txn && !cx.opts.unacknowledged(self.coll.write_concern())
+        self.shape.spec.order.is_none()
+            && !cx.txn
+            && !cx.opts.unacknowledged(self.coll.write_concern())
     }
 
     /// [`Buckets::push_ahead`] from `seq`, the key's open bucket as this
@@ -70,15 +72,13 @@ impl<T: Bucketed> Buckets<T> {
     ) -> Result<(Option<i64>, i64)> {
         let key = &p.key;
         let head = self.head(key, None, cx).await?;
-        let size = i64::from(self.spec.size);
-        if !head.exists || head.stale || head.sealed || (head.seq <= seq && head.count < size) {
+        let size = self.shape.size();
+        if !head.exists || head.sealed || (head.seq <= seq && head.count < size) {
             // Not a race: the general path says why (damage, bytes).
             return Ok((None, seq));
         }
         if head.count >= size {
-            let _ = self
-                .open_ahead(key, head.seq + 1, head.total(), false, cx)
-                .await;
+            let _ = self.open_ahead(key, head.seq + 1, head.total(), cx).await;
         }
         let landed = self.push_ahead(p, head.seq, cx).await?;
         Ok((landed, head.seq))
@@ -131,7 +131,6 @@ impl<T: Bucketed> Buckets<T> {
         // Remembered now: a caller that stops waiting below still leaves
         // the next push one command.
         self.remember(&p.slot, seq);
-        let stale = matches!(after.get(STALE), Some(Bson::Boolean(true)));
         // What follows only keeps the next pushes at one round trip: the
         // item is stored, so its errors are not the push's.
         // The next bucket is opened as this one takes its first item,
@@ -140,9 +139,9 @@ impl<T: Bucketed> Buckets<T> {
         // round trips (opened at half, they filled it while the insert
         // ran). A key's first bucket opens its next at half: most keys of
         // a store with many never fill one, and should not pay for it.
-        if count == 1 || (seq == 0 && count == (i64::from(self.spec.size) + 1) / 2) {
-            let next = start + i64::from(self.spec.size);
-            let _ = Box::pin(self.open_ahead(key, seq + 1, next, stale, cx)).await;
+        let size = self.shape.size();
+        if count == 1 || (seq == 0 && count == (size + 1) / 2) {
+            let _ = Box::pin(self.open_ahead(key, seq + 1, start + size, cx)).await;
         }
         if count == 1 && seq > 0 {
             let _ = Box::pin(self.check_opened_ahead(key, seq, start, cx)).await;
@@ -183,9 +182,9 @@ impl<T: Bucketed> Buckets<T> {
         // Only a bucket closed as it should be (sealed, or `count` at
         // `size`) is passed over: any other, damaged ones too, is the
         // update's to judge, so that a push never skips a damaged bucket.
-        let size = i64::from(self.spec.size);
+        let size = self.shape.size();
         let query = doc! {
-            self.spec.key: key.clone(),
+            self.shape.spec.key: key.clone(),
             "_id": {"$in": ids.collect::<Vec<_>>()},
             "$nor": [{"sealed": true}, {"count": size}],
         };
@@ -193,48 +192,13 @@ impl<T: Bucketed> Buckets<T> {
             "findAndModify": self.coll.name(),
             "query": query,
             "sort": {"_id": 1},
-            "update": self.append_if_sound(doc, len, op),
+            "update": self.shape.append_if_open(doc, len, op),
             "new": true,
-            "fields": {"start": 1, "count": 1, STALE: 1, OPS: {"$slice": -1}},
+            "fields": {"start": 1, "count": 1, OPS: {"$slice": -1}},
         };
         cx.opts
             .command_fields(&mut cmd, self.coll.write_concern(), true)?;
         Ok(cmd)
-    }
-
-    /// The update of [`Buckets::push_ahead`]: appends only to a bucket
-    /// whose bookkeeping holds and that has room for `len` bytes, and
-    /// otherwise changes nothing (so the caller learns it from the write
-    /// ids it gets back).
-    fn append_if_sound(&self, item: &Document, len: i64, op: ObjectId) -> Vec<Document> {
-        let items = self.paths.items.as_str();
-        let ops = OPS_PATH;
-        let bytes = doc! {"$ifNull": ["$bytes", 0]};
-        let fits = doc! {"$cond": [
-            {"$isNumber": &bytes},
-            {"$lte": [{"$add": [&bytes, len]}, MAX_BUCKET_BYTES]},
-            false,
-        ]};
-        let ok = "$mp_ok";
-        vec![
-            doc! {"$set": {"mp_ok": {"$and": [
-                self.sound(),
-                {"$eq": [{"$ifNull": ["$sealed", Bson::Null]}, Bson::Null]},
-                {"$lt": ["$count", i64::from(self.spec.size)]},
-                fits,
-            ]}}},
-            doc! {"$set": {
-                self.spec.items: {"$cond": [ok, {"$concatArrays": [items, [{"$literal": item}]]}, items]},
-                "count": {"$cond": [ok, {"$add": ["$count", 1]}, "$count"]},
-                "bytes": {"$cond": [ok, {"$add": [&bytes, len]}, "$bytes"]},
-                OPS: {"$cond": [ok, {"$slice": [
-                    {"$concatArrays": [{"$cond": [{"$isArray": [ops]}, ops, []]}, [op]]},
-                    -OPS_KEPT,
-                ]}, ops]},
-                NEXT: {"$cond": [ok, "$$REMOVE", NEXT_PATH]},
-            }},
-            doc! {"$unset": "mp_ok"},
-        ]
     }
 
     /// Opens bucket `seq` empty, ahead of the pushes that will fill it; one
@@ -244,17 +208,13 @@ impl<T: Bucketed> Buckets<T> {
         key: &Bson,
         seq: i64,
         start: i64,
-        stale: bool,
         cx: &mut Call<'_>,
     ) -> Result<()> {
-        let mut bucket = self.new_bucket(key, seq, start);
-        bucket.insert("count", 0_i64);
-        bucket.insert("bytes", 0_i64);
-        bucket.insert(self.spec.items, Vec::<Bson>::new());
-        bucket.insert(NEXT, true);
-        if stale {
-            bucket.insert(STALE, true);
-        }
+        let ahead = Fill {
+            ahead: true,
+            ..Fill::default()
+        };
+        let bucket = self.shape.new_bucket(key, Bson::Int64(seq), start, ahead);
         let insert = self
             .coll
             .insert_one(bucket)
@@ -268,7 +228,7 @@ impl<T: Bucketed> Buckets<T> {
     /// Bucket `seq` was opened ahead and has just taken its first item: its
     /// `start` must follow the bucket before, which is closed now. If it
     /// does not (a crash cut short what closed that one early), the key's
-    /// positions are marked and recomputed, as after a removal.
+    /// positions are recomputed (a [`Reindex`], one transaction).
     async fn check_opened_ahead(
         &self,
         key: &Bson,
@@ -279,18 +239,11 @@ impl<T: Bucketed> Buckets<T> {
         let Some(prev) = self.bucket(key, seq - 1, None, cx).await? else {
             return Ok(());
         };
-        let closed = prev.sealed || prev.count >= i64::from(self.spec.size);
+        let closed = prev.sealed || prev.count >= self.shape.size();
         if closed && prev.total() == start {
             return Ok(());
         }
-        let scoped = self.scoped(&cx.opts);
-        scoped.mark(key, None).await?;
-        let scoped = &scoped;
-        scoped
-            .leased(key, |_| async move {
-                scoped.finish_moves(key).await?;
-                scoped.reindex_now(key, None).await
-            })
+        self.moved(Reindex { key: key.clone() }, &mut Call::plain())
             .await
     }
 
@@ -307,23 +260,12 @@ impl<T: Bucketed> Buckets<T> {
         let update = self
             .coll
             .update_one(
-                doc! {self.spec.key: key.clone(), "_id": {"k": key.clone(), "s": seq + 1}, NEXT: true, "count": 0},
+                doc! {self.shape.spec.key: key.clone(), "_id": {"k": key.clone(), "s": seq + 1}, NEXT: true, "count": 0},
                 doc! {"$set": {"start": start}},
             )
             .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>());
         let r = crate::action::run!(update, cx.session.as_deref_mut())?;
         Ok(r.matched_count == 1)
-    }
-
-    /// Removes the empty bucket opened ahead after `seq`, where a write is
-    /// about to open that bucket itself.
-    pub(super) async fn drop_ahead(&self, key: &Bson, seq: i64, cx: &mut Call<'_>) -> Result<()> {
-        let delete = self
-            .coll
-            .delete_one(doc! {self.spec.key: key.clone(), "_id": {"k": key.clone(), "s": seq + 1}, NEXT: true, "count": 0})
-            .with_options(cx.opts.driver::<mongodb::options::DeleteOptions>());
-        crate::action::run!(delete, cx.session.as_deref_mut())?;
-        Ok(())
     }
 
     /// Whether write `op` is in one of the key's buckets; its `seq` if so.
@@ -333,8 +275,7 @@ impl<T: Bucketed> Buckets<T> {
         op: ObjectId,
         cx: &mut Call<'_>,
     ) -> Result<Option<i64>> {
-        let mut filter = self.of_key(key);
-        filter.insert(OPS, op);
+        let filter = self.shape.holding(key, op);
         // The primary's own copy, majority-committed, whatever the
         // caller reads with: after a step-down, what the new primary has
         // is what stays (a write only the old one took is rolled back).

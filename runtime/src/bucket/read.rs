@@ -1,9 +1,11 @@
-//! Reads: a key's newest bucket, pages cut by `start`, totals, streams,
-//! and the recomputation of `start` that a read runs first when a removal
-//! left positions stale.
+//! Reads: a key's newest bucket, pages cut by `start`, totals and
+//! streams. Positions are never stale: whatever moves them does so in one
+//! transaction (see [`moves`](super::moves)), so every read sees them
+//! before or after, whole.
 
 use crate::action::Call;
-use futures::TryStreamExt;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use mongodb::bson;
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, Document, RawArray, RawBsonRef, RawDocument, RawDocumentBuf};
@@ -17,7 +19,7 @@ pub use keyed::{key_of, KeyInItem};
 
 use newest::{PAGE, P_END, P_FROM};
 
-use super::stored::{is_stale, raw_int, Head, LEN, NEXT, STALE, TYPE};
+use super::shape::{raw_int, Head, LEN, NEXT, TYPE};
 use super::{BucketPage, Bucketed, Buckets, PageRequest};
 use crate::error::{Error, Result};
 use crate::util::id_of;
@@ -27,15 +29,14 @@ const MAX_REMEMBERED: usize = 100_000;
 
 impl<T: Bucketed> Buckets<T> {
     /// An error naming the first damaged bucket of `key`, if it has one.
-    pub(super) async fn refuse_damaged(&self, key: &Bson) -> Result<()> {
-        let mut filter = self.of_key(key);
-        filter.insert("$expr", doc! {"$not": [self.sound()]});
-        let found = self
+    pub(super) async fn refuse_damaged(&self, key: &Bson, cx: &mut Call<'_>) -> Result<()> {
+        let find = self
             .raw
-            .find_one(filter)
+            .find_one(self.shape.damaged_of(key))
+            .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
             .sort(doc! {"_id": 1})
-            .projection(self.head_projection(None))
-            .await?;
+            .projection(self.shape.head_projection(None));
+        let found = crate::action::run!(find, cx.session.as_deref_mut())?;
         match found {
             Some(b) => self.refuse_found(&b),
             None => Ok(()),
@@ -44,13 +45,10 @@ impl<T: Bucketed> Buckets<T> {
 
     /// The error naming damaged bucket `b`, as read.
     pub(super) fn refuse_found(&self, b: &RawDocumentBuf) -> Result<()> {
-        self.head_of(b)?;
-        Err(Error::damaged(
-            self.coll.name(),
-            id_of(b),
-            "count",
-            "does not agree with the bucket's items",
-        ))
+        self.shape.head_of(b)?;
+        Err(self
+            .shape
+            .damaged(id_of(b), "count", "does not agree with the bucket's items"))
     }
 
     pub(super) fn remembered(&self, slot: &[u8]) -> Option<i64> {
@@ -70,23 +68,22 @@ impl<T: Bucketed> Buckets<T> {
         }
     }
 
-    /// The page, or `None` if a bucket it read was marked stale.
-    pub(super) async fn page_once(
+    /// [`Buckets::page`], in `cx`.
+    pub(super) async fn page_in(
         &self,
         key: &Bson,
         req: PageRequest,
         cx: &mut Call<'_>,
-    ) -> Result<Option<BucketPage<T>>> {
+    ) -> Result<BucketPage<T>> {
+        req.check()?;
         let per = i64::from(req.per_page);
         let skip = (i64::from(req.page) - 1) * per;
         if !req.newest_first {
             // One more than the page, to know whether another follows.
-            let Some(mut items) = self.range(key, skip, per + 1, cx).await? else {
-                return Ok(None);
-            };
+            let mut items = self.range(key, skip, per + 1, cx).await?;
             let has_more = items.len() as i64 > per;
             items.truncate(per as usize);
-            return Ok(Some(BucketPage { items, has_more }));
+            return Ok(BucketPage { items, has_more });
         }
         // One aggregation: the newest bucket, for the total, and the page's
         // buckets, looked up from positions computed from it on the server.
@@ -95,22 +92,16 @@ impl<T: Bucketed> Buckets<T> {
             .await?;
         // No document: the key has no bucket. Only its total is kept:
         // nothing else of it may stay in the read's future.
-        let total = {
-            let head = match docs.first() {
-                Some(d) => self.head_of(d)?,
-                None => Head::default(),
-            };
-            if head.stale {
-                return Ok(None);
-            }
-            head.total()
+        let total = match docs.first() {
+            Some(d) => self.shape.head_of(d)?.total(),
+            None => 0,
         };
         let end = total - skip;
         if end <= 0 {
-            return Ok(Some(BucketPage {
+            return Ok(BucketPage {
                 items: Vec::new(),
                 has_more: false,
-            }));
+            });
         }
         let from = (end - per).max(0);
         let first = &docs[0];
@@ -124,7 +115,7 @@ impl<T: Bucketed> Buckets<T> {
                 _ => None,
             })
             .collect();
-        let items = if agreed && self.covers(&buckets, from, end)? {
+        let mut items = if agreed && self.covers(&buckets, from, end)? {
             self.slices(buckets.into_iter(), key, end - from)?
         } else {
             // A shorter bucket lies between the page and the newest (a
@@ -132,19 +123,59 @@ impl<T: Bucketed> Buckets<T> {
             // (boxed: the second aggregation is the rarer path).
             Box::pin(self.range(key, from, end - from, cx)).await?
         };
-        let Some(mut items) = items else {
-            return Ok(None);
-        };
         items.reverse();
-        Ok(Some(BucketPage {
+        Ok(BucketPage {
             items,
             has_more: from > 0,
-        }))
+        })
     }
 
-    /// The aggregation a page sends: its only command, unless it meets
-    /// positions a removal left stale. Newest first, it also reads the
-    /// newest bucket, whose total places the page.
+    /// [`Buckets::total`], in `cx`.
+    pub(super) async fn total_in(&self, key: &Bson, cx: &mut Call<'_>) -> Result<u64> {
+        Ok(self.head(key, None, cx).await?.total() as u64)
+    }
+
+    /// [`Buckets::stream`], in `cx`: its session, if any, moves into the
+    /// stream.
+    pub(super) async fn stream_in<'a>(
+        &'a self,
+        key: Bson,
+        cx: &mut Call<'a>,
+    ) -> Result<BoxStream<'a, Result<T>>> {
+        let find = self
+            .reads
+            .find(self.shape.of_key(&key))
+            .with_options(cx.opts.driver::<mongodb::options::FindOptions>())
+            .sort(doc! {"_id": 1});
+        let buckets: BoxStream<'a, Result<RawDocumentBuf>> = match cx.session.take() {
+            None => find.await?.map_err(Error::from).boxed(),
+            // The session moves into the stream, which runs each
+            // `getMore` in it.
+            Some(s) => {
+                let cursor = find.session(&mut *s).await?;
+                futures::stream::unfold((cursor, s), |(mut cursor, s)| async move {
+                    let next = cursor.next(s).await?;
+                    Some((next.map_err(Error::from), (cursor, s)))
+                })
+                .boxed()
+            }
+        };
+        let items = buckets.map(move |bucket| {
+            let bucket = bucket?;
+            let len = match bucket.get(self.shape.spec.items) {
+                Ok(Some(RawBsonRef::Array(a))) => Some(a.into_iter().count() as i64),
+                _ => None,
+            };
+            self.shape.check(&bucket, len)?;
+            let items = self.items_of(&bucket, &key, i64::MAX)?;
+            Ok::<_, Error>(futures::stream::iter(items.into_iter().map(Ok)))
+        });
+        Ok(items.try_flatten().boxed())
+    }
+
+    /// The aggregation a page sends: its only command, unless a shorter
+    /// bucket lies between the page and the newest. Newest first, it also
+    /// reads the newest bucket, whose total places the page.
     pub fn page_pipeline<Q>(&self, key: &Q, req: PageRequest) -> Result<Vec<Document>>
     where
         T::Key: std::borrow::Borrow<Q>,
@@ -170,17 +201,17 @@ impl<T: Bucketed> Buckets<T> {
         op: Option<ObjectId>,
         cx: &mut Call<'_>,
     ) -> Result<Head> {
-        let mut newest = self.of_key(key);
+        let mut newest = self.shape.of_key(key);
         newest.insert(NEXT, doc! {"$ne": true});
         let find = self
             .reader(cx)
             .find_one(newest)
             .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
             .sort(doc! {"_id": -1})
-            .projection(self.head_projection(op));
+            .projection(self.shape.head_projection(op));
         let found = crate::action::run!(find, cx.session.as_deref_mut())?;
         match found {
-            Some(d) => self.head_of(&d),
+            Some(d) => self.shape.head_of(&d),
             None => Ok(Head::default()),
         }
     }
@@ -196,22 +227,24 @@ impl<T: Bucketed> Buckets<T> {
     ) -> Result<Option<Head>> {
         let find = self
             .reader(cx)
-            .find_one(doc! {self.spec.key: key.clone(), "_id": {"k": key.clone(), "s": seq}})
+            .find_one(
+                self.shape
+                    .by_id(&super::shape::seq_id(key, Bson::Int64(seq))),
+            )
             .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
-            .projection(self.head_projection(op));
+            .projection(self.shape.head_projection(op));
         let found = crate::action::run!(find, cx.session.as_deref_mut())?;
-        found.map(|d| self.head_of(&d)).transpose()
+        found.map(|d| self.shape.head_of(&d)).transpose()
     }
 
-    /// Items `[from, from + n)` of `key`, oldest first, in one aggregation;
-    /// `None` if a bucket it read was marked stale.
+    /// Items `[from, from + n)` of `key`, oldest first, in one aggregation.
     pub(super) async fn range(
         &self,
         key: &Bson,
         from: i64,
         n: i64,
         cx: &mut Call<'_>,
-    ) -> Result<Option<Vec<T>>> {
+    ) -> Result<Vec<T>> {
         // The page's one or two buckets, sliced.
         let buckets = self
             .aggregate(self.range_pipeline(key, from, n), cx)
@@ -219,29 +252,25 @@ impl<T: Bucketed> Buckets<T> {
         self.slices(buckets.iter().map(|b| &**b), key, n)
     }
 
-    /// The first `n` items of buckets sliced by the server, in order; `None`
-    /// if one of them was marked stale.
+    /// The first `n` items of buckets sliced by the server, in order.
     fn slices<'a>(
         &self,
         buckets: impl Iterator<Item = &'a RawDocument>,
         key: &Bson,
         n: i64,
-    ) -> Result<Option<Vec<T>>> {
+    ) -> Result<Vec<T>> {
         let mut out = Vec::with_capacity(n.min(4096) as usize);
         // The server sliced each bucket to the range already. Every bucket
         // it sends is checked, even past the page's end: a damaged one in
         // the range makes the page an error, never a page with a hole.
-        let mut stale = false;
         for bucket in buckets {
-            let len = raw_int(bucket, LEN).ok();
-            self.check(bucket, len)?;
-            stale |= is_stale(bucket);
+            self.shape.check(bucket, raw_int(bucket, LEN).ok())?;
             let want = n - out.len() as i64;
-            if want > 0 && !stale {
+            if want > 0 {
                 out.extend(self.items_of(bucket, key, want)?);
             }
         }
-        Ok((!stale).then_some(out))
+        Ok(out)
     }
 
     /// The handle `cx`'s reads go through: the caller's read preference
@@ -310,15 +339,15 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     fn range_pipeline(&self, key: &Bson, from: i64, n: i64) -> Vec<Document> {
-        let size = self.cap();
-        let items = &self.paths.items;
+        let size = self.shape.cap();
+        let items = self.shape.items_path();
         vec![
             // A bucket holds at most `cap` items, so only buckets starting
             // in (from - size, from + n) can overlap: an index seek.
             // A bucket whose `start` is not a number is sent too (its index
             // keys sort apart from numbers), to be reported as damaged.
             doc! {"$match": {
-                self.spec.key: key.clone(),
+                self.shape.spec.key: key.clone(),
                 "$or": [
                     {"start": {"$gt": from - size, "$lt": from + n}},
                     {"start": {"$not": {"$type": "number"}}},
@@ -328,15 +357,14 @@ impl<T: Bucketed> Buckets<T> {
             doc! {"$project": {
                 "start": 1,
                 "count": 1,
-                STALE: 1,
-                LEN: self.len_expr(),
-                TYPE: {"$type": &items},
+                LEN: self.shape.len_expr(),
+                TYPE: {"$type": items},
                 // From the page's first item in this bucket, no further
                 // than the page's end: two buckets return one page of items.
-                self.spec.items: {"$cond": [
-                    {"$and": [{"$isArray": [&items]}, {"$isNumber": "$start"}]},
+                self.shape.spec.items: {"$cond": [
+                    {"$and": [{"$isArray": [items]}, {"$isNumber": "$start"}]},
                     {"$slice": [
-                        &items,
+                        items,
                         {"$max": [0, {"$subtract": [from, "$start"]}]},
                         {"$subtract": [from + n, {"$max": [from, "$start"]}]},
                     ]},
@@ -353,19 +381,22 @@ impl<T: Bucketed> Buckets<T> {
         let take = take.max(0) as usize;
         // One pass over the bucket's bytes; on any error, again item by
         // item, to name the item and the problem.
-        if let Ok(items) =
-            keyed::items(bucket.as_bytes(), self.spec.items, self.spec.key, key, take)
-        {
+        if let Ok(items) = keyed::items(
+            bucket.as_bytes(),
+            self.shape.spec.items,
+            self.shape.spec.key,
+            key,
+            take,
+        ) {
             return Ok(items);
         }
-        let damaged = |field: String, problem: String| {
-            Error::damaged(self.coll.name(), id_of(bucket), field, problem)
-        };
-        let arr: &RawArray = match bucket.get(self.spec.items) {
+        let damaged =
+            |field: String, problem: String| self.shape.damaged(id_of(bucket), &field, problem);
+        let arr: &RawArray = match bucket.get(self.shape.spec.items) {
             Ok(Some(RawBsonRef::Array(a))) => a,
             _ => {
                 return Err(damaged(
-                    self.spec.items.to_owned(),
+                    self.shape.spec.items.to_owned(),
                     "is not an array".into(),
                 ))
             }
@@ -374,7 +405,7 @@ impl<T: Bucketed> Buckets<T> {
             .map_err(|e| Error::invalid("key", e.to_string()))?;
         let mut out = Vec::new();
         for (i, el) in arr.into_iter().take(take).enumerate() {
-            let field = || format!("{}.{i}", self.spec.items);
+            let field = || format!("{}.{i}", self.shape.spec.items);
             let el = el.map_err(|e| damaged(field(), e.to_string()))?;
             let RawBsonRef::Document(d) = el else {
                 return Err(damaged(
@@ -384,7 +415,7 @@ impl<T: Bucketed> Buckets<T> {
             };
             let mut item = RawDocumentBuf::from_bytes(d.as_bytes().to_vec())
                 .map_err(|e| damaged(field(), e.to_string()))?;
-            crate::compat::append(&mut item, self.spec.key, key_raw.clone());
+            crate::compat::append(&mut item, self.shape.spec.key, key_raw.clone());
             out.push(
                 crate::compat::from_slice(item.as_bytes()).map_err(|source| {
                     Error::UnexpectedDocument {

@@ -185,7 +185,6 @@ fn span(operation: &'static str, declared: &[Declared]) -> tracing::Span {
         operation,
         collection = tracing::field::Empty,
         retries = tracing::field::Empty,
-        lease_waits = tracing::field::Empty,
     );
     if !span.is_disabled() {
         let mut names: Vec<&str> = declared.iter().map(|d| d.collection.as_str()).collect();

@@ -4,7 +4,7 @@
 
 use mongodb::bson::{doc, Bson, Document, RawDocument};
 
-use super::super::stored::{raw_int, LEN, NEXT, STALE, TYPE};
+use super::super::shape::{raw_int, LEN, NEXT, TYPE};
 use super::super::{Bucketed, Buckets};
 use crate::error::Result;
 
@@ -16,33 +16,34 @@ pub(super) const P_END: &str = "mp_end";
 pub(super) const IDS: &str = "mp_ids";
 pub(super) const PAGE: &str = "mp_page";
 
+/// True when field `f` holds a number within what a double holds exactly.
+fn int(f: &str) -> Document {
+    doc! {"$and": [
+        {"$in": [{"$type": f}, ["int", "long", "double"]]},
+        {"$gt": [f, -9.0e15]},
+        {"$lt": [f, 9.0e15]},
+    ]}
+}
+
+/// True when field `f` (a number) has no fraction.
+fn integral(f: &str) -> Document {
+    doc! {"$eq": [f, {"$trunc": [f]}]}
+}
+
 impl<T: Bucketed> Buckets<T> {
-    /// A newest-first page in one aggregation: the key's newest bucket (as
-    /// [`head`](Self::head) reads it), the page's positions `[from, end)`
-    /// computed from its total, and by `_id` the buckets that hold them if
-    /// every bucket from there to the newest is full, sliced on the server.
-    /// Each lookup is a point read of the `_id` index, on every server
-    /// version. The caller checks that the buckets found cover the page.
-    pub(super) fn newest_pipeline(&self, key: &Bson, skip: i64, per: i64) -> Vec<Document> {
-        let size = i64::from(self.spec.size);
-        // Positions only from a bucket whose `start` and `count` are
-        // integers: any other makes the page an error, which the client
-        // reports from the head, and must not make the server fail first.
-        let int = |f: &str| {
-            doc! {"$and": [
-                {"$in": [{"$type": f}, ["int", "long", "double"]]},
-                {"$gt": [f, -9.0e15]},
-                {"$lt": [f, 9.0e15]},
-            ]}
-        };
-        let integral = |f: &str| doc! {"$eq": [f, {"$trunc": [f]}]};
+    /// The newest bucket's projection, with the page's positions
+    /// `[from, end)` computed from its total; null positions from a bucket
+    /// whose `start` and `count` are not integers (the page is then an
+    /// error, which the client reports from the head: the server must not
+    /// fail first).
+    fn newest_head(&self, skip: i64, per: i64) -> Document {
         let sound = doc! {"$cond": [
-            {"$and": [int("$start"), int("$count"), {"$ne": [format!("${STALE}"), true]}]},
+            {"$and": [int("$start"), int("$count")]},
             {"$and": [integral("$start"), integral("$count")]},
             false,
         ]};
         let total = doc! {"$add": ["$start", "$count"]};
-        let mut head = self.head_projection(None);
+        let mut head = self.shape.head_projection(None);
         head.insert(
             P_END,
             doc! {"$cond": [&sound, {"$subtract": [&total, skip]}, Bson::Null]},
@@ -55,6 +56,18 @@ impl<T: Bucketed> Buckets<T> {
                 Bson::Null,
             ]},
         );
+        head
+    }
+
+    /// A newest-first page in one aggregation: the key's newest bucket (as
+    /// [`head`](Self::head) reads it), the page's positions `[from, end)`
+    /// computed from its total, and by `_id` the buckets that hold them if
+    /// every bucket from there to the newest is full, sliced on the server.
+    /// Each lookup is a point read of the `_id` index, on every server
+    /// version. The caller checks that the buckets found cover the page.
+    pub(super) fn newest_pipeline(&self, key: &Bson, skip: i64, per: i64) -> Vec<Document> {
+        let size = i64::from(self.shape.spec.size);
+        let head = self.newest_head(skip, per);
         let (from, end) = (format!("${P_FROM}"), format!("${P_END}"));
         // The bucket that holds position `p` when every bucket from it to
         // the newest holds `size` items.
@@ -85,7 +98,7 @@ impl<T: Bucketed> Buckets<T> {
         ]};
         let path = |f: &str| format!("{PAGE}.{f}");
         let page = |f: &str| format!("${}", path(f));
-        let items = page(self.spec.items);
+        let items = page(self.shape.spec.items);
         let start = page("start");
         let overlaps = doc! {"$and": [
             {"$isArray": [&items]},
@@ -94,10 +107,10 @@ impl<T: Bucketed> Buckets<T> {
             {"$gt": [{"$add": [&start, {"$size": &items}]}, &from]},
         ]};
         let mut keep: Document = head.keys().map(|k| (k.clone(), Bson::Int32(1))).collect();
-        for f in ["_id", "start", "count", STALE, LEN, TYPE, self.spec.items] {
+        for f in ["_id", "start", "count", LEN, TYPE, self.shape.spec.items] {
             keep.insert(path(f), 1);
         }
-        let mut newest = self.of_key(key);
+        let mut newest = self.shape.of_key(key);
         newest.insert(NEXT, doc! {"$ne": true});
         vec![
             doc! {"$match": newest},
@@ -110,7 +123,7 @@ impl<T: Bucketed> Buckets<T> {
                 "from": self.raw.name(),
                 "localField": IDS,
                 "foreignField": "_id",
-                "pipeline": [{"$match": {self.spec.key: key.clone()}}],
+                "pipeline": [{"$match": {self.shape.spec.key: key.clone()}}],
                 "as": PAGE,
             }},
             doc! {"$unwind": {"path": format!("${PAGE}"), "preserveNullAndEmptyArrays": true}},
@@ -118,7 +131,7 @@ impl<T: Bucketed> Buckets<T> {
             doc! {"$set": {
                 path(LEN): {"$cond": [{"$isArray": [&items]}, {"$size": &items}, Bson::Null]},
                 path(TYPE): {"$type": &items},
-                path(self.spec.items): {"$cond": [
+                path(self.shape.spec.items): {"$cond": [
                     &overlaps,
                     {"$slice": [
                         &items,
@@ -138,7 +151,7 @@ impl<T: Bucketed> Buckets<T> {
     pub(super) fn covers(&self, buckets: &[&RawDocument], from: i64, end: i64) -> Result<bool> {
         let mut at = None;
         for b in buckets {
-            let (start, count) = self.check(b, raw_int(b, LEN).ok())?;
+            let (start, count) = self.shape.check(b, raw_int(b, LEN).ok())?;
             if start >= end || start + count <= from {
                 continue;
             }

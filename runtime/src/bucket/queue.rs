@@ -1,0 +1,307 @@
+//! [`PushQueue`]: pushes to one key from many tasks of one process, sent
+//! together.
+//!
+//! Tasks that push to the same key through clones of one repository, with
+//! no session and no options of their own, queue their items per key: the
+//! push that finds no queue sends its item at once (one round trip), and
+//! while that command is out the others wait; when it returns, everything
+//! that queued meanwhile goes in one update, sorted by `order` (with one;
+//! else in the order queued), and so on until the queue is empty. A task's
+//! push returns when the command that carried its item has.
+//!
+//! Why, rather than one command per push racing at the server: items
+//! dated when their push is called arrive out of order when many tasks
+//! push at once, and at a rollover those below the bucket just opened are
+//! late, which costs a transaction (see [`late`](super::late)). Sent from
+//! one queue, the items reach the server in the order their pushes were
+//! called, give or take the instant between taking a date and queueing. A
+//! batch also costs one command for many pushes: at 64 tasks a push costs
+//! well under one round trip.
+//!
+//! The queue is this process's only: pushes from other processes race at
+//! the server, which the stored format alone keeps correct. Nothing
+//! queued here holds anything on the server: the task sending a key's
+//! queue sends one command at a time, and a push that needs a
+//! transaction runs it in that task, back to back, so no transaction of
+//! the repository's own waits for this queue while it is open.
+//!
+//! What each push keeps: its item goes in exactly once, in a command of
+//! the repository's own that a caller who stops waiting does not cut (the
+//! queue runs as a task); a push returns `Ok` only once its item is
+//! stored. A batch that fits the open bucket and is not below it is one
+//! update carrying one write id (a retry by the driver finds it); anything
+//! else (a rollover, a full bucket, a late item, a fault) is sent item by
+//! item through the one-push path, so each push gets its own outcome.
+//! Not queued: pushes in a session (a caller's transaction keeps its own
+//! commands), with options of their own, or unacknowledged.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use mongodb::bson::oid::ObjectId;
+use mongodb::bson::Document;
+use tokio::sync::oneshot;
+
+use super::shape::{Head, Pushed};
+use super::{Bucketed, Buckets};
+use crate::action::{Call, Effective};
+use crate::error::{Error, Result};
+
+/// A queued push: its item, and where its outcome goes.
+#[derive(Debug)]
+pub(super) struct Waiting {
+    p: Box<Pushed>,
+    done: oneshot::Sender<Result<()>>,
+}
+
+/// Each key's pushes waiting while a batch of the key is out. Its
+/// invariant: a key has an entry exactly while a task sends its queue;
+/// that task alone takes the entry out, when it finds it empty (or, if it
+/// ends early, its [`Sender`] guard does).
+#[derive(Debug, Default)]
+pub(super) struct PushQueue {
+    keys: Mutex<HashMap<Vec<u8>, Vec<Waiting>>>,
+}
+
+impl PushQueue {
+    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Vec<Waiting>>> {
+        // Poisoned or not: nothing here leaves the map half changed.
+        self.keys.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `w` behind the batch of its key that is out, or, when none
+    /// is, hands it back: the caller then starts the key's sender with it.
+    fn enter(&self, w: Waiting) -> Option<Waiting> {
+        let mut keys = self.keys();
+        match keys.get_mut(&w.p.slot) {
+            Some(waiting) => {
+                waiting.push(w);
+                None
+            }
+            None => {
+                keys.insert(w.p.slot.clone(), Vec::new());
+                Some(w)
+            }
+        }
+    }
+
+    /// What queued on `slot` while its batch was out; `None`, and the
+    /// key's entry gone, when nothing did.
+    fn next(&self, slot: &[u8]) -> Option<Vec<Waiting>> {
+        let mut keys = self.keys();
+        match keys.get_mut(slot) {
+            Some(w) if !w.is_empty() => Some(std::mem::take(w)),
+            _ => {
+                keys.remove(slot);
+                None
+            }
+        }
+    }
+}
+
+/// Takes the key's entry out if the task sending it ends before emptying
+/// it (a panic, the runtime shutting down): the pushes queued are told,
+/// their senders dropped, not left waiting. Disarmed when the task took
+/// the empty entry out itself, so that it cannot take out the entry of a
+/// task started after it.
+struct Sender<'a> {
+    queue: &'a PushQueue,
+    slot: &'a [u8],
+    armed: bool,
+}
+
+impl Drop for Sender<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.queue.keys().remove(self.slot);
+        }
+    }
+}
+
+impl<T: Bucketed> Buckets<T> {
+    /// Whether a push in `cx` goes through its key's queue.
+    pub(super) fn queues(&self, cx: &Call<'_>) -> bool {
+        cx.session.is_none()
+            && !cx.txn
+            && *cx.opts == *self.defaults
+            && !cx.opts.unacknowledged(self.coll.write_concern())
+    }
+
+    /// Queues `p` on its key, starting the task that sends the key's queue
+    /// if none runs, and waits for the outcome.
+    pub(super) async fn push_queued(&self, p: Box<Pushed>) -> Result<()> {
+        let (done, outcome) = oneshot::channel();
+        if let Some(first) = self.queue.enter(Waiting { p, done }) {
+            let this = self.clone();
+            // In the span of the push that started the queue: the batches'
+            // retries show there.
+            tokio::spawn(tracing::Instrument::in_current_span(async move {
+                this.send_queue(first).await
+            }));
+        }
+        outcome.await.unwrap_or_else(|_| {
+            Err(Error::OutcomeUnknown {
+                operation: "push",
+                source: mongodb::error::Error::custom(
+                    "the runtime shut down while a push ran; it may have been stored",
+                ),
+            })
+        })
+    }
+
+    /// Sends `first`, then what queued on its key meanwhile, batch after
+    /// batch, until the queue is empty.
+    async fn send_queue(&self, first: Waiting) {
+        let slot = first.p.slot.clone();
+        let mut sender = Sender {
+            queue: &self.queue,
+            slot: &slot,
+            armed: true,
+        };
+        let mut batch = vec![first];
+        loop {
+            self.send_batch(batch).await;
+            match self.queue.next(&slot) {
+                Some(next) => batch = next,
+                None => {
+                    sender.armed = false;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One batch: sorted by `order` (equal values in the order queued), in
+    /// one update when it fits the open bucket as remembered and is not
+    /// below it. Otherwise one read of that bucket says how many fit: those
+    /// go in one update, the item that finds the bucket full goes alone
+    /// (through the one-push path, which opens the next bucket), and the
+    /// rest go in one update to the new bucket; a late item goes alone too.
+    async fn send_batch(&self, mut batch: Vec<Waiting>) {
+        let mut cx = Call {
+            opts: Effective::Defaults(&self.defaults),
+            session: None,
+            txn: false,
+            for_caller: false,
+        };
+        if let Some(order) = self.shape.spec.order.filter(|_| batch.len() > 1) {
+            // Stable: equal values keep the order queued.
+            batch.sort_by(|a, b| super::shape::order_cmp(a.p.doc.get(order), b.p.doc.get(order)));
+        }
+        let mut queued = std::collections::VecDeque::from(batch);
+        // How many of the rest the remembered bucket takes, once read.
+        let mut room: Option<usize> = None;
+        let mut reads = 0;
+        while !queued.is_empty() {
+            let n = room.take().unwrap_or(queued.len()).min(queued.len());
+            let seq = self.remembered(&queued[0].p.slot);
+            if let (Some(seq), true) = (seq, n > 1) {
+                let part = queued.make_contiguous();
+                match self.append_batch(&part[..n], seq, &mut cx).await {
+                    Ok(None) => {
+                        for w in queued.drain(..n) {
+                            let _ = w.done.send(Ok(()));
+                        }
+                        continue;
+                    }
+                    Ok(Some(head)) if reads < 4 => {
+                        // What the bucket has room for.
+                        reads += 1;
+                        room = Some(self.room(queued.make_contiguous(), head));
+                        continue;
+                    }
+                    Ok(Some(_)) => {}
+                    Err(e) => {
+                        for w in queued {
+                            let _ = w.done.send(Err(Error::OutcomeUnknown {
+                                operation: "push",
+                                source: e.clone(),
+                            }));
+                        }
+                        return;
+                    }
+                }
+            }
+            // One alone: it finds the bucket full and opens the next, or is
+            // late, or the batch could not go.
+            if let Some(w) = queued.pop_front() {
+                let r = self.push_one(&w.p, &mut cx).await;
+                let _ = w.done.send(r);
+            }
+        }
+    }
+
+    /// How many of `queued` (sorted) the bucket `head` (as just read) takes
+    /// in one update: none if it is closed, gone or above the first item,
+    /// else as many as its count and bytes leave room for.
+    fn room(&self, queued: &[Waiting], head: Option<Head>) -> usize {
+        let Some(head) = head.filter(|h| !h.sealed) else {
+            return 0;
+        };
+        let v = self.shape.order_of(&queued[0].p.doc);
+        if v.is_some_and(|v| super::shape::below(&v, head.hi.as_ref())) {
+            return 0;
+        }
+        self.shape.fits(&head, queued.iter().map(|w| w.p.len))
+    }
+
+    /// The batch appended in one update to bucket `seq` of its key, if that
+    /// bucket is open, sound, has room for all of it, and holds nothing
+    /// above its first item: `None` if it was (an update that matched
+    /// nothing, or failed, is looked up by its write id, so that a batch a
+    /// lost reply hid is not sent again item by item), and if not, the
+    /// bucket as that lookup read it.
+    async fn append_batch(
+        &self,
+        batch: &[Waiting],
+        seq: i64,
+        cx: &mut Call<'_>,
+    ) -> std::result::Result<Option<Option<Head>>, mongodb::error::Error> {
+        let first = &batch[0].p;
+        let key = &first.key;
+        let n = batch.len() as i64;
+        let len: i64 = batch.iter().map(|w| w.p.len).sum();
+        if n > self.shape.size() || len > super::MAX_BUCKET_BYTES {
+            return Ok(Some(None));
+        }
+        let op = ObjectId::new();
+        let v = self.shape.order_of(&first.doc);
+        let filter = self.shape.open_to_batch(key, seq, n, len, op, v.as_ref());
+        let docs: Vec<Document> = batch.iter().map(|w| w.p.doc.clone()).collect();
+        let update = self
+            .coll
+            .update_one(filter, self.shape.append(docs, len, op))
+            .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>());
+        match crate::action::run!(update, cx.session.as_deref_mut()) {
+            Ok(r) if r.matched_count == 1 => Ok(None),
+            Ok(_) => {
+                // Matched nothing: the bucket changed, or this is the
+                // driver's retry of an attempt that was applied and whose
+                // reply was lost, run anew by a server that restarted in
+                // between (its write id, now in the bucket, refuses it).
+                // Its write id says which: sent again item by item, the
+                // batch would be stored twice.
+                match self.bucket(key, seq, Some(op), cx).await {
+                    Ok(Some(h)) if h.mine => Ok(None),
+                    Ok(found) => Ok(Some(found)),
+                    Err(Error::Database(e)) => Err(e),
+                    Err(other) => Err(mongodb::error::Error::custom(other.to_string())),
+                }
+            }
+            Err(e) => {
+                // Applied or not? Its write id says, whatever the error: the
+                // driver retries this update once, and the retry's error
+                // (no server yet, a pool cleared) says nothing of the first
+                // attempt, which may have been applied before its reply was
+                // lost. Where that read fails too, sending the items one by
+                // one (each with an id of its own) could store them twice:
+                // their outcome is unknown.
+                match self.landed(key, op, cx).await {
+                    Ok(Some(_)) => Ok(None),
+                    Ok(None) => Ok(Some(None)),
+                    Err(_) => Err(e),
+                }
+            }
+        }
+    }
+}
