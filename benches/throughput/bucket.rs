@@ -62,19 +62,33 @@ fn trade(keys: u64, i: u64) -> Trade {
     }
 }
 
-/// Both designs at each number of tasks, pushing to `keys` customers.
-pub(crate) async fn run(ctx: &Ctx, tasks: &[usize], keys: u64) -> BoxResult<Vec<Row>> {
+/// Both designs at each number of tasks, pushing to `keys` customers,
+/// then from each of `instances` (clients standing in for processes, as
+/// clients × tasks each).
+pub(crate) async fn run(
+    ctx: &Ctx,
+    tasks: &[usize],
+    keys: u64,
+    instances: &[(usize, usize)],
+) -> BoxResult<Vec<Row>> {
     let mut rows = Vec::new();
-    for &n in tasks {
-        let repo = Arc::new(Arrival::buckets(&ctx.db));
+    let cells = tasks
+        .iter()
+        .map(|&n| (1, n))
+        .chain(instances.iter().copied());
+    for (clients, n) in cells {
+        let dbs = ctx.instances(clients, n.max(10) as u32).await?;
+        let arrival: Vec<_> = dbs.iter().map(|(db, _)| Arrival::buckets(db)).collect();
+        let arrival = Arc::new(arrival);
         fresh(ctx).await?;
         let r = ctx
-            .cell(
+            .cell_of(
                 "`Buckets::push`, arrival order (no `order`)",
                 false,
+                clients,
                 n,
-                op(move |_, i| {
-                    let repo = repo.clone();
+                op(move |t, i| {
+                    let repo = arrival[t % arrival.len()].clone();
                     async move {
                         repo.push(&Arrival::from(trade(keys, i))).await?;
                         Ok(())
@@ -85,15 +99,17 @@ pub(crate) async fn run(ctx: &Ctx, tasks: &[usize], keys: u64) -> BoxResult<Vec<
         check(ctx, keys, r.ops).await?;
         rows.push(r);
 
-        let repo = Arc::new(Trade::buckets(&ctx.db));
+        let ordered: Vec<_> = dbs.iter().map(|(db, _)| Trade::buckets(db)).collect();
+        let ordered = Arc::new(ordered);
         fresh(ctx).await?;
         let r = ctx
-            .cell(
+            .cell_of(
                 "`Buckets::push`, `order = \"date\"` (racing tasks make some pushes late)",
                 false,
+                clients,
                 n,
-                op(move |_, i| {
-                    let repo = repo.clone();
+                op(move |t, i| {
+                    let repo = ordered[t % ordered.len()].clone();
                     async move {
                         repo.push(&trade(keys, i)).await?;
                         Ok(())
@@ -105,14 +121,17 @@ pub(crate) async fn run(ctx: &Ctx, tasks: &[usize], keys: u64) -> BoxResult<Vec<
         rows.push(r);
 
         fresh(ctx).await?;
-        let naive: Arc<Collection<Trade>> = Arc::new(ctx.db.collection(NAIVE));
+        let naive: Vec<Collection<Trade>> =
+            dbs.iter().map(|(db, _)| db.collection(NAIVE)).collect();
+        let naive = Arc::new(naive);
         rows.push(
-            ctx.cell(
+            ctx.cell_of(
                 "naive: `insert_one` of a document per trade",
                 true,
+                clients,
                 n,
-                op(move |_, i| {
-                    let naive = naive.clone();
+                op(move |t, i| {
+                    let naive = naive[t % naive.len()].clone();
                     async move {
                         naive.insert_one(trade(keys, i)).await?;
                         Ok(())

@@ -30,6 +30,9 @@ pub(crate) struct Ctx {
     pub commands: Commands,
     secs: f64,
     baseline: ServerCounters,
+    /// Clients of their own, standing in for other processes (see
+    /// [`Ctx::instances`]).
+    others: tokio::sync::Mutex<Vec<(Database, Commands)>>,
 }
 
 /// What one cell measured.
@@ -37,6 +40,8 @@ pub(crate) struct Row {
     pub design: String,
     /// The naive design the others are compared with.
     pub naive: bool,
+    /// Clients (instances) the tasks ran on, and tasks each.
+    pub instances: usize,
     pub tasks: usize,
     pub ops: u64,
     pub round_trips: usize,
@@ -53,7 +58,26 @@ impl Ctx {
             commands,
             secs,
             baseline,
+            others: Default::default(),
         })
+    }
+
+    /// The benchmark's database through `n` clients: this one and `n - 1`
+    /// of their own, each with its own connection pool of `pool` and its
+    /// own command counter. Clients in one program stand in for the
+    /// processes of a service run as `n` instances: they share nothing in
+    /// memory (no connection, session or repository), only the server.
+    pub async fn instances(&self, n: usize, pool: u32) -> BoxResult<Vec<(Database, Commands)>> {
+        let mut others = self.others.lock().await;
+        while others.len() + 1 < n {
+            let uri =
+                mongo_patterns_testkit::with_pool(&mongo_patterns_testkit::server_uri(), pool);
+            let (client, commands) = mongo_patterns_testkit::client(&uri).await;
+            others.push((client.database(self.db.name()), commands));
+        }
+        let mut all = vec![(self.db.clone(), self.commands.clone())];
+        all.extend(others.iter().take(n - 1).cloned());
+        Ok(all)
     }
 
     /// Drops every collection of the benchmark's database.
@@ -67,8 +91,32 @@ impl Ctx {
     /// Runs `op` from `tasks` tasks until the cell's time is up; the number
     /// of operations done is the number started.
     pub async fn cell(&self, design: &str, naive: bool, tasks: usize, op: Op) -> BoxResult<Row> {
+        self.cell_of(design, naive, 1, tasks, op).await
+    }
+
+    /// [`Ctx::cell`] from `instances` clients of [`Ctx::instances`] with
+    /// `tasks` tasks each (task `t` is on instance `t % instances`): the
+    /// round trips are every client's.
+    pub async fn cell_of(
+        &self,
+        design: &str,
+        naive: bool,
+        instances: usize,
+        tasks: usize,
+        op: Op,
+    ) -> BoxResult<Row> {
+        let counters: Vec<Commands> = {
+            let others = self.others.lock().await;
+            let extra = others.iter().take(instances.saturating_sub(1));
+            std::iter::once(self.commands.clone())
+                .chain(extra.map(|(_, c)| c.clone()))
+                .collect()
+        };
+        let tasks = tasks * instances;
         let before = ServerCounters::read(&self.db).await?;
-        self.commands.take();
+        for c in &counters {
+            c.take();
+        }
         let next = Arc::new(AtomicU64::new(0));
         let t0 = Instant::now();
         let until = t0 + Duration::from_secs_f64(self.secs);
@@ -87,21 +135,23 @@ impl Ctx {
             h.await??;
         }
         let took = t0.elapsed();
-        let round_trips = self.commands.take_count();
+        let round_trips = counters.iter().map(Commands::take_count).sum();
         let d = ServerCounters::read(&self.db)
             .await?
             .minus(before)
             .minus(self.baseline);
         let ops = next.load(Ordering::Relaxed);
         eprintln!(
-            "  {design}, {tasks} tasks: {} ops in {:.1} s",
+            "  {design}, {instances} x {} tasks: {} ops in {:.1} s",
+            tasks / instances,
             thousands(ops),
             took.as_secs_f64()
         );
         Ok(Row {
             design: design.to_owned(),
             naive,
-            tasks,
+            instances,
+            tasks: tasks / instances,
             ops,
             round_trips,
             writes: d.op_insert + d.op_update + d.op_delete,
@@ -124,14 +174,20 @@ pub(crate) fn table(title: &str, rows: &[Row]) -> String {
     };
     let rate = |r: &Row| r.ops as f64 / r.took.as_secs_f64();
     for r in rows {
-        let naive = rows.iter().find(|n| n.naive && n.tasks == r.tasks);
+        let naive = rows
+            .iter()
+            .find(|n| n.naive && n.tasks == r.tasks && n.instances == r.instances);
         let ratio = match naive {
             Some(n) if !r.naive && rate(n) > 0.0 => format!("{:.2}×", rate(r) / rate(n)),
             _ => "1×".to_owned(),
         };
+        let tasks = match r.instances {
+            1 => r.tasks.to_string(),
+            n => format!("{n} × {}", r.tasks),
+        };
         out += &format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            r.tasks,
+            tasks,
             r.design,
             per_op(r.round_trips as f64, r.ops),
             per_op(r.writes as f64, r.ops),

@@ -15,6 +15,7 @@
 //! | --- | --- | --- |
 //! | `--secs N` | 2 | seconds each cell (workload, design, tasks) runs for |
 //! | `--tasks a,b,..` | 1,16,64 | Tokio tasks issuing the operations |
+//! | `--instances CxT,..` | 4x16 | the bucket pushes to one key again from C clients of T tasks each, as C processes would run them (clients in one program stand in for processes: they share nothing in memory) |
 //! | `--only LIST` | all | which workloads: `push1`, `push1000`, `rank`, `counter`, `keyset` |
 //! | `--students N` | 1000 | students on the board of the score changes |
 //! | `--visits N` | 10000 | visits the keyset pages walk through |
@@ -61,6 +62,7 @@ pub(crate) use cell::{Ctx, Row};
 struct Args {
     secs: f64,
     tasks: Vec<usize>,
+    instances: Vec<(usize, usize)>,
     only: Vec<String>,
     students: u64,
     visits: u64,
@@ -74,11 +76,12 @@ impl Args {
     fn parse() -> Args {
         let mut f = Flags::from_env(
             "throughput",
-            "[--secs N] [--tasks a,b,..] [--only push1,push1000,rank,counter,keyset] [--students N] [--visits N] [--threads N]",
+            "[--secs N] [--tasks a,b,..] [--instances CxT,..] [--only push1,push1000,rank,counter,keyset] [--students N] [--visits N] [--threads N]",
         );
         let mut a = Args {
             secs: 2.0,
             tasks: vec![1, 16, 64],
+            instances: vec![(4, 16)],
             only: WORKLOADS.iter().map(|s| s.to_string()).collect(),
             students: 1000,
             visits: 10_000,
@@ -89,6 +92,21 @@ impl Args {
             match flag.as_str() {
                 "--secs" => a.secs = f.value(&flag),
                 "--tasks" => a.tasks = f.list(&flag),
+                "--instances" => {
+                    let list = f.string(&flag);
+                    let parsed: Option<Vec<(usize, usize)>> = list
+                        .split(',')
+                        .filter(|s| !s.is_empty())
+                        .map(|cxt| {
+                            let (c, t) = cxt.split_once('x')?;
+                            Some((c.parse().ok()?, t.parse().ok()?))
+                        })
+                        .collect();
+                    match parsed {
+                        Some(v) if v.iter().all(|&(c, t)| c > 0 && t > 0) => a.instances = v,
+                        _ => f.fail("--instances takes CxT pairs: 4x16,16x4"),
+                    }
+                }
                 "--only" => {
                     a.only = f.string(&flag).split(',').map(str::to_owned).collect();
                     if let Some(w) = a.only.iter().find(|w| !WORKLOADS.contains(&w.as_str())) {
@@ -149,13 +167,13 @@ async fn run(
     if args.runs("push1") {
         out += &cell::table(
             "Bucket pushes to one key (buckets of 100)",
-            &bucket::run(&ctx, &args.tasks, 1).await?,
+            &bucket::run(&ctx, &args.tasks, 1, &args.instances).await?,
         );
     }
     if args.runs("push1000") {
         out += &cell::table(
             "Bucket pushes to 1,000 keys in turn (buckets of 100)",
-            &bucket::run(&ctx, &args.tasks, 1000).await?,
+            &bucket::run(&ctx, &args.tasks, 1000, &[]).await?,
         );
     }
     if args.runs("rank") {
