@@ -339,6 +339,13 @@ impl From<CursorError> for Error {
     }
 }
 
+/// A value or document with no raw BSON form, as a refused argument.
+impl From<crate::compat::NotRaw> for Error {
+    fn from(e: crate::compat::NotRaw) -> Self {
+        Error::invalid(e.what, e.source.to_string())
+    }
+}
+
 /// An operator or command's name in backticks; a description as it is.
 fn quoted(feature: &str) -> String {
     if feature.contains(' ') {
