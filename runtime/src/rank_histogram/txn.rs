@@ -123,20 +123,53 @@ impl<T: RankHistogram> Ranks<T> {
         op: &SourceOp<'_, T>,
         o: &Options,
         txn: &mut OpenTransaction<'_>,
-        mut combine: bool,
+        combine: bool,
     ) -> Result<bool> {
         let Some(session) = txn.session() else {
             // Only `Drop` takes the session out.
             return Err(Error::invalid("session", "no session"));
         };
         let inside = o.clone().in_transaction();
-        let mut stashed: Option<Error> = None;
-        let mut attempts = 0;
-        // The board's queue (see `queue`): known before the first attempt
-        // for an insert, remembered for a filter, or learnt from an
-        // attempt that conflicted.
         let (_running, contended) = self.queues.start();
-        let mut board = match op {
+        let mut attempts = Attempts {
+            stashed: None,
+            count: 0,
+            combine,
+            board: self.known_board(op, o, contended).await?,
+            turn: None,
+        };
+        let result = session
+            .start_transaction()
+            .with_options(transaction_options(o))
+            // `and_run` rather than `and_run2`: the latter's async closure
+            // trips rust-lang/rust#96865 here ("implementation of `Send` is
+            // not general enough" for `&Ranks<T>`, `&Options`, … when the
+            // action boxes this future as `Send`), even with owned captures.
+            // Same retries, backoff and 120 s bound.
+            .and_run(
+                (self, op, &inside, &mut attempts),
+                |s, (this, op, inside, attempts)| Box::pin(this.attempt(op, inside, s, attempts)),
+            )
+            .await;
+        if matches!(txn.session, Held::Borrowed(_)) {
+            // `and_run` has committed or aborted: the caller's session is
+            // only killed when this call is dropped mid-transaction.
+            txn.armed = false;
+        }
+        own_outcome(result, txn, attempts, op.name())
+    }
+
+    /// The board whose queue (see `queue`) is known before the first
+    /// attempt: an insert's, the one remembered for a filter, or, when
+    /// writers contend, the one the filter's player is on. Otherwise the
+    /// first attempt learns it, if it conflicts.
+    async fn known_board(
+        &self,
+        op: &SourceOp<'_, T>,
+        o: &Options,
+        contended: bool,
+    ) -> Result<Option<Bson>> {
+        Ok(match op {
             SourceOp::Insert(doc) => self.board_bson(doc.board()).ok(),
             SourceOp::Update(filter, _) | SourceOp::Delete(filter) => {
                 match self.queues.hint(filter) {
@@ -147,98 +180,49 @@ impl<T: RankHistogram> Ranks<T> {
                     None => None,
                 }
             }
-        };
-        let mut turn: Option<Turn> = None;
-        let result = session
-            .start_transaction()
-            .with_options(transaction_options(o))
-            // `and_run` rather than `and_run2`: the latter's async closure
-            // trips rust-lang/rust#96865 here ("implementation of `Send` is
-            // not general enough" for `&Ranks<T>`, `&Options`, … when the
-            // action boxes this future as `Send`), even with owned captures.
-            // Same retries, backoff and 120 s bound.
-            .and_run(
-                (
-                    self,
-                    op,
-                    &inside,
-                    &mut stashed,
-                    &mut attempts,
-                    &mut combine,
-                    (&mut board, &mut turn),
-                ),
-                |s, (this, op, inside, stashed, attempts, combine, (board, turn))| {
-                    Box::pin(async move {
-                        **attempts += 1;
-                        // Before the transaction's first command, which
-                        // takes its snapshot.
-                        if let Some(b) = board.as_ref() {
-                            if !turn.as_ref().is_some_and(|t| t.of(b)) {
-                                **turn = None;
-                                **turn = Some(this.queues.enter(b).await);
-                            }
-                        }
-                        let done = match op {
-                            SourceOp::Insert(doc) if **combine => {
-                                match this.insert_combined(doc, inside, s).await {
-                                    Ok(None) => Ok(true),
-                                    // Rerun as separate commands.
-                                    Ok(Some(e)) => {
-                                        **combine = false;
-                                        Err(Error::Raced(e))
-                                    }
-                                    Err(e) => Err(e),
-                                }
-                            }
-                            _ => this.queued_op(op, inside, s, board).await,
-                        };
-                        match done {
-                            Ok(r) => Ok(r),
-                            Err(e) => {
-                                let m = to_driver(e, stashed);
-                                if server_codes(&m).contains(&crate::error::code::WRITE_CONFLICT) {
-                                    this.queues.conflicted();
-                                }
-                                Err(m)
-                            }
-                        }
-                    })
-                },
-            )
-            .await;
-        if matches!(txn.session, Held::Borrowed(_)) {
-            // `and_run` has committed or aborted: the caller's session is
-            // only killed when this call is dropped mid-transaction.
-            txn.armed = false;
-        }
-        let e = match result {
-            Ok(r) => {
-                txn.armed = false;
-                return Ok(r);
+        })
+    }
+
+    /// One attempt of `op` in the transaction open in `s`: its turn in the
+    /// board's queue taken before the transaction's first command (which
+    /// takes its snapshot), then the insert as one combined command, or
+    /// the player's write and the histogram's. An error goes back as the
+    /// driver's, for `and_run` to read its labels (see [`to_driver`]).
+    async fn attempt(
+        &self,
+        op: &SourceOp<'_, T>,
+        inside: &Options,
+        s: &mut ClientSession,
+        attempts: &mut Attempts,
+    ) -> mongodb::error::Result<bool> {
+        attempts.count += 1;
+        if let Some(b) = attempts.board.as_ref() {
+            if !attempts.turn.as_ref().is_some_and(|t| t.of(b)) {
+                attempts.turn = None;
+                attempts.turn = Some(self.queues.enter(b).await);
             }
-            Err(e) => e,
+        }
+        let done = match op {
+            SourceOp::Insert(doc) if attempts.combine => {
+                match self.insert_combined(doc, inside, s).await {
+                    Ok(None) => Ok(true),
+                    // Rerun as separate commands.
+                    Ok(Some(e)) => {
+                        attempts.combine = false;
+                        Err(Error::Raced(e))
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            _ => self.queued_op(op, inside, s, &mut attempts.board).await,
         };
-        if e.get_custom::<Stashed>().is_some() {
-            // The callback's own error; `and_run` aborted the transaction.
-            txn.armed = false;
-            return Err(stashed.unwrap_or_else(|| Error::Database(e)));
-        }
-        if matches!(*e.kind, mongodb::error::ErrorKind::Transaction { .. })
-            && e.to_string().contains("maximum time")
-        {
-            return Err(Error::Contended {
-                operation: op.name(),
-                attempts,
-            });
-        }
-        let e = Error::from(e);
-        if refused_transaction(&e) {
-            txn.armed = false;
-            return Err(Error::NoTransactions {
-                operation: op.name(),
-            });
-        }
-        Err(e)
+        done.map_err(|e| {
+            let m = to_driver(e, &mut attempts.stashed);
+            if server_codes(&m).contains(&crate::error::code::WRITE_CONFLICT) {
+                self.queues.conflicted();
+            }
+            m
+        })
     }
 
     /// `op` without a transaction, where the caller allowed it.
@@ -495,6 +479,56 @@ impl Drop for OpenTransaction<'_> {
             }
         });
     }
+}
+
+/// What the attempts of one transaction of a call's own share: the error
+/// of ours the last one stashed (see [`to_driver`]), how many ran, whether
+/// an insert is still sent as one combined command, and the board's queue
+/// with the turn held in it.
+struct Attempts {
+    stashed: Option<Error>,
+    count: usize,
+    combine: bool,
+    board: Option<Bson>,
+    turn: Option<Turn>,
+}
+
+/// The call's result from `and_run`'s: the callback's own error when it
+/// stashed one, `Contended` when the retries ran out of time,
+/// `NoTransactions` when the deployment refused a transaction. `txn` is
+/// disarmed when the transaction is over.
+fn own_outcome(
+    result: mongodb::error::Result<bool>,
+    txn: &mut OpenTransaction<'_>,
+    attempts: Attempts,
+    operation: &'static str,
+) -> Result<bool> {
+    let e = match result {
+        Ok(r) => {
+            txn.armed = false;
+            return Ok(r);
+        }
+        Err(e) => e,
+    };
+    if e.get_custom::<Stashed>().is_some() {
+        // The callback's own error; `and_run` aborted the transaction.
+        txn.armed = false;
+        return Err(attempts.stashed.unwrap_or_else(|| Error::Database(e)));
+    }
+    if matches!(*e.kind, mongodb::error::ErrorKind::Transaction { .. })
+        && e.to_string().contains("maximum time")
+    {
+        return Err(Error::Contended {
+            operation,
+            attempts: attempts.count,
+        });
+    }
+    let e = Error::from(e);
+    if refused_transaction(&e) {
+        txn.armed = false;
+        return Err(Error::NoTransactions { operation });
+    }
+    Err(e)
 }
 
 /// The marker of an error of ours carried through `and_run`.
