@@ -17,6 +17,7 @@ mod foreign;
 pub mod guide;
 pub mod keyset;
 mod model;
+mod order;
 pub mod rank_histogram;
 mod retry;
 pub mod shard_key;

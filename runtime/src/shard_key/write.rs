@@ -14,8 +14,7 @@ use serde::Serialize;
 use super::audit::check_stored;
 use super::time::{seconds, truncate};
 use super::{
-    analyze, key_fields, key_projection, stored_key_filter, ShardKeyed, ShardSpec, Sharded,
-    TimeRepr,
+    key_fields, key_projection, stored_key_filter, ShardKeyed, ShardSpec, Sharded, TimeRepr,
 };
 use crate::action::{action, run, Call};
 use crate::error::code::DUPLICATE_KEY;
@@ -502,7 +501,7 @@ impl<T: ShardKeyed> Sharded<T> {
         let differs = point.iter().any(|(k, v)| {
             stored
                 .get(k)
-                .is_none_or(|s| analyze::cmp_bson(s, v) != std::cmp::Ordering::Equal)
+                .is_none_or(|s| crate::order::cmp(s, v) != std::cmp::Ordering::Equal)
         });
         if !differs {
             return Ok(());
