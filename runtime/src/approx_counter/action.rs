@@ -414,7 +414,7 @@ fn geometric<'a>(
             .write_returning(&id, amount, &cx.opts, txn, cx.session)
             .await?;
         if let (Some(v), false) = (back, txn) {
-            inner.remember(key, v);
+            inner.remember(&key, v);
         }
         Ok(())
     })
