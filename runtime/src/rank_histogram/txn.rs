@@ -4,7 +4,7 @@
 //! one after the other without one.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::{ClientSession, Collection};
@@ -15,7 +15,7 @@ use super::write::{Delta, Txn};
 use super::{RankHistogram, Ranks};
 use crate::action::{Call, Options};
 use crate::error::{server_codes, Error, Result};
-use crate::retry::backoff;
+use crate::retry::Retry;
 
 /// How long a non-atomic write waits for a concurrent writer's `+1` to
 /// land.
@@ -256,17 +256,18 @@ impl<T: RankHistogram> Ranks<T> {
             inc: None,
         };
         // A concurrent writer may have moved this player onto the old score
-        // with its `+1` still to land.
-        let start = Instant::now();
-        let mut attempt = 0;
+        // with its `+1` still to land: waited for, as any lost race, up to
+        // NON_ATOMIC_WAIT, and then the score is not found.
+        let mut retry = Retry::within(op.name(), NON_ATOMIC_WAIT);
         loop {
             match self
                 .write(&m.board, dec, o, session.as_deref_mut(), Txn::No)
                 .await
             {
-                Err(Error::ScoreNotFound { .. }) if start.elapsed() < NON_ATOMIC_WAIT => {
-                    tokio::time::sleep(backoff(attempt)).await;
-                    attempt += 1;
+                Err(e @ Error::ScoreNotFound { .. }) => {
+                    if retry.pause().await.is_err() {
+                        return Err(e);
+                    }
                 }
                 other => return other.map(|()| true),
             }
