@@ -21,6 +21,7 @@ mod order;
 pub mod rank_histogram;
 mod retry;
 pub mod shard_key;
+mod task;
 mod util;
 
 pub use mongodb;
