@@ -131,11 +131,12 @@ impl<T: RankHistogram> Ranks<T> {
         };
         let inside = o.clone().in_transaction();
         let (_running, contended) = self.queues.start();
+        let board = self.known_board(op, o, contended).await?;
         let mut attempts = Attempts {
             stashed: None,
             count: 0,
             combine,
-            board: self.known_board(op, o, contended).await?,
+            board,
             turn: None,
         };
         let result = session
