@@ -9,7 +9,7 @@ use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::{Attribute, DeriveInput, Ident, LitBool, LitInt, LitStr, Meta, Path, Type};
 
-use crate::ast::Input;
+use crate::ast::{Field, Input};
 use crate::attr::{self, Opt};
 use crate::ctxt::Ctxt;
 use crate::private::Private;
@@ -295,58 +295,94 @@ fn attr<'c>(cx: &'c Ctxt, d: &Declared) -> Option<Attr<'c>> {
     Some(out)
 }
 
-/// Judges one declaration: the limits, the options the mode allows, and the
-/// field it counts.
+/// Judges one declaration, rule by rule: the limits, the options the mode
+/// allows, and the field it counts.
 fn check(cx: &Ctxt, model: &Input, d: &Declared, attr: Attr) -> Option<Counter> {
-    let (every_given, field_given) = (attr.every.given(), attr.field.given());
-    let every = attr.every.get().and_then(|(_, lit)| match lit.base10_parse::<u64>() {
-        Ok(0) => {
-            cx.error_spanned_by(&lit, "`approx_counter` option `every` must be at least 2: it is N in \"write one time in N\"");
-            None
-        }
-        Ok(1) => {
-            cx.error_spanned_by(&lit, "`every = 1` writes every increment, which is an exact counter: drop `#[approx_counter]` and `$inc` the field, or pick an N of 2 or more");
-            None
-        }
-        Ok(n) if n <= MAX_EVERY => Some(n),
-        _ => {
-            cx.error_spanned_by(&lit, format!("`approx_counter` option `every` is at most {}", underscored(MAX_EVERY)));
-            None
-        }
-    });
-    let at_least_one = |slot: Opt<LitInt>, name: &str| {
-        slot.get()
-            .and_then(|(_, lit)| match lit.base10_parse::<u64>() {
-                Ok(n) if n >= 1 => Some(n),
-                _ => {
-                    cx.error_spanned_by(
-                        &lit,
-                        format!("`approx_counter` option `{name}` must be at least 1"),
-                    );
-                    None
-                }
-            })
-    };
+    let every_given = attr.every.given();
+    let every = attr.every.get().and_then(|(_, lit)| check_every(cx, &lit));
     // A mode given but not read (reported): the checks that depend on it
     // are skipped.
     let bad_mode = attr.mode.given() && attr.mode.value().is_none();
     let (max_delay_given, max_keys_given) = (attr.max_delay.given(), attr.max_keys.given());
-    let max_delay = at_least_one(attr.max_delay, MAX_DELAY_MS);
-    let max_keys = at_least_one(attr.max_keys, MAX_KEYS);
+    let max_delay = check_at_least_one(cx, attr.max_delay, MAX_DELAY_MS);
+    let max_keys = check_at_least_one(cx, attr.max_keys, MAX_KEYS);
     let mode = attr.mode.get().map(|(_, m)| m);
-    let is_buffered = mode == Some(Mode::Buffered);
-    let is_sampled = mode.is_none_or(|m| m == Mode::Sampled);
-    if let (Some(key), true, false, false) =
-        (&attr.max_delay_key, max_delay_given, is_buffered, bad_mode)
-    {
+    if !bad_mode {
+        let max_delay_key = attr.max_delay_key.as_ref().filter(|_| max_delay_given);
+        check_max_delay_mode(cx, max_delay_key, mode);
+        let max_keys_key = attr.max_keys_key.as_ref().filter(|_| max_keys_given);
+        check_max_keys_mode(cx, max_keys_key, mode);
+    }
+    check_every_given(cx, d, every_given, &attr.meant);
+    let target = check_named_field(cx, model, d, attr.field, &attr.meant)?;
+    check_counter_field(cx, d, target)?;
+    Some(Counter {
+        bson_name: target.bson_name.clone(),
+        ident: target.ident.clone(),
+        ty: target.ty.clone(),
+        every: every?,
+        mode: mode.unwrap_or(Mode::Sampled),
+        max_delay_ms: max_delay.unwrap_or(DEFAULT_MAX_DELAY_MS),
+        max_keys: max_keys.unwrap_or(DEFAULT_MAX_KEYS),
+        upsert: attr.upsert.get().is_some_and(|(_, b)| b.value),
+    })
+}
+
+/// `every` is the N of "write one time in N": from 2 to [`MAX_EVERY`].
+fn check_every(cx: &Ctxt, lit: &LitInt) -> Option<u64> {
+    match lit.base10_parse::<u64>() {
+        Ok(0) => {
+            cx.error_spanned_by(lit, "`approx_counter` option `every` must be at least 2: it is N in \"write one time in N\"");
+            None
+        }
+        Ok(1) => {
+            cx.error_spanned_by(lit, "`every = 1` writes every increment, which is an exact counter: drop `#[approx_counter]` and `$inc` the field, or pick an N of 2 or more");
+            None
+        }
+        Ok(n) if n <= MAX_EVERY => Some(n),
+        _ => {
+            cx.error_spanned_by(
+                lit,
+                format!(
+                    "`approx_counter` option `every` is at most {}",
+                    underscored(MAX_EVERY)
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// `max_delay_ms` and `max_keys` are at least 1.
+fn check_at_least_one(cx: &Ctxt, slot: Opt<LitInt>, name: &str) -> Option<u64> {
+    slot.get()
+        .and_then(|(_, lit)| match lit.base10_parse::<u64>() {
+            Ok(n) if n >= 1 => Some(n),
+            _ => {
+                cx.error_spanned_by(
+                    &lit,
+                    format!("`approx_counter` option `{name}` must be at least 1"),
+                );
+                None
+            }
+        })
+}
+
+/// `max_delay_ms` (written at `key`) is for `mode = "buffered"` alone.
+fn check_max_delay_mode(cx: &Ctxt, key: Option<&Path>, mode: Option<Mode>) {
+    if let (Some(key), false) = (key, mode == Some(Mode::Buffered)) {
         cx.error_spanned_by(
             key,
             "`max_delay_ms` applies to `mode = \"buffered\"` only: it bounds how long an increment waits in memory, and the other modes never hold one back",
         );
     }
-    if let (Some(key), true, true, false) =
-        (&attr.max_keys_key, max_keys_given, is_sampled, bad_mode)
-    {
+}
+
+/// `max_keys` (written at `key`) is for the modes that keep keys in
+/// memory, not `sampled` (the default).
+fn check_max_keys_mode(cx: &Ctxt, key: Option<&Path>, mode: Option<Mode>) {
+    let is_sampled = mode.is_none_or(|m| m == Mode::Sampled);
+    if let (Some(key), true) = (key, is_sampled) {
         let default = if mode.is_none() {
             " (the default mode)"
         } else {
@@ -357,7 +393,12 @@ fn check(cx: &Ctxt, model: &Input, d: &Declared, attr: Attr) -> Option<Counter> 
             format!("`max_keys` bounds the keys a `buffered` or `geometric` counter keeps in memory; a `sampled` counter{default} keeps none"),
         );
     }
-    if !every_given && !attr.meant.contains(&EVERY) {
+}
+
+/// A declaration gives `every`, unless a misspelt option meant it (that
+/// is reported).
+fn check_every_given(cx: &Ctxt, d: &Declared, every_given: bool, meant: &[&str]) {
+    if !every_given && !meant.contains(&EVERY) {
         cx.error_spanned_by(
             d.attr,
             format!(
@@ -366,20 +407,36 @@ fn check(cx: &Ctxt, model: &Input, d: &Declared, attr: Attr) -> Option<Counter> 
             ),
         );
     }
-    let target = match d.on_field {
-        Some(i) => Some(&model.fields[i]),
-        None => match attr.field.get() {
-            Some((_, lit)) => model.resolve(cx, &lit, COUNTER, FIELD),
-            None if field_given || attr.meant.contains(&FIELD) => None,
-            None => {
-                cx.error_spanned_by(
-                    d.attr,
-                    "`#[approx_counter]` on the struct needs `field = \"...\"`, the counter field; or put the attribute on the field itself",
-                );
-                None
-            }
-        },
-    }?;
+}
+
+/// The counter is the field the attribute is on, or, on the struct, the
+/// field `field = "..."` names.
+fn check_named_field<'m>(
+    cx: &Ctxt,
+    model: &'m Input,
+    d: &Declared,
+    field: Opt<LitStr>,
+    meant: &[&str],
+) -> Option<&'m Field<'m>> {
+    if let Some(i) = d.on_field {
+        return Some(&model.fields[i]);
+    }
+    let field_given = field.given();
+    match field.get() {
+        Some((_, lit)) => model.resolve(cx, &lit, COUNTER, FIELD),
+        None if field_given || meant.contains(&FIELD) => None,
+        None => {
+            cx.error_spanned_by(
+                d.attr,
+                "`#[approx_counter]` on the struct needs `field = \"...\"`, the counter field; or put the attribute on the field itself",
+            );
+            None
+        }
+    }
+}
+
+/// A counter is a field serde stores, and not `_id`.
+fn check_counter_field(cx: &Ctxt, d: &Declared, target: &Field) -> Option<()> {
     if let Some(why) = target.not_stored {
         cx.error_spanned_by(
             d.attr,
@@ -394,16 +451,7 @@ fn check(cx: &Ctxt, model: &Input, d: &Declared, attr: Attr) -> Option<Counter> 
         );
         return None;
     }
-    Some(Counter {
-        bson_name: target.bson_name.clone(),
-        ident: target.ident.clone(),
-        ty: target.ty.clone(),
-        every: every?,
-        mode: mode.unwrap_or(Mode::Sampled),
-        max_delay_ms: max_delay.unwrap_or(DEFAULT_MAX_DELAY_MS),
-        max_keys: max_keys.unwrap_or(DEFAULT_MAX_KEYS),
-        upsert: attr.upsert.get().is_some_and(|(_, b)| b.value),
-    })
+    Some(())
 }
 
 /// `1000000` as `1_000_000`, as the user would write it.

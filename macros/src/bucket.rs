@@ -170,10 +170,34 @@ fn attr<'c>(cx: &'c Ctxt, attrs: &[&Attribute]) -> Option<Attr<'c>> {
     Some(out)
 }
 
-/// Judges the size, the options that must be there, and the fields the
-/// options name.
+/// Judges the attribute, rule by rule: the options that must be there, the
+/// size, and the fields the options name.
 fn check(cx: &Ctxt, first: &Attribute, attr: Attr, model: &Input) -> Option<Spec> {
-    // A value given but wrong is reported already: it is not also missing.
+    check_required(cx, first, &attr);
+    let size = attr.size.get().and_then(|(_, lit)| check_size(cx, &lit));
+    let key = attr
+        .key
+        .get()
+        .and_then(|(_, lit)| check_key(cx, &lit, model));
+    let order = attr
+        .order
+        .get()
+        .and_then(|(_, lit)| check_order(cx, &lit, model, key.as_ref()));
+    let items = match attr.items.get() {
+        Some((_, lit)) => check_items(cx, &lit, key.as_ref()),
+        None => "items".to_owned(),
+    };
+    Some(Spec {
+        size: size?,
+        key: key?,
+        order,
+        items,
+    })
+}
+
+/// `size` and `key` are required. A value given but wrong is reported
+/// already: it is not also missing; nor is one a misspelt option meant.
+fn check_required(cx: &Ctxt, first: &Attribute, attr: &Attr) {
     for (missing, name, what) in [
         (
             !attr.size.given(),
@@ -191,91 +215,96 @@ fn check(cx: &Ctxt, first: &Attribute, attr: Attr, model: &Input) -> Option<Spec
             cx.error_spanned_by(first, format!("`#[bucket]` needs option `{name}`, {what}"));
         }
     }
-    let size = attr.size.get().and_then(|(_, lit)| match lit.base10_parse::<u64>() {
+}
+
+/// `size` is from 1 to [`MAX_SIZE`] items.
+fn check_size(cx: &Ctxt, lit: &LitInt) -> Option<u64> {
+    match lit.base10_parse::<u64>() {
         Ok(0) => {
-            cx.error_spanned_by(&lit, "`bucket` option `size` must be at least 1");
+            cx.error_spanned_by(lit, "`bucket` option `size` must be at least 1");
             None
         }
         Ok(n) if n <= MAX_SIZE => Some(n),
         _ => {
             cx.error_spanned_by(
-                &lit,
+                lit,
                 format!("`bucket` option `size` is at most {MAX_SIZE}: larger buckets are megabytes that every page read loads; for measurements over time, use a time-series collection"),
             );
             None
         }
-    });
-    let key = attr.key.get().map(|(_, k)| k);
-    let order = attr.order.get().map(|(_, o)| o);
-    let items = attr.items.get().map(|(_, i)| i);
-    let key = key.and_then(|lit| {
-        let written = lit.value();
-        // `_id` is checked before it is looked up: no field need be named so.
-        let field = match written.as_str() {
-            "_id" => None,
-            _ => Some(model.resolve(cx, &lit, BUCKET, KEY)?),
-        };
-        let stored = field.map_or("_id", |f| f.bson_name.as_str());
-        let named = if written == stored {
-            format!("`{stored}`")
-        } else {
-            format!("`{written}`, stored as `{stored}`")
-        };
-        // The key sits at the top of each bucket, beside the bookkeeping.
-        if stored == "_id" {
-            cx.error_spanned_by(
-                &lit,
-                format!("`bucket` option `key` names {named}: each bucket has its own `_id`, so it cannot be a bucket key; name the field that groups items"),
-            );
-            return None;
-        }
-        if RESERVED.contains(&stored) {
-            cx.error_spanned_by(
-                &lit,
-                format!("`bucket` option `key` names {named}, which the bucket keeps for itself (`start`, `count`, `bytes` and `sealed` are taken); store the field under another name with `#[serde(rename = \"...\")]`"),
-            );
-            return None;
-        }
-        let f = field?;
-        Some((f.bson_name.clone(), f.ident.clone(), f.ty.clone()))
-    });
-    let order = order.and_then(|lit| {
-        let f = model.resolve(cx, &lit, BUCKET, ORDER)?;
-        if key.as_ref().is_some_and(|(k, _, _)| *k == f.bson_name) {
-            cx.error_spanned_by(
-                &lit,
-                format!("`bucket` option `order` names the key field `{}`, which is the same for every item of a bucket; name a time or a number to sort items by, or leave `order` out to keep them in insertion order", f.bson_name),
-            );
-            return None;
-        }
-        Some((f.bson_name.clone(), f.ty.clone()))
-    });
-    let items = match items {
-        Some(lit) => {
-            let name = lit.value();
-            let clash = RESERVED.contains(&name.as_str())
-                || key.as_ref().is_some_and(|(k, _, _)| *k == name);
-            if name.is_empty() || name.contains('.') || name.starts_with('$') {
-                cx.error_spanned_by(
-                    &lit,
-                    "`bucket` option `items` names the array field, so it must be a plain field name: not empty, no `.`, not starting with `$`",
-                );
-            } else if clash {
-                cx.error_spanned_by(
-                    &lit,
-                    format!("`bucket` option `items` names `{name}`, which clashes with a field the bucket keeps: `_id`, the key, `start`, `count`, `bytes` and `sealed` are taken"),
-                );
-            }
-            name
-        }
-        None => "items".to_owned(),
+    }
+}
+
+/// `key` names a field of the model, stored neither as `_id` nor under a
+/// name the bucket keeps for itself: the key sits at the top of each
+/// bucket, beside the bookkeeping.
+fn check_key(cx: &Ctxt, lit: &LitStr, model: &Input) -> Option<(String, Ident, Type)> {
+    let written = lit.value();
+    // `_id` is checked before it is looked up: no field need be named so.
+    let field = match written.as_str() {
+        "_id" => None,
+        _ => Some(model.resolve(cx, lit, BUCKET, KEY)?),
     };
-    Some(Spec {
-        size: size?,
-        key: key?,
-        order,
-        items,
-    })
+    let stored = field.map_or("_id", |f| f.bson_name.as_str());
+    let named = if written == stored {
+        format!("`{stored}`")
+    } else {
+        format!("`{written}`, stored as `{stored}`")
+    };
+    if stored == "_id" {
+        cx.error_spanned_by(
+            lit,
+            format!("`bucket` option `key` names {named}: each bucket has its own `_id`, so it cannot be a bucket key; name the field that groups items"),
+        );
+        return None;
+    }
+    if RESERVED.contains(&stored) {
+        cx.error_spanned_by(
+            lit,
+            format!("`bucket` option `key` names {named}, which the bucket keeps for itself (`start`, `count`, `bytes` and `sealed` are taken); store the field under another name with `#[serde(rename = \"...\")]`"),
+        );
+        return None;
+    }
+    let f = field?;
+    Some((f.bson_name.clone(), f.ident.clone(), f.ty.clone()))
+}
+
+/// `order` names a field of the model other than the key, which is the
+/// same for every item of a bucket.
+fn check_order(
+    cx: &Ctxt,
+    lit: &LitStr,
+    model: &Input,
+    key: Option<&(String, Ident, Type)>,
+) -> Option<(String, Type)> {
+    let f = model.resolve(cx, lit, BUCKET, ORDER)?;
+    if key.is_some_and(|(k, _, _)| *k == f.bson_name) {
+        cx.error_spanned_by(
+            lit,
+            format!("`bucket` option `order` names the key field `{}`, which is the same for every item of a bucket; name a time or a number to sort items by, or leave `order` out to keep them in insertion order", f.bson_name),
+        );
+        return None;
+    }
+    Some((f.bson_name.clone(), f.ty.clone()))
+}
+
+/// `items` is a plain field name (not empty, no `.`, no leading `$`) that
+/// no field the bucket keeps has. Reported, it is kept as written.
+fn check_items(cx: &Ctxt, lit: &LitStr, key: Option<&(String, Ident, Type)>) -> String {
+    let name = lit.value();
+    let clash = RESERVED.contains(&name.as_str()) || key.is_some_and(|(k, _, _)| *k == name);
+    if name.is_empty() || name.contains('.') || name.starts_with('$') {
+        cx.error_spanned_by(
+            lit,
+            "`bucket` option `items` names the array field, so it must be a plain field name: not empty, no `.`, not starting with `$`",
+        );
+    } else if clash {
+        cx.error_spanned_by(
+            lit,
+            format!("`bucket` option `items` names `{name}`, which clashes with a field the bucket keeps: `_id`, the key, `start`, `count`, `bytes` and `sealed` are taken"),
+        );
+    }
+    name
 }
 
 impl Bucket {

@@ -218,8 +218,8 @@ fn attr<'c>(cx: &'c Ctxt, first: &Attribute) -> Option<Attr<'c>> {
     Some(out)
 }
 
-/// Judges the fields `board` and `score` name (inferring those left out),
-/// the precision and the histogram collection.
+/// Judges the attribute, rule by rule: the fields `board` and `score` name
+/// (inferring those left out), the precision and the histogram collection.
 fn check(
     cx: &Ctxt,
     first: &Attribute,
@@ -230,50 +230,101 @@ fn check(
     let precision = attr
         .precision
         .get()
-        .and_then(|(_, (value, n))| match precision_value(n) {
-            Ok(p) => Some(p),
-            Err(why) => {
-                cx.error_spanned_by(&value, why);
-                None
-            }
-        });
+        .and_then(|(_, (value, n))| check_precision(cx, &value, n));
     let board_given = attr.board.given();
     let score_given = attr.score.given();
     let board = attr.board.get().map(|(_, l)| l);
     let score = attr.score.get().map(|(_, l)| l);
-    let resolve = |lit: &LitStr, option: &str| -> Option<&Field> {
-        let f = model.resolve(cx, lit, RANK, option)?;
-        if f.bson_name == "_id" {
-            let why = if option == BOARD {
-                "each player's document has its own `_id`, so every board would hold one player; name the field players share, such as an exam"
-            } else {
-                "a document's `_id` identifies it; name the field that holds the score"
-            };
-            let named = match lit.value() {
-                v if v == "_id" => "`_id`".to_owned(),
-                v => format!("`{v}` (stored as `_id`)"),
-            };
-            cx.error_spanned_by(
-                lit,
-                format!("`rank_histogram` option `{option}` names {named}: {why}"),
-            );
-            return None;
-        }
-        Some(f)
-    };
     // `Some(None)`: given, but not a field that can be it (reported).
-    let explicit_board = board_given.then(|| board.as_ref().and_then(|l| resolve(l, BOARD)));
-    let explicit_score = score_given.then(|| score.as_ref().and_then(|l| resolve(l, SCORE)));
+    let explicit_board = board_given.then(|| {
+        board
+            .as_ref()
+            .and_then(|l| check_named(cx, model, l, BOARD))
+    });
+    let explicit_score = score_given.then(|| {
+        score
+            .as_ref()
+            .and_then(|l| check_named(cx, model, l, SCORE))
+    });
     if let (Some(Some(b)), Some(Some(s)), Some(lit)) = (&explicit_board, &explicit_score, &score) {
-        if b.bson_name == s.bson_name {
-            cx.error_spanned_by(
-                lit,
-                format!("`rank_histogram` options `board` and `score` both name `{}`; the board groups players and the score ranks them, so they are two fields", b.bson_name),
-            );
-            return None;
+        check_two_fields(cx, b, s, lit)?;
+    }
+    let (board, score) = infer_left_out(cx, first, model, explicit_board, explicit_score);
+    let histogram = match attr.histogram.get() {
+        Some((_, lit)) => check_histogram(cx, &lit, collection),
+        None => format!("{collection}_ranks"),
+    };
+    let field = |f: &Field| (f.bson_name.clone(), f.ident.clone(), f.ty.clone());
+    Some(Spec {
+        board: field(board?),
+        score: field(score?),
+        order: attr.order.get().map_or(Order::Desc, |(_, o)| o),
+        precision,
+        layout: attr.layout.get().map_or(Layout::Array, |(_, l)| l),
+        histogram,
+    })
+}
+
+/// `precision` is a step scores can be rounded to (see [`precision_value`]).
+fn check_precision(cx: &Ctxt, value: &Expr, n: f64) -> Option<f64> {
+    match precision_value(n) {
+        Ok(p) => Some(p),
+        Err(why) => {
+            cx.error_spanned_by(value, why);
+            None
         }
     }
-    // Inference: a field left out is the one candidate of its kind.
+}
+
+/// `board` and `score` name fields of the model, neither stored as `_id`.
+fn check_named<'m>(
+    cx: &Ctxt,
+    model: &'m Input,
+    lit: &LitStr,
+    option: &str,
+) -> Option<&'m Field<'m>> {
+    let f = model.resolve(cx, lit, RANK, option)?;
+    if f.bson_name == "_id" {
+        let why = if option == BOARD {
+            "each player's document has its own `_id`, so every board would hold one player; name the field players share, such as an exam"
+        } else {
+            "a document's `_id` identifies it; name the field that holds the score"
+        };
+        let named = match lit.value() {
+            v if v == "_id" => "`_id`".to_owned(),
+            v => format!("`{v}` (stored as `_id`)"),
+        };
+        cx.error_spanned_by(
+            lit,
+            format!("`rank_histogram` option `{option}` names {named}: {why}"),
+        );
+        return None;
+    }
+    Some(f)
+}
+
+/// `board` and `score` (written at `lit`) name two fields.
+fn check_two_fields(cx: &Ctxt, board: &Field, score: &Field, lit: &LitStr) -> Option<()> {
+    if board.bson_name == score.bson_name {
+        cx.error_spanned_by(
+            lit,
+            format!("`rank_histogram` options `board` and `score` both name `{}`; the board groups players and the score ranks them, so they are two fields", board.bson_name),
+        );
+        return None;
+    }
+    Some(())
+}
+
+/// A field left out is the one candidate of its kind (the score first,
+/// then the board): the board and the score, each `None` when it could
+/// not be found (reported).
+fn infer_left_out<'m>(
+    cx: &Ctxt,
+    first: &Attribute,
+    model: &'m Input,
+    explicit_board: Option<Option<&'m Field<'m>>>,
+    explicit_score: Option<Option<&'m Field<'m>>>,
+) -> (Option<&'m Field<'m>>, Option<&'m Field<'m>>) {
     let score = match explicit_score {
         Some(s) => s,
         None => {
@@ -292,31 +343,22 @@ fn check(
             infer(cx, first, model, &BOARD_KIND, &SCORE_KIND, score)
         }
     };
+    (board, score)
+}
 
-    let histogram = match attr.histogram.get() {
-        Some((_, lit)) => {
-            let name = lit.value();
-            if let Some(why) = attr::bad_collection_name(&name) {
-                cx.error_spanned_by(&lit, format!("invalid collection name: {why}"));
-            } else if name == collection {
-                cx.error_spanned_by(
-                    &lit,
-                    format!("`rank_histogram` option `histogram` names `{name}`, the collection of the players' documents; the histograms need a collection of their own"),
-                );
-            }
-            name
-        }
-        None => format!("{collection}_ranks"),
-    };
-    let field = |f: &Field| (f.bson_name.clone(), f.ident.clone(), f.ty.clone());
-    Some(Spec {
-        board: field(board?),
-        score: field(score?),
-        order: attr.order.get().map_or(Order::Desc, |(_, o)| o),
-        precision,
-        layout: attr.layout.get().map_or(Layout::Array, |(_, l)| l),
-        histogram,
-    })
+/// `histogram` names a valid collection other than the players'. Reported,
+/// it is kept as written.
+fn check_histogram(cx: &Ctxt, lit: &LitStr, collection: &str) -> String {
+    let name = lit.value();
+    if let Some(why) = attr::bad_collection_name(&name) {
+        cx.error_spanned_by(lit, format!("invalid collection name: {why}"));
+    } else if name == collection {
+        cx.error_spanned_by(
+            lit,
+            format!("`rank_histogram` option `histogram` names `{name}`, the collection of the players' documents; the histograms need a collection of their own"),
+        );
+    }
+    name
 }
 
 /// `precision = 0.5`: a number literal, negative ones included (they are

@@ -399,19 +399,13 @@ pub(crate) fn unknown_outcome(operation: &'static str, e: Error, txn: bool) -> E
 }
 
 /// The errors in a `run_command` write's reply, which `run_command`
-/// returns as a success: the first of `writeErrors`, else
-/// `writeConcernError`, as the driver's own error (code and labels kept).
+/// returns as a success: the first of `writeErrors` (see
+/// [`first_write_error`]), else `writeConcernError`, as the driver's own
+/// error (code and labels kept).
 pub(crate) fn command_write_errors(reply: &Document) -> Result<()> {
-    use mongodb::error::{ErrorKind, WriteConcernError, WriteError, WriteFailure};
-    if let Ok(errors) = reply.get_array("writeErrors") {
-        if let Some(Bson::Document(first)) = errors.first() {
-            if let Ok(w) = crate::compat::from_document::<WriteError>(first.clone()) {
-                return Err(mongodb::error::Error::from(ErrorKind::Write(
-                    WriteFailure::WriteError(w),
-                ))
-                .into());
-            }
-        }
+    use mongodb::error::{ErrorKind, WriteConcernError, WriteFailure};
+    if let Some((_, e)) = first_write_error(reply) {
+        return Err(e.into());
     }
     if let Ok(wce) = reply.get_document("writeConcernError") {
         if let Ok(w) = crate::compat::from_document::<WriteConcernError>(wce.clone()) {
@@ -422,4 +416,59 @@ pub(crate) fn command_write_errors(reply: &Document) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The first failed statement of a write command's reply (`insert`,
+/// `update`, `delete`, ...): its `index` among the command's statements,
+/// and the server's error. `None` when `writeErrors` lists none.
+pub(crate) fn first_write_error(reply: &Document) -> Option<(usize, mongodb::error::Error)> {
+    let errors = reply.get_array("writeErrors").ok()?;
+    if errors.is_empty() {
+        return None;
+    }
+    let first = errors
+        .iter()
+        .filter_map(Bson::as_document)
+        .min_by_key(|e| e.get("index").and_then(crate::util::int).unwrap_or(0));
+    Some(match first {
+        Some(e) => write_error_at(e, "index"),
+        None => (
+            0,
+            mongodb::error::Error::custom("the reply listed a write error it did not describe"),
+        ),
+    })
+}
+
+/// A failed statement of a reply (an entry of `writeErrors`, or of a
+/// `bulkWrite`'s cursor) as (its index, read from `index_field`, the
+/// driver's write error): its code, code name, message and details kept.
+pub(crate) fn write_error_at(
+    entry: &Document,
+    index_field: &str,
+) -> (usize, mongodb::error::Error) {
+    use mongodb::error::{ErrorKind, WriteError, WriteFailure};
+    let index = entry
+        .get(index_field)
+        .and_then(crate::util::int)
+        .and_then(|i| usize::try_from(i).ok())
+        .unwrap_or(0);
+    let code = entry
+        .get("code")
+        .and_then(crate::util::int)
+        .and_then(|c| i32::try_from(c).ok())
+        .unwrap_or_default();
+    let mut w = mongodb::bson::doc! {
+        "code": code,
+        "errmsg": entry.get_str("errmsg").unwrap_or("write error"),
+    };
+    for field in ["codeName", "errInfo"] {
+        if let Some(v) = entry.get(field) {
+            w.insert(field, v.clone());
+        }
+    }
+    let e = match crate::compat::from_document::<WriteError>(w) {
+        Ok(w) => ErrorKind::Write(WriteFailure::WriteError(w)).into(),
+        Err(e) => mongodb::error::Error::custom(format!("unreadable write error {entry}: {e}")),
+    };
+    (index, e)
 }

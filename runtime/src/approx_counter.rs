@@ -266,6 +266,7 @@ use mongodb::{Collection, Database};
 
 use crate::action::Options;
 use crate::error::{Error, Result};
+use crate::util::Bounded;
 
 mod action;
 mod buffer;
@@ -338,8 +339,9 @@ struct Inner {
     shards: Vec<Mutex<HashMap<Vec<u8>, Slot>>>,
     /// Buffered: told when a key's writer ends.
     idle: tokio::sync::Notify,
-    /// Geometric: the last value read back per key, in shards.
-    seen: Vec<Mutex<HashMap<Vec<u8>, i64>>>,
+    /// Geometric: the last value read back per key, in shards, each
+    /// holding its share of `max_keys`.
+    seen: Vec<Bounded<Vec<u8>, i64>>,
     /// Buffered: keys pending, over all shards.
     keys: AtomicUsize,
     /// After `shutdown`, increments are written through.
@@ -564,7 +566,9 @@ impl Inner {
             seed: seed.map(|s| (s, AtomicU64::new(0))),
             shards: buffer::shards(),
             idle: tokio::sync::Notify::new(),
-            seen: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            seen: (0..SHARDS)
+                .map(|_| Bounded::new(spec.max_keys.div_ceil(SHARDS)))
+                .collect(),
             keys: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
         }

@@ -73,15 +73,31 @@ pub(crate) fn append(doc: &mut RawDocumentBuf, key: &str, value: RawBson) {
     }
 }
 
+/// A value or a document that has no raw BSON form (a key holding a NUL):
+/// `what` it was (`"value"`, `"document"`) and bson's reason. The crate's
+/// `Error` takes it as `InvalidArgument` (`error.rs`), so that this module
+/// stays below it.
+#[derive(Debug)]
+pub(crate) struct NotRaw {
+    pub(crate) what: &'static str,
+    pub(crate) source: RawError,
+}
+
 /// `value` as raw BSON: a command built as bytes skips the driver's
 /// serialization of a `Document`.
-pub(crate) fn raw(value: &mongodb::bson::Bson) -> Result<RawBson, crate::Error> {
-    RawBson::try_from(value.clone()).map_err(|e| crate::Error::invalid("value", e.to_string()))
+pub(crate) fn raw(value: &mongodb::bson::Bson) -> Result<RawBson, NotRaw> {
+    RawBson::try_from(value.clone()).map_err(|source| NotRaw {
+        what: "value",
+        source,
+    })
 }
 
 /// `d` as raw BSON.
-pub(crate) fn raw_document(d: &mongodb::bson::Document) -> Result<RawDocumentBuf, crate::Error> {
-    RawDocumentBuf::try_from(d).map_err(|e| crate::Error::invalid("document", e.to_string()))
+pub(crate) fn raw_document(d: &mongodb::bson::Document) -> Result<RawDocumentBuf, NotRaw> {
+    RawDocumentBuf::try_from(d).map_err(|source| NotRaw {
+        what: "document",
+        source,
+    })
 }
 
 /// The model's deserialization error inside a driver error from a cursor

@@ -180,8 +180,10 @@ pub enum Error {
     /// A write may or may not be stored: its connection failed after it
     /// was sent, or it was stored on a primary that then stepped down (a
     /// write concern error of an election), and it is one the server
-    /// cannot de-duplicate, so it was not sent again. The error
-    /// underneath keeps the driver's codes and labels. Read before
+    /// cannot de-duplicate, so it was not sent again; or the tokio runtime
+    /// shut down while a task of the call's own ran its writes (the source
+    /// then says so). The error underneath keeps the driver's codes and
+    /// labels. Read before
     /// writing again, or accept that a retry may count it twice; the
     /// operation's docs say which of its writes can end here.
     #[error("the outcome of `{operation}` is unknown: it may or may not be stored{}", code_suffix(.source))]
@@ -316,6 +318,13 @@ impl From<mongodb::error::Error> for Error {
 impl From<CursorError> for Error {
     fn from(e: CursorError) -> Self {
         Error::InvalidCursor(e)
+    }
+}
+
+/// A value or document with no raw BSON form, as a refused argument.
+impl From<crate::compat::NotRaw> for Error {
+    fn from(e: crate::compat::NotRaw) -> Self {
+        Error::invalid(e.what, e.source.to_string())
     }
 }
 

@@ -17,9 +17,11 @@ mod foreign;
 pub mod guide;
 pub mod keyset;
 mod model;
+mod order;
 pub mod rank_histogram;
 mod retry;
 pub mod shard_key;
+mod task;
 mod transaction;
 mod util;
 

@@ -15,9 +15,8 @@
 //! insert another writer won); a round that made progress
 //! neither pauses nor counts. Its users:
 //!
-//! - the rank histogram: `rank_histogram/write.rs` and `documents.rs`
-//!   (`Retry`), and `txn.rs`'s wait for a non-atomic write's `+1`
-//!   ([`backoff`]);
+//! - the rank histogram: `rank_histogram/write.rs` and `documents.rs`,
+//!   and `txn.rs`'s wait for a non-atomic write's `+1` (30 s);
 //! - the shard key's `upsert` and `replace` (`shard_key/write.rs`);
 //! - buckets: `push` and `push_many` (`bucket/push.rs`, `bucket/many.rs`);
 //!   their transactions (a late item, `delete`, `reindex`) are rerun by
@@ -92,7 +91,7 @@ impl Retry {
         if self.started.elapsed() >= self.bound || self.most.is_some_and(|m| self.attempts() >= m) {
             return Err(self.contended());
         }
-        let backoff = backoff(self.attempt);
+        let backoff = backoff_within(self.attempt, CAP);
         // The span's field holds this loop's count: a later loop of the
         // same call (rare) records its own over it.
         tracing::Span::current().record("retries", self.attempt + 1);
@@ -119,13 +118,9 @@ impl Retry {
 }
 
 /// The backoff before retry `attempt` (0 for the first): 5 ms ×
-/// 1.5^attempt, at most 500 ms, times a random factor in [0, 1).
-pub(crate) fn backoff(attempt: u32) -> Duration {
-    backoff_within(attempt, CAP)
-}
-
-/// [`backoff`] with its ceiling at `cap`, the random factor applied below
-/// it (so waiters with a low cap still do not wake in step).
+/// 1.5^attempt, at most `cap` (500 ms for every retry), times a random
+/// factor in [0, 1), applied below the cap (so waiters with a low cap still
+/// do not wake in step).
 fn backoff_within(attempt: u32, cap: Duration) -> Duration {
     let ceiling = (5.0 * 1.5_f64.powi(attempt.min(30) as i32)).min(cap.as_secs_f64() * 1000.0);
     Duration::from_micros((ceiling * unit() * 1000.0) as u64)
@@ -152,14 +147,15 @@ mod tests {
     #[test]
     fn backoff_is_jittered_and_capped() {
         for attempt in [0, 1, 5, 10, 30, 1_000] {
-            let d = backoff(attempt);
+            let d = backoff_within(attempt, CAP);
             let cap = (5.0 * 1.5_f64.powi(attempt.min(30) as i32)).min(500.0);
             assert!(
                 d <= Duration::from_secs_f64(cap / 1000.0),
                 "{attempt}: {d:?}"
             );
         }
-        let spread: std::collections::HashSet<Duration> = (0..20).map(|_| backoff(10)).collect();
+        let spread: std::collections::HashSet<Duration> =
+            (0..20).map(|_| backoff_within(10, CAP)).collect();
         assert!(spread.len() > 10, "jittered: {spread:?}");
         let capped: std::collections::HashSet<Duration> = (0..20)
             .map(|_| backoff_within(20, Duration::from_millis(25)))

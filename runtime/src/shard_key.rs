@@ -192,7 +192,6 @@
 //! validator; a `$jsonSchema` requiring the coarse field is the way to make the
 //! server refuse such writes.
 
-mod actions;
 pub mod analyze;
 mod audit;
 mod deploy;
@@ -207,13 +206,12 @@ use mongodb::{Collection, Database};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-pub use self::actions::{
-    Analyze, AuditKeys, Delete, Find, Insert, InsertMany, Replace, Update, Upsert,
-};
 pub use self::analyze::KeyAnalysis;
-pub use self::audit::Audit;
+pub use self::audit::{Analyze, Audit, AuditKeys};
 pub use self::deploy::EnsureSharded;
+pub use self::read::Find;
 pub use self::time::truncate;
+pub use self::write::{Delete, Insert, InsertMany, Replace, Update, Upsert};
 use crate::action::Options;
 use crate::model::Model;
 
@@ -416,6 +414,18 @@ impl<T: Send + Sync> Clone for Sharded<T> {
             spec: self.spec,
             defaults: self.defaults.clone(),
         }
+    }
+}
+
+impl<T: Send + Sync> crate::action::Repository for Sharded<T> {
+    const PATTERN: &'static str = "shard_key";
+
+    fn defaults(&self) -> &crate::action::Options {
+        &self.defaults
+    }
+
+    fn collection_name(&self) -> &str {
+        self.coll.name()
     }
 }
 

@@ -95,6 +95,67 @@ pub(crate) fn primary() -> mongodb::options::SelectionCriteria {
     mongodb::options::SelectionCriteria::ReadPreference(mongodb::options::ReadPreference::Primary)
 }
 
+/// A map of at most `max` entries, shared between tasks: inserting a new
+/// key into a full one empties it first. For what is worth remembering and
+/// cheap to forget (the board a filter led to, a key's last value read
+/// back, a bucket's newest): forgetting costs a round trip or a step, never
+/// correctness. A lock poisoned by a panic is used as it is: every update
+/// leaves the map whole.
+#[derive(Debug)]
+pub(crate) struct Bounded<K, V> {
+    map: std::sync::Mutex<std::collections::HashMap<K, V>>,
+    max: usize,
+}
+
+impl<K: Eq + std::hash::Hash, V: Clone> Bounded<K, V> {
+    /// An empty map holding at most `max` entries (at least one).
+    pub(crate) fn new(max: usize) -> Self {
+        Bounded {
+            map: std::sync::Mutex::default(),
+            max: max.max(1),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<K, V>> {
+        self.map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `key`'s value, if remembered.
+    pub(crate) fn get<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Eq + std::hash::Hash + ?Sized,
+    {
+        self.lock().get(key).cloned()
+    }
+
+    /// Remembers `value` for `key`: in place when `key` is there (nothing
+    /// forgotten, `key` not copied), else after emptying a full map.
+    pub(crate) fn insert<Q>(&self, key: &Q, value: V)
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Eq + std::hash::Hash + ToOwned<Owned = K> + ?Sized,
+    {
+        let mut map = self.lock();
+        if let Some(known) = map.get_mut(key) {
+            *known = value;
+            return;
+        }
+        if map.len() >= self.max {
+            map.clear();
+        }
+        map.insert(key.to_owned(), value);
+    }
+
+    /// How many entries it holds.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,5 +172,22 @@ mod tests {
         assert_eq!(GAMMA.wrapping_mul(GAMMA_INVERSE), 1);
         // SplitMix64's published first output for seed 0.
         assert_eq!(splitmix64(0), 0xE220_A839_7B1D_CDAF);
+    }
+
+    #[test]
+    fn bounded_forgets_all_when_full_and_updates_in_place() {
+        let m: Bounded<Vec<u8>, i64> = Bounded::new(2);
+        m.insert(&b"a"[..], 1);
+        m.insert(&b"b"[..], 2);
+        m.insert(&b"a"[..], 3);
+        assert_eq!(
+            (m.len(), m.get(&b"a"[..]), m.get(&b"b"[..])),
+            (2, Some(3), Some(2))
+        );
+        m.insert(&b"c"[..], 4);
+        assert_eq!(
+            (m.len(), m.get(&b"a"[..]), m.get(&b"c"[..])),
+            (1, None, Some(4))
+        );
     }
 }

@@ -18,7 +18,7 @@ use mongodb::ClientSession;
 use serde::Serialize;
 
 use super::write::{amount_bson, number};
-use super::{ApproxCounted, Counter, Mode};
+use super::{ApproxCounted, Counter, Inner, Mode};
 use crate::action::{action, Call, Given, Options};
 use crate::error::{Error, Result};
 use crate::util::key_bytes;
@@ -287,15 +287,10 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
     #[inline(never)]
     fn sampled_write(self, amount: u64) -> IncrFuture<'a> {
         let inner = &*self.counter.inner;
-        let id = match crate::compat::to_bson(self.id) {
-            Ok(id) => id,
-            Err(e) => return IncrFuture::failed(e.into()),
-        };
-        let (options, session) = (self.options, self.session);
-        IncrFuture::writing(inner.coll.name(), async move {
-            let cx = Call::new(&inner.defaults, options, session, false).await;
-            inner.write(&id, amount, &cx.opts, cx.txn, cx.session).await
-        })
+        match crate::compat::to_bson(self.id) {
+            Ok(id) => write_through(inner, id, amount, self.options, self.session),
+            Err(e) => IncrFuture::failed(e.into()),
+        }
     }
 
     /// Everything else up to the write, synchronously: checks, the draw,
@@ -320,35 +315,9 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
             Mode::Buffered if session.is_some() || options.write_concern.is_some() => {
                 let id = crate::compat::to_bson(id)?;
                 inner.increments.add(n);
-                Ok(IncrFuture::writing(inner.coll.name(), async move {
-                    let cx = Call::new(&inner.defaults, options, session, false).await;
-                    inner.write(&id, n, &cx.opts, cx.txn, cx.session).await
-                }))
+                Ok(write_through(inner, id, n, options, session))
             }
-            Mode::Buffered => {
-                let id = crate::compat::to_bson(id)?;
-                let key = key_bytes(&id);
-                let (due, crowded, mark) = inner.buffer(&key, id, n)?;
-                if !due && !crowded {
-                    return Ok(IncrFuture::done());
-                }
-                Ok(IncrFuture::writing(inner.coll.name(), async move {
-                    let opts = options.or(&inner.defaults);
-                    if due {
-                        // The key holds N or more: this call returns once it
-                        // holds fewer, writing them itself or waiting for
-                        // the call writing them. So increments do not pile
-                        // up behind a write in flight, and at most N − 1
-                        // acknowledged ones are ever unwritten. Cut while
-                        // waiting, its increments stay counted.
-                        inner.settle(&key, mark, &opts).await?;
-                    }
-                    if crowded {
-                        inner.evict_oldest(&opts).await?;
-                    }
-                    Ok(())
-                }))
-            }
+            Mode::Buffered => buffered(inner, crate::compat::to_bson(id)?, n, options),
             Mode::Sampled => {
                 // The draw first: the id is serialized only for a write.
                 let every = u64::from(inner.spec.every);
@@ -362,43 +331,93 @@ impl<'a, T: ApproxCounted, Q: Serialize + ?Sized> Incr<'a, T, Q> {
                     return Ok(IncrFuture::done());
                 }
                 let id = crate::compat::to_bson(id)?;
-                Ok(IncrFuture::writing(inner.coll.name(), async move {
-                    let cx = Call::new(&inner.defaults, options, session, false).await;
-                    inner.write(&id, amount, &cx.opts, cx.txn, cx.session).await
-                }))
+                Ok(write_through(inner, id, amount, options, session))
             }
             Mode::Geometric => {
                 let at = inner.increments.add(n);
                 let id = crate::compat::to_bson(id)?;
                 if closed {
-                    return Ok(IncrFuture::writing(inner.coll.name(), async move {
-                        let cx = Call::new(&inner.defaults, options, session, false).await;
-                        inner.write(&id, n, &cx.opts, cx.txn, cx.session).await
-                    }));
+                    return Ok(write_through(inner, id, n, options, session));
                 }
-                let key = key_bytes(&id);
-                let m = inner.geometric_step(&key);
-                let amount = if n >= m { n } else { inner.draw(at, n, m) };
-                if amount == 0 {
-                    return Ok(IncrFuture::done());
-                }
-                Ok(IncrFuture::writing(inner.coll.name(), async move {
-                    let cx = Call::new(&inner.defaults, options, session, false).await;
-                    let txn = cx.txn;
-                    // A missing document (upsert off) reads back nothing,
-                    // and stays at the first step; a value read inside a
-                    // transaction may be rolled back, so it is not kept.
-                    let back = inner
-                        .write_returning(&id, amount, &cx.opts, txn, cx.session)
-                        .await?;
-                    if let (Some(v), false) = (back, txn) {
-                        inner.remember(key, v);
-                    }
-                    Ok(())
-                }))
+                Ok(geometric(inner, id, at, n, options, session))
             }
         }
     }
+}
+
+/// A write of `amount` to `id` in the call's session: how every mode
+/// writes an increment through.
+fn write_through<'a>(
+    inner: &'a Inner,
+    id: Bson,
+    amount: u64,
+    options: Given,
+    session: Option<&'a mut ClientSession>,
+) -> IncrFuture<'a> {
+    IncrFuture::writing(inner.coll.name(), async move {
+        let cx = Call::new(&inner.defaults, options, session, false).await;
+        inner.write(&id, amount, &cx.opts, cx.txn, cx.session).await
+    })
+}
+
+/// A buffered increment of `n` to `id` without a session or a write
+/// concern of its own: added to the buffer; a write only when the key is
+/// due (it holds N or more) or the buffer is crowded.
+fn buffered(inner: &Inner, id: Bson, n: u64, options: Given) -> Result<IncrFuture<'_>> {
+    let key = key_bytes(&id);
+    let (due, crowded, mark) = inner.buffer(&key, id, n)?;
+    if !due && !crowded {
+        return Ok(IncrFuture::done());
+    }
+    Ok(IncrFuture::writing(inner.coll.name(), async move {
+        let opts = options.or(&inner.defaults);
+        if due {
+            // The key holds N or more: this call returns once it
+            // holds fewer, writing them itself or waiting for
+            // the call writing them. So increments do not pile
+            // up behind a write in flight, and at most N − 1
+            // acknowledged ones are ever unwritten. Cut while
+            // waiting, its increments stay counted.
+            inner.settle(&key, mark, &opts).await?;
+        }
+        if crowded {
+            inner.evict_oldest(&opts).await?;
+        }
+        Ok(())
+    }))
+}
+
+/// A geometric increment of `n` to `id`, the counter at `at` increments
+/// seen: drawn at the key's step, and a write that reads the value back
+/// to learn the next step.
+fn geometric<'a>(
+    inner: &'a Inner,
+    id: Bson,
+    at: u64,
+    n: u64,
+    options: Given,
+    session: Option<&'a mut ClientSession>,
+) -> IncrFuture<'a> {
+    let key = key_bytes(&id);
+    let m = inner.geometric_step(&key);
+    let amount = if n >= m { n } else { inner.draw(at, n, m) };
+    if amount == 0 {
+        return IncrFuture::done();
+    }
+    IncrFuture::writing(inner.coll.name(), async move {
+        let cx = Call::new(&inner.defaults, options, session, false).await;
+        let txn = cx.txn;
+        // A missing document (upsert off) reads back nothing,
+        // and stays at the first step; a value read inside a
+        // transaction may be rolled back, so it is not kept.
+        let back = inner
+            .write_returning(&id, amount, &cx.opts, txn, cx.session)
+            .await?;
+        if let (Some(v), false) = (back, txn) {
+            inner.remember(&key, v);
+        }
+        Ok(())
+    })
 }
 
 action! {

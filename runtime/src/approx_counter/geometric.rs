@@ -1,28 +1,21 @@
 //! Geometric mode's write size: `m = max(N, ⌊E/N⌋)` from the value `E`
 //! this handle last read back for the key, and the error that follows.
 
-use super::{lock, shard_of, Inner, SHARDS};
+use super::{shard_of, Inner};
 
 impl Inner {
     /// `m` for `key`, from the value last read back for it (0 when none
     /// was, or it was forgotten).
     pub(super) fn geometric_step(&self, key: &[u8]) -> u64 {
-        let seen = lock(&self.seen[shard_of(key)])
-            .get(key)
-            .copied()
-            .unwrap_or(0);
+        let seen = self.seen[shard_of(key)].get(key).unwrap_or(0);
         step(seen, self.spec.every)
     }
 
     /// Keeps `value` as `key`'s last value read back. A shard holding its
     /// share of `max_keys` is emptied first: forgetting only sends a key
     /// back to the first step.
-    pub(super) fn remember(&self, key: Vec<u8>, value: i64) {
-        let mut map = lock(&self.seen[shard_of(&key)]);
-        if map.len() >= self.spec.max_keys.div_ceil(SHARDS) {
-            map.clear();
-        }
-        map.insert(key, value);
+    pub(super) fn remember(&self, key: &[u8], value: i64) {
+        self.seen[shard_of(key)].insert(key, value);
     }
 }
 

@@ -254,15 +254,15 @@ impl Cx<'_> {
     }
 }
 
-/// Reads the deployment and compares it with `wanted`.
-async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted]) -> Result<Plan> {
-    let db = cx.db;
-    let mut kinds: HashMap<String, String> = HashMap::new();
+/// The type (`collection`, `timeseries`, `view`) of each collection of
+/// `wanted` that exists, by its name: `listCollections`, 100 names a time.
+async fn collection_kinds(cx: &mut Cx<'_>, wanted: &[Wanted]) -> Result<HashMap<String, String>> {
+    let mut kinds = HashMap::new();
     let names: Vec<&str> = wanted.iter().map(|w| w.collection.as_str()).collect();
     for chunk in names.chunks(100) {
         let listed = cx
             .read_cursor(
-                db,
+                cx.db,
                 doc! {"listCollections": 1, "filter": {"name": {"$in": chunk}}},
             )
             .await?;
@@ -273,6 +273,13 @@ async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted]) -> Result<Plan> {
             }
         }
     }
+    Ok(kinds)
+}
+
+/// Reads the deployment and compares it with `wanted`.
+async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted]) -> Result<Plan> {
+    let db = cx.db;
+    let kinds = collection_kinds(cx, wanted).await?;
     let asks = wanted.iter().any(|w| !w.needs.is_empty());
     let hello = if asks || wanted.iter().any(|w| w.shard.is_some()) {
         Some(cx.read(db, doc! {"hello": 1}).await?)

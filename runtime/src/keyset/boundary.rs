@@ -2,66 +2,37 @@
 //! sorts strictly after a token's values, across type brackets, as one
 //! index range.
 
-use mongodb::bson;
-use mongodb::bson::oid::ObjectId;
-use mongodb::bson::{doc, Bson, DateTime, Document};
+use mongodb::bson::{doc, Bson, Document};
 
-const NULL: usize = 2;
-const NUMBER: usize = 3;
-const TIMESTAMP: usize = 10;
+use crate::order::{self, is_nan, least, Bracket};
 
-/// A value's type bracket, in MongoDB's comparison order: MinKey,
-/// undefined, null (and missing), numbers, strings, documents, binary,
-/// ObjectId, bool, date, timestamp, then the types no token holds.
-fn bracket(v: &Bson) -> usize {
-    match v {
-        Bson::MinKey => 0,
-        Bson::Undefined => 1,
-        Bson::Null => NULL,
-        Bson::Double(_) | Bson::Int32(_) | Bson::Int64(_) | Bson::Decimal128(_) => NUMBER,
-        Bson::String(_) | Bson::Symbol(_) => 4,
-        Bson::Document(_) | Bson::Array(_) => 5,
-        Bson::Binary(_) => 6,
-        Bson::ObjectId(_) => 7,
-        Bson::Boolean(_) => 8,
-        Bson::DateTime(_) => 9,
-        Bson::Timestamp(_) => TIMESTAMP,
-        Bson::RegularExpression(_) => 11,
-        Bson::DbPointer(_) => 12,
-        Bson::JavaScriptCode(_) => 13,
-        Bson::JavaScriptCodeWithScope(_) => 14,
-        Bson::MaxKey => 15,
+/// The brackets a boundary bounds by their least value (see
+/// [`order::least`]), in MongoDB's order: numbers to timestamps. No array
+/// is among them: a condition on a field that holds an array matches it by
+/// its elements, and an array value is bounded as a document is.
+const BOUNDED: [Bracket; 8] = [
+    Bracket::Number,
+    Bracket::String,
+    Bracket::Document,
+    Bracket::Binary,
+    Bracket::ObjectId,
+    Bracket::Boolean,
+    Bracket::Date,
+    Bracket::Timestamp,
+];
+
+/// `v`'s type bracket ([`order::bracket`]), an array's being the
+/// document's (see [`BOUNDED`]).
+fn bracket(v: &Bson) -> Bracket {
+    match order::bracket(v) {
+        Bracket::Array => Bracket::Document,
+        b => b,
     }
 }
 
-/// The smallest value of a bracket from numbers to timestamps (NaN aside):
-/// `$gte` it matches the whole bracket.
-fn bracket_min(b: usize) -> Bson {
-    match b {
-        NUMBER => Bson::Double(f64::NEG_INFINITY),
-        4 => Bson::String(String::new()),
-        5 => Bson::Document(Document::new()),
-        6 => Bson::Binary(bson::Binary {
-            subtype: bson::spec::BinarySubtype::Generic,
-            bytes: Vec::new(),
-        }),
-        7 => Bson::ObjectId(ObjectId::from_bytes([0; 12])),
-        8 => Bson::Boolean(false),
-        9 => Bson::DateTime(DateTime::MIN),
-        _ => Bson::Timestamp(bson::Timestamp {
-            time: 0,
-            increment: 0,
-        }),
-    }
-}
-
-/// NaN, as a double or a decimal (whose combination field is all ones).
-fn is_nan(v: &Bson) -> bool {
-    match v {
-        Bson::Double(f) => f.is_nan(),
-        Bson::Decimal128(d) => d.bytes()[15] & 0x7c == 0x7c,
-        _ => false,
-    }
+/// `$gte` the least value of bracket `b` (one of [`BOUNDED`]).
+fn bracket_min(b: Bracket) -> Bson {
+    least(b).unwrap_or(Bson::MinKey)
 }
 
 /// Documents strictly after `values` in the order `keys` ascending (or
@@ -126,13 +97,13 @@ fn beyond(key: &str, v: &Bson, descending: bool, inclusive: bool) -> Document {
     let b = bracket(v);
     let nan = is_nan(v);
     let mut first = Document::new();
-    let mut excluded: Vec<usize>;
+    let mut excluded: Vec<Bracket>;
     let mut nin: Vec<Bson> = Vec::new();
     if !descending {
         let op = if inclusive { "$lt" } else { "$lte" };
         first.insert("$not", doc! {op: v.clone()});
-        excluded = (NUMBER..b.min(TIMESTAMP + 1)).collect();
-        if b != NULL {
+        excluded = BOUNDED.into_iter().filter(|&x| x < b).collect();
+        if b != Bracket::Null {
             nin.push(Bson::Null);
             if !(inclusive && nan) {
                 nin.push(Bson::Double(f64::NAN));
@@ -141,12 +112,12 @@ fn beyond(key: &str, v: &Bson, descending: bool, inclusive: bool) -> Document {
     } else {
         let op = if inclusive { "$gt" } else { "$gte" };
         first.insert("$not", doc! {op: v.clone()});
-        excluded = (b + 1..=TIMESTAMP).filter(|&x| x >= NUMBER).collect();
+        excluded = BOUNDED.into_iter().filter(|&x| x > b).collect();
         // Every other number sorts above NaN.
         if nan {
-            excluded.insert(0, NUMBER);
+            excluded.insert(0, Bracket::Number);
         }
-        if b == NULL {
+        if b == Bracket::Null {
             nin.push(Bson::Double(f64::NAN));
         }
     }
@@ -217,8 +188,9 @@ mod tests {
     #[test]
     fn descending_boundary_keeps_nans_and_nulls_last() {
         let f = boundary_filter(keys(&["t"]), &[Bson::Int32(5), Bson::Int32(9)], true);
-        let later: Vec<Document> = (4..=TIMESTAMP)
-            .map(|b| doc! {"t": {"$not": {"$gte": bracket_min(b)}}})
+        let later: Vec<Document> = BOUNDED[1..]
+            .iter()
+            .map(|&b| doc! {"t": {"$not": {"$gte": bracket_min(b)}}})
             .collect();
         let or = f.get_array("$and").unwrap()[1].as_document().unwrap();
         let Some(Bson::Document(first)) = or.get_array("$or").unwrap().first().cloned() else {
@@ -267,7 +239,7 @@ mod tests {
             all[0],
             Bson::Document(doc! {"t": {"$not": {"$gte": null}, "$nin": [f64::NAN]}})
         );
-        same!(all.len(), 1 + (TIMESTAMP - NUMBER + 1));
+        same!(all.len(), 1 + BOUNDED.len());
     }
 
     #[test]

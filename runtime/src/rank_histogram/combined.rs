@@ -48,43 +48,7 @@ impl<T: RankHistogram> Ranks<T> {
         o: &Options,
         session: &mut ClientSession,
     ) -> Result<Option<mongodb::error::Error>> {
-        let board = self.board_bson(player.board())?;
-        let score = self.score_bson(player.score())?;
-        let mut document = crate::compat::to_document(player)?;
-        if !document.contains_key("_id") {
-            // As the driver's `insert_one` does.
-            let mut with_id = doc! {"_id": ObjectId::new()};
-            with_id.extend(document);
-            document = with_id;
-        }
-        let delta = Delta {
-            dec: None,
-            inc: Some(&score),
-        };
-        let hist = match self.spec.layout {
-            Layout::Array => vec![array::statement(&board, delta, self.spec.descending)?],
-            Layout::Documents => statements(&board, delta)?,
-        };
-        let mut insert = RawDocumentBuf::new();
-        append(&mut insert, "insert", RawBson::Int32(0));
-        append(
-            &mut insert,
-            "document",
-            RawBson::Document(compat::raw_document(&document)?),
-        );
-        let mut ops = RawArrayBuf::new();
-        ops.push(RawBson::Document(insert));
-        for s in hist {
-            ops.push(RawBson::Document(s.into_bulk_op(1)));
-        }
-        let mut command = RawDocumentBuf::new();
-        append(&mut command, self.bulk_command, RawBson::Int32(1));
-        append(&mut command, "ops", RawBson::Array(ops));
-        let names = [self.source.name(), self.hist.name()];
-        append(&mut command, "nsInfo", ns_info(self.db.name(), &names));
-        append(&mut command, "ordered", RawBson::Boolean(true));
-        append(&mut command, "errorsOnly", RawBson::Boolean(true));
-        command_options(self, &mut command, o, true)?;
+        let command = self.combined_command(player, o)?;
         let admin = self.db.client().database("admin");
         let reply = match admin.run_raw_command(command).session(session).await {
             Ok(reply) => reply,
@@ -126,6 +90,50 @@ impl<T: RankHistogram> Ranks<T> {
                 }
             }
         }
+    }
+
+    /// The `bulkWrite` of [`insert_combined`](Self::insert_combined): the
+    /// player's insert (its `_id` added when it has none), then the
+    /// histogram's statements, ordered.
+    fn combined_command(&self, player: &T, o: &Options) -> Result<RawDocumentBuf> {
+        let board = self.board_bson(player.board())?;
+        let score = self.score_bson(player.score())?;
+        let mut document = crate::compat::to_document(player)?;
+        if !document.contains_key("_id") {
+            // As the driver's `insert_one` does.
+            let mut with_id = doc! {"_id": ObjectId::new()};
+            with_id.extend(document);
+            document = with_id;
+        }
+        let delta = Delta {
+            dec: None,
+            inc: Some(&score),
+        };
+        let hist = match self.spec.layout {
+            Layout::Array => vec![array::statement(&board, delta, self.spec.descending)?],
+            Layout::Documents => statements(&board, delta)?,
+        };
+        let mut insert = RawDocumentBuf::new();
+        append(&mut insert, "insert", RawBson::Int32(0));
+        append(
+            &mut insert,
+            "document",
+            RawBson::Document(compat::raw_document(&document)?),
+        );
+        let mut ops = RawArrayBuf::new();
+        ops.push(RawBson::Document(insert));
+        for s in hist {
+            ops.push(RawBson::Document(s.into_bulk_op(1)));
+        }
+        let mut command = RawDocumentBuf::new();
+        append(&mut command, self.bulk_command, RawBson::Int32(1));
+        append(&mut command, "ops", RawBson::Array(ops));
+        let names = [self.source.name(), self.hist.name()];
+        append(&mut command, "nsInfo", ns_info(self.db.name(), &names));
+        append(&mut command, "ordered", RawBson::Boolean(true));
+        append(&mut command, "errorsOnly", RawBson::Boolean(true));
+        command_options(self, &mut command, o, true)?;
+        Ok(command)
     }
 }
 

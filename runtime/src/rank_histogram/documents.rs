@@ -454,7 +454,7 @@ async fn commands_once<T: RankHistogram>(
             Err(e) if outcome(&e) == Outcome::NotStored => return Ok(Some((offset, e))),
             Err(e) => return Err(e.into()),
         };
-        if let Some((idx, e)) = first_write_error(&reply) {
+        if let Some((idx, e)) = crate::action::first_write_error(&reply) {
             return Ok(Some((offset + idx, e)));
         }
         crate::action::command_write_errors(&reply)?;
@@ -555,56 +555,10 @@ pub(super) fn first_bulk_error(reply: &Document) -> Option<(usize, mongodb::erro
         .filter_map(Bson::as_document)
         .find(|r| r.get("ok").and_then(Bson::as_f64) == Some(0.0) || r.contains_key("code"));
     Some(match failed {
-        Some(r) => (index_of(r, "idx"), write_error(r)),
+        Some(r) => crate::action::write_error_at(r, "idx"),
         None => (
             0,
             mongodb::error::Error::custom("bulkWrite reported an error it did not list"),
-        ),
-    })
-}
-
-fn index_of(entry: &Document, field: &str) -> usize {
-    entry
-        .get(field)
-        .and_then(crate::util::int)
-        .and_then(|i| usize::try_from(i).ok())
-        .unwrap_or(0)
-}
-
-/// A failed statement of a reply as the driver's write error: its code,
-/// code name, message and details kept.
-fn write_error(entry: &Document) -> mongodb::error::Error {
-    use mongodb::error::{ErrorKind, WriteError, WriteFailure};
-    let code = entry
-        .get("code")
-        .and_then(crate::util::int)
-        .and_then(|c| i32::try_from(c).ok())
-        .unwrap_or_default();
-    let mut w = doc! {"code": code, "errmsg": entry.get_str("errmsg").unwrap_or("write error")};
-    for field in ["codeName", "errInfo"] {
-        if let Some(v) = entry.get(field) {
-            w.insert(field, v.clone());
-        }
-    }
-    match crate::compat::from_document::<WriteError>(w) {
-        Ok(w) => ErrorKind::Write(WriteFailure::WriteError(w)).into(),
-        Err(e) => mongodb::error::Error::custom(format!("unreadable write error {entry}: {e}")),
-    }
-}
-
-/// The first failed statement of an `update` or `delete` command's reply:
-/// (index, the server's error).
-pub(super) fn first_write_error(reply: &Document) -> Option<(usize, mongodb::error::Error)> {
-    let errors = reply.get_array("writeErrors").ok()?;
-    let first = errors
-        .iter()
-        .filter_map(Bson::as_document)
-        .min_by_key(|e| e.get("index").and_then(crate::util::int).unwrap_or(0));
-    Some(match first {
-        Some(e) => (index_of(e, "index"), write_error(e)),
-        None => (
-            0,
-            mongodb::error::Error::custom("the reply listed a write error it did not describe"),
         ),
     })
 }

@@ -44,6 +44,8 @@ use std::time::{Duration, Instant};
 use mongodb::bson::{Bson, Document};
 use tokio::sync::OwnedMutexGuard;
 
+use crate::util::Bounded;
+
 /// Filters whose board is remembered.
 const HINTS: usize = 4_096;
 /// How long after a conflict a call whose board is not known reads it
@@ -54,7 +56,7 @@ const CONTENDED: Duration = Duration::from_secs(2);
 #[derive(Debug)]
 pub(super) struct Queues {
     boards: Mutex<HashMap<Vec<u8>, Arc<tokio::sync::Mutex<()>>>>,
-    hints: Mutex<HashMap<u64, Bson>>,
+    hints: Bounded<u64, Bson>,
     /// When a transaction of this handle last conflicted (ms after
     /// `epoch`, 0: never).
     conflicted: AtomicU64,
@@ -108,7 +110,7 @@ impl Default for Queues {
     fn default() -> Self {
         Queues {
             boards: Default::default(),
-            hints: Default::default(),
+            hints: Bounded::new(HINTS),
             conflicted: AtomicU64::new(0),
             epoch: Instant::now(),
             running: AtomicUsize::new(0),
@@ -167,20 +169,12 @@ impl Queues {
 
     /// The board `filter` led to last time, if remembered.
     pub(super) fn hint(&self, filter: &Document) -> Option<Bson> {
-        self.hints
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&fingerprint(filter))
-            .cloned()
+        self.hints.get(&fingerprint(filter))
     }
 
     /// Remembers that `filter` led to `board`.
     pub(super) fn learn(&self, filter: &Document, board: &Bson) {
-        let mut hints = self.hints.lock().unwrap_or_else(PoisonError::into_inner);
-        if hints.len() >= HINTS {
-            hints.clear();
-        }
-        hints.insert(fingerprint(filter), board.clone());
+        self.hints.insert(&fingerprint(filter), board.clone());
     }
 }
 
@@ -231,7 +225,7 @@ mod tests {
         for i in 0..(HINTS as i64 + 10) {
             q.learn(&doc! {"_id": i}, &Bson::Int64(i % 7));
         }
-        assert!(q.hints.lock().unwrap().len() <= HINTS);
+        assert!(q.hints.len() <= HINTS);
         assert_eq!(
             q.hint(&doc! {"_id": HINTS as i64 + 9}),
             Some(Bson::Int64((HINTS as i64 + 9) % 7))

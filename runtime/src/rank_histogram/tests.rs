@@ -2,9 +2,10 @@ use mongodb::bson::{doc, Bson};
 use mongodb::error::TRANSIENT_TRANSACTION_ERROR;
 
 use super::array::array_problem;
-use super::documents::{document_problem, first_write_error, refused_bulk_write};
+use super::documents::{document_problem, refused_bulk_write};
 use super::rounding::round;
 use super::Rank;
+use crate::action::first_write_error;
 use crate::error::server_codes;
 
 #[test]

@@ -4,7 +4,7 @@
 //! one after the other without one.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::{ClientSession, Collection};
@@ -15,7 +15,7 @@ use super::write::{Delta, Txn};
 use super::{RankHistogram, Ranks};
 use crate::action::{Call, Options};
 use crate::error::{server_codes, Error, Result};
-use crate::retry::backoff;
+use crate::retry::Retry;
 
 /// How long a non-atomic write waits for a concurrent writer's `+1` to
 /// land.
@@ -123,20 +123,54 @@ impl<T: RankHistogram> Ranks<T> {
         op: &SourceOp<'_, T>,
         o: &Options,
         txn: &mut OpenTransaction<'_>,
-        mut combine: bool,
+        combine: bool,
     ) -> Result<bool> {
         let Some(session) = txn.session() else {
             // Only `Drop` takes the session out.
             return Err(Error::invalid("session", "no session"));
         };
         let inside = o.clone().in_transaction();
-        let mut stashed: Option<Error> = None;
-        let mut attempts = 0;
-        // The board's queue (see `queue`): known before the first attempt
-        // for an insert, remembered for a filter, or learnt from an
-        // attempt that conflicted.
         let (_running, contended) = self.queues.start();
-        let mut board = match op {
+        let board = self.known_board(op, o, contended).await?;
+        let mut attempts = Attempts {
+            stashed: None,
+            count: 0,
+            combine,
+            board,
+            turn: None,
+        };
+        let result = session
+            .start_transaction()
+            .with_options(transaction_options(o))
+            // `and_run` rather than `and_run2`: the latter's async closure
+            // trips rust-lang/rust#96865 here ("implementation of `Send` is
+            // not general enough" for `&Ranks<T>`, `&Options`, … when the
+            // action boxes this future as `Send`), even with owned captures.
+            // Same retries, backoff and 120 s bound.
+            .and_run(
+                (self, op, &inside, &mut attempts),
+                |s, (this, op, inside, attempts)| Box::pin(this.attempt(op, inside, s, attempts)),
+            )
+            .await;
+        if matches!(txn.session, Held::Borrowed(_)) {
+            // `and_run` has committed or aborted: the caller's session is
+            // only killed when this call is dropped mid-transaction.
+            txn.armed = false;
+        }
+        own_outcome(result, txn, attempts, op.name())
+    }
+
+    /// The board whose queue (see `queue`) is known before the first
+    /// attempt: an insert's, the one remembered for a filter, or, when
+    /// writers contend, the one the filter's player is on. Otherwise the
+    /// first attempt learns it, if it conflicts.
+    async fn known_board(
+        &self,
+        op: &SourceOp<'_, T>,
+        o: &Options,
+        contended: bool,
+    ) -> Result<Option<Bson>> {
+        Ok(match op {
             SourceOp::Insert(doc) => self.board_bson(doc.board()).ok(),
             SourceOp::Update(filter, _) | SourceOp::Delete(filter) => {
                 match self.queues.hint(filter) {
@@ -147,98 +181,49 @@ impl<T: RankHistogram> Ranks<T> {
                     None => None,
                 }
             }
-        };
-        let mut turn: Option<Turn> = None;
-        let result = session
-            .start_transaction()
-            .with_options(transaction_options(o))
-            // `and_run` rather than `and_run2`: the latter's async closure
-            // trips rust-lang/rust#96865 here ("implementation of `Send` is
-            // not general enough" for `&Ranks<T>`, `&Options`, … when the
-            // action boxes this future as `Send`), even with owned captures.
-            // Same retries, backoff and 120 s bound.
-            .and_run(
-                (
-                    self,
-                    op,
-                    &inside,
-                    &mut stashed,
-                    &mut attempts,
-                    &mut combine,
-                    (&mut board, &mut turn),
-                ),
-                |s, (this, op, inside, stashed, attempts, combine, (board, turn))| {
-                    Box::pin(async move {
-                        **attempts += 1;
-                        // Before the transaction's first command, which
-                        // takes its snapshot.
-                        if let Some(b) = board.as_ref() {
-                            if !turn.as_ref().is_some_and(|t| t.of(b)) {
-                                **turn = None;
-                                **turn = Some(this.queues.enter(b).await);
-                            }
-                        }
-                        let done = match op {
-                            SourceOp::Insert(doc) if **combine => {
-                                match this.insert_combined(doc, inside, s).await {
-                                    Ok(None) => Ok(true),
-                                    // Rerun as separate commands.
-                                    Ok(Some(e)) => {
-                                        **combine = false;
-                                        Err(Error::Raced(e))
-                                    }
-                                    Err(e) => Err(e),
-                                }
-                            }
-                            _ => this.queued_op(op, inside, s, board).await,
-                        };
-                        match done {
-                            Ok(r) => Ok(r),
-                            Err(e) => {
-                                let m = to_driver(e, stashed);
-                                if server_codes(&m).contains(&crate::error::code::WRITE_CONFLICT) {
-                                    this.queues.conflicted();
-                                }
-                                Err(m)
-                            }
-                        }
-                    })
-                },
-            )
-            .await;
-        if matches!(txn.session, Held::Borrowed(_)) {
-            // `and_run` has committed or aborted: the caller's session is
-            // only killed when this call is dropped mid-transaction.
-            txn.armed = false;
-        }
-        let e = match result {
-            Ok(r) => {
-                txn.armed = false;
-                return Ok(r);
+        })
+    }
+
+    /// One attempt of `op` in the transaction open in `s`: its turn in the
+    /// board's queue taken before the transaction's first command (which
+    /// takes its snapshot), then the insert as one combined command, or
+    /// the player's write and the histogram's. An error goes back as the
+    /// driver's, for `and_run` to read its labels (see [`to_driver`]).
+    async fn attempt(
+        &self,
+        op: &SourceOp<'_, T>,
+        inside: &Options,
+        s: &mut ClientSession,
+        attempts: &mut Attempts,
+    ) -> mongodb::error::Result<bool> {
+        attempts.count += 1;
+        if let Some(b) = attempts.board.as_ref() {
+            if !attempts.turn.as_ref().is_some_and(|t| t.of(b)) {
+                attempts.turn = None;
+                attempts.turn = Some(self.queues.enter(b).await);
             }
-            Err(e) => e,
+        }
+        let done = match op {
+            SourceOp::Insert(doc) if attempts.combine => {
+                match self.insert_combined(doc, inside, s).await {
+                    Ok(None) => Ok(true),
+                    // Rerun as separate commands.
+                    Ok(Some(e)) => {
+                        attempts.combine = false;
+                        Err(Error::Raced(e))
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            _ => self.queued_op(op, inside, s, &mut attempts.board).await,
         };
-        if e.get_custom::<Stashed>().is_some() {
-            // The callback's own error; `and_run` aborted the transaction.
-            txn.armed = false;
-            return Err(stashed.unwrap_or_else(|| Error::Database(e)));
-        }
-        if matches!(*e.kind, mongodb::error::ErrorKind::Transaction { .. })
-            && e.to_string().contains("maximum time")
-        {
-            return Err(Error::Contended {
-                operation: op.name(),
-                attempts,
-            });
-        }
-        let e = Error::from(e);
-        if refused_transaction(&e) {
-            txn.armed = false;
-            return Err(Error::NoTransactions {
-                operation: op.name(),
-            });
-        }
-        Err(e)
+        done.map_err(|e| {
+            let m = to_driver(e, &mut attempts.stashed);
+            if server_codes(&m).contains(&crate::error::code::WRITE_CONFLICT) {
+                self.queues.conflicted();
+            }
+            m
+        })
     }
 
     /// `op` without a transaction, where the caller allowed it.
@@ -272,17 +257,18 @@ impl<T: RankHistogram> Ranks<T> {
             inc: None,
         };
         // A concurrent writer may have moved this player onto the old score
-        // with its `+1` still to land.
-        let start = Instant::now();
-        let mut attempt = 0;
+        // with its `+1` still to land: waited for, as any lost race, up to
+        // NON_ATOMIC_WAIT, and then the score is not found.
+        let mut retry = Retry::within(op.name(), NON_ATOMIC_WAIT);
         loop {
             match self
                 .write(&m.board, dec, o, session.as_deref_mut(), Txn::No)
                 .await
             {
-                Err(Error::ScoreNotFound { .. }) if start.elapsed() < NON_ATOMIC_WAIT => {
-                    tokio::time::sleep(backoff(attempt)).await;
-                    attempt += 1;
+                Err(e @ Error::ScoreNotFound { .. }) => {
+                    if retry.pause().await.is_err() {
+                        return Err(e);
+                    }
                 }
                 other => return other.map(|()| true),
             }
@@ -495,6 +481,56 @@ impl Drop for OpenTransaction<'_> {
             }
         });
     }
+}
+
+/// What the attempts of one transaction of a call's own share: the error
+/// of ours the last one stashed (see [`to_driver`]), how many ran, whether
+/// an insert is still sent as one combined command, and the board's queue
+/// with the turn held in it.
+struct Attempts {
+    stashed: Option<Error>,
+    count: usize,
+    combine: bool,
+    board: Option<Bson>,
+    turn: Option<Turn>,
+}
+
+/// The call's result from `and_run`'s: the callback's own error when it
+/// stashed one, `Contended` when the retries ran out of time,
+/// `NoTransactions` when the deployment refused a transaction. `txn` is
+/// disarmed when the transaction is over.
+fn own_outcome(
+    result: mongodb::error::Result<bool>,
+    txn: &mut OpenTransaction<'_>,
+    attempts: Attempts,
+    operation: &'static str,
+) -> Result<bool> {
+    let e = match result {
+        Ok(r) => {
+            txn.armed = false;
+            return Ok(r);
+        }
+        Err(e) => e,
+    };
+    if e.get_custom::<Stashed>().is_some() {
+        // The callback's own error; `and_run` aborted the transaction.
+        txn.armed = false;
+        return Err(attempts.stashed.unwrap_or_else(|| Error::Database(e)));
+    }
+    if matches!(*e.kind, mongodb::error::ErrorKind::Transaction { .. })
+        && e.to_string().contains("maximum time")
+    {
+        return Err(Error::Contended {
+            operation,
+            attempts: attempts.count,
+        });
+    }
+    let e = Error::from(e);
+    if refused_transaction(&e) {
+        txn.armed = false;
+        return Err(Error::NoTransactions { operation });
+    }
+    Err(e)
 }
 
 /// The marker of an error of ours carried through `and_run`.

@@ -331,55 +331,19 @@ fn verdict(a: &KeyAnalysis) -> Vec<String> {
     out
 }
 
-/// BSON's sort order for the values a shard key holds: type order first
-/// (null < numbers < strings < documents < arrays < binary < ObjectId <
-/// bool < date < timestamp), then value.
+/// MongoDB's sort order of two values a shard key holds: type order
+/// first (MinKey < null < numbers < strings < documents < arrays < binary
+/// < ObjectId < bool < date < timestamp < regex < MaxKey), then value, with
+/// numbers compared across int, long, double and decimal and NaN below
+/// every other number.
 pub fn cmp_bson(a: &Bson, b: &Bson) -> Ordering {
-    fn rank(v: &Bson) -> u8 {
-        match v {
-            Bson::MinKey => 0,
-            Bson::Null | Bson::Undefined => 1,
-            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => 2,
-            Bson::String(_) | Bson::Symbol(_) => 3,
-            Bson::Document(_) => 4,
-            Bson::Array(_) => 5,
-            Bson::Binary(_) => 6,
-            Bson::ObjectId(_) => 7,
-            Bson::Boolean(_) => 8,
-            Bson::DateTime(_) => 9,
-            Bson::Timestamp(_) => 10,
-            Bson::RegularExpression(_) => 11,
-            Bson::MaxKey => 13,
-            _ => 12,
-        }
-    }
-    fn num(v: &Bson) -> f64 {
-        match v {
-            Bson::Int32(i) => f64::from(*i),
-            Bson::Int64(i) => *i as f64,
-            Bson::Double(f) => *f,
-            _ => f64::NAN,
-        }
-    }
-    rank(a).cmp(&rank(b)).then_with(|| match (a, b) {
-        (Bson::Int64(x), Bson::Int64(y)) => x.cmp(y),
-        (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_), _) => num(a).total_cmp(&num(b)),
-        (Bson::String(x), Bson::String(y)) => x.cmp(y),
-        (Bson::ObjectId(x), Bson::ObjectId(y)) => x.cmp(y),
-        (Bson::Boolean(x), Bson::Boolean(y)) => x.cmp(y),
-        (Bson::DateTime(x), Bson::DateTime(y)) => x.cmp(y),
-        (Bson::Timestamp(x), Bson::Timestamp(y)) => {
-            (x.time, x.increment).cmp(&(y.time, y.increment))
-        }
-        (Bson::Binary(x), Bson::Binary(y)) => x.bytes.cmp(&y.bytes),
-        _ => a.to_string().cmp(&b.to_string()),
-    })
+    crate::order::cmp(a, b)
 }
 
 fn cmp_tuple(a: &[Bson], b: &[Bson]) -> Ordering {
     a.iter()
         .zip(b)
-        .map(|(x, y)| cmp_bson(x, y))
+        .map(|(x, y)| crate::order::cmp(x, y))
         .find(|o| o.is_ne())
         .unwrap_or(Ordering::Equal)
 }

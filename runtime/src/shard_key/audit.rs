@@ -1,17 +1,31 @@
 //! The checks: a stored document's key against what the model stores, the
-//! audit of the whole collection, and the analysis of a candidate key.
+//! audit of the whole collection, and the analysis of a candidate key; the
+//! actions of the last two, [`AuditKeys`] and [`Analyze`], beside them.
 
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::FindOptions;
 
-use super::actions::{Analyze, AuditKeys};
 use super::time::{seconds, truncate};
 use super::{
     analyze, key_fields, key_projection, KeyAnalysis, ShardKeyed, ShardSpec, Sharded, TimeRepr,
 };
-use crate::action::Call;
+use crate::action::{action, Call};
 use crate::error::{Error, Result};
+
+action! {
+    /// [`Sharded::audit`]: read options and `session`.
+    AuditKeys<'a, T: ShardKeyed> on Sharded, "audit", read;
+    { max: usize } -> Audit;
+    |this, cx| this.repo.audit_in(this.max, cx).await
+}
+
+action! {
+    /// [`Sharded::analyze`]: read options and `session`.
+    Analyze<'a, T: ShardKeyed> on Sharded, "analyze", read;
+    { key: &'a [&'a str], sample: u32 } -> KeyAnalysis;
+    |this, cx| this.repo.analyze_in(this.key, this.sample, cx).await
+}
 
 impl<T: ShardKeyed> Sharded<T> {
     /// Checks every document's shard key (a scatter-gather over the whole

@@ -1,5 +1,5 @@
 //! The read path: targeted queries by the key's prefix, and the
-//! separately named scatter-gather.
+//! separately named scatter-gather; their action, [`Find`], beside them.
 
 use std::borrow::Borrow;
 
@@ -9,11 +9,22 @@ use mongodb::bson::{doc, Bson, DateTime, Document};
 use mongodb::options::FindOptions;
 use serde::Serialize;
 
-use super::actions::Find;
 use super::time::{ceil_seconds, truncate};
 use super::{ShardKeyed, Sharded, TimeRange, TimeRepr};
-use crate::action::Call;
+use crate::action::{action, Call};
 use crate::error::{Error, Result};
+
+action! {
+    /// [`Sharded::find`], [`Sharded::find_by_hashed`] and
+    /// [`Sharded::scatter`]: read options (`read_concern`,
+    /// `selection_criteria`, `comment`, `max_time`) and `session`. `.await`
+    /// sends the `find` and gives the documents as a stream, as the
+    /// driver's `find` gives a cursor; with a session, the stream borrows
+    /// it until dropped.
+    Find<'a, T: ShardKeyed> on Sharded, if this.scatter { "scatter" } else { "find" }, read;
+    { filter: Result<Document>, scatter: bool } -> BoxStream<'a, Result<T>>;
+    |this, cx| this.repo.find_in(this.filter, this.scatter, cx).await
+}
 
 impl<T: ShardKeyed> Sharded<T> {
     /// The filter of a targeted query: the search value and the coarse

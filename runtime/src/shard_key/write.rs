@@ -1,5 +1,6 @@
 //! The write path: inserts, and the replace, upsert, update and delete
-//! that carry the full shard key in their filter.
+//! that carry the full shard key in their filter. Each operation's action
+//! (its setters, run by `.await`) is here, beside the method that returns it.
 
 use std::borrow::Borrow;
 
@@ -10,17 +11,58 @@ use mongodb::options::{
 };
 use serde::Serialize;
 
-use super::actions::{Delete, Insert, InsertMany, Replace, Update, Upsert};
 use super::audit::check_stored;
 use super::time::{seconds, truncate};
 use super::{
-    analyze, key_fields, key_projection, stored_key_filter, ShardKeyed, ShardSpec, Sharded,
-    TimeRepr,
+    key_fields, key_projection, stored_key_filter, ShardKeyed, ShardSpec, Sharded, TimeRepr,
 };
-use crate::action::run;
-use crate::action::Call;
+use crate::action::{action, run, Call};
 use crate::error::code::DUPLICATE_KEY;
 use crate::error::{server_codes, Error, Found, Result};
+
+action! {
+    /// [`Sharded::insert`]: write options (`write_concern`, `comment`,
+    /// `max_time`) and `session`.
+    Insert<'a, T: ShardKeyed> on Sharded, "insert", write, guarded;
+    { item: &'a T } -> ();
+    |this, cx| this.repo.insert_in(this.item, cx).await
+}
+
+action! {
+    /// [`Sharded::insert_many`]: write options and `session`.
+    InsertMany<'a, T: ShardKeyed> on Sharded, "insert_many", write, guarded;
+    { items: &'a [T] } -> ();
+    |this, cx| this.repo.insert_many_in(this.items, cx).await
+}
+
+action! {
+    /// [`Sharded::replace`]: write options and `session`. The lookup by
+    /// `_id` after a miss always reads the primary: it decides the write.
+    Replace<'a, T: ShardKeyed> on Sharded, "replace", write, guarded;
+    { item: &'a T } -> bool;
+    |this, cx| this.repo.replace_in(this.item, cx).await
+}
+
+action! {
+    /// [`Sharded::upsert`]: as [`Replace`].
+    Upsert<'a, T: ShardKeyed> on Sharded, "upsert", write, guarded;
+    { item: &'a T } -> bool;
+    |this, cx| this.repo.upsert_in(this.item, cx).await
+}
+
+action! {
+    /// [`Sharded::update`]: as [`Replace`].
+    Update<'a, T: ShardKeyed> on Sharded, "update", write, guarded;
+    { point: Result<Document>, filter: Document, update: Document } -> u64;
+    |this, cx| this.repo.update_in(this.point, this.filter, this.update, cx).await
+}
+
+action! {
+    /// [`Sharded::delete`]: as [`Replace`].
+    Delete<'a, T: ShardKeyed> on Sharded, "delete", write, guarded;
+    { point: Result<Document>, filter: Document } -> u64;
+    |this, cx| this.repo.delete_in(this.point, this.filter, cx).await
+}
 
 impl<T: ShardKeyed> Sharded<T> {
     /// The document as stored: serialized, with the derived coarse field
@@ -459,7 +501,7 @@ impl<T: ShardKeyed> Sharded<T> {
         let differs = point.iter().any(|(k, v)| {
             stored
                 .get(k)
-                .is_none_or(|s| analyze::cmp_bson(s, v) != std::cmp::Ordering::Equal)
+                .is_none_or(|s| crate::order::cmp(s, v) != std::cmp::Ordering::Equal)
         });
         if !differs {
             return Ok(());

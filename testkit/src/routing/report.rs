@@ -101,7 +101,7 @@ impl fmt::Display for Counts {
 /// What the checker does on a refused or broadcast write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// Records it; [`Routing::assert_clean`] fails on it.
+    /// Records it; [`Routing::assert_clean`](super::Routing::assert_clean) fails on it.
     Record,
     /// Records it and prints it to stderr (as every scatter read).
     Report,
