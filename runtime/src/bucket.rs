@@ -133,9 +133,8 @@
 //! whose items are edited or removed now and then.
 
 use mongodb::bson;
-use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::{Collection, Database};
@@ -145,7 +144,7 @@ use serde::Serialize;
 use crate::action::Options;
 use crate::error::{Error, Result};
 use crate::model::Model;
-use crate::util::impls;
+use crate::util::{impls, Bounded};
 
 // Submodules in layers, bottom up; each imports only from the layers
 // below it (`scripts/modgraph` checks it): `shape` (the stored format) and
@@ -180,6 +179,9 @@ pub const MAX_PER_PAGE: u32 = 10_000;
 /// A bucket's items stop short of this many bytes, leaving room under
 /// MongoDB's 16 MiB for the bucket's own fields.
 pub const MAX_BUCKET_BYTES: i64 = 16 * 1024 * 1024 - 64 * 1024;
+/// Keys whose open bucket a repository remembers; past it, it forgets all.
+const REMEMBERED: usize = 100_000;
+
 /// What `#[bucket(...)]` declares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BucketSpec {
@@ -359,7 +361,7 @@ pub struct Buckets<T> {
     reads: Collection<RawDocumentBuf>,
     shape: Arc<shape::Shape>,
     /// Each key's open bucket as this handle last saw it.
-    heads: Arc<Mutex<HashMap<Vec<u8>, i64>>>,
+    heads: Arc<Bounded<Vec<u8>, i64>>,
     /// Pushes queued per key while a batch of the key is out.
     queue: Arc<queue::PushQueue>,
     _items: PhantomData<fn() -> T>,
@@ -391,7 +393,7 @@ impl<T: Bucketed> Buckets<T> {
             raw: on_primary(db, T::COLLECTION),
             reads: db.collection(T::COLLECTION),
             shape: Arc::new(shape::Shape::new(T::BUCKET, T::COLLECTION)),
-            heads: Arc::default(),
+            heads: Arc::new(Bounded::new(REMEMBERED)),
             queue: Arc::default(),
             _items: PhantomData,
         }
@@ -416,7 +418,7 @@ impl<T: Bucketed> Buckets<T> {
         self.raw = on_primary(&self.db, name);
         self.reads = self.db.collection(name);
         self.shape = Arc::new(shape::Shape::new(T::BUCKET, name));
-        self.heads = Arc::default();
+        self.heads = Arc::new(Bounded::new(REMEMBERED));
         // A queue sends to its repository's collection.
         self.queue = Arc::default();
         self

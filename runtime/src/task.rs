@@ -15,9 +15,6 @@ use crate::error::{Error, Result};
 /// panic in `fut` is resumed here; when the runtime shuts down before
 /// `fut` ends, the error is [`Error::OutcomeUnknown`] for `operation`
 /// (some of its writes may be stored): see [`shut_down`].
-// Unused until bucket's spawned writes (edit, late, near, group) move to
-// it, in the rewrite of `bucket/` under way.
-#[allow(dead_code)]
 pub(crate) async fn uncut<F, R>(fut: F, operation: &'static str) -> Result<R>
 where
     F: Future<Output = Result<R>> + Send + 'static,
@@ -28,7 +25,6 @@ where
 
 /// `task`'s result: its own, its panic resumed, or [`shut_down`] when the
 /// runtime dropped it.
-#[allow(dead_code)]
 async fn joined<R>(task: JoinHandle<Result<R>>, operation: &'static str) -> Result<R> {
     match task.await {
         Ok(r) => r,
@@ -41,7 +37,6 @@ async fn joined<R>(task: JoinHandle<Result<R>>, operation: &'static str) -> Resu
 /// The error of `operation` when the runtime shut down while a task of its
 /// own ran it (or before it told the call how it ended):
 /// [`Error::OutcomeUnknown`], its source a driver error saying so.
-#[allow(dead_code)]
 pub(crate) fn shut_down(operation: &'static str) -> Error {
     Error::OutcomeUnknown {
         operation,

@@ -84,20 +84,19 @@ impl<T: Bucketed> Buckets<T> {
         }
         let o = (*cx.opts).clone();
         let this = self.clone();
-        uncut(
-            M::OPERATION,
-            Box::pin(async move {
-                let client = this.db.client();
-                let mut s = client.start_session().causal_consistency(false).await?;
-                let inside = o.clone().in_transaction();
-                let context = (&this, &m, &inside);
-                crate::transaction::run(&mut s, &o, M::OPERATION, context, |s, (b, m, o)| {
-                    m.run(b.txn(o, s))
-                })
-                .await
-            }),
-        )
-        .await
+        // Boxed: held by value until it is spawned, the move's whole future
+        // would sit in the call's.
+        let moved: BoxFuture<'static, Result<M::Out>> = Box::pin(async move {
+            let client = this.db.client();
+            let mut s = client.start_session().causal_consistency(false).await?;
+            let inside = o.clone().in_transaction();
+            let context = (&this, &m, &inside);
+            crate::transaction::run(&mut s, &o, M::OPERATION, context, |s, (b, m, o)| {
+                m.run(b.txn(o, s))
+            })
+            .await
+        });
+        crate::task::uncut(moved, M::OPERATION).await
     }
 
     fn txn<'a>(&'a self, o: &'a Options, s: &'a mut ClientSession) -> Txn<'a> {
@@ -323,25 +322,6 @@ impl Reindex {
         }
         t.read_tail(&self.key).await?;
         Ok(())
-    }
-}
-
-/// `f` as a task of its own, so that a caller who stops waiting does not
-/// cut it between its writes: it finishes, and its result is lost with the
-/// call.
-pub(super) async fn uncut<R: Send + 'static>(
-    operation: &'static str,
-    f: BoxFuture<'static, Result<R>>,
-) -> Result<R> {
-    match tokio::spawn(tracing::Instrument::in_current_span(f)).await {
-        Ok(r) => r,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(_) => Err(Error::OutcomeUnknown {
-            operation,
-            source: mongodb::error::Error::custom(
-                "the runtime shut down while the write ran; it may have been stored",
-            ),
-        }),
     }
 }
 

@@ -139,14 +139,10 @@ impl<T: Bucketed> Buckets<T> {
                 this.send_queue(first).await
             }));
         }
-        outcome.await.unwrap_or_else(|_| {
-            Err(Error::OutcomeUnknown {
-                operation: "push",
-                source: mongodb::error::Error::custom(
-                    "the runtime shut down while a push ran; it may have been stored",
-                ),
-            })
-        })
+        // The sender gone without a word: the runtime shut down.
+        outcome
+            .await
+            .unwrap_or_else(|_| Err(crate::task::shut_down("push")))
     }
 
     /// Sends `first`, then what queued on its key meanwhile, batch after

@@ -24,9 +24,6 @@ use super::{BucketPage, Bucketed, Buckets, PageRequest};
 use crate::error::{Error, Result};
 use crate::util::id_of;
 
-/// Keys whose open bucket a repository remembers; past it, it forgets all.
-const MAX_REMEMBERED: usize = 100_000;
-
 impl<T: Bucketed> Buckets<T> {
     /// An error naming the first damaged bucket of `key`, if it has one.
     pub(super) async fn refuse_damaged(&self, key: &Bson, cx: &mut Call<'_>) -> Result<()> {
@@ -51,21 +48,13 @@ impl<T: Bucketed> Buckets<T> {
             .damaged(id_of(b), "count", "does not agree with the bucket's items"))
     }
 
+    /// Where the key's open bucket was, as this handle last saw it.
     pub(super) fn remembered(&self, slot: &[u8]) -> Option<i64> {
-        self.heads.lock().ok()?.get(slot).copied()
+        self.heads.get(slot)
     }
 
     pub(super) fn remember(&self, slot: &[u8], seq: i64) {
-        if let Ok(mut heads) = self.heads.lock() {
-            if let Some(known) = heads.get_mut(slot) {
-                *known = seq;
-                return;
-            }
-            if heads.len() >= MAX_REMEMBERED {
-                heads.clear();
-            }
-            heads.insert(slot.to_vec(), seq);
-        }
+        self.heads.insert(slot, seq);
     }
 
     /// [`Buckets::page`], in `cx`.

@@ -688,32 +688,8 @@ pub(super) fn below(v: &Bson, bound: Option<&Bson>) -> bool {
     order_cmp(Some(v), bound) == std::cmp::Ordering::Less
 }
 
-/// MongoDB's order for the values an `order` field holds: a missing or
-/// null value first, then numbers (NaN below every other number), dates,
-/// timestamps.
+/// MongoDB's order of two `order` values (missing counts as null, as the
+/// server sorts it).
 pub(super) fn order_cmp(a: Option<&Bson>, b: Option<&Bson>) -> std::cmp::Ordering {
-    use std::cmp::Ordering;
-    fn rank(v: Option<&Bson>) -> u8 {
-        match v {
-            None | Some(Bson::Null) => 0,
-            Some(Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)) => 1,
-            Some(Bson::DateTime(_)) => 2,
-            Some(Bson::Timestamp(_)) => 3,
-            Some(_) => 4,
-        }
-    }
-    match (a, b) {
-        (Some(Bson::Int32(x)), Some(Bson::Int32(y))) => x.cmp(y),
-        (Some(Bson::Int64(x)), Some(Bson::Int64(y))) => x.cmp(y),
-        (Some(Bson::DateTime(x)), Some(Bson::DateTime(y))) => x.cmp(y),
-        (Some(Bson::Timestamp(x)), Some(Bson::Timestamp(y))) => {
-            (x.time, x.increment).cmp(&(y.time, y.increment))
-        }
-        (Some(x), Some(y)) if rank(a) == 1 && rank(b) == 1 => match (as_f64(x), as_f64(y)) {
-            (Some(x), Some(y)) if x.is_nan() || y.is_nan() => y.is_nan().cmp(&x.is_nan()),
-            (Some(x), Some(y)) => x.partial_cmp(&y).unwrap_or(Ordering::Equal),
-            _ => Ordering::Equal,
-        },
-        _ => rank(a).cmp(&rank(b)),
-    }
+    crate::order::cmp(a.unwrap_or(&Bson::Null), b.unwrap_or(&Bson::Null))
 }
