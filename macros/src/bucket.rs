@@ -26,6 +26,15 @@ const OPTIONS: &[&str] = &[SIZE, KEY, ORDER, ITEMS];
 const MAX_SIZE: u64 = 10_000;
 /// Field names the bucket document uses for its own bookkeeping.
 const RESERVED: &[&str] = &["_id", "start", "count", "bytes", "sealed"];
+/// And every name starting with this: the repository's own fields
+/// (`mp_ops`, `mp_next`, ...). Generated code asserts that the two cover
+/// the runtime's `bucket::RESERVED`, and nothing else.
+const RESERVED_PREFIX: &str = "mp_";
+
+/// Whether the bucket keeps `name` for itself.
+fn reserved(name: &str) -> bool {
+    RESERVED.contains(&name) || name.starts_with(RESERVED_PREFIX)
+}
 
 /// How a `#[bucket]` model's collection shards: on its bucket key alone.
 pub enum BucketSharding {
@@ -258,10 +267,10 @@ fn check_key(cx: &Ctxt, lit: &LitStr, model: &Input) -> Option<(String, Ident, T
         );
         return None;
     }
-    if RESERVED.contains(&stored) {
+    if reserved(stored) {
         cx.error_spanned_by(
             lit,
-            format!("`bucket` option `key` names {named}, which the bucket keeps for itself (`start`, `count`, `bytes` and `sealed` are taken); store the field under another name with `#[serde(rename = \"...\")]`"),
+            format!("`bucket` option `key` names {named}, which the bucket keeps for itself (`start`, `count`, `bytes`, `sealed` and names starting with `mp_` are taken); store the field under another name with `#[serde(rename = \"...\")]`"),
         );
         return None;
     }
@@ -292,7 +301,7 @@ fn check_order(
 /// no field the bucket keeps has. Reported, it is kept as written.
 fn check_items(cx: &Ctxt, lit: &LitStr, key: Option<&(String, Ident, Type)>) -> String {
     let name = lit.value();
-    let clash = RESERVED.contains(&name.as_str()) || key.is_some_and(|(k, _, _)| *k == name);
+    let clash = reserved(&name) || key.is_some_and(|(k, _, _)| *k == name);
     if name.is_empty() || name.contains('.') || name.starts_with('$') {
         cx.error_spanned_by(
             lit,
@@ -301,7 +310,7 @@ fn check_items(cx: &Ctxt, lit: &LitStr, key: Option<&(String, Ident, Type)>) -> 
     } else if clash {
         cx.error_spanned_by(
             lit,
-            format!("`bucket` option `items` names `{name}`, which clashes with a field the bucket keeps: `_id`, the key, `start`, `count`, `bytes` and `sealed` are taken"),
+            format!("`bucket` option `items` names `{name}`, which clashes with a field the bucket keeps: `_id`, the key, `start`, `count`, `bytes`, `sealed` and names starting with `mp_` are taken"),
         );
     }
     name
@@ -338,6 +347,7 @@ impl Bucket {
         // `Bucketed::Key` requires `BucketKey`: the error lands on the field.
         let key_assoc = quote_spanned! {key_ty.span()=> type Key = #key_ty; };
         let decode_item = keyless_decoder(input, key_name, key_ident, p);
+        let (kept, kept_prefix) = (RESERVED, RESERVED_PREFIX);
         let order_check = spec.order.as_ref().map(|(_, ty)| {
             let p = p.at(ty.span());
             quote_spanned! {ty.span()=>
@@ -367,6 +377,10 @@ impl Bucket {
             const _: () = #p::core::assert!(
                 #MAX_SIZE == #p::limits::BUCKET_MAX_SIZE as u64,
                 "`#[bucket]` checks `size` against another maximum than the runtime's",
+            );
+            const _: () = #p::core::assert!(
+                #p::limits::bucket_reserved_is(&[#(#kept),*], #kept_prefix),
+                "`#[bucket]` refuses other field names than the ones the runtime keeps",
             );
         })
     }

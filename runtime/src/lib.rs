@@ -91,6 +91,61 @@ pub mod __private {
         pub use crate::approx_counter::{DEFAULT_MAX_DELAY_MS, DEFAULT_MAX_KEYS, MAX_EVERY};
         pub use crate::bucket::MAX_SIZE as BUCKET_MAX_SIZE;
         pub use crate::keyset::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+
+        /// Whether the field names the derive refuses for a bucket's key
+        /// and items (`fixed`, and every name starting with `prefix`) are
+        /// the ones a bucket keeps for itself ([`crate::bucket::RESERVED`]):
+        /// each of those refused, and each of `fixed` among them.
+        pub const fn bucket_reserved_is(fixed: &[&str], prefix: &str) -> bool {
+            let kept = crate::bucket::RESERVED;
+            let mut i = 0;
+            while i < kept.len() {
+                if !contains(fixed, kept[i]) && !starts_with(kept[i], prefix) {
+                    return false;
+                }
+                i += 1;
+            }
+            let mut j = 0;
+            while j < fixed.len() {
+                if !contains(kept, fixed[j]) {
+                    return false;
+                }
+                j += 1;
+            }
+            true
+        }
+
+        const fn contains(list: &[&str], name: &str) -> bool {
+            let mut i = 0;
+            while i < list.len() {
+                if eq(list[i].as_bytes(), name.as_bytes()) {
+                    return true;
+                }
+                i += 1;
+            }
+            false
+        }
+
+        const fn starts_with(name: &str, prefix: &str) -> bool {
+            let (n, p) = (name.as_bytes(), prefix.as_bytes());
+            n.len() >= p.len() && same_start(n, p)
+        }
+
+        const fn eq(a: &[u8], b: &[u8]) -> bool {
+            a.len() == b.len() && same_start(a, b)
+        }
+
+        /// `a` begins with `b` (`a` at least as long).
+        const fn same_start(a: &[u8], b: &[u8]) -> bool {
+            let mut i = 0;
+            while i < b.len() {
+                if a[i] != b[i] {
+                    return false;
+                }
+                i += 1;
+            }
+            true
+        }
     }
 
     /// Compiles only when `T` can be a keyset sort key; spanned at the field.
