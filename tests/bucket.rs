@@ -88,8 +88,8 @@ struct Dated {
 /// has a future that fits a small allocation (`SMALL_FUTURE`): a larger
 /// one would cost the operation after it more than the generated code may
 /// (see the client-cost tables in `benches/*-results.md`). The maintenance ones
-/// (`push_many`, `reindex`, `update`), which hold their leases and
-/// rewrites inline, are held to four times that. Nothing is sent: the
+/// (`push_many`, `reindex`, `update`), which hold their rewrites
+/// inline, are held to four times that. Nothing is sent: the
 /// futures are built, measured and dropped.
 #[tokio::test]
 async fn operation_futures_fit_a_small_allocation() {

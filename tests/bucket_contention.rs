@@ -71,11 +71,6 @@ async fn sorted_buckets(db: &Database, key: i64) -> Vec<(i64, i64, i64)> {
             arr.len()
         );
         assert_eq!(int("start"), out.len() as i64, "bucket {id}: start");
-        assert!(
-            !b.get_bool("mp_stale").unwrap_or(false),
-            "bucket {id}: marked"
-        );
-        assert!(!b.contains_key("mp_moving"), "bucket {id}: split half done");
         for t in arr {
             let t = t.as_document().unwrap();
             let task = t
@@ -376,7 +371,6 @@ async fn sixteen_callers_transactions_push_dated_at_the_call() {
         assert_eq!(num("count"), Some(arr.len() as i64), "count: {b}");
         assert!(arr.len() <= 20, "at most twice size: {b}");
         assert_eq!(num("start"), Some(stored.len() as i64), "start: {b}");
-        assert!(!b.get_bool("mp_stale").unwrap_or(false), "marked: {b}");
         for t in arr {
             let t = t.as_document().unwrap();
             let int = |f: &str| {
@@ -448,7 +442,6 @@ async fn small_days(db: &Database) -> Vec<i64> {
         };
         assert_eq!(num("count"), Some(arr.len() as i64), "count: {b}");
         assert_eq!(num("start"), Some(days.len() as i64), "start: {b}");
-        assert!(!b.get_bool("mp_stale").unwrap_or(false), "marked: {b}");
         for t in arr {
             let d = t.as_document().unwrap().get_datetime("date").unwrap();
             days.push(d.timestamp_millis() / 86_400_000);

@@ -54,7 +54,7 @@ struct Event {
     n: u32,
 }
 
-/// Kept in `day` order: late items take the key's lease.
+/// Kept in `day` order: a late item is a transaction.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[model(collection = "dep_ticks")]
 #[bucket(size = 3, key = "sym", order = "day", items = "ticks")]
@@ -466,8 +466,8 @@ async fn on_primary_only(cmds: &Commands, what: &str) {
 
 /// A client whose URI says `secondaryPreferred`: every read that decides a
 /// write goes to the primary (the shard key's stored-key lookup, the
-/// buffered counter's check, a bucket's reads under its lease, its
-/// repairs and reindex, the rank's own transactions and rebuild), while
+/// buffered counter's check, a bucket's reads inside its transactions (a
+/// late push, a reindex), the rank's own transactions and rebuild), while
 /// the caller's own reads (pages, ranks) keep the caller's preference.
 #[tokio::test]
 async fn reads_that_decide_writes_go_to_the_primary() {
@@ -499,7 +499,7 @@ async fn reads_that_decide_writes_go_to_the_primary() {
             "a page follows the client's secondaryPreferred: {page:#?}"
         );
 
-        // A late item: the lease, the move, the reindex.
+        // A late item: one transaction.
         ticks
             .push(&Tick {
                 sym: "s".into(),

@@ -224,16 +224,12 @@ fn line(op: &str, c: Counts, findings: &[Finding]) -> (usize, usize, usize) {
 /// `incr` and `flush`, and a keyset page, each under the checker in report
 /// mode with the keys the issue proposes: buckets by their key field
 /// (hashed, as `Buckets::declared` says), rank
-/// histograms by board (`_id`), counters by hashed `_id`, leases by `_id`,
-/// the players by `_id`, and the keyset's visits by `visitorId`.
+/// histograms by board (`_id`), counters by hashed `_id`, the players by
+/// `_id`, and the keyset's visits by `visitorId`.
 #[tokio::test]
 async fn patterns_under_the_checker() {
     let routing = Routing::new()
         .key(Trade::COLLECTION, ShardKey::hashed(Trade::BUCKET.key))
-        .key(
-            &format!("{}.mp_locks", Trade::COLLECTION),
-            ShardKey::ranged("_id"),
-        )
         .key(ExamScore::RANK.histogram, ShardKey::ranged("_id"))
         .key(ExamScore::COLLECTION, ShardKey::ranged("_id"))
         .key(Views::COLLECTION, ShardKey::hashed("_id"))
