@@ -180,9 +180,12 @@ impl<'s> Call<'s> {
 ///
 /// What is not made by it, and why: a counter's `incr` (its future is not
 /// boxed: an increment that does not write is a draw and nothing else) and
-/// `flush` (no session: it carries every caller's increments), and the
+/// `flush` (no session: it carries every caller's increments); the
 /// `Stream`s (`Keyset::items`/`pages`, bucket and shard-key streams),
-/// which build the same [`Call`] on their first poll.
+/// which build the same [`Call`] on their first poll; and `ensure`'s
+/// `EnsureAction` and `PlanAction` and the shard key's `EnsureSharded`,
+/// which run on a database's declarations rather than a repository (no
+/// defaults to take, no session: a transaction refuses what they send).
 macro_rules! action {
     (
         $(#[$m:meta])*
