@@ -74,17 +74,31 @@ where
     C: Send,
     F: for<'b> FnMut(&'b mut ClientSession, &'b mut C) -> BoxFuture<'b, Result<R>> + Send,
 {
-    let mut stashed: Option<Error> = None;
+    let (mut stashed, mut attempts) = (None, 0);
     let result = session
         .start_transaction()
         .with_options(options(o))
         .and_run(
-            (context, &mut stashed, &mut body),
-            |s, (context, stashed, body)| {
+            (context, &mut stashed, &mut attempts, &mut body),
+            |s, (context, stashed, attempts, body)| {
+                **attempts += 1;
                 Box::pin(async move { body(s, context).await.map_err(|e| to_driver(e, stashed)) })
             },
         )
         .await;
+    outcome(result, stashed, attempts, operation)
+}
+
+/// The call's result from `and_run`'s, after `attempts` runs of its
+/// callback: the callback's own error when it `stashed` one, `Contended`
+/// when the reruns ran out of time, `NoTransactions` when the deployment
+/// refused a transaction, else the driver's error as ours.
+pub(crate) fn outcome<R>(
+    result: mongodb::error::Result<R>,
+    stashed: Option<Error>,
+    attempts: usize,
+    operation: &'static str,
+) -> Result<R> {
     let e = match result {
         Ok(r) => return Ok(r),
         Err(e) => e,
@@ -98,7 +112,7 @@ where
     {
         return Err(Error::Contended {
             operation,
-            attempts: 0,
+            attempts,
         });
     }
     let e = Error::from(e);

@@ -16,6 +16,7 @@ use super::{RankHistogram, Ranks};
 use crate::action::{Call, Options};
 use crate::error::{server_codes, Error, Result};
 use crate::retry::Retry;
+use crate::transaction::{options, to_driver, Stashed};
 
 /// How long a non-atomic write waits for a concurrent writer's `+1` to
 /// land.
@@ -141,7 +142,7 @@ impl<T: RankHistogram> Ranks<T> {
         };
         let result = session
             .start_transaction()
-            .with_options(transaction_options(o))
+            .with_options(options(o))
             // `and_run` rather than `and_run2`: the latter's async closure
             // trips rust-lang/rust#96865 here ("implementation of `Send` is
             // not general enough" for `&Ranks<T>`, `&Options`, … when the
@@ -385,19 +386,6 @@ impl<T: RankHistogram> Ranks<T> {
     }
 }
 
-/// The options of a transaction of the call's own: its write concern
-/// (sent with the commit), read concern and the commit's time bound. It
-/// reads the primary whatever the call's or the client's read preference:
-/// a transaction reads nothing else, and the driver would refuse its first
-/// read under the `secondaryPreferred` a client's URI may carry.
-fn transaction_options(o: &Options) -> Option<mongodb::options::TransactionOptions> {
-    let mut t = mongodb::options::TransactionOptions::default();
-    t.write_concern = o.write_concern.clone();
-    t.read_concern = o.read_concern.clone();
-    t.selection_criteria = Some(crate::util::primary());
-    t.max_commit_time = o.max_time;
-    Some(t)
-}
 
 /// A transaction a call has open. Dropped while armed (the call's future
 /// was dropped: a timeout, a `select!`), it has the server kill the session,
@@ -505,62 +493,15 @@ fn own_outcome(
     attempts: Attempts,
     operation: &'static str,
 ) -> Result<bool> {
-    let e = match result {
-        Ok(r) => {
-            txn.armed = false;
-            return Ok(r);
-        }
-        Err(e) => e,
+    // Committed, or aborted by `and_run` after the callback's own error.
+    let over = match &result {
+        Ok(_) => true,
+        Err(e) => e.get_custom::<Stashed>().is_some(),
     };
-    if e.get_custom::<Stashed>().is_some() {
-        // The callback's own error; `and_run` aborted the transaction.
+    let r = crate::transaction::outcome(result, attempts.stashed, attempts.count, operation);
+    if over || matches!(r, Err(Error::NoTransactions { .. })) {
         txn.armed = false;
-        return Err(attempts.stashed.unwrap_or_else(|| Error::Database(e)));
     }
-    if matches!(*e.kind, mongodb::error::ErrorKind::Transaction { .. })
-        && e.to_string().contains("maximum time")
-    {
-        return Err(Error::Contended {
-            operation,
-            attempts: attempts.count,
-        });
-    }
-    let e = Error::from(e);
-    if refused_transaction(&e) {
-        txn.armed = false;
-        return Err(Error::NoTransactions { operation });
-    }
-    Err(e)
+    r
 }
 
-/// The marker of an error of ours carried through `and_run`.
-struct Stashed;
-
-/// An error of the transaction's callback as `and_run` needs it: the
-/// driver's own (with its labels), a lost race labelled transient so that
-/// it is rerun, or a marker for an error of ours, kept in `stashed`.
-fn to_driver(e: Error, stashed: &mut Option<Error>) -> mongodb::error::Error {
-    match e {
-        Error::Database(m) | Error::Unavailable(m) => m,
-        Error::Raced(m) => crate::error::with_transient_label(m),
-        other => {
-            *stashed = Some(other);
-            mongodb::error::Error::custom(Stashed)
-        }
-    }
-}
-
-/// IllegalOperation: "Transaction numbers are only allowed on a replica set
-/// member or mongos", which a standalone answers to the first write; or the
-/// driver's own refusal, before anything is sent, of a deployment whose
-/// `hello` advertises no sessions or a wire version before transactions.
-fn refused_transaction(e: &Error) -> bool {
-    match e {
-        Error::Database(m) => {
-            server_codes(m).contains(&crate::error::code::ILLEGAL_OPERATION)
-                || matches!(&*m.kind, mongodb::error::ErrorKind::Transaction { message, .. }
-                    if message.contains("not supported by this deployment"))
-        }
-        _ => false,
-    }
-}
