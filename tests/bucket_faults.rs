@@ -750,9 +750,11 @@ async fn cut<F: std::future::IntoFuture>(rng: &mut Lcg, max_us: u64, f: F) -> Op
         .ok()
 }
 
-/// Three times the median of five uncut calls, in microseconds: a window
+/// Four times the fastest of five uncut calls, in microseconds: a window
 /// that cuts a good share of the calls however busy the machine is (the
-/// calls it cuts cost the next one a new connection).
+/// calls it cuts cost the next one a new connection). The fastest, not the
+/// median: a machine busy with other tests while these five ran made the
+/// median so long that a run cut 5 calls in 80.
 async fn window<F, Fut>(mut call: F) -> u64
 where
     F: FnMut(u32) -> Fut,
@@ -765,7 +767,7 @@ where
         took.push(t.elapsed().as_micros() as u64);
     }
     took.sort_unstable();
-    (took[2] * 3).max(200)
+    (took[0] * 4).max(200)
 }
 
 #[tokio::test]
