@@ -456,8 +456,12 @@ fn off_primary(sent: &[(String, Document)]) -> Vec<String> {
 /// Runs `f`'s commands and fails on any read among them sent to anything
 /// but the primary.
 async fn on_primary_only(cmds: &Commands, what: &str) {
-    let sent = cmds.take();
-    let stray = off_primary(&sent);
+    on_primary_only_in(&cmds.take(), what);
+}
+
+/// Fails on any read among `sent` sent to anything but the primary.
+fn on_primary_only_in(sent: &[(String, Document)], what: &str) {
+    let stray = off_primary(sent);
     assert!(
         stray.is_empty(),
         "{what}: reads that decide a write went elsewhere: {stray:#?}"
@@ -585,6 +589,55 @@ async fn callers_transaction(db: &Database, s: &mut ClientSession, what: &str) {
         .session(&mut *s)
         .await
         .unwrap();
+}
+
+/// A read preference given to a repository (its default options) or to
+/// one call is the caller's: it reaches pages and totals, but not the
+/// reads that decide a write, which stay on the primary (a bucket push's
+/// read of the newest bucket at a rollover, the reads of a late push's
+/// transaction, a replace's reads when nothing matched). Before, the
+/// repository's or the call's `secondaryPreferred` replaced the primary
+/// for them.
+#[tokio::test]
+async fn a_callers_read_preference_does_not_move_the_reads_that_decide_writes() {
+    bounded(120, async {
+        let server = server();
+        let uri = server.uri().split('?').next().unwrap_or_default().to_owned();
+        let (c, cmds) = client(&format!("{uri}?heartbeatFrequencyMS=500")).await;
+        let db = c.database("dep_pref");
+        let secondary = || {
+            SelectionCriteria::ReadPreference(ReadPreference::SecondaryPreferred {
+                options: Default::default(),
+            })
+        };
+        let ticks = Tick::buckets(&db)
+            .with_options(Options::new().selection_criteria(secondary()));
+        // Rollovers (buckets of 3) and a late item: reads by `_id` and of
+        // the newest bucket, and a transaction's reads.
+        for day in [1, 2, 3, 4, 10, 11, 12, 13, 5] {
+            ticks.push(&Tick { sym: "s".into(), day }).await.unwrap();
+        }
+        let sent = cmds.take();
+        assert!(
+            sent.iter().any(|(n, _)| n == "find"),
+            "the pushes read: {sent:#?}"
+        );
+        on_primary_only_in(&sent, "pushes with a repository's secondaryPreferred");
+        let missing = ticks
+            .replace("s", doc! {"day": 99}, &Tick { sym: "s".into(), day: 99 })
+            .selection_criteria(secondary())
+            .await
+            .unwrap();
+        assert!(!missing);
+        on_primary_only_in(&cmds.take(), "a replace's reads");
+        // The caller's own reads follow it.
+        ticks.page("s", PageRequest::page(1).per_page(2)).await.unwrap();
+        assert!(
+            !off_primary(&cmds.take()).is_empty(),
+            "a page follows the repository's secondaryPreferred"
+        );
+    })
+    .await;
 }
 
 /// What a pattern's refusal leaves of the caller's transaction, as the

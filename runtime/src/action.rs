@@ -153,6 +153,18 @@ impl<'s> Call<'s> {
         }
     }
 
+    /// The driver's options `O` for a read of this call: the call's
+    /// options for a read of the caller's (a page, a total); for a read
+    /// that decides a write, which goes through a handle on the primary,
+    /// the same but for a read preference of the call's, which would
+    /// override the handle's: the primary instead.
+    pub(crate) fn read_options<O: options::DriverOptions>(&self) -> Option<O> {
+        match self.for_caller || self.opts.selection_criteria.is_none() {
+            true => self.opts.driver(),
+            false => Some(self.opts.deciding()),
+        }
+    }
+
     /// No options, no session: for work a call does on its own behalf
     /// (under a lease, in a task of its own).
     pub(crate) fn plain() -> Call<'static> {

@@ -207,6 +207,17 @@ impl Options {
         Some(o)
     }
 
+    /// The driver's options struct `O` for a read that decides a write:
+    /// these options, but on the primary whatever they or the client say
+    /// (a secondary's copy can lag behind the write being decided, and a
+    /// transaction reads nothing else).
+    pub(crate) fn deciding<O: DriverOptions>(&self) -> O {
+        let mut o = O::default();
+        o.apply(self);
+        o.primary();
+        o
+    }
+
     /// Adds these options to a command sent with `run_command`, which
     /// inherits nothing from the collection: `writeConcern` (the given
     /// effective one, for a write), `readConcern`, `comment`, `maxTimeMS`.
@@ -239,6 +250,8 @@ impl Options {
 /// Driver option structs that [`Options`] fills in.
 pub(crate) trait DriverOptions: Default {
     fn apply(&mut self, o: &Options);
+    /// Reads from the primary (a read's options; nothing for a write's).
+    fn primary(&mut self) {}
 }
 
 macro_rules! driver_options {
@@ -251,12 +264,33 @@ macro_rules! driver_options {
     )*};
 }
 
+/// The read options: [`driver_options!`], and [`DriverOptions::primary`].
+macro_rules! read_options {
+    ($($t:ident: $($field:ident),*;)*) => {$(
+        impl DriverOptions for mongodb::options::$t {
+            fn apply(&mut self, o: &Options) {
+                $(if o.$field.is_some() { self.$field = o.$field.clone(); })*
+                if o.selection_criteria.is_some() {
+                    self.selection_criteria = o.selection_criteria.clone();
+                }
+            }
+
+            fn primary(&mut self) {
+                self.selection_criteria = Some(crate::util::primary());
+            }
+        }
+    )*};
+}
+
+read_options! {
+    FindOptions: comment, max_time, read_concern;
+    FindOneOptions: comment, max_time, read_concern;
+    AggregateOptions: comment, max_time, read_concern, write_concern;
+    CountOptions: comment, max_time, read_concern;
+    DistinctOptions: comment, max_time, read_concern;
+}
+
 driver_options! {
-    FindOptions: comment, max_time, read_concern, selection_criteria;
-    FindOneOptions: comment, max_time, read_concern, selection_criteria;
-    AggregateOptions: comment, max_time, read_concern, selection_criteria, write_concern;
-    CountOptions: comment, max_time, read_concern, selection_criteria;
-    DistinctOptions: comment, max_time, read_concern, selection_criteria;
     UpdateOptions: comment, write_concern;
     ReplaceOptions: comment, write_concern;
     DeleteOptions: comment, write_concern;

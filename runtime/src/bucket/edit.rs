@@ -164,7 +164,7 @@ impl<T: Bucketed> Buckets<T> {
         let find = self
             .raw
             .find_one(self.shape.holding(&key_b, op))
-            .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
+            .with_options(cx.read_options::<mongodb::options::FindOneOptions>())
             .projection(doc! {"_id": 1});
         if crate::action::run!(find, cx.session.as_deref_mut())?.is_some() {
             return Ok(true);

@@ -124,7 +124,7 @@ impl Txn<'_> {
         let find = self
             .raw
             .find(filter)
-            .with_options(self.o.driver::<mongodb::options::FindOptions>())
+            .with_options(self.o.deciding::<mongodb::options::FindOptions>())
             .sort(doc! {"_id": dir})
             .limit(limit)
             .projection(project);
@@ -171,7 +171,7 @@ impl Txn<'_> {
         let agg = self
             .raw
             .aggregate(pipeline)
-            .with_options(self.o.driver::<mongodb::options::AggregateOptions>())
+            .with_options(self.o.deciding::<mongodb::options::AggregateOptions>())
             .with_type::<RawDocumentBuf>();
         let mut cursor = agg.session(&mut *self.s).await?;
         Ok(cursor.stream(&mut *self.s).try_collect().await?)

@@ -30,7 +30,7 @@ impl<T: Bucketed> Buckets<T> {
         let find = self
             .raw
             .find_one(self.shape.damaged_of(key))
-            .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
+            .with_options(cx.read_options::<mongodb::options::FindOneOptions>())
             .sort(doc! {"_id": 1})
             .projection(self.shape.head_projection(None));
         let found = crate::action::run!(find, cx.session.as_deref_mut())?;
@@ -195,7 +195,7 @@ impl<T: Bucketed> Buckets<T> {
         let find = self
             .reader(cx)
             .find_one(newest)
-            .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
+            .with_options(cx.read_options::<mongodb::options::FindOneOptions>())
             .sort(doc! {"_id": -1})
             .projection(self.shape.head_projection(op));
         let found = crate::action::run!(find, cx.session.as_deref_mut())?;
@@ -220,7 +220,7 @@ impl<T: Bucketed> Buckets<T> {
                 self.shape
                     .by_id(&super::shape::seq_id(key, Bson::Int64(seq))),
             )
-            .with_options(cx.opts.driver::<mongodb::options::FindOneOptions>())
+            .with_options(cx.read_options::<mongodb::options::FindOneOptions>())
             .projection(self.shape.head_projection(op));
         let found = crate::action::run!(find, cx.session.as_deref_mut())?;
         found.map(|d| self.shape.head_of(&d)).transpose()
@@ -279,7 +279,7 @@ impl<T: Bucketed> Buckets<T> {
         pipeline: Vec<Document>,
         cx: &mut Call<'_>,
     ) -> Result<Vec<RawDocumentBuf>> {
-        let opts = cx.opts.driver::<mongodb::options::AggregateOptions>();
+        let opts = cx.read_options::<mongodb::options::AggregateOptions>();
         // The cursor is boxed, and so is the read in a session: held
         // across an `.await`, either would make every read's future too
         // large for a small allocation.
