@@ -316,7 +316,7 @@ fn reads_majority(cmd: &Document) -> bool {
     let level = cmd
         .get_document("readConcern")
         .and_then(|rc| rc.get_str("level"));
-    level == Ok("majority")
+    level.ok() == Some("majority")
 }
 
 /// What the rules and the log hold, shared by every connection.
