@@ -447,6 +447,15 @@ async fn accept(listener: TcpListener, shared: Arc<Shared>, mut closed: oneshot:
     conns.shutdown().await;
 }
 
+/// What to do with a request: forward it, close the connection, answer it
+/// without the server, or forward it and then do something to its reply.
+enum Decision {
+    Forward,
+    Close,
+    Answer(Document),
+    After(After),
+}
+
 /// What to do with the server's reply to a request.
 enum After {
     Replace(Document),
@@ -507,13 +516,6 @@ async fn serve(client: TcpStream, shared: Arc<Shared>) {
         _ = up => {}
         _ = down => {}
     }
-}
-
-enum Decision {
-    Forward,
-    Close,
-    Answer(Document),
-    After(After),
 }
 
 impl Shared {
