@@ -15,7 +15,7 @@ use mongo_patterns::mongodb::error::{Error, ErrorKind, WriteFailure};
 use mongo_patterns::mongodb::event::command::CommandEvent;
 use mongo_patterns::mongodb::event::sdam::SdamEvent;
 use mongo_patterns::mongodb::event::EventHandler;
-use mongo_patterns::mongodb::options::{ClientOptions, ReadConcern};
+use mongo_patterns::mongodb::options::{ClientOptions, InsertOneModel, ReadConcern};
 use mongo_patterns::mongodb::{Client, Collection};
 use mongo_patterns_testkit::proxy::{Fault, Proxy, Rule};
 use mongo_patterns_testkit::{bounded, client, Commands, OwnServer, ServerOptions};
@@ -517,6 +517,46 @@ async fn a_rule_applies_to_its_first_matches_only() {
     assert_eq!(three.get_i32("n").ok(), Some(2));
     rig.proxy.clear();
     assert!(rig.proxy.hits().is_empty());
+}
+
+/// A predicate sees the command as the server does: the driver sends
+/// `insert`'s `documents` as a document sequence (an `OP_MSG` kind-1
+/// section), which the proxy folds into the command as an array; so it
+/// does with `bulkWrite`'s `ops` when they come as one.
+#[tokio::test]
+async fn a_predicate_sees_document_sequences() {
+    let rig = Rig::new("sequences").await;
+    let two =
+        |key: &'static str| move |cmd: &Document| cmd.get_array(key).map(Vec::len).ok() == Some(2);
+    rig.proxy
+        .on(Rule::new("insert", usize::MAX, Fault::Stall(Duration::ZERO)).when(two("documents")));
+    rig.proxy
+        .on(Rule::new("bulkWrite", usize::MAX, Fault::Stall(Duration::ZERO)).when(two("ops")));
+    let coll = rig.coll();
+    bounded(10, coll.insert_one(doc! {"_id": 1})).await.unwrap();
+    bounded(10, coll.insert_many([doc! {"_id": 2}, doc! {"_id": 3}]))
+        .await
+        .unwrap();
+    let ns = coll.namespace();
+    let ops = [
+        InsertOneModel::builder()
+            .namespace(ns.clone())
+            .document(doc! {"_id": 4})
+            .build(),
+        InsertOneModel::builder()
+            .namespace(ns)
+            .document(doc! {"_id": 5})
+            .build(),
+    ];
+    bounded(10, rig.client.bulk_write(ops)).await.unwrap();
+    let sent: Vec<String> = rig.commands.take().into_iter().map(|(n, _)| n).collect();
+    println!(
+        "driver sent {sent:?}; hits (2 documents, 2 ops) {:?}; stored {}",
+        rig.proxy.hits(),
+        rig.count().await
+    );
+    assert_eq!(rig.proxy.hits(), [1, 1]);
+    assert_eq!(rig.count().await, 5);
 }
 
 /// Replica-set mode: given `replica_set_uri()`, the driver discovers a
