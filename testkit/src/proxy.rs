@@ -42,21 +42,21 @@
 //!   `numberReturned` `i32`, then the documents. Only its `hello` document is
 //!   read (see replica-set mode below).
 //!
-//! `OP_QUERY`, `OP_COMPRESSED` (2012) and anything else pass untouched, and
-//! so does an `OP_MSG` request with `moreToCome` (an unacknowledged write,
-//! which gets no reply to spoil). Messages the proxy rewrites lose their
-//! checksum (it clears flag bit 0 rather than compute a new one; drivers
-//! send none unless asked). There is no TLS and no compression: the driver
-//! negotiates a compressor only when its URI names one, and a compressed
-//! command could be neither matched nor rewritten.
+//! `OP_QUERY` (logged by name), `OP_COMPRESSED` (2012) and anything else
+//! pass untouched, and so does an `OP_MSG` request with `moreToCome` (an
+//! unacknowledged write, which gets no reply to spoil). Messages the proxy
+//! rewrites lose their checksum (it clears flag bit 0 rather than compute a
+//! new one; drivers send none unless asked). There is no TLS and no
+//! compression: the driver negotiates a compressor only when its URI names
+//! one, and a compressed command could be neither matched nor rewritten.
 //!
 //! # The faults
 //!
 //! [`Proxy::on`] adds a [`Rule`]: a command name, an optional predicate on
 //! the command document, how many matching commands it applies to, and a
 //! [`Fault`]. Each command is checked against the rules in the order they
-//! were added; the first that matches and has matches left applies, and
-//! counts a hit ([`Proxy::hits`]).
+//! were added; the first that matches and has matches left applies,
+//! counts a hit ([`Proxy::hits`]) and prints a line to stderr.
 //!
 //! - [`Fault::ReplyWith`]: the command goes to the server, which applies it
 //!   and replies; the proxy drops that reply and answers with the given
@@ -133,8 +133,9 @@ const MAX_MESSAGE: usize = 64 << 20;
 /// How many command names [`Proxy::seen`] keeps (the latest).
 const SEEN_CAP: usize = 10_000;
 
-/// The codes `mongod` labels `RetryableWriteError` on a retryable write or
-/// a commit / abort: the retryable-writes specification's list.
+/// The codes labelled `RetryableWriteError` on a retryable write or a
+/// commit / abort: the retryable-writes specification's list (other codes
+/// get no label here).
 const RETRYABLE_CODES: &[i32] = &[
     6, 7, 89, 91, 134, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436,
 ];
