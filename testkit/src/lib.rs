@@ -11,6 +11,7 @@
 pub mod bench;
 pub mod explain;
 pub mod forge;
+pub mod proxy;
 pub mod routing;
 
 pub use explain::Explain;
