@@ -386,7 +386,6 @@ impl<T: RankHistogram> Ranks<T> {
     }
 }
 
-
 /// A transaction a call has open. Dropped while armed (the call's future
 /// was dropped: a timeout, a `select!`), it has the server kill the session,
 /// which aborts the transaction and frees what it locked, before the
@@ -504,4 +503,3 @@ fn own_outcome(
     }
     r
 }
-
