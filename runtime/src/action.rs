@@ -249,7 +249,9 @@ macro_rules! action {
                             $crate::action::action!(@for_caller $kind),
                         )
                         .await;
-                        $crate::action::action!(@run $cx, $body $(, $guarded)?)
+                        let txn = $cx.txn;
+                        let done = $crate::action::action!(@run $cx, $body $(, $guarded)?);
+                        $crate::action::action!(@settle $kind, $op, txn, done)
                     },
                     span,
                 )
@@ -259,6 +261,15 @@ macro_rules! action {
     (@for_caller read) => { true };
     (@for_caller write) => { false };
     (@for_caller both) => { false };
+    // A write's error that leaves it perhaps stored says so (see
+    // `crate::failover`); a read's is as it is.
+    (@settle read, $op:expr, $txn:ident, $done:ident) => {{
+        let _ = $txn;
+        $done
+    }};
+    (@settle $kind:ident, $op:expr, $txn:ident, $done:ident) => {
+        $crate::failover::settle($op, $txn, $done)
+    };
     (@run $cx:ident, $body:expr) => { $body };
     (@run $cx:ident, $body:expr, guarded) => {{
         let mut cut = $crate::cut::CutGuard::new($cx.txn, $cx.session.as_deref());
@@ -368,49 +379,6 @@ pub(crate) async fn in_transaction(session: &mut ClientSession) -> bool {
 /// caller's `and_run2` runs it again.
 pub(crate) fn raced_in_transaction(e: mongodb::error::Error) -> Error {
     Error::Raced(crate::error::with_transient_label(e))
-}
-
-/// What to do after a write sent with `run_command` failed with `e`, as
-/// the driver's retryable writes would: `None` to send it once more (the
-/// error says it was not stored: an election refused or interrupted it,
-/// and the driver selects the new primary for the next attempt), once
-/// per call and never inside a transaction (the transaction's runner
-/// reruns it whole); otherwise the error for the caller, which says the
-/// outcome is unknown where the write may be stored, since the server
-/// cannot de-duplicate a command without a transaction number.
-pub(crate) fn after_write_error(
-    operation: &'static str,
-    e: Error,
-    txn: bool,
-    resent: &mut bool,
-) -> Option<Error> {
-    use crate::error::code::{outcome, Outcome};
-    let Some(m) = e.mongo() else {
-        return Some(e);
-    };
-    match outcome(m) {
-        Outcome::NotStored if !txn && !*resent => {
-            *resent = true;
-            None
-        }
-        _ => Some(unknown_outcome(operation, e, txn)),
-    }
-}
-
-/// `e` as [`Error::OutcomeUnknown`] when it leaves a write sent with
-/// `run_command` perhaps stored (outside a transaction: inside one, the
-/// server's labels tell the transaction's runner what to do).
-pub(crate) fn unknown_outcome(operation: &'static str, e: Error, txn: bool) -> Error {
-    use crate::error::code::{outcome, Outcome};
-    if txn || !e.mongo().is_some_and(|m| outcome(m) == Outcome::Unknown) {
-        return e;
-    }
-    match e {
-        Error::Database(source) | Error::Unavailable(source) | Error::Raced(source) => {
-            Error::OutcomeUnknown { operation, source }
-        }
-        other => other,
-    }
 }
 
 /// The errors in a `run_command` write's reply, which `run_command`

@@ -443,25 +443,29 @@ impl Error {
     }
 
     /// True when sending the same call again, as it is, may succeed and
-    /// cannot store anything twice: the deployment was unreachable, an
-    /// election refused the command before running it, a concurrent writer
-    /// won a race (`Contended`, `Raced`, `WriteConflict`), or the error
-    /// carries `TransientTransactionError` (run the whole transaction
-    /// again) or `RetryableWriteError`. False for
-    /// [`Error::OutcomeUnknown`] (read before writing again: a retry may
-    /// count it twice) and for everything the call itself refused (bad
-    /// input, a damaged document, an unsupported server), which fails the
-    /// same way again.
+    /// cannot store anything twice. Per variant:
+    /// - `Unavailable`: yes. No server could be selected, or a read lost
+    ///   its connection; a write whose connection failed after it was sent
+    ///   is `OutcomeUnknown` instead.
+    /// - `Raced`, `Contended`: yes. A concurrent writer won a race the call
+    ///   retried for its bound; nothing of the call was stored.
+    /// - `Database`: when it carries `TransientTransactionError` (run the
+    ///   whole transaction again: the server aborted it), when the server
+    ///   refused the command before running it (10107 and its like, as an
+    ///   election answers), or on a `WriteConflict`. Not for an error
+    ///   that may leave the write stored: outside a transaction those are
+    ///   `OutcomeUnknown`.
+    /// - `OutcomeUnknown`: no. The write may be stored (the driver had sent
+    ///   it once more already, as a retryable write); read before writing
+    ///   again, or accept that a retry may count it twice.
+    /// - Everything the call refused (`InvalidArgument`, `InvalidCursor`,
+    ///   `Damaged`, `UnexpectedDocument`, `UnsupportedValue`, `Unsupported`,
+    ///   `NoTransactions`, `ShardKeyMismatch`, `DocumentTooLarge`, ...): no,
+    ///   it fails the same way again.
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Unavailable(_) | Error::Raced(_) | Error::Contended { .. } => true,
-            Error::Database(e) => {
-                e.contains_label(mongodb::error::TRANSIENT_TRANSACTION_ERROR)
-                    || e.contains_label(mongodb::error::RETRYABLE_WRITE_ERROR)
-                    || server_codes(e)
-                        .iter()
-                        .any(|c| *c == code::WRITE_CONFLICT || code::FAILOVER.contains(c))
-            }
+            Error::Database(e) => crate::failover::safe_to_resend(e),
             _ => false,
         }
     }
@@ -617,7 +621,10 @@ mod tests {
             .into()
         };
         assert!(Error::Database(write(112)).is_retryable());
-        assert!(Error::Database(write(11602)).is_retryable());
+        // Refused before it ran: nothing stored.
+        assert!(Error::Database(write(10107)).is_retryable());
+        // Interrupted while it ran: perhaps stored.
+        assert!(!Error::Database(write(11602)).is_retryable());
         assert!(Error::Contended {
             operation: "push",
             attempts: 3

@@ -12,6 +12,7 @@ mod compat;
 mod cut;
 pub mod ensure;
 mod error;
+mod failover;
 mod feature;
 mod foreign;
 pub mod guide;

@@ -470,7 +470,7 @@ impl Inner {
 /// Whether a flush that failed with `e` may be sent again at once: it was
 /// not stored, or its outcome is unknown (the flush id refuses a repeat).
 fn resendable(e: &Error) -> bool {
-    use crate::error::code::{outcome, Outcome};
+    use crate::failover::{outcome, Outcome};
     matches!(e, Error::OutcomeUnknown { .. })
         || e.mongo().is_some_and(|m| outcome(m) != Outcome::Failed)
 }

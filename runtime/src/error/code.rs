@@ -180,43 +180,6 @@ pub(crate) fn refuses_read_concern(e: &mongodb::error::Error, command: &str) -> 
             .contains(&format!("'{}.readconcern'", command.to_ascii_lowercase()))
 }
 
-/// What a failed write sent with `run_command` (which the driver never
-/// retries) left behind, as far as the error tells.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    /// Not stored: never sent (no server selected, the pool was cleared
-    /// before the connection was handed out), or refused or interrupted
-    /// by an election or a shutdown. Sending it again stores it once.
-    NotStored,
-    /// Perhaps stored: the connection failed after the command was sent,
-    /// or a write concern error came after the write. Sending it again
-    /// could store it twice.
-    Unknown,
-    /// Any other error: the failure is the answer.
-    Failed,
-}
-
-/// [`Outcome`] of a write command that failed with `e` (its reply's first
-/// write error or its write concern error included, as
-/// [`crate::action::command_write_errors`] gives them).
-pub(crate) fn outcome(e: &mongodb::error::Error) -> Outcome {
-    use mongodb::error::{ErrorKind, WriteFailure};
-    match &*e.kind {
-        ErrorKind::ServerSelection { .. } | ErrorKind::ConnectionPoolCleared { .. } => {
-            Outcome::NotStored
-        }
-        ErrorKind::Io(_) => Outcome::Unknown,
-        ErrorKind::Write(WriteFailure::WriteConcernError(w)) if FAILOVER.contains(&w.code) => {
-            Outcome::Unknown
-        }
-        ErrorKind::Command(c) if FAILOVER.contains(&c.code) => Outcome::NotStored,
-        ErrorKind::Write(WriteFailure::WriteError(w)) if FAILOVER.contains(&w.code) => {
-            Outcome::NotStored
-        }
-        _ => Outcome::Failed,
-    }
-}
-
 impl Error {
     /// The server's error code: a command's, the first failed write's, or
     /// a write concern error's.
@@ -446,29 +409,5 @@ mod tests {
             Error::from(refusal(115, "bulkWrite is not supported")),
             Error::Database(_)
         ));
-    }
-
-    /// What an error says of a write command's outcome.
-    #[test]
-    fn failover_outcomes() {
-        use mongodb::error::{ErrorKind, WriteConcernError, WriteFailure};
-        for code in FAILOVER {
-            assert_eq!(outcome(&refusal(code, "election")), Outcome::NotStored);
-            let wce: WriteConcernError = crate::compat::from_document(
-                mongodb::bson::doc! {"code": code, "codeName": "X", "errmsg": "stepped down"},
-            )
-            .unwrap();
-            let wce =
-                mongodb::error::Error::from(ErrorKind::Write(WriteFailure::WriteConcernError(wce)));
-            assert_eq!(outcome(&wce), Outcome::Unknown, "{code}");
-        }
-        let io =
-            mongodb::error::Error::from(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
-        assert_eq!(outcome(&io), Outcome::Unknown);
-        assert_eq!(outcome(&refusal(DUPLICATE_KEY, "dup")), Outcome::Failed);
-        assert_eq!(
-            outcome(&refusal(WRITE_CONFLICT, "conflict")),
-            Outcome::Failed
-        );
     }
 }

@@ -18,8 +18,9 @@ use super::write::{refuse, Delta, Statement, Txn};
 use super::{RankHistogram, RankSpec, Ranks, Store, ARRAY_LIMIT};
 use crate::action::{Effective, Options};
 use crate::compat::{self, append};
-use crate::error::code::{outcome, Outcome, DUPLICATE_KEY, REFUSED, WRITE_CONFLICT};
+use crate::error::code::{DUPLICATE_KEY, REFUSED, WRITE_CONFLICT};
 use crate::error::{server_codes, Error, Result};
+use crate::failover::{outcome, Outcome};
 
 pub(super) struct DocumentStore;
 
@@ -572,7 +573,7 @@ pub(super) fn refused_bulk_write(e: &mongodb::error::Error) -> bool {
 
 /// [`crate::action::unknown_outcome`] for this layout's writes.
 fn unknown_outcome(e: Error, in_transaction: bool) -> Error {
-    crate::action::unknown_outcome("rank write", e, in_transaction)
+    crate::failover::unknown("rank write", in_transaction, e)
 }
 
 /// Whether a document of the documents layout is well-formed: a numeric
