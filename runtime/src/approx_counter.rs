@@ -169,14 +169,12 @@
 //!   as a repeat. A flush that an election refused, or whose reply was
 //!   lost, is sent again at once (its flush id makes that safe), and the
 //!   check after a refused flush reads the primary.
-//! - Writes with `max_time` or `w: 0` go through `run_command`, which the
-//!   driver does not retry: one an election refused or interrupted (10107,
-//!   11602, …: nothing stored) is sent once more; one whose reply was lost,
-//!   or that a step-down reported after storing it, is
-//!   [`Error::OutcomeUnknown`], never sent
-//!   twice (an `$inc` cannot be de-duplicated without the driver's
-//!   transaction number). Writes without them are the driver's own
-//!   retryable writes. The bound: the document remembers the last flush of
+//! - Every acknowledged write is one of the driver's retryable writes
+//!   (with `max_time`, a `findAndModify`, which carries `maxTimeMS`): one
+//!   failover between its send and its reply (refused, interrupted after
+//!   it ran, or its reply lost) stores it once, and the call returns `Ok`.
+//!   A write with `w: 0` goes through `run_command` (the driver's helpers
+//!   refuse `w: 0`) and asks for no reply. The bound: the document remembers the last flush of
 //!   [`HANDLES_KEPT`] handles, so a write is applied twice only if that
 //!   many other handles wrote the same document between the lost reply
 //!   and the re-send.
@@ -312,7 +310,7 @@ impl<T> Clone for Counter<T> {
 
 #[derive(Debug)]
 struct Inner {
-    /// For `run_command` writes (`maxTimeMS`, `w: 0`).
+    /// For `run_command` writes (`w: 0`).
     db: Database,
     coll: Collection<Document>,
     /// The handle's default options ([`Counter::with_options`]).

@@ -1,7 +1,12 @@
 //! The writes every mode sends: one `update` or `findAndModify` of a
-//! document's counter field, through the driver, or through `run_command`
-//! for what the driver's helpers cannot send (`maxTimeMS` on an update,
-//! `w: 0`).
+//! document's counter field, through the driver's helpers, which send
+//! them as retryable writes (a session id and a transaction number the
+//! server de-duplicates on: one failover between the send and the reply
+//! stores the increment once, and the call returns `Ok`). With
+//! `maxTimeMS`, which the driver's `update` has no option for, the
+//! `update` is a `findAndModify` (retryable too). Only `w: 0`, which the
+//! driver's helpers refuse, goes through `run_command`: it asks for no
+//! reply, so there is no outcome to lose.
 
 use std::sync::atomic::Ordering;
 
@@ -23,10 +28,10 @@ impl Inner {
         !txn && opts.unacknowledged(self.coll.write_concern())
     }
 
-    /// One `update` of a document: the driver's `update_one`, or, for what
-    /// that cannot send (`maxTimeMS`, `w: 0`), the same `update` command
-    /// through `run_command` (which the driver does not retry on a lost
-    /// connection), with the effective write concern written into it.
+    /// One `update` of a document: the driver's `update_one`; with
+    /// `maxTimeMS`, its `find_one_and_update` (both retryable writes);
+    /// with `w: 0`, the same `update` command through `run_command`, with
+    /// the effective write concern written into it.
     pub(super) async fn update(
         &self,
         filter: Document,
@@ -53,29 +58,32 @@ impl Inner {
                 acknowledged: true,
             });
         }
+        if !self.unacknowledged(opts, txn) {
+            // `maxTimeMS`: a `findAndModify`, which carries it. The
+            // document before (only its `_id`): none means it was inserted
+            // (with `upsert`) or matched nothing.
+            let action = self
+                .coll
+                .find_one_and_update(filter, update)
+                .with_options(opts.driver::<FindOneAndUpdateOptions>())
+                .upsert(upsert)
+                .return_document(ReturnDocument::Before)
+                .projection(doc! {"_id": 1});
+            let before = crate::action::run!(action, session)?;
+            return Ok(Updated {
+                matched: u64::from(before.is_some()),
+                upserted: before.is_none() && upsert,
+                acknowledged: true,
+            });
+        }
         let mut cmd = doc! {
             "update": self.coll.name(),
             "updates": [{"q": filter, "u": crate::compat::to_bson(&update)?, "upsert": upsert}],
         };
         let inherited = if txn { None } else { self.coll.write_concern() };
         opts.command_fields(&mut cmd, inherited, true)?;
-        let mut session = session;
-        let mut resent = false;
-        let reply = loop {
-            // Copied for each attempt: this path (a time bound, `w: 0`) is
-            // rare, and an election can refuse the first.
-            let sent =
-                crate::action::run!(self.db.run_command(cmd.clone()), session.as_deref_mut())
-                    .map_err(Error::from)
-                    .and_then(|reply| crate::action::command_write_errors(&reply).map(|()| reply));
-            match sent {
-                Ok(reply) => break reply,
-                Err(e) => match crate::action::after_write_error("incr", e, txn, &mut resent) {
-                    None => continue,
-                    Some(e) => return Err(e),
-                },
-            }
-        };
+        // `w: 0`: nothing comes back to tell an outcome by.
+        let reply = crate::action::run!(self.db.run_command(cmd), session)?;
         let upserted = reply.get_array("upserted").map_or(0, |a| a.len() as u64);
         Ok(match reply.get("n").and_then(bson_count) {
             Some(n) => Updated {
