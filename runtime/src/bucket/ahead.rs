@@ -96,18 +96,16 @@ impl<T: Bucketed> Buckets<T> {
         cx: &mut Call<'_>,
     ) -> Result<Option<i64>> {
         let key = &p.key;
-        let cmd = self.push_ahead_command(p, seq, cx)?;
-        // Sent as a command, which the driver does not retry: a retry could
-        // land in the next bucket after this one went into a full one.
-        let sent = crate::action::run!(self.db.run_command(cmd), cx.session.as_deref_mut());
-        let sent = sent
-            .map_err(Error::from)
-            .and_then(|reply| crate::action::command_write_errors(&reply).map(|()| reply));
-        let reply = match sent {
-            Ok(r) => r,
-            Err(e) => return Box::pin(self.after_failed_push(p, e, cx)).await,
+        // A retryable write, as the driver sends its helpers: one failover
+        // between its send and its reply, and the driver sends it again
+        // with the same transaction number, which the server answers with
+        // the first attempt's result without running it twice.
+        let action = self.push_ahead_action(p, seq, cx);
+        let after = match crate::action::run!(action, cx.session.as_deref_mut()) {
+            Ok(after) => after,
+            Err(e) => return Box::pin(self.after_failed_push(p, e.into(), cx)).await,
         };
-        let Ok(after) = reply.get_document("value") else {
+        let Some(after) = after else {
             return Ok(None);
         };
         let mine = after
@@ -149,32 +147,39 @@ impl<T: Bucketed> Buckets<T> {
         Ok(Some(seq))
     }
 
-    /// [`Buckets::push_ahead`]'s command failed with `e`. Refused or
-    /// interrupted by an election (nothing stored), `None`: the general
-    /// path sends the item again, to the new primary. Its reply lost, or
-    /// stored on a primary that then stepped down (a write concern error
-    /// of an election): the write id says whether it stays, read on the
-    /// primary; where that read fails too, the outcome is unknown.
+    /// [`Buckets::push_ahead`]'s command failed with `e`, after the
+    /// driver's own retry. Refused by an election before it ran (nothing
+    /// stored), `None`: the general path sends the item again, to the new
+    /// primary, under the same write id. Interrupted after it ran, its
+    /// reply lost, or stored on a primary that then stepped down: the
+    /// write id says whether it stays, read on the primary; where that
+    /// read fails too, the outcome is unknown.
     async fn after_failed_push(
         &self,
         p: &Pushed,
         e: Error,
         cx: &mut Call<'_>,
     ) -> Result<Option<i64>> {
-        use crate::error::code::{outcome, Outcome};
+        use crate::failover::{outcome, Outcome};
         match e.mongo().map(outcome) {
             Some(Outcome::NotStored) => Ok(None),
             Some(Outcome::Unknown) => match self.landed(&p.key, p.op, cx).await {
                 Ok(found) => Ok(found),
-                Err(_) => Err(crate::action::unknown_outcome("push", e, false)),
+                Err(_) => Err(crate::failover::unknown("push", false, e)),
             },
             _ => Err(e),
         }
     }
 
     /// The `findAndModify` of [`Buckets::push_ahead`]. Built apart, so
-    /// that nothing of it stays in the push's future.
-    fn push_ahead_command(&self, p: &Pushed, seq: i64, cx: &Call<'_>) -> Result<Document> {
+    /// that nothing of it but the driver's action stays in the push's
+    /// future.
+    fn push_ahead_action(
+        &self,
+        p: &Pushed,
+        seq: i64,
+        cx: &Call<'_>,
+    ) -> mongodb::action::FindOneAndUpdate<'_, Document> {
         let (key, doc, len, op) = (&p.key, &p.doc, p.len, p.op);
         // The bucket last seen open and those after it: point reads of the
         // `_id` index, whichever is the lowest open one.
@@ -188,17 +193,15 @@ impl<T: Bucketed> Buckets<T> {
             "_id": {"$in": ids.collect::<Vec<_>>()},
             "$nor": [{"sealed": true}, {"count": size}],
         };
-        let mut cmd = doc! {
-            "findAndModify": self.coll.name(),
-            "query": query,
-            "sort": {"_id": 1},
-            "update": self.shape.append_if_open(doc, len, op),
-            "new": true,
-            "fields": {"start": 1, "count": 1, OPS: {"$slice": -1}},
-        };
-        cx.opts
-            .command_fields(&mut cmd, self.coll.write_concern(), true)?;
-        Ok(cmd)
+        self.coll
+            .find_one_and_update(query, self.shape.append_if_open(doc, len, op))
+            .with_options(
+                cx.opts
+                    .driver::<mongodb::options::FindOneAndUpdateOptions>(),
+            )
+            .sort(doc! {"_id": 1})
+            .return_document(mongodb::options::ReturnDocument::After)
+            .projection(doc! {"start": 1, "count": 1, OPS: {"$slice": -1}})
     }
 
     /// Opens bucket `seq` empty, ahead of the pushes that will fill it; one
@@ -276,15 +279,14 @@ impl<T: Bucketed> Buckets<T> {
         cx: &mut Call<'_>,
     ) -> Result<Option<i64>> {
         let filter = self.shape.holding(key, op);
-        // The primary's own copy, majority-committed, whatever the
-        // caller reads with: after a step-down, what the new primary has
-        // is what stays (a write only the old one took is rolled back).
-        let mut o = cx
-            .opts
-            .driver::<mongodb::options::FindOneOptions>()
-            .unwrap_or_default();
-        o.selection_criteria = Some(crate::util::primary());
-        o.read_concern = Some(mongodb::options::ReadConcern::majority());
+        // The primary's own copy, whatever the caller reads with: after a
+        // step-down, what the new primary has is what stays (a write only
+        // the old one took is rolled back). Its local copy, not its
+        // majority-committed one: just after an election the majority
+        // commit point can lag behind a write that survived, and a push
+        // told "not stored" would be sent again.
+        let mut o: mongodb::options::FindOneOptions = cx.opts.deciding();
+        o.read_concern = None;
         let find = self
             .raw
             .find_one(filter)

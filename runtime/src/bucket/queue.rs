@@ -243,10 +243,13 @@ impl<T: Bucketed> Buckets<T> {
 
     /// The batch appended in one update to bucket `seq` of its key, if that
     /// bucket is open, sound, has room for all of it, and holds nothing
-    /// above its first item: `None` if it was (an update that matched
-    /// nothing, or failed, is looked up by its write id, so that a batch a
-    /// lost reply hid is not sent again item by item), and if not, the
-    /// bucket as that lookup read it.
+    /// above its first item: `None` if it was, and if not, the bucket as
+    /// read when the update matched nothing. One write id for the batch,
+    /// kept by the bucket: an update that matched nothing, or failed, is
+    /// looked up by it, and a batch whose outcome that lookup cannot tell
+    /// is sent again under the same id (which the bucket refuses if it
+    /// holds it), never item by item under new ones, which could store it
+    /// twice.
     async fn append_batch(
         &self,
         batch: &[Waiting],
@@ -261,43 +264,52 @@ impl<T: Bucketed> Buckets<T> {
             return Ok(Some(None));
         }
         let op = ObjectId::new();
-        let v = self.shape.order_of(&first.doc);
-        let filter = self.shape.open_to_batch(key, seq, n, len, op, v.as_ref());
-        let docs: Vec<Document> = batch.iter().map(|w| w.p.doc.clone()).collect();
-        let update = self
-            .coll
-            .update_one(filter, self.shape.append(docs, len, op))
-            .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>());
-        match crate::action::run!(update, cx.session.as_deref_mut()) {
-            Ok(r) if r.matched_count == 1 => Ok(None),
-            Ok(_) => {
-                // Matched nothing: the bucket changed, or this is the
-                // driver's retry of an attempt that was applied and whose
-                // reply was lost, run anew by a server that restarted in
-                // between (its write id, now in the bucket, refuses it).
-                // Its write id says which: sent again item by item, the
-                // batch would be stored twice.
-                match self.bucket(key, seq, Some(op), cx).await {
-                    Ok(Some(h)) if h.mine => Ok(None),
-                    Ok(found) => Ok(Some(found)),
-                    Err(Error::Database(e)) => Err(e),
-                    Err(other) => Err(mongodb::error::Error::custom(other.to_string())),
+        let mut resent = false;
+        loop {
+            let update = self.batch_action(batch, seq, n, len, op, cx);
+            match crate::action::run!(update, cx.session.as_deref_mut()) {
+                Ok(r) if r.matched_count == 1 => return Ok(None),
+                // Matched nothing: the bucket changed, or this attempt
+                // found the batch's write id there (applied by one whose
+                // reply was lost).
+                Ok(_) => {
+                    return match self.bucket(key, seq, Some(op), cx).await {
+                        Ok(Some(h)) if h.mine => Ok(None),
+                        Ok(found) => Ok(Some(found)),
+                        Err(Error::Database(e)) => Err(e),
+                        Err(other) => Err(mongodb::error::Error::custom(other.to_string())),
+                    }
                 }
-            }
-            Err(e) => {
-                // Applied or not? Its write id says, whatever the error: the
-                // driver retries this update once, and the retry's error
-                // (no server yet, a pool cleared) says nothing of the first
-                // attempt, which may have been applied before its reply was
-                // lost. Where that read fails too, sending the items one by
-                // one (each with an id of its own) could store them twice:
-                // their outcome is unknown.
-                match self.landed(key, op, cx).await {
-                    Ok(Some(_)) => Ok(None),
-                    Ok(None) => Ok(Some(None)),
-                    Err(_) => Err(e),
-                }
+                // Applied or not? The driver sent it again once already
+                // (a retryable write); its write id says, read on the
+                // primary. Not there: sent once more, under the same id.
+                Err(e) => match self.landed(key, op, cx).await {
+                    Ok(Some(_)) => return Ok(None),
+                    Ok(None) if !resent => resent = true,
+                    _ => return Err(e),
+                },
             }
         }
+    }
+
+    /// The update of [`Buckets::append_batch`].
+    fn batch_action(
+        &self,
+        batch: &[Waiting],
+        seq: i64,
+        n: i64,
+        len: i64,
+        op: ObjectId,
+        cx: &Call<'_>,
+    ) -> mongodb::action::Update<'_> {
+        let first = &batch[0].p;
+        let v = self.shape.order_of(&first.doc);
+        let filter = self
+            .shape
+            .open_to_batch(&first.key, seq, n, len, op, v.as_ref());
+        let docs: Vec<Document> = batch.iter().map(|w| w.p.doc.clone()).collect();
+        self.coll
+            .update_one(filter, self.shape.append(docs, len, op))
+            .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>())
     }
 }
