@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use mongo_patterns::bson::Bson;
 use mongo_patterns::mongodb::ClientSession;
 use mongo_patterns::prelude::*;
-use mongo_patterns_testkit::{bounded, client, fail_command, OwnServer, ServerOptions};
+use mongo_patterns_testkit::{
+    bounded, client, fail_command, fail_command_off, OwnServer, ServerOptions,
+};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[model(collection = "cut_ticks")]
@@ -156,23 +158,46 @@ async fn cut_in_transaction(
     hold_next_command(c).await;
     let cut = tokio::time::timeout(Duration::from_millis(50), call(&mut s, 0)).await;
     assert!(cut.is_err(), "{what}: not cut: {cut:?}");
-    let cut_at = Instant::now();
     // The held command runs now.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let t = Instant::now();
-    loop {
-        let open = open_transactions(c).await;
-        if open == 0 {
-            break;
+    match point {
+        // The server knew the transaction before the cut: the kill ended
+        // it, and the held command cannot start it again.
+        Point::AfterCallers => {
+            let t = Instant::now();
+            loop {
+                let open = open_transactions(c).await;
+                if open == 0 {
+                    break;
+                }
+                assert!(
+                    t.elapsed() < Duration::from_secs(5),
+                    "{what}: {open} transactions still open 5 s after the cut"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "{what}: {open} transactions still open 5 s after the cut"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The held command was the transaction's first: it reached the
+        // server after the kill and started the transaction there, which
+        // nothing kills again (a later kill could hit the next user of the
+        // server session). The caller's next transaction fences it.
+        Point::First => {}
     }
 
-    // A fresh writer of the same key, in a transaction of its own.
+    // The caller's session: its abort returns at once, and its next
+    // transaction runs and commits, fencing whatever the cut left.
+    bounded(5, s.abort_transaction()).await.unwrap();
+    bounded(10, async {
+        s.start_transaction().await?;
+        call(&mut s, 2).await?;
+        s.commit_transaction().await?;
+        Ok::<_, mongo_patterns::Error>(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{what}: the caller's next transaction: {e:?}"));
+    assert_eq!(open_transactions(c).await, 0, "{what}: left open");
+
+    // A fresh writer of the same key, in a transaction of its own, at once.
     let mut fresh = c.start_session().await.unwrap();
     let t = Instant::now();
     let r = bounded(90, async {
@@ -191,23 +216,6 @@ async fn cut_in_transaction(
         took < Duration::from_secs(2),
         "{what}: the fresh writer took {took:?}"
     );
-
-    // The caller's session: its abort returns at once, and its next
-    // transaction runs and commits. It starts after the kill's repeat
-    // (`crate::cut`, 1 s after the cut), which would abort a transaction
-    // of this server session running then, as the guide says; and so the
-    // session, dropped below, goes back to the driver's pool (which hands
-    // its server session to the next `start_session`) only after it.
-    bounded(5, s.abort_transaction()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1_300).saturating_sub(cut_at.elapsed())).await;
-    bounded(10, async {
-        s.start_transaction().await?;
-        call(&mut s, 2).await?;
-        s.commit_transaction().await?;
-        Ok::<_, mongo_patterns::Error>(())
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{what}: the caller's next transaction: {e:?}"));
     assert_eq!(open_transactions(c).await, 0, "{what}: left open");
 }
 
@@ -414,4 +422,112 @@ async fn shard_key_writes_cut_in_a_callers_transaction() {
         }
     })
     .await;
+}
+
+/// On a deployment that refuses `killSessions` (Atlas shared tiers and
+/// Flex answer `Unauthorized`), a write cut while its command was the
+/// caller's transaction's first leaves that transaction open on the server,
+/// as the guide says. The caller's next transaction in the same session
+/// fences it: its higher transaction number makes the server abort the
+/// older one, and both the caller and a fresh writer of the same key go on.
+#[tokio::test]
+async fn a_cut_where_kill_sessions_is_refused_is_fenced_by_the_next_transaction() {
+    let (_server, c) = own_server().await;
+    let db = c.database("cut_refused");
+    let repo = Tick::buckets(&db);
+    bounded(30, repo.ensure()).await.unwrap();
+    let tick = |n| Tick {
+        sym: "s".to_owned(),
+        n,
+    };
+    let first = tick(1);
+    bounded(10, repo.push(&first)).await.unwrap();
+    let refuse =
+        doc! {"failCommands": ["killSessions"], "errorCode": 13, "errorMessage": "not authorized"};
+    fail_command(&c, None, refuse).await;
+    let mut s = c.start_session().await.unwrap();
+    s.start_transaction().await.unwrap();
+    hold_next_command(&c).await;
+    let cut_item = tick(2);
+    let cut = tokio::time::timeout(
+        Duration::from_millis(50),
+        repo.push(&cut_item).session(&mut s),
+    )
+    .await;
+    assert!(cut.is_err(), "not cut: {cut:?}");
+    // The held command runs, and nothing kills its transaction.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        open_transactions(&c).await,
+        1,
+        "the cut transaction stays open"
+    );
+    bounded(5, s.abort_transaction()).await.unwrap();
+    // The next transaction in the same session fences it.
+    let next = tick(3);
+    bounded(30, async {
+        s.start_transaction().await?;
+        repo.push(&next).session(&mut s).await?;
+        s.commit_transaction().await?;
+        Ok::<_, mongo_patterns::Error>(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(open_transactions(&c).await, 0, "fenced");
+    let fresh = tick(4);
+    bounded(10, repo.push(&fresh)).await.unwrap();
+    fail_command_off(&c).await;
+    let stored: Vec<u32> = bounded(10, repo.stream("s").try_collect::<Vec<_>>())
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.n)
+        .collect();
+    assert_eq!(stored, [1, 3, 4], "the cut push not committed");
+}
+
+/// The kill after a cut is sent once, at the cut, and never again: the
+/// next use of the cut session's server session (the caller's next
+/// transaction in it, or the next user the driver's pool hands it to) is
+/// not killed. A transaction spanning the second after the cut commits.
+/// Before, a second `killSessions` a second after the cut aborted it
+/// (`NoSuchTransaction` at its commit).
+#[tokio::test]
+async fn the_next_use_of_a_cut_sessions_server_session_is_not_killed() {
+    let (_server, c) = own_server().await;
+    let db = c.database("cut_next_use");
+    let repo = Tick::buckets(&db);
+    bounded(30, repo.ensure()).await.unwrap();
+    let other = db.collection::<Document>("other");
+    bounded(10, other.insert_one(doc! {"_id": 0}))
+        .await
+        .unwrap();
+    let mut s = c.start_session().await.unwrap();
+    s.start_transaction().await.unwrap();
+    bounded(10, other.insert_one(doc! {"_id": 1}).session(&mut s))
+        .await
+        .unwrap();
+    hold_next_command(&c).await;
+    let item = Tick {
+        sym: "s".to_owned(),
+        n: 1,
+    };
+    let cut =
+        tokio::time::timeout(Duration::from_millis(50), repo.push(&item).session(&mut s)).await;
+    assert!(cut.is_err(), "not cut: {cut:?}");
+    bounded(5, s.abort_transaction()).await.unwrap();
+    // The next use of the same server session, across the second after
+    // the cut.
+    s.start_transaction().await.unwrap();
+    bounded(10, other.insert_one(doc! {"_id": 2}).session(&mut s))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    bounded(10, s.commit_transaction())
+        .await
+        .unwrap_or_else(|e| panic!("the next transaction was killed: {e}"));
+    let stored = bounded(10, other.count_documents(doc! {"_id": 2}))
+        .await
+        .unwrap();
+    assert_eq!(stored, 1);
 }

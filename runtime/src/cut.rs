@@ -22,32 +22,32 @@
 //! cut inside a transaction kills: the transaction is lost either way (a
 //! call cut half way would otherwise leave half its writes to commit).
 //!
-//! A command may also reach the server after the kill (held in the
-//! network or in the server's queue) and start the transaction anew, so
-//! the session is killed once more a second after the cut. That second
-//! kill is blind: the driver does not say which transaction number the
-//! cut command carried, and its commands cannot be sent with a session id
-//! of our choosing. A transaction the caller starts in the same session
-//! within that second (an `and_run2` retry) is killed with it, and fails
-//! with `NoSuchTransaction` (labelled `TransientTransactionError`, so the
-//! retry loop runs it again); so is a command of another session that
-//! reuses the same server session from the driver's pool in that second.
-//! A new transaction in the session also fences the cut one by itself:
-//! it carries a higher number, which aborts an older one the server still
-//! has open and makes the server refuse that one's late commands.
+//! The kill is sent once, at the cut, and never again later: a later
+//! kill of the same server session could interrupt whatever the next user
+//! of that server session runs (the driver pools server sessions, and the
+//! caller may end theirs at once; at the cut itself that takes the caller
+//! ending its session and another task starting one in the instant the
+//! kill is on its way). What it cannot reach: a command of the
+//! cut call held in the network until after the kill, which then starts
+//! the transaction anew. The caller's next transaction in the same session
+//! (or the next user of its pooled server session) fences that one: a
+//! higher transaction number makes the server abort the older transaction
+//! and refuse its late commands. Until then it holds what it wrote, at
+//! most for the server's transaction lifetime (60 s by default).
+//!
+//! A server that refuses `killSessions` (Atlas shared tiers and Flex
+//! clusters do) leaves the cut transaction in the same state: open until
+//! the session's next transaction fences it or its lifetime runs out. On
+//! such a deployment, after a cut inside a transaction, abort it and run
+//! the next one in the same session (`and_run2` does), or give calls
+//! inside transactions no deadline shorter than their bound.
+//! The refusal is said at DEBUG on `mongo_patterns::cut`.
 //!
 //! Nothing of this runs outside a transaction: a guard there is one null
 //! word.
 
-use std::time::Duration;
-
 use mongodb::bson::{doc, Document};
 use mongodb::{Client, ClientSession};
-
-/// How long after a cut the session is killed again, once, for a command
-/// that reached the server after the first kill (held in the network or
-/// in the server's queue): it would start the transaction anew.
-const LATE: Duration = Duration::from_millis(1000);
 
 /// Kills a session's server side when dropped while armed; see the
 /// [module](self). One word: nothing is allocated unless armed, which
@@ -93,20 +93,24 @@ impl Drop for CutGuard {
             return;
         };
         let Armed { client, id } = *armed;
-        runtime.spawn(async move {
-            kill_session(&client, id.clone()).await;
-            tokio::time::sleep(LATE).await;
-            kill_session(&client, id).await;
-        });
+        runtime.spawn(async move { kill_session(&client, id).await });
     }
 }
 
 /// `killSessions` for the session `id`: the server aborts its open
-/// transaction and interrupts its running commands. Errors are ignored:
-/// the server's transaction lifetime remains the bound.
+/// transaction and interrupts its running commands. A refusal (a server
+/// that does not let the user kill sessions) is said at DEBUG: the
+/// session's next transaction, or the server's transaction lifetime,
+/// remains the bound.
 pub(crate) async fn kill_session(client: &Client, id: Document) {
     let kill = doc! {"killSessions": [id]};
-    let _ = client.database("admin").run_command(kill).await;
+    if let Err(e) = client.database("admin").run_command(kill).await {
+        tracing::debug!(
+            target: "mongo_patterns::cut",
+            error = %e,
+            "killSessions was refused: the cut transaction stays open until the session's next transaction or its lifetime ends"
+        );
+    }
 }
 
 /// `f` in `session`, with a [`CutGuard`] armed for it (`session` has a

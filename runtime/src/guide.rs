@@ -256,9 +256,8 @@
 //!
 //! A write of any pattern whose future is dropped inside your transaction
 //! before its last reply arrived (a request timeout, a `select!`) has the
-//! server kill the session's server side (`killSessions`, sent from a
-//! spawned task at once and once more a second later, for a command that
-//! reached the server after the first). Without it, a write that was the
+//! server kill the session's server side (`killSessions`, sent once, at
+//! once, from a spawned task). Without it, a write that was the
 //! transaction's first command would start the transaction on the server
 //! after the driver had given up on it: the driver's `abort_transaction()`
 //! then sends nothing, and the transaction would keep what it wrote locked
@@ -280,15 +279,23 @@
 //! - `abort_transaction()` returns at once (the driver sends nothing, or an
 //!   abort the server answers at once), and dropping the session is fine;
 //! - a new transaction in it (`start_transaction()`, or `and_run2`'s next
-//!   attempt) runs normally; one started within a second of the cut may be
-//!   killed by the second `killSessions` and then fails with the same
-//!   transient error, which `and_run2` retries;
+//!   attempt) runs normally, and fences the cut one: its higher
+//!   transaction number makes the server abort the older transaction, if
+//!   anything left it open, and refuse its late commands;
 //! - commands outside a transaction run normally.
 //!
-//! The server session goes back to the driver's pool with the
-//! `ClientSession`; another session that takes it from the pool within
-//! that second may see one command interrupted. Outside a transaction
-//! nothing of this runs and nothing is sent.
+//! What the kill cannot reach: a command of the cut write held in the
+//! network until after the kill, which then starts the transaction anew,
+//! and a deployment that refuses `killSessions` (Atlas shared tiers and
+//! Flex clusters: the refusal is said at DEBUG on `mongo_patterns::cut`).
+//! Either leaves the cut transaction open, holding what it wrote, until
+//! your session's next transaction fences it or the server's transaction
+//! lifetime (60 s by default) ends it. So after a cut inside a
+//! transaction, run the next one in the same session (`and_run2` does), or
+//! give calls inside transactions no deadline shorter than their bound.
+//! The kill is never repeated: a late repeat could interrupt the next user
+//! of the pooled server session. Outside a transaction nothing of this
+//! runs and nothing is sent.
 //!
 //! # Options
 //!
