@@ -14,10 +14,15 @@
 //! The rank histogram's paths are in `tests/rank_failover.rs`.
 
 use std::future::IntoFuture;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt;
 use mongo_patterns::bson::{doc, Bson, Document};
+use mongo_patterns::mongodb::event::cmap::CmapEvent;
+use mongo_patterns::mongodb::event::EventHandler;
+use mongo_patterns::mongodb::options::ClientOptions;
 use mongo_patterns::mongodb::{Client, Database};
 use mongo_patterns::prelude::*;
 use mongo_patterns_testkit::proxy::{Fault, Proxy, Rule};
@@ -368,4 +373,75 @@ async fn shard_key_writes_through_a_failover_write_once() {
             "{what}: {mine:?}"
         );
     }
+}
+
+/// A write already on the wire when the driver clears its pool (its
+/// monitor's check of the server timed out) fails with
+/// `ConnectionPoolCleared`, though the server runs it. It is a retryable
+/// write: the driver sends it once more, the server answers with the first
+/// attempt's result, and the call returns `Ok`, counted once. Before, a
+/// counter's write with a time bound went without a transaction number,
+/// and the error was taken for "never sent": it was sent again, and
+/// counted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_on_the_wire_when_the_pool_is_cleared_counts_once() {
+    let server = OwnServer::start(ServerOptions::default());
+    let proxy = Proxy::start(server.uri());
+    // Polled checks (a streamed one is no request the proxy can hold),
+    // each timed out after a second.
+    let uri = format!(
+        "{}&heartbeatFrequencyMS=500&connectTimeoutMS=1000&serverMonitoringMode=poll",
+        proxy.uri()
+    );
+    let mut opts = ClientOptions::parse(&uri).await.unwrap();
+    let cleared = Arc::new(AtomicUsize::new(0));
+    let seen = cleared.clone();
+    opts.cmap_event_handler = Some(EventHandler::callback(move |e: CmapEvent| {
+        if let CmapEvent::PoolCleared(c) = e {
+            if c.interrupt_in_use_connections {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }));
+    let through = Client::with_options(opts).unwrap();
+    let (direct, _) = client(server.uri()).await;
+    let db = through.database("fo_cleared");
+    let sampled = Item::sampled_counter(&db);
+    bounded(10, sampled.incr_by("k", 10)).await.unwrap();
+    // The write held past the monitor's next check, which (with the
+    // check it makes at once after a failed one) is held past its timeout.
+    let held = Fault::Stall(Duration::from_secs(4));
+    proxy.on(Rule::new("update", 1, held.clone()).when(alone));
+    proxy.on(Rule::new("findAndModify", 1, held));
+    proxy.on(Rule::new("hello", 2, Fault::Stall(Duration::from_secs(3))));
+    let r = bounded(
+        60,
+        sampled.incr_by("k", 5).max_time(Duration::from_secs(30)),
+    )
+    .await;
+    assert!(
+        cleared.load(Ordering::SeqCst) > 0,
+        "the pool was cleared under the write"
+    );
+    assert_eq!(
+        proxy.hits()[..2].iter().sum::<usize>(),
+        1,
+        "the write was held"
+    );
+    r.unwrap_or_else(|e| panic!("{e}"));
+    let d: Document = bounded(
+        10,
+        direct
+            .database("fo_cleared")
+            .collection::<Document>("fo_items")
+            .find_one(doc! {"_id": "k"}),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        d.get("sampled").and_then(int),
+        Some(15),
+        "counted once: {d}"
+    );
 }
