@@ -489,12 +489,44 @@ async fn a_cut_where_kill_sessions_is_refused_is_fenced_by_the_next_transaction(
 /// The kill after a cut is sent once, at the cut, and never again: the
 /// next use of the cut session's server session (the caller's next
 /// transaction in it, or the next user the driver's pool hands it to) is
-/// not killed. A transaction spanning the second after the cut commits.
-/// Before, a second `killSessions` a second after the cut aborted it
-/// (`NoSuchTransaction` at its commit).
+/// not killed. Once the kill sent at the cut has its reply, a transaction
+/// in the same session spanning the second after the cut commits, and no
+/// other kill is sent. Before, a second `killSessions` a second after the
+/// cut aborted it (`NoSuchTransaction` at its commit).
+///
+/// A next use that starts while the kill is still on its way can be hit
+/// (the cut module says so); the test waits for the kill's reply so that
+/// it checks what the library promises and nothing of the runtime's
+/// scheduling.
 #[tokio::test]
 async fn the_next_use_of_a_cut_sessions_server_session_is_not_killed() {
-    let (_server, c) = own_server().await;
+    use mongo_patterns::mongodb::event::command::CommandEvent;
+    use mongo_patterns::mongodb::event::EventHandler;
+    use mongo_patterns::mongodb::options::ClientOptions;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let server = OwnServer::start(ServerOptions {
+        test_commands: true,
+        ..ServerOptions::default()
+    });
+    let mut opts = ClientOptions::parse(server.uri()).await.unwrap();
+    opts.server_selection_timeout = Some(Duration::from_secs(10));
+    let (sent, answered) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (s2, a2) = (sent.clone(), answered.clone());
+    opts.command_event_handler = Some(EventHandler::callback(move |ev: CommandEvent| match ev {
+        CommandEvent::Started(e) if e.command_name == "killSessions" => {
+            s2.fetch_add(1, Ordering::SeqCst);
+        }
+        CommandEvent::Succeeded(e) if e.command_name == "killSessions" => {
+            a2.fetch_add(1, Ordering::SeqCst);
+        }
+        CommandEvent::Failed(e) if e.command_name == "killSessions" => {
+            a2.fetch_add(1, Ordering::SeqCst);
+        }
+        _ => {}
+    }));
+    let c = Client::with_options(opts).unwrap();
     let db = c.database("cut_next_use");
     let repo = Tick::buckets(&db);
     bounded(30, repo.ensure()).await.unwrap();
@@ -516,6 +548,12 @@ async fn the_next_use_of_a_cut_sessions_server_session_is_not_killed() {
         tokio::time::timeout(Duration::from_millis(50), repo.push(&item).session(&mut s)).await;
     assert!(cut.is_err(), "not cut: {cut:?}");
     bounded(5, s.abort_transaction()).await.unwrap();
+    bounded(10, async {
+        while answered.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
     // The next use of the same server session, across the second after
     // the cut.
     s.start_transaction().await.unwrap();
@@ -530,4 +568,5 @@ async fn the_next_use_of_a_cut_sessions_server_session_is_not_killed() {
         .await
         .unwrap();
     assert_eq!(stored, 1);
+    assert_eq!(sent.load(Ordering::SeqCst), 1, "one kill, at the cut");
 }
