@@ -15,9 +15,12 @@
 //! and this module says what it means:
 //!
 //! - [`Outcome::NotStored`]: the write never ran. No server was selected,
-//!   or the server refused the command before running it
-//!   (`NotWritablePrimary` and its like, 10107, 13435, 13436). Sending it
-//!   again stores it once.
+//!   the driver says no attempt wrote (`NoWritesPerformed`), or the server
+//!   refused a command the driver sends once only (no transaction number)
+//!   before running it (`NotWritablePrimary` and its like, 10107, 13435,
+//!   13436). Sending it again stores it once. The same refusal of a
+//!   retryable write (labelled `RetryableWriteError`) may answer the
+//!   driver's second attempt, after a first that may be stored: unknown.
 //! - [`Outcome::Unknown`]: it may be stored. The connection failed, or the
 //!   pool was cleared, after the command may have been sent; the server
 //!   interrupted it while it ran (11602, 11600, 50, 91, 189), which for a
@@ -62,9 +65,15 @@ pub(crate) fn outcome(e: &mongodb::error::Error) -> Outcome {
         ErrorKind::Io(_) | ErrorKind::ConnectionPoolCleared { .. } => Outcome::Unknown,
         ErrorKind::Write(WriteFailure::WriteConcernError(_)) => Outcome::Unknown,
         ErrorKind::InsertMany(m) if m.write_concern_error.is_some() => Outcome::Unknown,
+        _ if e.contains_label(mongodb::error::NO_WRITES_PERFORMED) => Outcome::NotStored,
         _ => {
             let codes = server_codes(e);
-            if codes.iter().any(|c| REFUSED_BEFORE_RUNNING.contains(c)) {
+            // A refusal labelled `RetryableWriteError` answered a retryable
+            // write, which the driver sent once more after its first
+            // error: this may be the second attempt's answer, and the
+            // first attempt (its connection lost, say) may be stored.
+            let retried = e.contains_label(mongodb::error::RETRYABLE_WRITE_ERROR);
+            if codes.iter().any(|c| REFUSED_BEFORE_RUNNING.contains(c)) && !retried {
                 Outcome::NotStored
             } else if codes
                 .iter()
