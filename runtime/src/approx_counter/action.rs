@@ -356,7 +356,9 @@ fn write_through<'a>(
 ) -> IncrFuture<'a> {
     IncrFuture::writing(inner.coll.name(), async move {
         let cx = Call::new(&inner.defaults, options, session, false).await;
-        inner.write(&id, amount, &cx.opts, cx.txn, cx.session).await
+        let txn = cx.txn;
+        let r = inner.write(&id, amount, &cx.opts, txn, cx.session).await;
+        crate::failover::settle("incr", txn, r)
     })
 }
 
