@@ -1199,7 +1199,11 @@ async fn crash_kill_and_restart_mid_pushes() {
                         Ok(()) => ok.push((i64::from(t), i64::from(s))),
                         Err(e) => {
                             assert!(
-                                e.is_unavailable() || matches!(e, Error::Database(_)),
+                                e.is_unavailable()
+                                    || matches!(
+                                        e,
+                                        Error::Database(_) | Error::OutcomeUnknown { .. }
+                                    ),
                                 "{e:?}"
                             );
                             failed.push((i64::from(t), i64::from(s)));
@@ -1789,7 +1793,12 @@ async fn crash_kill_and_restart_mid_late_pushes() {
                         Err(e) => {
                             assert!(
                                 e.is_unavailable()
-                                    || matches!(e, Error::Database(_) | Error::Contended { .. }),
+                                    || matches!(
+                                        e,
+                                        Error::Database(_)
+                                            | Error::Contended { .. }
+                                            | Error::OutcomeUnknown { .. }
+                                    ),
                                 "{e:?}"
                             );
                             failed.push(i64::from(n));

@@ -19,7 +19,7 @@ use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, Document, RawBsonRef};
 
 use super::moves::Reindex;
-use super::shape::{raw_int, Fill, Pushed, NEXT, OPS};
+use super::shape::{raw_int, Fill, Pushed, MINE, NEXT, OPS};
 use super::{Bucketed, Buckets};
 use crate::error::{Error, Result};
 
@@ -103,16 +103,12 @@ impl<T: Bucketed> Buckets<T> {
         let action = self.push_ahead_action(p, seq, cx);
         let after = match crate::action::run!(action, cx.session.as_deref_mut()) {
             Ok(after) => after,
-            Err(e) => return Box::pin(self.after_failed_push(p, e.into(), cx)).await,
+            Err(e) => return Box::pin(self.after_failed(p, e.into(), cx)).await,
         };
         let Some(after) = after else {
             return Ok(None);
         };
-        let mine = after
-            .get_array(OPS)
-            .ok()
-            .and_then(|ops| ops.last())
-            .is_some_and(|last| last == &Bson::ObjectId(p.op));
+        let mine = after.get_bool(MINE) == Ok(true);
         let (Ok(seq), Some(start), Some(count)) = (
             after
                 .get_document("_id")
@@ -147,20 +143,24 @@ impl<T: Bucketed> Buckets<T> {
         Ok(Some(seq))
     }
 
-    /// [`Buckets::push_ahead`]'s command failed with `e`, after the
-    /// driver's own retry. Refused by an election before it ran (nothing
-    /// stored), `None`: the general path sends the item again, to the new
-    /// primary, under the same write id. Interrupted after it ran, its
-    /// reply lost, or stored on a primary that then stepped down: the
-    /// write id says whether it stays, read on the primary; where that
-    /// read fails too, the outcome is unknown.
-    async fn after_failed_push(
+    /// A write of push `p` failed with `e`, after the driver's own retry.
+    /// Refused by an election before it ran (nothing stored), `None`: the
+    /// caller sends the item again, to the new primary, under the same
+    /// write id. Interrupted after it ran, its reply lost, or stored on a
+    /// primary that then stepped down: the write id says whether it stays,
+    /// read on the primary (`None` if it is not there); where that read
+    /// fails too, the outcome is unknown. Inside the caller's transaction
+    /// the error is the transaction's: returned as it is.
+    pub(super) async fn after_failed(
         &self,
         p: &Pushed,
         e: Error,
         cx: &mut Call<'_>,
     ) -> Result<Option<i64>> {
         use crate::failover::{outcome, Outcome};
+        if cx.txn {
+            return Err(e);
+        }
         match e.mongo().map(outcome) {
             Some(Outcome::NotStored) => Ok(None),
             Some(Outcome::Unknown) => match self.landed(&p.key, p.op, cx).await {
@@ -187,11 +187,15 @@ impl<T: Bucketed> Buckets<T> {
         // Only a bucket closed as it should be (sealed, or `count` at
         // `size`) is passed over: any other, damaged ones too, is the
         // update's to judge, so that a push never skips a damaged bucket.
+        // But not one that holds this write already: a second attempt
+        // (the driver's, after a lost reply, on a server that has lost
+        // its record of the first) finds it there rather than in the next
+        // open bucket, and the update leaves it as it is.
         let size = self.shape.size();
         let query = doc! {
             self.shape.spec.key: key.clone(),
             "_id": {"$in": ids.collect::<Vec<_>>()},
-            "$nor": [{"sealed": true}, {"count": size}],
+            "$or": [{"$nor": [{"sealed": true}, {"count": size}]}, {OPS: op}],
         };
         self.coll
             .find_one_and_update(query, self.shape.append_if_open(doc, len, op))
@@ -201,7 +205,7 @@ impl<T: Bucketed> Buckets<T> {
             )
             .sort(doc! {"_id": 1})
             .return_document(mongodb::options::ReturnDocument::After)
-            .projection(doc! {"start": 1, "count": 1, OPS: {"$slice": -1}})
+            .projection(self.shape.mine_projection(op))
     }
 
     /// Opens bucket `seq` empty, ahead of the pushes that will fill it; one

@@ -61,6 +61,15 @@ const SPLITS: usize = 2;
 
 impl Late {
     async fn place(&self, mut t: Txn<'_>) -> Result<Option<i64>> {
+        if t.again {
+            // A run before may have committed it (its commit's reply
+            // lost, on a server that then lost its record of it): then it
+            // stays where it is. Not found where a split since moved it
+            // to a bucket whose write ids do not name it.
+            if let Some(seq) = t.holding(&self.key, self.op).await? {
+                return Ok(Some(seq));
+            }
+        }
         let mut splits = 0;
         loop {
             let (Some(last), prev) = t.last_two(&self.key).await? else {

@@ -41,6 +41,7 @@
 
 use futures::future::BoxFuture;
 use futures::TryStreamExt;
+use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::{ClientSession, Collection, Database};
 
@@ -69,6 +70,10 @@ pub(super) struct Txn<'a> {
     raw: &'a Collection<RawDocumentBuf>,
     o: &'a Options,
     s: &'a mut ClientSession,
+    /// A rerun of a transaction of the move's own: an earlier run may
+    /// have committed though its commit failed (its reply lost, on a
+    /// server that then lost its record of it).
+    pub(super) again: bool,
 }
 
 impl<T: Bucketed> Buckets<T> {
@@ -80,7 +85,7 @@ impl<T: Bucketed> Buckets<T> {
             let Some(s) = cx.session.as_deref_mut() else {
                 return Err(Error::invalid("session", "a transaction without a session"));
             };
-            return m.run(self.txn(&cx.opts, s)).await;
+            return m.run(self.txn(&cx.opts, s, false)).await;
         }
         let o = (*cx.opts).clone();
         let this = self.clone();
@@ -90,16 +95,17 @@ impl<T: Bucketed> Buckets<T> {
             let client = this.db.client();
             let mut s = client.start_session().causal_consistency(false).await?;
             let inside = o.clone().in_transaction();
-            let context = (&this, &m, &inside);
-            crate::transaction::run(&mut s, &o, M::OPERATION, context, |s, (b, m, o)| {
-                m.run(b.txn(o, s))
+            let context = (&this, &m, &inside, 0);
+            crate::transaction::run(&mut s, &o, M::OPERATION, context, |s, (b, m, o, runs)| {
+                *runs += 1;
+                m.run(b.txn(o, s, *runs > 1))
             })
             .await
         });
         crate::task::uncut(moved, M::OPERATION).await
     }
 
-    fn txn<'a>(&'a self, o: &'a Options, s: &'a mut ClientSession) -> Txn<'a> {
+    fn txn<'a>(&'a self, o: &'a Options, s: &'a mut ClientSession, again: bool) -> Txn<'a> {
         Txn {
             shape: &self.shape,
             db: &self.db,
@@ -107,11 +113,22 @@ impl<T: Bucketed> Buckets<T> {
             raw: &self.raw,
             o,
             s,
+            again,
         }
     }
 }
 
 impl Txn<'_> {
+    /// The `seq` of the bucket of `key` that holds write `op`, if any.
+    pub(super) async fn holding(&mut self, key: &Bson, op: ObjectId) -> Result<Option<i64>> {
+        let filter = self.shape.holding(key, op);
+        let found = self.find(filter, 1, 1, doc! {"_id": 1}).await?;
+        Ok(found.first().and_then(|d| match d.get("_id") {
+            Ok(Some(mongodb::bson::RawBsonRef::Document(id))) => raw_int(id, "s").ok(),
+            _ => None,
+        }))
+    }
+
     /// The buckets `filter` matches, in `_id` order (`dir` 1) or reverse
     /// (-1), at most `limit` (0: all), as `project`ed.
     pub(super) async fn find(

@@ -72,7 +72,13 @@ impl<T: Bucketed> Buckets<T> {
         match first {
             Ok(true) => Ok(()),
             Ok(false) => Box::pin(self.push_general(p, None, cx)).await,
-            Err(e) => Err(e),
+            Err(e) => match Box::pin(self.after_failed(p, e, cx)).await? {
+                Some(seq) => {
+                    self.remember(&p.slot, seq);
+                    Ok(())
+                }
+                None => Box::pin(self.push_general(p, None, cx)).await,
+            },
         }
     }
 
@@ -138,6 +144,9 @@ impl<T: Bucketed> Buckets<T> {
     async fn push_general(&self, p: &Pushed, tried: Option<i64>, cx: &mut Call<'_>) -> Result<()> {
         let mut retry = Retry::new("push");
         let mut ahead_tried = tried;
+        // Whether a write of this push failed and was found not stored:
+        // sent again once, under the same write id.
+        let mut resent = false;
         for round in 1.. {
             let head = match self.where_to(p, round, cx).await? {
                 Ok(seq) => {
@@ -166,7 +175,15 @@ impl<T: Bucketed> Buckets<T> {
                 // In the caller's transaction, which the failed insert
                 // aborted: the caller runs it again.
                 Err(e) if e.is_duplicate_key() => return Err(raced(e)),
-                Err(e) => return Err(e),
+                Err(e) if resent => return Err(e),
+                // A failover's error: found stored, or sent again.
+                Err(e) => {
+                    if let Some(seq) = Box::pin(self.after_failed(p, e, cx)).await? {
+                        self.remember(&p.slot, seq);
+                        return Ok(());
+                    }
+                    resent = true;
+                }
             }
         }
         unreachable!("rounds are counted without end")

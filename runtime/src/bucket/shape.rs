@@ -342,6 +342,15 @@ impl Shape {
         p
     }
 
+    /// What the one-command push reads back: `start`, `count`, and
+    /// whether the bucket holds write `op`.
+    pub(super) fn mine_projection(&self, op: ObjectId) -> Document {
+        doc! {
+            "start": 1, "count": 1,
+            MINE: {"$in": [op, {"$cond": [{"$isArray": [OPS_PATH]}, OPS_PATH, []]}]},
+        }
+    }
+
     // ---- writes ----
 
     /// The update appending `items` (`len` bytes in all) to a bucket, with
@@ -400,6 +409,7 @@ impl Shape {
         let ok = "$mp_ok";
         vec![
             doc! {"$set": {"mp_ok": {"$and": [
+                {"$not": [{"$in": [op, {"$cond": [{"$isArray": [OPS_PATH]}, OPS_PATH, []]}]}]},
                 self.sound(),
                 {"$eq": [{"$ifNull": ["$sealed", Bson::Null]}, Bson::Null]},
                 {"$lt": ["$count", self.size()]},

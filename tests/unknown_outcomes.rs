@@ -1,0 +1,363 @@
+//! What a write call returns when a failover's error reaches it: the
+//! driver's retry is off (`retryWrites=false`) or spent (a second fault).
+//! `Error::is_retryable()` must be true only where a resend cannot double
+//! anything, and a write the server may have stored must come back as
+//! `OutcomeUnknown` (or `Ok`, where the pattern can read whether it
+//! landed), never as something that invites a second send.
+//!
+//! The faults are the test kit's proxy's, after the server ran the write
+//! (11602, 50, the reply lost, a step-down's `writeConcernError`) or before
+//! it (the connection closed first), and `failCommand`'s refusal (10107,
+//! as a node that is no longer primary answers before running anything).
+
+use futures::TryStreamExt;
+use mongo_patterns::bson::{doc, Bson, Document};
+use mongo_patterns::mongodb::{Client, Database};
+use mongo_patterns::prelude::*;
+use mongo_patterns::Error;
+use mongo_patterns_testkit::proxy::{Fault, Proxy, Rule};
+use mongo_patterns_testkit::{bounded, client, fail_command, OwnServer, ServerOptions};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "uo_ticks")]
+#[bucket(size = 50, key = "sym", order = "day")]
+struct Tick {
+    sym: String,
+    day: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Model)]
+#[model(collection = "uo_items")]
+struct Item {
+    #[serde(rename = "_id")]
+    id: String,
+    #[approx_counter(every = 2, upsert = true)]
+    sampled: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "uo_logs")]
+#[shard_key(coarse = "month", from = "ts", search = "type")]
+struct Log {
+    #[serde(rename = "_id")]
+    id: i64,
+    #[serde(rename = "type")]
+    kind: String,
+    ts: i64,
+    msg: String,
+}
+
+/// A server, the proxy before it, a client through the proxy with the
+/// driver's retry off (unless `retry`), and one straight to the server.
+struct Rig {
+    proxy: Proxy,
+    db: Database,
+    direct: Database,
+    _clients: (Client, Client),
+    _server: OwnServer,
+}
+
+impl Rig {
+    async fn new(name: &str) -> Rig {
+        Rig::with(name, false).await
+    }
+
+    async fn with(name: &str, retry: bool) -> Rig {
+        let server = OwnServer::start(ServerOptions {
+            test_commands: true,
+            ..ServerOptions::default()
+        });
+        let proxy = Proxy::start(server.uri());
+        let uri = format!(
+            "{}&heartbeatFrequencyMS=500&retryWrites={retry}",
+            proxy.uri()
+        );
+        let (through, _) = client(&uri).await;
+        let (direct, _) = client(server.uri()).await;
+        Rig {
+            db: through.database(name),
+            direct: direct.database(name),
+            proxy,
+            _clients: (through, direct),
+            _server: server,
+        }
+    }
+
+    async fn count(&self, coll: &str, filter: Document) -> u64 {
+        let c = self.direct.collection::<Document>(coll);
+        bounded(10, c.count_documents(filter)).await.unwrap()
+    }
+
+    async fn counter(&self, id: &str) -> Option<i64> {
+        let c = self.direct.collection::<Document>("uo_items");
+        let d = bounded(10, c.find_one(doc! {"_id": id})).await.unwrap();
+        d.and_then(|d| d.get("sampled").and_then(int))
+    }
+}
+
+fn int(b: &Bson) -> Option<i64> {
+    match b {
+        Bson::Int32(n) => Some(i64::from(*n)),
+        Bson::Int64(n) => Some(*n),
+        _ => None,
+    }
+}
+
+/// What a fault leaves: stored or not, and what a caller is told.
+struct Case {
+    what: &'static str,
+    fault: Fault,
+    stored: bool,
+}
+
+/// The proxy's faults, each on a write that carries no transaction number
+/// (the driver's retry is off): nothing retries it.
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            what: "11602 after it ran",
+            fault: Fault::election(11602),
+            stored: true,
+        },
+        Case {
+            what: "50 after it ran",
+            fault: Fault::max_time_ms_expired(),
+            stored: true,
+        },
+        Case {
+            what: "reply lost",
+            fault: Fault::CloseAfter,
+            stored: true,
+        },
+        Case {
+            what: "step-down after it was stored (writeConcernError 189)",
+            fault: Fault::write_concern_error(189, "PrimarySteppedDown"),
+            stored: true,
+        },
+        Case {
+            what: "connection closed before it was sent on",
+            fault: Fault::CloseBefore,
+            stored: false,
+        },
+    ]
+}
+
+/// The counter's write cannot tell afterwards whether it counted: every
+/// fault that may have stored it is `OutcomeUnknown`, which
+/// `is_retryable()` calls unsafe to send again; and it is stored at most
+/// once (the library sent nothing more). A refusal before it ran is
+/// `is_retryable()`, and nothing is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counter_is_retryable_only_where_a_resend_cannot_double() {
+    let rig = Rig::new("uo_counter").await;
+    let sampled = Item::sampled_counter(&rig.db);
+    for (i, case) in cases().into_iter().enumerate() {
+        let id = format!("k{i}");
+        rig.proxy.clear();
+        rig.proxy.on(Rule::new("update", 1, case.fault.clone()));
+        rig.proxy
+            .on(Rule::new("findAndModify", 1, case.fault.clone()));
+        let r = bounded(30, sampled.incr_by(&id, 10)).await;
+        rig.proxy.clear();
+        let e = r.expect_err(case.what);
+        assert!(
+            matches!(e, Error::OutcomeUnknown { .. }),
+            "{}: OutcomeUnknown, got {e:?}",
+            case.what
+        );
+        assert!(!e.is_retryable(), "{}: not retryable", case.what);
+        let want = case.stored.then_some(10);
+        assert_eq!(
+            rig.counter(&id).await,
+            want,
+            "{}: stored at most once",
+            case.what
+        );
+    }
+    // Refused before it ran.
+    let (admin, _) = client(&rig.proxy.uri()).await;
+    fail_command(
+        &admin,
+        Some(1),
+        doc! {"failCommands": ["update", "findAndModify"], "errorCode": 10107},
+    )
+    .await;
+    let e = bounded(30, sampled.incr_by("refused", 10))
+        .await
+        .expect_err("refused");
+    assert!(
+        e.is_retryable(),
+        "10107 before it ran: retryable, got {e:?}"
+    );
+    assert_eq!(rig.counter("refused").await, None, "10107: nothing stored");
+    bounded(30, sampled.incr_by("refused", 10)).await.unwrap();
+    assert_eq!(rig.counter("refused").await, Some(10), "the resend, once");
+}
+
+/// The driver's retry of a write whose first attempt was stored (its
+/// reply lost) meets a node that is no longer primary: the call's error is
+/// that refusal (10107, labelled `RetryableWriteError` as `mongod` labels
+/// it on a retryable write), which says nothing of the first attempt. It
+/// must not pass for "not stored": the counter's write is
+/// `OutcomeUnknown`, not retryable, and counted once; a bucket push reads
+/// whether it landed and returns `Ok`, stored once. Before, the refusal
+/// was taken for "never ran": `is_retryable()` advised a resend of a
+/// stored increment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_of_the_drivers_retry_is_not_taken_for_not_stored() {
+    let rig = Rig::with("uo_refused", true).await;
+    let sampled = Item::sampled_counter(&rig.db);
+    let ticks = Tick::buckets(&rig.db);
+    let refused_after_lost = || {
+        rig.proxy.clear();
+        for command in ["update", "findAndModify"] {
+            rig.proxy.on(Rule::new(command, 1, Fault::CloseAfter));
+            rig.proxy.on(Rule::new(command, 1, Fault::election(10107)));
+        }
+    };
+    refused_after_lost();
+    let e = bounded(30, sampled.incr_by("k", 10))
+        .await
+        .expect_err("both attempts failed");
+    rig.proxy.clear();
+    assert!(e.contains_label("RetryableWriteError"), "{e:?}");
+    assert!(matches!(e, Error::OutcomeUnknown { .. }), "{e:?}");
+    assert!(!e.is_retryable(), "{e:?}");
+    assert_eq!(rig.counter("k").await, Some(10), "counted once");
+
+    let tick = |day| Tick {
+        sym: "r".into(),
+        day,
+    };
+    bounded(10, ticks.push(&tick(1))).await.unwrap();
+    refused_after_lost();
+    let r = bounded(30, ticks.push(&tick(2))).await;
+    rig.proxy.clear();
+    r.unwrap();
+    let n = rig
+        .count("uo_ticks", doc! {"sym": "r", "items.day": 2})
+        .await;
+    assert_eq!(n, 1, "stored once");
+}
+
+/// A bucket push carries a write id the bucket keeps: after any fault the
+/// push reads (on the primary) whether it landed, and returns `Ok`,
+/// stored once, or sends it once more where it did not land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_push_finds_out_whether_it_landed() {
+    let rig = Rig::new("uo_bucket").await;
+    let ticks = Tick::buckets(&rig.db);
+    for (i, case) in cases().into_iter().enumerate() {
+        let sym = format!("s{i}");
+        let tick = |day| Tick {
+            sym: sym.clone(),
+            day,
+        };
+        bounded(10, ticks.push(&tick(1))).await.unwrap();
+        rig.proxy.clear();
+        rig.proxy.on(Rule::new("update", 1, case.fault.clone()));
+        rig.proxy
+            .on(Rule::new("findAndModify", 1, case.fault.clone()));
+        let r = bounded(30, ticks.push(&tick(2))).await;
+        rig.proxy.clear();
+        r.unwrap_or_else(|e| panic!("{}: {e}", case.what));
+        let n = rig
+            .count("uo_ticks", doc! {"sym": &sym, "items.day": 2})
+            .await;
+        assert_eq!(n, 1, "{}: stored once", case.what);
+    }
+}
+
+/// A queued batch of pushes to one key, its reply lost, just after an
+/// election where the majority commit point lags (majority reads come
+/// back empty): the batch's write id is read on the primary's own copy,
+/// found, and every push returns `Ok`, each item stored once. Before, the
+/// lookup read majority, found nothing, and sent the items again one by
+/// one under new write ids: stored twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_queued_batch_whose_reply_is_lost_is_stored_once() {
+    let rig = Rig::new("uo_batch").await;
+    let ticks = Tick::buckets(&rig.db);
+    let tick = |day| Tick {
+        sym: "b".into(),
+        day,
+    };
+    bounded(10, ticks.push(&tick(0))).await.unwrap();
+    // The first update that appends more than one item.
+    let batch = |c: &Document| {
+        let each = c
+            .get_array("updates")
+            .ok()
+            .and_then(|u| u.first())
+            .and_then(Bson::as_document)
+            .and_then(|u| u.get_document("u").ok())
+            .and_then(|u| u.get_document("$push").ok())
+            .and_then(|p| p.get_document("items").ok())
+            .and_then(|i| i.get_array("$each").ok())
+            .map_or(0, Vec::len);
+        each > 1 && !c.contains_key("autocommit")
+    };
+    rig.proxy
+        .on(Rule::new("update", 1, Fault::CloseAfter).when(batch));
+    rig.proxy
+        .on(Rule::new("find", 100, Fault::EmptyMajorityRead));
+    rig.proxy
+        .on(Rule::new("aggregate", 100, Fault::EmptyMajorityRead));
+    // Sixteen pushes at once, in order: the queue sends them in batches.
+    let mut tasks = Vec::new();
+    for day in 1..=16 {
+        let ticks = ticks.clone();
+        let t = tick(day);
+        tasks.push(tokio::spawn(async move { ticks.push(&t).await }));
+    }
+    for t in tasks {
+        bounded(60, t).await.unwrap().unwrap();
+    }
+    assert_eq!(rig.proxy.hits()[0], 1, "a batch's reply was lost");
+    let c = rig.direct.collection::<Document>("uo_ticks");
+    let buckets: Vec<Document> = bounded(10, async {
+        c.find(doc! {"sym": "b"})
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap()
+    })
+    .await;
+    let mut days: Vec<i64> = buckets
+        .iter()
+        .flat_map(|b| b.get_array("items").unwrap().clone())
+        .map(|i| i.as_document().unwrap().get("day").and_then(int).unwrap())
+        .collect();
+    days.sort_unstable();
+    assert_eq!(days, (0..=16).collect::<Vec<_>>(), "each item once");
+}
+
+/// A shard-key document's insert: the `_id` decides whether it landed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_key_insert_is_stored_at_most_once() {
+    let rig = Rig::new("uo_shard").await;
+    let logs = Log::sharded(&rig.db);
+    for (i, case) in cases().into_iter().enumerate() {
+        let log = Log {
+            id: i as i64,
+            kind: "a".into(),
+            ts: 1_700_000_000_000 + i as i64,
+            msg: "m".into(),
+        };
+        rig.proxy.clear();
+        rig.proxy.on(Rule::new("insert", 1, case.fault.clone()));
+        let r = bounded(30, logs.insert(&log)).await;
+        rig.proxy.clear();
+        if let Err(e) = &r {
+            assert!(
+                matches!(e, Error::OutcomeUnknown { .. }),
+                "{}: OutcomeUnknown, got {e:?}",
+                case.what
+            );
+            assert!(!e.is_retryable(), "{}", case.what);
+        }
+        let n = rig.count("uo_logs", doc! {"_id": i as i64}).await;
+        assert_eq!(n, u64::from(case.stored), "{}: {r:?}", case.what);
+    }
+}
