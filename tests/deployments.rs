@@ -390,47 +390,49 @@ async fn bucket_pushes_survive_an_election() {
     .await;
 }
 
-/// The documents layout's histogram writes (`bulkWrite`, or `update` and
-/// `delete` commands) after each fault: stored once, or an error that
-/// says the outcome is unknown.
+/// The documents layout's histogram writes (the driver's `bulk_write`, or
+/// without it its `update_one` and `delete_one`, a statement each) after
+/// each fault, and after a step-down reported once the write was stored
+/// (as mongod reports it to a retryable write: a `writeConcernError`
+/// labelled `RetryableWriteError`): the driver sends the write once more,
+/// the server de-duplicates it, and it is stored once with `Ok`. The fault
+/// strikes the call's first write command: `bulkWrite`; without it the
+/// check of `change`'s new score, and `unrecord`'s `-1`. Before, they went
+/// through `run_command` without a transaction number: an interruption
+/// (11602) and a step-down were `OutcomeUnknown`.
 #[tokio::test]
 async fn histogram_writes_survive_an_election() {
     bounded(120, async {
         let server = server();
         let (c, _) = client_of(&server).await;
         let db = c.database("dep");
+        let mut faults = election_faults();
+        faults.push((
+            "PrimarySteppedDown after the write",
+            stepped_down_retryable(),
+        ));
         for bulk in [true, false] {
             let ranks = Score::ranks(&db).bulk_write(bulk);
             let command = if bulk { "bulkWrite" } else { "update" };
-            for (what, fault) in election_faults() {
+            for (what, fault) in &faults {
                 let b = format!("b-{bulk}-{what}");
                 ranks.record(&b, 1).await.unwrap();
-                fail_command(&c, Some(1), on(command, &fault)).await;
-                let r = ranks.change(&b, 1, 2).await;
+                ranks.record(&b, 1).await.unwrap();
+                fail_command(&c, Some(1), on(command, fault)).await;
+                ranks
+                    .change(&b, 1, 2)
+                    .await
+                    .unwrap_or_else(|e| panic!("{bulk} {what}: change: {e}"));
                 let held = stored(&db, &b).await;
-                assert!(
-                    what == "closeConnection" || r.is_ok(),
-                    "{bulk} {what}: an election's refusal is sent again: {r:?}"
-                );
-                if unknown(&r) {
-                    assert!(
-                        held == BTreeMap::from([(1, 1)]) || held == BTreeMap::from([(2, 1)]),
-                        "{bulk} {what}: {held:?}"
-                    );
-                    continue;
-                }
-                r.unwrap_or_else(|e| panic!("{bulk} {what}: {e}"));
+                assert_eq!(held, BTreeMap::from([(1, 1), (2, 1)]), "{bulk} {what}");
+                fail_command(&c, Some(1), on(command, fault)).await;
+                ranks
+                    .unrecord(&b, 1)
+                    .await
+                    .unwrap_or_else(|e| panic!("{bulk} {what}: unrecord: {e}"));
+                let held = stored(&db, &b).await;
                 assert_eq!(held, BTreeMap::from([(2, 1)]), "{bulk} {what}: once");
             }
-            // A step-down reported after the write: stored once, and the
-            // caller told the outcome is unknown rather than a `+1` sent
-            // twice.
-            let b = format!("b-{bulk}-wce");
-            ranks.record(&b, 1).await.unwrap();
-            fail_command(&c, Some(1), on(command, &stepped_down())).await;
-            let r = ranks.change(&b, 1, 2).await;
-            assert!(unknown(&r), "{bulk}: {r:?}");
-            assert_eq!(stored(&db, &b).await, BTreeMap::from([(2, 1)]), "{bulk}");
         }
     })
     .await;
@@ -667,11 +669,12 @@ async fn a_callers_read_preference_does_not_move_the_reads_that_decide_writes() 
 }
 
 /// What a pattern's refusal leaves of the caller's transaction, as the
-/// errors' docs say. A refusal by the server (a statement that failed:
-/// `ScoreNotFound`, `UnsupportedValue`) has aborted it, as mongod aborts
-/// a transaction on any failed statement. A refusal of the call's own,
-/// before it sent anything (`InvalidArgument` for a filter it cannot
-/// translate), leaves it going.
+/// errors' docs say. A refusal by the server (a statement that failed: a
+/// rank `+1` on a damaged count, `Damaged`; `UnsupportedValue`) has
+/// aborted it, as mongod aborts a transaction on any failed statement. A
+/// refusal found by a read, or of the call's own, before it sent any
+/// write (a rank `-1` of a score nobody holds, `ScoreNotFound`;
+/// `InvalidArgument` for a filter it cannot translate), leaves it going.
 #[tokio::test]
 async fn refusals_inside_a_callers_transaction_say_what_is_left_of_it() {
     bounded(60, async {
@@ -685,12 +688,24 @@ async fn refusals_inside_a_callers_transaction_say_what_is_left_of_it() {
             .await
             .unwrap();
 
+        let damaged = doc! {"_id": {"b": "b", "s": 9_i64}, "count": "x"};
+        db.collection::<Document>(Score::RANK.histogram)
+            .insert_one(damaged)
+            .await
+            .unwrap();
+
         let mut s = c.start_session().await.unwrap();
         callers_transaction(&db, &mut s, "ScoreNotFound").await;
         let e = ranks.unrecord("b", 7).session(&mut s).await.unwrap_err();
         assert!(matches!(e, Error::ScoreNotFound { .. }), "{e:?}");
         assert!(!e.is_transient(), "not worth running again: {e}");
-        transaction_is_gone(&db, &mut s, "ScoreNotFound").await;
+        s.commit_transaction().await.unwrap();
+        assert_eq!(kept(&db, "ScoreNotFound").await, 1, "found by a read");
+
+        callers_transaction(&db, &mut s, "Damaged").await;
+        let e = ranks.record("b", 9).session(&mut s).await.unwrap_err();
+        assert!(matches!(e, Error::Damaged { .. }), "{e:?}");
+        transaction_is_gone(&db, &mut s, "Damaged").await;
 
         callers_transaction(&db, &mut s, "UnsupportedValue").await;
         let e = Item::sampled_counter(&db)
@@ -709,14 +724,21 @@ async fn refusals_inside_a_callers_transaction_say_what_is_left_of_it() {
             .unwrap_err();
         assert!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
         s.commit_transaction().await.unwrap();
-        let kept = db
-            .collection::<Document>("other")
-            .count_documents(doc! {"_id": "before InvalidArgument"})
-            .await
-            .unwrap();
-        assert_eq!(kept, 1, "nothing was sent: the transaction went on");
+        assert_eq!(
+            kept(&db, "InvalidArgument").await,
+            1,
+            "nothing was sent: the transaction went on"
+        );
     })
     .await;
+}
+
+/// How many of the caller's writes made before `what` are stored.
+async fn kept(db: &Database, what: &str) -> u64 {
+    db.collection::<Document>("other")
+        .count_documents(doc! {"_id": format!("before {what}")})
+        .await
+        .unwrap()
 }
 
 /// Writes the driver sends with its own helpers carry a transaction

@@ -190,6 +190,70 @@ async fn caller_transaction_documents_fallback() {
     caller_transaction::<ExamScoreDocs>("rank_app_txn_docs_fb", false).await;
 }
 
+/// In a caller's transaction, `unrecord` or `change` of a score nobody
+/// holds, or on a board never written, fails with `ScoreNotFound` or
+/// `UnknownBoard` and leaves the transaction going: the caller's next
+/// statement and its commit succeed, and what the transaction wrote is
+/// stored.
+async fn not_found_leaves_the_callers_transaction_going<T: Exam>(name: &str, bulk: bool) {
+    let (db, _) = fresh_db(name).await;
+    let ranks = T::ranks(&db).bulk_write(bulk);
+    let other = db.collection::<Document>("app_other");
+    bounded(30, async {
+        ranks.record("b", 1.0).await.unwrap();
+        let mut s = db.client().start_session().await.unwrap();
+        s.start_transaction().await.unwrap();
+        let e = ranks.unrecord("b", 7.0).session(&mut s).await.unwrap_err();
+        assert!(matches!(e, Error::ScoreNotFound { .. }), "{e:?}");
+        assert!(!e.is_transient(), "{e:?}");
+        other
+            .insert_one(doc! {"_id": 1})
+            .session(&mut s)
+            .await
+            .expect("the transaction goes on after unrecord's ScoreNotFound");
+        let e = ranks
+            .change("b", 7.0, 8.0)
+            .session(&mut s)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::ScoreNotFound { .. }), "{e:?}");
+        let e = ranks
+            .unrecord("never", 1.0)
+            .session(&mut s)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::UnknownBoard { .. }), "{e:?}");
+        ranks.change("b", 1.0, 2.0).session(&mut s).await.unwrap();
+        other
+            .insert_one(doc! {"_id": 2})
+            .session(&mut s)
+            .await
+            .expect("the transaction goes on after change's ScoreNotFound");
+        s.commit_transaction()
+            .await
+            .expect("the transaction commits");
+        assert_eq!(other.count_documents(doc! {}).await.unwrap(), 2);
+        assert_eq!(stored(&ranks, "b").await, vec![(2.0, 1)]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn not_found_leaves_the_callers_transaction_going_array() {
+    not_found_leaves_the_callers_transaction_going::<ExamScore>("rank_app_nf_array", true).await;
+}
+
+#[tokio::test]
+async fn not_found_leaves_the_callers_transaction_going_documents() {
+    not_found_leaves_the_callers_transaction_going::<ExamScoreDocs>("rank_app_nf_docs", true).await;
+}
+
+#[tokio::test]
+async fn not_found_leaves_the_callers_transaction_going_documents_fallback() {
+    not_found_leaves_the_callers_transaction_going::<ExamScoreDocs>("rank_app_nf_docs_fb", false)
+        .await;
+}
+
 /// A second session's open transaction writes the same board: the caller's
 /// write conflicts, the error is transient, and the caller's `and_run2`
 /// (with `?` on the pattern's calls) runs the transaction again and commits.
@@ -295,13 +359,19 @@ fn w_of(cmd: &Document) -> Option<Bson> {
         .and_then(|wc| wc.get("w").cloned())
 }
 
-/// Names of the commands of a write of `layout` (`bulk` or not).
-fn histogram_write(layout: Layout, bulk: bool, dec: bool) -> Vec<&'static str> {
-    match (layout, bulk, dec) {
+/// Names of the commands of a write of `layout` (`bulk` or not), outside
+/// a transaction: `call` is `"record"`, `"change"` (to a new score) or
+/// `"unrecord"`. Without `bulkWrite`, a statement each: `change` checks
+/// the new score, takes one off the old, removes it if emptied and adds
+/// one at the new; `unrecord` takes one off, keeps the board's marker and
+/// removes an emptied score.
+fn histogram_write(layout: Layout, bulk: bool, call: &str) -> Vec<&'static str> {
+    match (layout, bulk, call) {
         (Layout::Array, _, _) => vec!["update"],
         (Layout::Documents, true, _) => vec!["bulkWrite"],
-        (Layout::Documents, false, false) => vec!["update"],
-        (Layout::Documents, false, true) => vec!["update", "delete"],
+        (Layout::Documents, false, "change") => vec!["update", "update", "delete", "update"],
+        (Layout::Documents, false, "unrecord") => vec!["update", "update", "delete"],
+        (Layout::Documents, false, _) => vec!["update"],
     }
 }
 
@@ -315,7 +385,7 @@ async fn options_reach_commands<T: Exam>(name: &str, bulk: bool) {
 
         // w: "majority", comment and maxTimeMS on every histogram write.
         let t = Duration::from_millis(4_321);
-        for (i, dec) in [false, true, true].into_iter().enumerate() {
+        for (i, call) in ["record", "change", "unrecord"].into_iter().enumerate() {
             let r = match i {
                 0 => {
                     ranks
@@ -345,7 +415,7 @@ async fn options_reach_commands<T: Exam>(name: &str, bulk: bool) {
             r.unwrap();
             let sent = writes(&commands);
             let names: Vec<&str> = sent.iter().map(|(n, _)| n.as_str()).collect();
-            assert_eq!(names, histogram_write(layout, bulk, dec), "call {i}");
+            assert_eq!(names, histogram_write(layout, bulk, call), "{call}");
             for (n, cmd) in &sent {
                 assert_eq!(
                     w_of(cmd),
@@ -353,57 +423,35 @@ async fn options_reach_commands<T: Exam>(name: &str, bulk: bool) {
                     "{n}: {cmd}"
                 );
                 assert_eq!(cmd.get_str("comment").ok(), Some("c"), "{n}: {cmd}");
-                if layout == Layout::Documents {
-                    // `run_command`: the bound goes in the command.
-                    assert_eq!(
-                        cmd.get("maxTimeMS").and_then(int),
-                        Some(4_321),
-                        "{n}: {cmd}"
-                    );
-                }
+                // The driver's retryable writes carry no `maxTimeMS`.
+                assert!(cmd.get("maxTimeMS").is_none(), "{n}: {cmd}");
             }
         }
         assert_eq!(stored(&ranks, "b").await, vec![(1.0, 1)]);
 
-        // w: 0 reaches the `run_command` writes; the driver refuses it on
-        // the writes it sends itself (the array layout's `update`), before
+        // w: 0: the driver refuses an unacknowledged write concern on the
+        // writes it sends itself, as every histogram write is, before
         // sending anything.
-        let r = ranks
-            .record("b", 5.0)
-            .write_concern(WriteConcern::nodes(0))
-            .await;
-        let sent = writes(&commands);
-        match layout {
-            Layout::Array => {
-                let e = r.unwrap_err();
-                assert!(
-                    format!("{e:?}").to_lowercase().contains("unacknowledged"),
-                    "{e:?}"
-                );
-                assert!(sent.is_empty(), "{sent:?}");
-            }
-            Layout::Documents => {
-                r.unwrap();
-                assert_eq!(sent.len(), 1, "{sent:?}");
-                for (n, cmd) in &sent {
-                    assert_eq!(w_of(cmd), Some(Bson::Int32(0)), "{n}: {cmd}");
-                }
-                let r = ranks
-                    .change("b", 5.0, 6.0)
-                    .write_concern(WriteConcern::nodes(0))
-                    .await;
-                r.unwrap();
-                let sent = writes(&commands);
-                let names: Vec<&str> = sent.iter().map(|(n, _)| n.as_str()).collect();
-                assert_eq!(names, histogram_write(layout, bulk, true));
-                for (n, cmd) in &sent {
-                    assert_eq!(w_of(cmd), Some(Bson::Int32(0)), "{n}: {cmd}");
-                }
-                // Unacknowledged, but applied in order on one connection.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                assert_eq!(stored(&ranks, "b").await, vec![(6.0, 1), (1.0, 1)]);
-            }
+        let refused = [
+            ranks
+                .record("b", 5.0)
+                .write_concern(WriteConcern::nodes(0))
+                .await,
+            ranks
+                .change("b", 1.0, 6.0)
+                .write_concern(WriteConcern::nodes(0))
+                .await,
+        ];
+        for r in refused {
+            let e = r.unwrap_err();
+            assert!(
+                format!("{e:?}").to_lowercase().contains("unacknowledged"),
+                "{e:?}"
+            );
         }
+        let sent = writes(&commands);
+        assert!(sent.is_empty(), "{sent:?}");
+        assert_eq!(stored(&ranks, "b").await, vec![(1.0, 1)]);
         commands.take();
 
         // Reads: read concern, read preference, comment, maxTimeMS.
@@ -478,7 +526,7 @@ async fn options_reach_commands<T: Exam>(name: &str, bulk: bool) {
         let mut expect = vec!["bulkWrite"];
         if !bulk {
             expect = vec!["insert"];
-            expect.extend(histogram_write(layout, bulk, false));
+            expect.extend(histogram_write(layout, bulk, "record"));
         }
         expect.push("commitTransaction");
         assert_eq!(names, expect);
@@ -535,7 +583,10 @@ async fn options_reach_commands<T: Exam>(name: &str, bulk: bool) {
         d.record("b", 1.0).await.unwrap();
         d.record("b", 1.0).comment("own").await.unwrap();
         let sent = writes(&commands);
-        assert_eq!(sent.len(), 2 * histogram_write(layout, bulk, false).len());
+        assert_eq!(
+            sent.len(),
+            2 * histogram_write(layout, bulk, "record").len()
+        );
         let first = &sent[0].1;
         let last = &sent[sent.len() - 1].1;
         assert_eq!(first.get_str("comment").ok(), Some("default"), "{first}");

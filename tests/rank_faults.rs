@@ -237,8 +237,9 @@ async fn cancelled_writes<T: Exam>(name: &str, bulk: bool) {
     let ranks = T::ranks(&db).bulk_write(bulk);
     let mut cuts = Cuts::calibrate(&ranks).await;
     eprintln!("{name}: cut windows start at 0 to {:?}", cuts.scale * 2);
-    // Without `bulkWrite`, a call cut between its `update` and its `delete`
-    // may leave the emptied score at count 0; the calls read past it.
+    // Without `bulkWrite`, a cut call's statements go on in a task of their
+    // own: one still running when the board is read may show an emptied
+    // score at count 0; the calls read past it.
     let zeros_ok = !bulk;
 
     // insert
@@ -782,8 +783,8 @@ fn sent(commands: &mongo_patterns_testkit::Commands) -> Vec<String> {
 }
 
 /// A score whose count reaches 0 is removed by the call that empties it
-/// (in the same round trip with `bulkWrite`, by a second command without);
-/// the board stays known.
+/// (in the same round trip with `bulkWrite`; without it, by a statement of
+/// its own, as each of the call's statements is); the board stays known.
 async fn emptied_scores_removed(bulk: bool) {
     let (db, commands) = fresh_db("rank_f_emptied").await;
     let ranks = DocsScore::ranks(&db).bulk_write(bulk);
@@ -795,19 +796,26 @@ async fn emptied_scores_removed(bulk: bool) {
     ranks.record("b", 40.0).await.unwrap();
     let one: &[&str] = if bulk { &["bulkWrite"] } else { &["update"] };
     assert_eq!(sent(&commands), one, "record");
-    let two: &[&str] = if bulk {
+    // Without `bulkWrite`: `-1`, the board's marker, the removal.
+    let remove: &[&str] = if bulk {
         &["bulkWrite"]
     } else {
-        &["update", "delete"]
+        &["update", "update", "delete"]
+    };
+    // The check of the new score, `-1`, the removal, `+1`.
+    let change: &[&str] = if bulk {
+        &["bulkWrite"]
+    } else {
+        &["update", "update", "delete", "update"]
     };
     ranks.unrecord("b", 40.0).await.unwrap();
-    assert_eq!(sent(&commands), two, "remove");
+    assert_eq!(sent(&commands), remove, "remove");
     ranks.unrecord("b", 10.0).await.unwrap();
-    assert_eq!(sent(&commands), two, "remove");
+    assert_eq!(sent(&commands), remove, "remove");
     ranks.change("b", 10.0, 30.0).await.unwrap();
-    assert_eq!(sent(&commands), two, "change");
+    assert_eq!(sent(&commands), change, "change");
     ranks.change("b", 20.0, 30.0).await.unwrap();
-    assert_eq!(sent(&commands), two, "change");
+    assert_eq!(sent(&commands), change, "change");
     let ids: Vec<Bson> = hist
         .find(doc! {})
         .await
@@ -851,6 +859,13 @@ async fn emptied_scores_removed(bulk: bool) {
         [insert, one, &["commitTransaction"]].concat(),
         "insert"
     );
+    // Inside a transaction without `bulkWrite`: an `update` command and a
+    // `delete` command.
+    let two: &[&str] = if bulk {
+        &["bulkWrite"]
+    } else {
+        &["update", "delete"]
+    };
     assert!(ranks.update_score(doc! {"_id": "p"}, 6.0).await.unwrap());
     assert_eq!(
         sent(&commands),
@@ -1224,10 +1239,12 @@ async fn crash_kill_and_restart_mid_run() {
 
 /// A deployment that refuses `bulkWrite` (mongod before 8.0 answers
 /// CommandNotFound, code 59). The test server knows `bulkWrite` and has no
-/// fail points, so the command is sent under a name it does not know, and
-/// its real refusal is met: learnt once per handle (clones included), no
-/// further `bulkWrite` is sent, and every write goes on with `update` +
-/// `delete`; in a transaction the refused attempt is rerun, nothing doubled.
+/// fail points here, so a command of a name it does not know is sent in
+/// its place, and its real refusal is met: learnt once per handle (clones
+/// included), no further `bulkWrite` is sent, and every write goes on
+/// with the driver's `update_one` and `delete_one`, a statement each (in
+/// a transaction, an `update` command and a `delete` command); in a
+/// transaction the refused attempt is rerun, nothing doubled.
 #[tokio::test]
 async fn bulk_write_refusal_is_learnt_once() {
     bounded(60, async {
@@ -1252,7 +1269,10 @@ async fn bulk_write_refusal_is_learnt_once() {
         );
         ranks.change("b", 10.0, 20.0).await.unwrap();
         clone.unrecord("b", 10.0).await.unwrap();
-        assert_eq!(sent(&commands), ["update", "delete", "update", "delete"]);
+        assert_eq!(
+            sent(&commands),
+            ["update", "update", "delete", "update", "update", "update", "delete"]
+        );
         let docs: Vec<Document> = hist
             .find(doc! {})
             .sort(doc! {"_id": 1})

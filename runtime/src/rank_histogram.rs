@@ -24,10 +24,10 @@
 //!   `{_id: {b: board, s: MinKey}, count: 0}` keeps an emptied board known.
 //!   A server before 8.0 refuses `bulkWrite`; learnt from the first
 //!   refusal (once per repository, clones included), the same statements
-//!   then go as an `update` command and a `delete` command for the emptied
-//!   score: `change` and `unrecord` cost two round trips instead of one,
-//!   `record` still one, with the same checks. [`Ranks::bulk_write`]
-//!   chooses that path up front.
+//!   then go one by one, each through the driver's `update_one` or
+//!   `delete_one`: `record` still one round trip, `unrecord` three,
+//!   `change` four, with the same checks. [`Ranks::bulk_write`] chooses
+//!   that path up front.
 //!
 //! The traps of the hand-written version, and what this does instead:
 //! - A score seen for the first time must be added once. An `$inc` on
@@ -77,16 +77,22 @@
 //! and where options come from: the [guide](crate::guide#rank-histogram).
 //!
 //! On real deployments: a server without 8.0's `bulkWrite` (7.0 answers
-//! 40415, 6.0 59, the documentdb engine 115, DocumentDB 303) gets the
-//! `update` and `delete` commands instead, learnt from its first refusal,
-//! which wrote nothing. Outside a transaction, a histogram write that an
-//! election refused or interrupted is sent again from the statement it
-//! stopped at; one whose reply was lost, or that a step-down reported
-//! after storing it, is [`Error::OutcomeUnknown`]
-//! (a `+1` cannot be de-duplicated without a transaction number). The
-//! call's own transactions and `rebuild` read the primary whatever the
-//! client's read preference; `rank`, `top` and `histogram` follow the
-//! caller's.
+//! 40415, 6.0 59, the documentdb engine 115, DocumentDB 303; the driver
+//! itself refuses to send it below 8.0's wire version) gets the same
+//! statements one by one instead, learnt from its first refusal, which
+//! wrote nothing. Outside a transaction every histogram write of both
+//! layouts is one of the driver's retryable writes (`Client::bulk_write`,
+//! or `update_one` and `delete_one`): after an election refused or
+//! interrupted it, after its reply was lost, or after a step-down reported
+//! it stored, the driver sends it once more and the server answers from
+//! its record of the first attempt, statement by statement, so the call
+//! returns `Ok` with the write stored once. An error that still reaches
+//! the call (two failovers in a row, or a client with
+//! `retryWrites=false`) is [`Error::OutcomeUnknown`] where the write may
+//! be stored: read the board, or [`rebuild`](Ranks::rebuild) it, before
+//! sending it again. The call's own transactions and `rebuild` read the
+//! primary whatever the client's read preference; `rank`, `top` and
+//! `histogram` follow the caller's.
 //! Plain methods send nothing: [`Ranks::rank_pipeline`],
 //! [`Ranks::declared`] and the builder settings.
 //!
@@ -128,6 +134,7 @@ mod queue;
 mod read;
 mod rounding;
 mod score;
+mod send;
 #[cfg(test)]
 mod tests;
 mod txn;
@@ -362,22 +369,29 @@ impl<T: RankHistogram> Ranks<T> {
 
     /// Whether writes may use the `bulkWrite` command (the default;
     /// MongoDB 8.0+): the `"documents"` layout's histogram writes, and
-    /// [`insert`](Self::insert)'s two writes in one command. `false` sends what every server takes:
-    /// an `update` command, then a `delete` command for a score emptied by
-    /// a `-1`, so a `change` or `unrecord` costs two round trips instead of
-    /// one, with the same checks and results; a call cancelled between the
-    /// two may leave the emptied score at count 0, which reads skip and
-    /// [`rebuild`](Self::rebuild) removes. A server that refuses
-    /// `bulkWrite` (before 8.0) gets the same, learnt from its first
-    /// refusal. The `"array"` layout's histogram writes are one `update`
-    /// either way.
+    /// [`insert`](Self::insert)'s two writes in one command. `false` sends
+    /// what every server takes: the same statements one by one, each
+    /// through the driver's `update_one` or `delete_one` (a retryable
+    /// write, as the `bulkWrite` is), with the same checks and results, a
+    /// round trip each: `record` one, `unrecord` three (`-1`, the board's
+    /// marker, the removal of a score it emptied), `change` four (the check
+    /// of the new score's count, `-1`, the removal, `+1`). Without a
+    /// session they run as a task of their own, so that a call dropped
+    /// between two of them leaves the rest to run; in your session they run
+    /// in the call, and one cut between them can leave the board off by
+    /// one until [`rebuild`](Self::rebuild). Inside a transaction they go
+    /// as an `update` command and a `delete` command (one round trip each),
+    /// which the transaction covers. A server that refuses `bulkWrite`
+    /// (before 8.0) gets the same, learnt from its first refusal. The
+    /// `"array"` layout's histogram writes are one `update` either way.
     pub fn bulk_write(mut self, use_it: bool) -> Self {
         self.bulk_write = use_it;
         self
     }
 
-    /// Sends `bulkWrite` under another name, so that a test can meet a
-    /// server's real refusal of a command it does not know.
+    /// Sends, in place of `bulkWrite`, a command of this name (one the
+    /// server does not know), so that a test can meet a server's real
+    /// refusal of a command it lacks.
     #[doc(hidden)]
     pub fn __bulk_write_command(mut self, name: &'static str) -> Self {
         self.bulk_command = name;
@@ -468,7 +482,7 @@ impl<T: RankHistogram> Ranks<T> {
             Layout::Documents if self.bulk_write => needs.push(Need::prefers(
                 Feature::BulkWrite,
                 "rank change and remove (documents layout)",
-                "send an update and a delete command: two round trips instead of one",
+                "send each statement on its own: up to four round trips instead of one",
             )),
             Layout::Documents => {}
         }
@@ -510,14 +524,31 @@ impl<T: RankHistogram> Ranks<T> {
 
     /// Counts one more player at `score` on `board`; creates the board and
     /// the score when they are new. One `update` command (one round trip;
-    /// `bulkWrite` on the `"documents"` layout, or `update` without it).
+    /// `bulkWrite` on the `"documents"` layout, or `update` without it),
+    /// a retryable write outside a transaction (see the module docs: a
+    /// failover after it was sent still ends in `Ok`, stored once). Its
+    /// write concern and comment are the call's; `max_time` does not reach
+    /// it there (the driver's `update_one` and `bulk_write` take no
+    /// `maxTimeMS`).
     /// In a session without a transaction a lost upsert race is retried
     /// here; inside a caller's transaction it is returned as
     /// [`Error::Raced`] labelled `TransientTransactionError`, for the
-    /// caller's `and_run2` to rerun the transaction. There the documents
-    /// layout sends `update` (and `delete`, for `change` and `unrecord`)
-    /// rather than `bulkWrite`, which refuses the `readConcern` the driver
-    /// adds to a transaction's first command.
+    /// caller's `and_run2` to rerun the transaction.
+    ///
+    /// Inside a caller's transaction the documents layout sends `update`
+    /// and `delete` commands rather than `bulkWrite`, which refuses the
+    /// `readConcern` the driver adds to a transaction's first command; and
+    /// [`change`](Self::change) and [`unrecord`](Self::unrecord) first read
+    /// the counts they change (one `find`), so that a score nobody holds
+    /// ([`Error::ScoreNotFound`]), a board never written
+    /// ([`Error::UnknownBoard`]) or a damaged count ([`Error::Damaged`])
+    /// fails the call with nothing sent that fails, and your transaction
+    /// goes on (the `"array"` layout's update matches nothing for a score
+    /// nobody holds or a board never written, to the same effect). Two
+    /// round trips then, three when the `-1` empties a score. A write the
+    /// server refuses (a damaged count at `score` for `record`, a damaged
+    /// board on the `"array"` layout) has aborted your transaction: return
+    /// the error from your closure.
     ///
     /// ```no_run
     /// # use mongo_patterns::prelude::*;
@@ -546,9 +577,11 @@ impl<T: RankHistogram> Ranks<T> {
 
     /// Moves one player from `old` to `new`: both counts change together or
     /// neither does. One round trip, also when `new` is new to the board
-    /// (two on the `"documents"` layout without `bulkWrite`).
-    /// Fails with [`Error::ScoreNotFound`] when nobody holds `old`. Races
-    /// as [`record`](Self::record).
+    /// (four on the `"documents"` layout without `bulkWrite`: see
+    /// [`bulk_write`](Self::bulk_write)).
+    /// Fails with [`Error::ScoreNotFound`] when nobody holds `old`, writing
+    /// nothing. Races, retries and your transaction as
+    /// [`record`](Self::record).
     ///
     /// ```no_run
     /// # use mongo_patterns::prelude::*;
@@ -579,8 +612,9 @@ impl<T: RankHistogram> Ranks<T> {
     /// [`record`](Self::record); [`delete`](Self::delete) deletes a
     /// player's document and uncounts it together). Fails with
     /// [`Error::ScoreNotFound`] when nobody holds it: a count never goes
-    /// below 0. One round trip (two on the `"documents"` layout without
-    /// `bulkWrite`). Races as [`record`](Self::record).
+    /// below 0, and nothing is written. One round trip (three on the
+    /// `"documents"` layout without `bulkWrite`). Races, retries and your
+    /// transaction as [`record`](Self::record).
     ///
     /// ```no_run
     /// # use mongo_patterns::prelude::*;
@@ -701,7 +735,10 @@ impl<T: RankHistogram> Ranks<T> {
     ///
     /// Given a session with a transaction open, it joins that transaction
     /// (two round trips; the caller commits) and never retries: a lost race
-    /// comes back labelled `TransientTransactionError`. Given a session
+    /// comes back labelled `TransientTransactionError`, and a histogram
+    /// write the server refuses (a damaged count; for `update_score` and
+    /// `delete`, an old score the histogram does not hold) has aborted your
+    /// transaction: return the error from your closure. Given a session
     /// without one, it runs its own transaction in that session; without
     /// a session, in one of its own. A transaction of its own runs through
     /// the driver's `and_run` (jittered backoff, 120 s in all). Dropped while its own transaction is open in your session,

@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use futures::future::BoxFuture;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::error::TRANSIENT_TRANSACTION_ERROR;
+use mongodb::options::UpdateModifications;
 use mongodb::ClientSession;
 
 use super::read::first_of;
@@ -15,7 +16,6 @@ use super::score::as_number;
 use super::write::{refuse, Delta, Statement, Txn};
 use super::{RankHistogram, RankSpec, Ranks, Store, ARRAY_LIMIT};
 use crate::action::{Effective, Options};
-use crate::compat;
 use crate::error::code::{DUPLICATE_KEY, REFUSED};
 use crate::error::{server_codes, Error, Result};
 
@@ -154,12 +154,12 @@ async fn write<T: RankHistogram>(
 
 /// The array layout's write of `delta` as one statement: the board's
 /// update, an upsert when no `-1` comes first.
-pub(super) fn statement(board: &Bson, delta: Delta<'_>, descending: bool) -> Result<Statement> {
-    Ok(Statement::Update {
-        filter: compat::raw_document(&filter_of(board, delta))?,
-        update: compat::raw(&array_update(delta, descending).into())?,
+pub(super) fn statement(board: &Bson, delta: Delta<'_>, descending: bool) -> Statement {
+    Statement::Update {
+        filter: filter_of(board, delta),
+        update: UpdateModifications::Pipeline(array_update(delta, descending)),
         upsert: delta.dec.is_none(),
-    })
+    }
 }
 
 /// What the board's update matches: the board, holding a count above 0 at

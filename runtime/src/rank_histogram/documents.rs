@@ -1,8 +1,11 @@
 //! The `"documents"` layout: one document per (board, score),
 //! `{_id: {b: board, s: score}, count}`, and a marker
 //! `{_id: {b: board, s: MinKey}, count: 0}` that keeps an emptied board
-//! known. A write is one ordered `bulkWrite` (MongoDB 8.0+), or an `update`
-//! and a `delete` command on a server that refuses it.
+//! known. Outside a transaction a write is one of the driver's retryable
+//! writes: one ordered `Client::bulk_write` (MongoDB 8.0+), or its
+//! statements one by one through `update_one` and `delete_one` on a server
+//! that refuses it. Inside a transaction, `update` and `delete` commands
+//! (or `bulkWrite`, after the player's write).
 
 use mongodb::bson;
 use std::sync::atomic::Ordering;
@@ -10,17 +13,17 @@ use std::sync::OnceLock;
 
 use futures::future::BoxFuture;
 use futures::TryStreamExt;
-use mongodb::bson::{doc, Bson, Document, RawArrayBuf, RawBson, RawDocumentBuf};
+use mongodb::bson::{doc, Bson, Document};
+use mongodb::options::UpdateModifications;
 use mongodb::ClientSession;
 
 use super::score::as_number;
+use super::send::{bulk_write, commands, learnt_no_bulk_write, one_by_one, refused_bulk_write};
 use super::write::{refuse, Delta, Statement, Txn};
 use super::{RankHistogram, RankSpec, Ranks, Store, ARRAY_LIMIT};
 use crate::action::{Effective, Options};
-use crate::compat::{self, append};
 use crate::error::code::{DUPLICATE_KEY, REFUSED, WRITE_CONFLICT};
 use crate::error::{server_codes, Error, Result};
-use crate::failover::{outcome, Outcome};
 
 pub(super) struct DocumentStore;
 
@@ -120,14 +123,9 @@ impl<T: RankHistogram> Store<T> for DocumentStore {
     }
 }
 
-/// The documents layout's write, in order: check the target of `+1`
-/// when a `-1` comes first, `-1` (refused, writing nothing, when nobody
-/// holds the score), the board's marker, the removal of a score that
-/// reached 0, then `+1`. One `bulkWrite` command (one round trip) on
-/// MongoDB 8.0+; on an older server, which refuses `bulkWrite`, an
-/// `update` command with the update statements, then a `delete` command
-/// for the emptied score (two round trips when a `-1` is sent, one
-/// otherwise).
+/// The documents layout's write of `delta`. Outside a transaction
+/// ([`retryable`]) it is one of the driver's retryable writes; inside one
+/// ([`in_transaction`]) the transaction covers it.
 async fn write<T: RankHistogram>(
     r: &Ranks<T>,
     board: &Bson,
@@ -136,88 +134,109 @@ async fn write<T: RankHistogram>(
     session: Option<&mut ClientSession>,
     txn: Txn,
 ) -> Result<()> {
-    let in_transaction = txn != Txn::No;
-    // The fallback's order: the updates, then the delete. A `+1` that
-    // lands before the delete leaves its count above 0, so the delete
-    // (of a count of 0 only) removes the same scores.
-    // Chosen once per call, so that a clone learning of a refusal
-    // meanwhile does not change the order under a resumed call.
-    // Not as a caller's transaction's possibly first command: the driver
-    // adds `readConcern` to that one, which `bulkWrite` refuses.
-    let mut bulk = uses_bulk_write(r) && txn != Txn::Callers;
-    // The statements are built for each attempt, and moved into its
-    // command: a resumed attempt is rare, a copy kept for one would cost
-    // every write. From `sorted` on (`None`: none) they go in the
-    // fallback's order.
-    let mut sorted = if bulk { None } else { Some(0) };
-    let ops = |sorted: Option<usize>| -> Result<Vec<Statement>> {
-        let mut ops = statements(board, delta)?;
-        if let Some(k) = sorted {
-            ops[k..].sort_by_key(|op| matches!(op, Statement::Delete { .. }));
+    match (txn, session) {
+        (Txn::No, session) => retryable(r, board, delta, o, session).await,
+        (txn, Some(s)) => in_transaction(r, board, delta, o, s, txn == Txn::Callers).await,
+        (_, None) => Err(Error::invalid("session", "a transaction needs a session")),
+    }
+}
+
+/// How a batch went out: applied, or refused by a server without
+/// `bulkWrite` (nothing written).
+enum Sent {
+    Done,
+    NoBulkWrite,
+}
+
+/// `delta` outside a transaction, as the driver's retryable writes: one
+/// ordered `Client::bulk_write` (MongoDB 8.0+), or, on a server that
+/// refuses it (learnt from its first refusal, which wrote nothing), the
+/// same statements one by one through `update_one` and `delete_one`. The
+/// driver sends a retryable write once more after a failover's error, and
+/// the server answers that attempt from its record of the first one,
+/// statement by statement: a write interrupted, or whose reply was lost,
+/// is stored once. The driver's retry is the only resend; an error that
+/// reaches the caller is what is left after it.
+///
+/// Without a session, the one-by-one path runs as a task of its own
+/// ([`crate::task::uncut`]): a call dropped between two statements leaves
+/// the rest to run, so that a cut call never stops between the `-1` and
+/// the `+1`.
+async fn retryable<T: RankHistogram>(
+    r: &Ranks<T>,
+    board: &Bson,
+    delta: Delta<'_>,
+    o: &Options,
+    mut session: Option<&mut ClientSession>,
+) -> Result<()> {
+    if uses_bulk_write(r) {
+        match batch(r, board, delta, o, session.as_deref_mut(), true).await? {
+            Sent::Done => return Ok(()),
+            Sent::NoBulkWrite => learnt_no_bulk_write(r),
         }
-        Ok(ops)
+    }
+    // Boxed when taken (servers before 8.0): inline, it would make every
+    // write's future larger.
+    let sent = match session {
+        Some(s) => Box::pin(batch(r, board, delta, o, Some(s), false)).await?,
+        None => {
+            let (r, board, o) = (r.clone(), board.clone(), o.clone());
+            let (dec, inc) = (delta.dec.cloned(), delta.inc.cloned());
+            let one_by_one = async move {
+                let delta = Delta {
+                    dec: dec.as_ref(),
+                    inc: inc.as_ref(),
+                };
+                batch(&r, &board, delta, &o, None, false).await
+            };
+            Box::pin(crate::task::uncut(one_by_one, "rank write")).await?
+        }
     };
-    let mut session = session;
+    match sent {
+        Sent::Done => Ok(()),
+        // Only `bulkWrite` is refused so, and this path sends none.
+        Sent::NoBulkWrite => Err(Error::invalid(
+            "bulk_write",
+            "refused where it was not sent",
+        )),
+    }
+}
+
+/// `delta`'s statements outside a transaction, as one ordered `bulkWrite`
+/// (`bulk`) or one by one. A statement that lost an upsert race to a
+/// concurrent writer (that upsert is now an update), or met one writing
+/// the same document, was not applied, nor were those after it: they go
+/// again, from it, after a jittered backoff. A refused `-1` says why.
+async fn batch<T: RankHistogram>(
+    r: &Ranks<T>,
+    board: &Bson,
+    delta: Delta<'_>,
+    o: &Options,
+    mut session: Option<&mut ClientSession>,
+    bulk: bool,
+) -> Result<Sent> {
+    let ns = r.hist.namespace();
     let mut from = 0;
     let mut retry = crate::retry::Retry::new("rank write");
-    let mut resent = false;
     loop {
+        // Built for each attempt and moved into it: an attempt after a
+        // race is rare, a copy kept for one would cost every write.
+        let ops = statements(board, delta, None).into_iter().skip(from);
         let failed = if bulk {
-            let mut these = ops(sorted)?;
-            these.drain(..from);
-            match bulk_write_once(r, these, o, session.as_deref_mut(), in_transaction).await {
-                Err(e) if refused_bulk_write(&e) => {
-                    // Nothing was written: the server does not know the
-                    // command. Inside a transaction the whole
-                    // transaction is rerun, as the server may have
-                    // aborted it.
-                    crate::action::learnt(
-                        &r.no_bulk_write,
-                        "no_bulk_write",
-                        r.hist.name(),
-                        "the deployment refused bulkWrite (a server before 8.0): writes go as update and delete commands",
-                    );
-                    if in_transaction {
-                        return Err(Error::Raced(e));
-                    }
-                    bulk = false;
-                    sorted = Some(from);
-                    continue;
-                }
-                other => other.map_err(|e| unknown_outcome(Error::from(e), in_transaction))?,
+            let models = ops.map(|op| op.model(&ns)).collect();
+            match bulk_write(r, models, o, session.as_deref_mut(), false).await {
+                // Nothing was written: the server does not know the command.
+                Err(e) if from == 0 && refused_bulk_write(&e) => return Ok(Sent::NoBulkWrite),
+                other => other?,
             }
         } else {
-            let these = ops(sorted)?;
-            // Boxed when taken (servers before 8.0), as the other rare
-            // paths below: inline, they would make every write's future
-            // too large for a small allocation.
-            Box::pin(commands_once(
-                r,
-                &these[from..],
-                o,
-                session.as_deref_mut(),
-                in_transaction,
-            ))
-            .await
-            .map_err(|e| unknown_outcome(e, in_transaction))?
+            let ops = ops.collect();
+            Box::pin(one_by_one(r, ops, o, session.as_deref_mut())).await?
         };
         let Some((idx, e)) = failed else {
-            return Ok(());
+            return Ok(Sent::Done);
         };
-        if !in_transaction && !resent && outcome(&e) == Outcome::NotStored {
-            // An election refused or interrupted the statement at `idx`
-            // (or the command before it ran): what came before is stored,
-            // the rest goes once more, to the new primary.
-            resent = true;
-            from += idx;
-            continue;
-        }
         match server_codes(&e).first().copied().unwrap_or_default() {
-            // Inside a transaction the server aborted it: it is rerun.
-            DUPLICATE_KEY | WRITE_CONFLICT if in_transaction => return Err(Error::Raced(e)),
-            // A concurrent writer created the document first (that
-            // upsert is now an update), or wrote it at the same time:
-            // what came before is written, so go on from there.
             DUPLICATE_KEY | WRITE_CONFLICT => {
                 from += idx;
                 retry.pause().await?;
@@ -228,239 +247,188 @@ async fn write<T: RankHistogram>(
     }
 }
 
+/// `delta` inside a transaction: `callers` when it is the caller's
+/// (perhaps as its first command), otherwise after the player's write in
+/// the same transaction. A failed statement aborts the transaction on the
+/// server: a lost race comes back as [`Error::Raced`], for whoever owns
+/// the transaction to run it again.
+///
+/// Inside the caller's transaction a `-1` reads first (see
+/// [`read_first`]), and the statements go as `update` and `delete`
+/// commands, never as `bulkWrite`, which refuses the `readConcern` the
+/// driver adds to a transaction's first command. After the player's
+/// write, `bulkWrite` where the server takes it.
+async fn in_transaction<T: RankHistogram>(
+    r: &Ranks<T>,
+    board: &Bson,
+    delta: Delta<'_>,
+    o: &Options,
+    session: &mut ClientSession,
+    callers: bool,
+) -> Result<()> {
+    let known = match (callers, delta.dec) {
+        // Boxed: a path only a caller's transaction takes.
+        (true, Some(_)) => Some(Box::pin(read_first(r, board, delta, o, &mut *session)).await?),
+        _ => None,
+    };
+    let ops = statements(board, delta, known);
+    let failed = if uses_bulk_write(r) && !callers {
+        let ns = r.hist.namespace();
+        let models = ops.into_iter().map(|op| op.model(&ns)).collect();
+        match bulk_write(r, models, o, Some(session), true).await {
+            Err(e) if refused_bulk_write(&e) => {
+                // Nothing was written, but the server may have aborted the
+                // transaction: it is run again, with the commands.
+                learnt_no_bulk_write(r);
+                return Err(Error::Raced(e));
+            }
+            other => other?.map(|(_, e)| e),
+        }
+    } else {
+        Box::pin(commands(r, ops, o, session)).await?
+    };
+    let Some(e) = failed else {
+        return Ok(());
+    };
+    match server_codes(&e).first().copied().unwrap_or_default() {
+        DUPLICATE_KEY | WRITE_CONFLICT => Err(Error::Raced(e)),
+        REFUSED => Err(Box::pin(why_not_written(r, board, delta)).await),
+        _ => Err(Error::from(e)),
+    }
+}
+
+/// Inside the caller's transaction, before a `-1`: the documents of the
+/// `-1` and of the `+1`, as the transaction sees them (one `find`, on the
+/// primary). A score nobody holds, a board never written or a damaged
+/// count is found by this read, which leaves the caller's transaction
+/// going, rather than by a refused statement, which would abort it. The
+/// count at the `-1`, at least 1: within the transaction's snapshot the
+/// statements then cannot fail for want of it (a concurrent writer of the
+/// same document makes them conflict, a race).
+async fn read_first<T: RankHistogram>(
+    r: &Ranks<T>,
+    board: &Bson,
+    delta: Delta<'_>,
+    o: &Options,
+    session: &mut ClientSession,
+) -> Result<i64> {
+    let mut ids = Vec::with_capacity(2);
+    for s in [delta.dec, delta.inc].into_iter().flatten() {
+        ids.push(Bson::Document(doc! {"b": board.clone(), "s": s.clone()}));
+    }
+    let filter = doc! {"_id": {"$in": ids}, "_id.b": board.clone()};
+    let find = r
+        .hist
+        .find(filter)
+        .with_options(o.deciding::<mongodb::options::FindOptions>());
+    let docs: Vec<Document> = all_of!(find, Some(&mut *session));
+    let mut count = None;
+    for d in &docs {
+        let id = d.get("_id").cloned().unwrap_or(Bson::Null);
+        if let Some((field, problem)) = document_problem(d) {
+            return Err(Error::damaged(r.hist.name(), id, field, problem));
+        }
+        let s = d.get_document("_id").ok().and_then(|id| id.get("s"));
+        if s.and_then(as_number) == delta.dec.and_then(as_number) {
+            count = d.get("count").and_then(crate::util::int);
+        }
+    }
+    match count {
+        Some(n) if n > 0 => Ok(n),
+        _ => {
+            let any = r.hist.find_one(board_range(board)).session(session).await;
+            Err(r.not_written(board, delta, any))
+        }
+    }
+}
+
 /// The statements of the documents layout's write of `delta`, in order:
 /// check the target of `+1` when a `-1` comes first, `-1` (refused,
-/// writing nothing, when nobody holds the score), the board's marker, the
-/// removal of a score that reached 0, then `+1`.
-pub(super) fn statements(board: &Bson, delta: Delta<'_>) -> Result<Vec<Statement>> {
-    let u = updates()?;
-    let board = compat::raw(board)?;
-    let id = |s: RawBson| {
-        let mut id = RawDocumentBuf::new();
-        append(&mut id, "b", board.clone());
-        append(&mut id, "s", s);
-        let mut filter = RawDocumentBuf::new();
-        append(&mut filter, "_id", RawBson::Document(id));
-        filter
-    };
-    let set = |s: RawBson, update: &RawBson, upsert: bool| Statement::Update {
+/// writing nothing, when nobody holds the score), the board's marker (for
+/// a `-1` alone, the one write that can empty a board), the removal of a
+/// score that reached 0, then `+1`. `known`: the count at the
+/// `-1` as a read in the same transaction found it (see [`read_first`]),
+/// which makes the check unneeded, and the removal too unless the count
+/// is 1.
+pub(super) fn statements(board: &Bson, delta: Delta<'_>, known: Option<i64>) -> Vec<Statement> {
+    let u = updates();
+    let id = |s: &Bson| doc! {"_id": {"b": board.clone(), "s": s.clone()}};
+    let set = |s: &Bson, update: &Vec<Document>, upsert: bool| Statement::Update {
         filter: id(s),
-        update: update.clone(),
+        update: UpdateModifications::Pipeline(update.clone()),
         upsert,
     };
-    let inc = delta.inc.map(compat::raw).transpose()?;
     let mut ops = Vec::with_capacity(5);
     if let Some(d) = delta.dec {
-        let d = compat::raw(d)?;
-        if let Some(i) = &inc {
+        if let (Some(i), None) = (delta.inc, known) {
             // Nothing is written when the `+1` would land on a damaged
             // count.
-            ops.push(set(i.clone(), &u.same, false));
+            ops.push(set(i, &u.same, false));
         }
         // An upsert, so that a missing score is refused rather than
         // matching nothing while the `+1` goes ahead.
-        ops.push(set(d.clone(), &u.minus, true));
-        ops.push(set(RawBson::MinKey, &u.marker, true));
-        let mut filter = id(d);
-        append(&mut filter, "count", RawBson::Int32(0));
-        ops.push(Statement::Delete { filter });
+        ops.push(set(d, &u.minus, true));
+        if delta.inc.is_none() {
+            // Only a `-1` alone can empty the board.
+            ops.push(Statement::Update {
+                filter: id(&Bson::MinKey),
+                update: UpdateModifications::Document(u.marker.clone()),
+                upsert: true,
+            });
+        }
+        if known.is_none_or(|n| n == 1) {
+            let mut filter = id(d);
+            filter.insert("count", 0_i32);
+            ops.push(Statement::Delete { filter });
+        }
     }
-    if let Some(i) = inc {
+    if let Some(i) = delta.inc {
         ops.push(set(i, &u.plus, true));
     }
-    Ok(ops)
+    ops
 }
 
 /// The documents layout's updates, the same for every write: built once.
 struct Updates {
     /// The `+1`'s target checked and left as it is.
-    same: RawBson,
+    same: Vec<Document>,
     /// `-1`, refused when nobody holds the score.
-    minus: RawBson,
+    minus: Vec<Document>,
     /// The board's marker, created if missing.
-    marker: RawBson,
+    marker: Document,
     /// `+1`, the score created if missing.
-    plus: RawBson,
+    plus: Vec<Document>,
 }
 
-fn updates() -> Result<&'static Updates> {
-    static UPDATES: OnceLock<Option<Updates>> = OnceLock::new();
-    UPDATES
-        .get_or_init(|| {
-            let valid = doc! {"$and": [
-                {"$in": [{"$type": "$count"}, ["int", "long"]]},
-                {"$gte": ["$count", 0]},
-            ]};
-            let set = |to: Bson| compat::raw(&bson::bson!([{"$set": {"count": to}}])).ok();
-            Some(Updates {
-                same: set(bson::bson!({"$cond": [&valid, "$count", refuse()]}))?,
-                minus: set(bson::bson!({"$cond": [
-                    {"$and": [&valid, {"$gt": ["$count", 0]}]},
-                    {"$add": ["$count", -1_i64]},
-                    refuse(),
-                ]}))?,
-                marker: compat::raw(&bson::bson!({"$setOnInsert": {"count": 0_i64}})).ok()?,
-                plus: set(bson::bson!({"$cond": [
-                    {"$eq": [{"$type": "$count"}, "missing"]},
-                    1_i64,
-                    {"$cond": [&valid, {"$add": ["$count", 1_i64]}, refuse()]},
-                ]}))?,
-            })
-        })
-        .as_ref()
-        .ok_or_else(|| Error::invalid("update", "the histogram's updates do not encode"))
+fn updates() -> &'static Updates {
+    static UPDATES: OnceLock<Updates> = OnceLock::new();
+    UPDATES.get_or_init(|| {
+        let valid = doc! {"$and": [
+            {"$in": [{"$type": "$count"}, ["int", "long"]]},
+            {"$gte": ["$count", 0]},
+        ]};
+        let set = |to: Bson| vec![doc! {"$set": {"count": to}}];
+        Updates {
+            same: set(bson::bson!({"$cond": [&valid, "$count", refuse()]})),
+            minus: set(bson::bson!({"$cond": [
+                {"$and": [&valid, {"$gt": ["$count", 0]}]},
+                {"$add": ["$count", -1_i64]},
+                refuse(),
+            ]})),
+            marker: doc! {"$setOnInsert": {"count": 0_i64}},
+            plus: set(bson::bson!({"$cond": [
+                {"$eq": [{"$type": "$count"}, "missing"]},
+                1_i64,
+                {"$cond": [&valid, {"$add": ["$count", 1_i64]}, refuse()]},
+            ]})),
+        }
+    })
 }
 
 /// Whether the documents layout sends `bulkWrite`: allowed, and not
 /// refused by this deployment yet.
 fn uses_bulk_write<T: RankHistogram>(r: &Ranks<T>) -> bool {
     r.bulk_write && !r.no_bulk_write.load(Ordering::Relaxed)
-}
-
-/// `ops` as one ordered `bulkWrite` command; the first failed one, as
-/// (index in `ops`, the server's error). A `writeConcernError` is the
-/// error of the whole command.
-async fn bulk_write_once<T: RankHistogram>(
-    r: &Ranks<T>,
-    ops: Vec<Statement>,
-    o: &Options,
-    session: Option<&mut ClientSession>,
-    in_transaction: bool,
-) -> std::result::Result<Option<(usize, mongodb::error::Error)>, mongodb::error::Error> {
-    let mut arr = RawArrayBuf::new();
-    for op in ops {
-        arr.push(RawBson::Document(op.into_bulk_op(0)));
-    }
-    let mut command = RawDocumentBuf::new();
-    append(&mut command, r.bulk_command, RawBson::Int32(1));
-    append(&mut command, "ops", RawBson::Array(arr));
-    append(
-        &mut command,
-        "nsInfo",
-        ns_info(r.db.name(), &[r.hist.name()]),
-    );
-    append(&mut command, "ordered", RawBson::Boolean(true));
-    append(&mut command, "errorsOnly", RawBson::Boolean(true));
-    command_options(r, &mut command, o, in_transaction)?;
-    let admin = r.db.client().database("admin");
-    let reply = match crate::action::run!(admin.run_raw_command(command), session) {
-        Ok(reply) => reply,
-        // Nothing of it ran: as a refusal of its first statement.
-        Err(e) if outcome(&e) == Outcome::NotStored => return Ok(Some((0, e))),
-        Err(e) => return Err(e),
-    };
-    if let Some(failed) = first_bulk_error(&reply) {
-        return Ok(Some(failed));
-    }
-    crate::action::command_write_errors(&reply)?;
-    Ok(None)
-}
-
-/// A `bulkWrite`'s `nsInfo`: one entry per collection of `db`.
-pub(super) fn ns_info(db: &str, collections: &[&str]) -> RawBson {
-    let mut arr = RawArrayBuf::new();
-    for c in collections {
-        let mut ns = RawDocumentBuf::new();
-        append(&mut ns, "ns", RawBson::String(format!("{db}.{c}")));
-        arr.push(RawBson::Document(ns));
-    }
-    RawBson::Array(arr)
-}
-
-/// `o` on a `run_command` write, which inherits nothing: the effective
-/// write concern (the operation's, else the histogram collection's,
-/// which has the database's and the client's), except inside a
-/// transaction, whose own applies.
-pub(super) fn command_options<T: RankHistogram>(
-    r: &Ranks<T>,
-    command: &mut RawDocumentBuf,
-    o: &Options,
-    in_txn: bool,
-) -> Result<()> {
-    let inherited = if in_txn { None } else { r.hist.write_concern() };
-    let mut fields = Document::new();
-    o.command_fields(&mut fields, inherited, true)?;
-    for (k, v) in &fields {
-        append(command, k, compat::raw(v)?);
-    }
-    Ok(())
-}
-
-/// `ops` as the commands every server takes: one ordered `update`
-/// command with the update statements, then one `delete` command (the
-/// fallback sorts the delete last). The first failed statement, as
-/// (index in `ops`, code, message).
-async fn commands_once<T: RankHistogram>(
-    r: &Ranks<T>,
-    ops: &[Statement],
-    o: &Options,
-    mut session: Option<&mut ClientSession>,
-    in_transaction: bool,
-) -> Result<Option<(usize, mongodb::error::Error)>> {
-    let split = ops
-        .iter()
-        .position(|op| matches!(op, Statement::Delete { .. }))
-        .unwrap_or(ops.len());
-    let (updates, deletes) = ops.split_at(split);
-    let mut commands = Vec::new();
-    let command = |name: &str, list: &str, stmts: RawArrayBuf| {
-        let mut command = RawDocumentBuf::new();
-        append(
-            &mut command,
-            name,
-            RawBson::String(r.hist.name().to_owned()),
-        );
-        append(&mut command, list, RawBson::Array(stmts));
-        append(&mut command, "ordered", RawBson::Boolean(true));
-        command
-    };
-    if !updates.is_empty() {
-        let mut stmts = RawArrayBuf::new();
-        for op in updates {
-            if let Statement::Update {
-                filter,
-                update,
-                upsert,
-            } = op
-            {
-                let mut stmt = RawDocumentBuf::new();
-                append(&mut stmt, "q", RawBson::Document(filter.clone()));
-                append(&mut stmt, "u", update.clone());
-                append(&mut stmt, "upsert", RawBson::Boolean(*upsert));
-                append(&mut stmt, "multi", RawBson::Boolean(false));
-                stmts.push(RawBson::Document(stmt));
-            }
-        }
-        commands.push((0, command("update", "updates", stmts)));
-    }
-    if !deletes.is_empty() {
-        let mut stmts = RawArrayBuf::new();
-        for op in deletes {
-            if let Statement::Delete { filter } = op {
-                let mut stmt = RawDocumentBuf::new();
-                append(&mut stmt, "q", RawBson::Document(filter.clone()));
-                append(&mut stmt, "limit", RawBson::Int32(1));
-                stmts.push(RawBson::Document(stmt));
-            }
-        }
-        commands.push((split, command("delete", "deletes", stmts)));
-    }
-    for (offset, mut command) in commands {
-        command_options(r, &mut command, o, in_transaction)?;
-        let run = r.db.run_raw_command(command);
-        let reply = match crate::action::run!(run, session.as_deref_mut()) {
-            Ok(reply) => reply,
-            // Nothing of this command ran: as a refusal of its first
-            // statement (the one before, if any, is stored).
-            Err(e) if outcome(&e) == Outcome::NotStored => return Ok(Some((offset, e))),
-            Err(e) => return Err(e.into()),
-        };
-        if let Some((idx, e)) = crate::action::first_write_error(&reply) {
-            return Ok(Some((offset + idx, e)));
-        }
-        crate::action::command_write_errors(&reply)?;
-    }
-    Ok(None)
 }
 
 async fn rows<T: RankHistogram>(
@@ -538,42 +506,6 @@ async fn board_damage<T: RankHistogram>(r: &Ranks<T>, board: &Bson) -> Result<Op
         let id = d.get("_id").cloned().unwrap_or(Bson::Null);
         Some(Error::damaged(r.hist.name(), id, field, problem))
     }))
-}
-
-/// The first failed operation of a `bulkWrite` reply: (index, the server's
-/// error).
-pub(super) fn first_bulk_error(reply: &Document) -> Option<(usize, mongodb::error::Error)> {
-    if reply.get("nErrors").and_then(crate::util::int).unwrap_or(0) == 0 {
-        return None;
-    }
-    let batch = reply
-        .get_document("cursor")
-        .ok()
-        .and_then(|c| c.get_array("firstBatch").ok());
-    let failed = batch
-        .into_iter()
-        .flatten()
-        .filter_map(Bson::as_document)
-        .find(|r| r.get("ok").and_then(Bson::as_f64) == Some(0.0) || r.contains_key("code"));
-    Some(match failed {
-        Some(r) => crate::action::write_error_at(r, "idx"),
-        None => (
-            0,
-            mongodb::error::Error::custom("bulkWrite reported an error it did not list"),
-        ),
-    })
-}
-
-/// Whether the server cannot run `bulkWrite` (nothing was written):
-/// 6.0 does not know it (59), 7.0 refuses 8.0's fields (40415),
-/// DocumentDB and the documentdb engine do not support it (303, 115).
-pub(super) fn refused_bulk_write(e: &mongodb::error::Error) -> bool {
-    crate::error::code::lacks_command(e, "bulkWrite")
-}
-
-/// [`crate::action::unknown_outcome`] for this layout's writes.
-fn unknown_outcome(e: Error, in_transaction: bool) -> Error {
-    crate::failover::unknown("rank write", in_transaction, e)
 }
 
 /// Whether a document of the documents layout is well-formed: a numeric

@@ -2,8 +2,10 @@ use mongodb::bson::{doc, Bson};
 use mongodb::error::TRANSIENT_TRANSACTION_ERROR;
 
 use super::array::array_problem;
-use super::documents::{document_problem, refused_bulk_write};
+use super::documents::{document_problem, statements};
 use super::rounding::round;
+use super::send::{first_failed, refused_bulk_write};
+use super::write::{Delta, Statement};
 use super::Rank;
 use crate::action::first_write_error;
 use crate::error::server_codes;
@@ -108,6 +110,79 @@ fn bulk_write_refusals_are_recognised() {
     assert!(!refused_bulk_write(&mongodb::error::Error::custom(
         "no such command"
     )));
+}
+
+/// A `bulkWrite`'s error is its first failed statement, by index, with
+/// the server's code; a write concern error is the call's, as the driver
+/// reports one of a single write.
+#[test]
+fn bulk_write_errors_name_the_statement_that_failed() {
+    use mongodb::error::{BulkWriteError, ErrorKind, WriteConcernError, WriteError, WriteFailure};
+    let write_error = |code: i32| -> WriteError {
+        crate::compat::from_document(doc! {"code": code, "errmsg": "refused"}).unwrap()
+    };
+    let mut b = BulkWriteError::default();
+    b.write_errors.insert(4, write_error(11000));
+    b.write_errors.insert(2, write_error(241));
+    let (idx, e) = first_failed(ErrorKind::BulkWrite(b).into()).unwrap();
+    assert_eq!((idx, server_codes(&e)), (2, vec![241]));
+
+    let wce: WriteConcernError =
+        crate::compat::from_document(doc! {"code": 100, "codeName": "X", "errmsg": "w: 5"})
+            .unwrap();
+    let mut b = BulkWriteError::default();
+    b.write_concern_errors.push(wce);
+    let e = first_failed(ErrorKind::BulkWrite(b).into()).unwrap_err();
+    assert!(
+        matches!(&*e.kind, ErrorKind::Write(WriteFailure::WriteConcernError(w)) if w.code == 100),
+        "{e:?}"
+    );
+    let io = mongodb::error::Error::from(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+    assert!(first_failed(io).is_err());
+}
+
+/// The documents layout's statements: check the `+1`'s target, `-1`, the
+/// removal of an emptied score, `+1` (the marker only for a `-1` alone);
+/// after a read that found the `-1`'s count, no check, and no removal
+/// unless the count is 1.
+#[test]
+fn documents_statements_follow_what_a_read_found() {
+    let (board, old, new) = (Bson::from("b"), Bson::from(1_i64), Bson::from(2_i64));
+    let kinds = |dec: Option<&Bson>, inc: Option<&Bson>, known: Option<i64>| {
+        let of = |filter: &mongodb::bson::Document| {
+            filter
+                .get_document("_id")
+                .unwrap()
+                .get("s")
+                .unwrap()
+                .clone()
+        };
+        let shape = statements(&board, Delta { dec, inc }, known);
+        shape
+            .into_iter()
+            .map(|st| match st {
+                Statement::Update { filter, .. } => ("update", of(&filter)),
+                Statement::Delete { filter } => ("delete", of(&filter)),
+            })
+            .collect::<Vec<_>>()
+    };
+    let (u, d, o, n, m) = ("update", "delete", old.clone(), new.clone(), Bson::MinKey);
+    let change = [
+        (u, n.clone()),
+        (u, o.clone()),
+        (d, o.clone()),
+        (u, n.clone()),
+    ];
+    assert_eq!(kinds(Some(&old), Some(&new), None), change);
+    assert_eq!(kinds(Some(&old), Some(&new), Some(1)), change[1..]);
+    assert_eq!(
+        kinds(Some(&old), Some(&new), Some(3)),
+        [(u, o.clone()), (u, n.clone())]
+    );
+    assert_eq!(kinds(None, Some(&new), None), [(u, n)]);
+    let unrecord = [(u, o.clone()), (u, m), (d, o)];
+    assert_eq!(kinds(Some(&old), None, None), unrecord);
+    assert_eq!(kinds(Some(&old), None, Some(2)), unrecord[..2]);
 }
 
 #[test]

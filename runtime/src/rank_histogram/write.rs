@@ -3,13 +3,13 @@
 
 use mongodb::bson;
 
-use mongodb::bson::{doc, Bson, Document, RawBson, RawDocumentBuf};
-use mongodb::ClientSession;
+use mongodb::bson::{doc, Bson, Document};
+use mongodb::options::{DeleteOneModel, UpdateModifications, UpdateOneModel, WriteModel};
+use mongodb::{ClientSession, Namespace};
 
 use super::rounding::rounded;
 use super::{RankHistogram, Ranks};
 use crate::action::{Call, Options};
-use crate::compat::append;
 use crate::error::{Error, Result};
 
 /// Whether a histogram write runs in a transaction, and whose.
@@ -169,43 +169,41 @@ pub(super) fn refuse() -> Bson {
     bson::bson!({"$toLong": {"$concat": ["refused by the rank histogram: ", {"$toString": {"$type": "$_id"}}]}})
 }
 
-/// One statement of a histogram write, as `bulkWrite` or an `update` /
-/// `delete` command carries it, in raw BSON: the commands are built as
-/// bytes, so the driver has no `Document` to serialize.
+/// One statement of a histogram write: an update of one document (an
+/// upsert when `upsert`) or the delete of one. The driver's write models
+/// for `Client::bulk_write` and its helpers are made from it, and so are
+/// the statements of an `update` or `delete` command.
 pub(super) enum Statement {
     Update {
-        filter: RawDocumentBuf,
-        update: RawBson,
+        filter: Document,
+        update: UpdateModifications,
         upsert: bool,
     },
     Delete {
-        filter: RawDocumentBuf,
+        filter: Document,
     },
 }
 
 impl Statement {
-    /// The statement as a `bulkWrite` operation on namespace `ns` (an
-    /// index into `nsInfo`).
-    pub(super) fn into_bulk_op(self, ns: i32) -> RawDocumentBuf {
-        let mut op = RawDocumentBuf::new();
+    /// The statement as a model of `Client::bulk_write`, on `ns`.
+    pub(super) fn model(self, ns: &Namespace) -> WriteModel {
         match self {
             Statement::Update {
                 filter,
                 update,
                 upsert,
-            } => {
-                append(&mut op, "update", RawBson::Int32(ns));
-                append(&mut op, "filter", RawBson::Document(filter));
-                append(&mut op, "multi", RawBson::Boolean(false));
-                append(&mut op, "upsert", RawBson::Boolean(upsert));
-                append(&mut op, "updateMods", update);
-            }
-            Statement::Delete { filter } => {
-                append(&mut op, "delete", RawBson::Int32(ns));
-                append(&mut op, "filter", RawBson::Document(filter));
-                append(&mut op, "multi", RawBson::Boolean(false));
-            }
+            } => UpdateOneModel::builder()
+                .namespace(ns.clone())
+                .filter(filter)
+                .update(update)
+                .upsert(upsert)
+                .build()
+                .into(),
+            Statement::Delete { filter } => DeleteOneModel::builder()
+                .namespace(ns.clone())
+                .filter(filter)
+                .build()
+                .into(),
         }
-        op
     }
 }
