@@ -341,6 +341,110 @@ pub async fn is_mongos(client: &Client) -> bool {
     hello.get_str("msg").ok() == Some("isdbgrid")
 }
 
+/// `hello`'s answer from the deployment behind `client` (the primary of a
+/// replica set, or a `mongos`), within 30 s.
+pub async fn hello(client: &Client) -> mongo_patterns::bson::Document {
+    let hello = mongo_patterns::bson::doc! {"hello": 1};
+    bounded(30, client.database("admin").run_command(hello))
+        .await
+        .expect("hello")
+}
+
+/// The `maxWireVersion` of MongoDB 8.0, the first release whose server
+/// takes the `bulkWrite` command.
+pub const BULK_WRITE_WIRE_VERSION: i32 = 25;
+
+/// `hello.maxWireVersion` of the deployment behind `client`: 17 for
+/// MongoDB 6.0, 21 for 7.0, 25 for 8.0 (the surrogate says 27).
+pub async fn max_wire_version(client: &Client) -> i32 {
+    use mongo_patterns::bson::Bson;
+    let hello = hello(client).await;
+    match hello.get("maxWireVersion") {
+        Some(Bson::Int32(n)) => *n,
+        Some(Bson::Int64(n)) => i32::try_from(*n).expect("a wire version"),
+        _ => panic!("hello without maxWireVersion: {hello}"),
+    }
+}
+
+/// Whether the deployment behind `client` takes 8.0's `bulkWrite` command
+/// (`maxWireVersion` [`BULK_WRITE_WIRE_VERSION`] or more). MongoDB 6.0
+/// does not know it (CommandNotFound, 59), 7.0 answers 40415 ("BSON field
+/// 'bulkWrite.errorsOnly' is an unknown field"): the rank histogram learns
+/// that from its first refusal and writes with `update` and `delete`
+/// after it, so a test that counts the commands of `bulkWrite` writes
+/// expects the fallback's where this is false. Says so on stderr, naming
+/// `test`, when false.
+pub async fn takes_bulk_write(client: &Client, test: &str) -> bool {
+    let wire = max_wire_version(client).await;
+    let takes = wire >= BULK_WRITE_WIRE_VERSION;
+    if !takes {
+        eprintln!(
+            "{test}: the server (maxWireVersion {wire}) refuses bulkWrite: expecting the fallback's update and delete commands"
+        );
+    }
+    takes
+}
+
+/// Set to `1` (the workflow's `mongos` job only), the pattern suites shard
+/// their models' collections through `ensure` when a test makes its
+/// database: see [`shard_declared`].
+pub const SHARD_PATTERN_COLLECTIONS: &str = "MP_SHARD_PATTERN_COLLECTIONS";
+
+/// Whether [`SHARD_PATTERN_COLLECTIONS`] is `1`.
+pub fn shards_pattern_collections() -> bool {
+    std::env::var(SHARD_PATTERN_COLLECTIONS).is_ok_and(|v| v == "1")
+}
+
+/// With `MP_SHARD_PATTERN_COLLECTIONS=1`: `ensure`s in `db` every
+/// declaration of `declared` that has a shard key (a bucket's key, a rank
+/// histogram's board, a counter's hashed `_id`, a `#[shard_key]`; the
+/// others are left to the test), so that each such collection is sharded
+/// before the test writes to it (on an empty collection `shardCollection`
+/// builds the key's index itself), and panics unless `ensure` sharded
+/// every one of them: the deployment is no `mongos`, or `ensure` reported
+/// a conflict or a note that sharding did not apply. The commands it sent
+/// are taken out of `commands`, so that a test counts its own. Without the
+/// variable it does nothing.
+pub async fn shard_declared(
+    db: &Database,
+    commands: &Commands,
+    declared: impl IntoIterator<Item = mongo_patterns::ensure::Declared>,
+) {
+    use mongo_patterns::ensure::{EnsureAction, Note};
+    if !shards_pattern_collections() {
+        return;
+    }
+    let keyed: Vec<_> = declared
+        .into_iter()
+        .filter(|d| d.shard_key.is_some())
+        .collect();
+    if keyed.is_empty() {
+        return;
+    }
+    assert!(
+        is_mongos(db.client()).await,
+        "{SHARD_PATTERN_COLLECTIONS}=1, but the deployment is not a mongos (hello says no msg: \"isdbgrid\")"
+    );
+    let want: std::collections::BTreeSet<String> =
+        keyed.iter().map(|d| d.collection.clone()).collect();
+    let done = bounded(120, EnsureAction::new(db, keyed))
+        .await
+        .unwrap_or_else(|e| panic!("{SHARD_PATTERN_COLLECTIONS}: ensure in {}: {e}", db.name()));
+    let unsharded = done.notes.iter().any(|n| {
+        matches!(
+            n,
+            Note::ShardingNotApplicable { .. } | Note::ShardingUnknown { .. }
+        )
+    });
+    let sharded: std::collections::BTreeSet<String> = done.sharded.iter().cloned().collect();
+    assert!(
+        done.conflicts.is_empty() && !unsharded && sharded == want,
+        "{SHARD_PATTERN_COLLECTIONS}: ensure in {} sharded {sharded:?} of {want:?}:\n{done}",
+        db.name()
+    );
+    commands.take();
+}
+
 /// Sets the `failCommand` fail point (a server started with test
 /// commands, as mongod with `enableTestCommands`): `data` for the next
 /// `times` matching commands, or for every one until
@@ -363,6 +467,185 @@ pub async fn fail_command_off(c: &Client) {
     bounded(10, c.database("admin").run_command(off))
         .await
         .expect("configureFailPoint");
+}
+
+/// The longest a fault test waits for its turn at a shared deployment's
+/// fail point ([`FaultServer`]).
+const TURN_WAIT: Duration = Duration::from_secs(240);
+
+/// A deployment for a test that sets fail points (`failCommand`):
+/// `MONGODB_URI` when it takes test commands (`configureFailPoint`, as
+/// mongod and mongos do with `enableTestCommands=1`), else a surrogate
+/// server of the test's own ([`OwnServer`] with `test_commands`), as when
+/// `MONGODB_URI` is unset.
+///
+/// `MONGODB_URI` is shared with every test running at the time, so there:
+/// - [`uri`](Self::uri) names an `appName` of this test's own, and every
+///   fail point set through [`fail`](Self::fail) is scoped to it: the
+///   commands of other tests' clients are never failed;
+/// - `failCommand` is one fail point per server, which the next setting
+///   replaces: the fault tests take turns, each holding a listener on
+///   127.0.0.1:28459 (one at a time, across the test processes nextest
+///   runs and the threads of one) for as long as it holds its
+///   `FaultServer` (started outside the test's own time bound: the wait
+///   is at most 240 s);
+/// - database names are made unique ([`db_name`](Self::db_name)), and
+///   server-wide counts include other tests' work
+///   ([`open_transactions`](Self::open_transactions) gives none).
+///
+/// Tests that kill and restart their server use [`OwnServer`] itself: a
+/// URI cannot be killed from here.
+pub struct FaultServer {
+    uri: String,
+    /// The `appName` of this test's clients, on a shared deployment.
+    app: Option<String>,
+    // Held for the life of the value: the surrogate, or the turn.
+    _own: Option<OwnServer>,
+    _turn: Option<std::net::TcpListener>,
+}
+
+impl FaultServer {
+    /// `MONGODB_URI`, once it is this test's turn and if it takes test
+    /// commands (the fail point is reset then: `mode: "off"`); otherwise a
+    /// surrogate of the test's own, saying why on stderr when
+    /// `MONGODB_URI` was set. `test` names the test in the `appName` and
+    /// in messages.
+    pub async fn start(test: &str) -> FaultServer {
+        if let Some(uri) = std::env::var("MONGODB_URI").ok().filter(|u| !u.is_empty()) {
+            let turn = take_turn(test).await;
+            let app: String = format!("mp-{test}-{}-{}", std::process::id(), unique())
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+                .take(100)
+                .collect();
+            let uri = with_option(&uri, "appName", &app);
+            let (c, _) = client(&uri).await;
+            match takes_test_commands(&c, test).await {
+                Ok(()) => {
+                    return FaultServer {
+                        uri,
+                        app: Some(app),
+                        _own: None,
+                        _turn: Some(turn),
+                    }
+                }
+                Err(refusal) => eprintln!(
+                    "{test}: MONGODB_URI takes no test commands ({refusal}): a surrogate server of the test's own instead"
+                ),
+            }
+        }
+        let own = OwnServer::start(ServerOptions {
+            test_commands: true,
+            ..ServerOptions::default()
+        });
+        FaultServer {
+            uri: own.uri().to_owned(),
+            app: None,
+            _own: Some(own),
+            _turn: None,
+        }
+    }
+
+    /// Its connection string (with this test's `appName` on a shared
+    /// deployment).
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// Whether it is `MONGODB_URI`, shared with other tests.
+    pub fn is_shared(&self) -> bool {
+        self.app.is_some()
+    }
+
+    /// A database name for `name`: `name` itself on a server of the test's
+    /// own, a unique one (as [`fresh_db`]'s) on a shared deployment.
+    pub fn db_name(&self, name: &str) -> String {
+        if self.is_shared() {
+            unique_db_name(name)
+        } else {
+            name.to_owned()
+        }
+    }
+
+    /// Sets the `failCommand` fail point as [`fail_command`] does, scoped
+    /// to this test's clients (`appName`) on a shared deployment.
+    pub async fn fail(&self, c: &Client, times: Option<i32>, data: mongo_patterns::bson::Document) {
+        let mut data = data;
+        if let Some(app) = &self.app {
+            data.insert("appName", app.as_str());
+        }
+        fail_command(c, times, data).await;
+    }
+
+    /// Turns the `failCommand` fail point off.
+    pub async fn off(&self, c: &Client) {
+        fail_command_off(c).await;
+    }
+
+    /// The transactions open on the server now (`serverStatus`'s
+    /// `transactions.currentOpen`), on a server of the test's own; `None`
+    /// on a shared deployment, where the count includes other tests'
+    /// transactions.
+    pub async fn open_transactions(&self, c: &Client) -> Option<i64> {
+        use mongo_patterns::bson::Bson;
+        if self.is_shared() {
+            return None;
+        }
+        let status = bounded(
+            10,
+            c.database("admin")
+                .run_command(mongo_patterns::bson::doc! {"serverStatus": 1}),
+        )
+        .await
+        .expect("serverStatus");
+        let t = status.get_document("transactions").expect("transactions");
+        Some(match t.get("currentOpen") {
+            Some(Bson::Int32(n)) => i64::from(*n),
+            Some(Bson::Int64(n)) => *n,
+            other => panic!("currentOpen: {other:?}"),
+        })
+    }
+}
+
+/// The port on 127.0.0.1 whose listener is a shared deployment's fail
+/// point turn ([`FaultServer`]): a port takes one listener at a time,
+/// across processes and the threads of one, and the system frees it when
+/// its holder exits, however it exits.
+const TURN_PORT: u16 = 28459;
+
+/// Waits (at most [`TURN_WAIT`]) for the fail point's turn, and returns
+/// it held: the listener on [`TURN_PORT`].
+async fn take_turn(test: &str) -> std::net::TcpListener {
+    let start = std::time::Instant::now();
+    loop {
+        match std::net::TcpListener::bind(("127.0.0.1", TURN_PORT)) {
+            Ok(turn) => return turn,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {}
+            Err(e) => panic!(
+                "{test}: cannot listen on 127.0.0.1:{TURN_PORT} for the fail point's turn: {e}"
+            ),
+        }
+        assert!(
+            start.elapsed() < TURN_WAIT,
+            "{test}: 127.0.0.1:{TURN_PORT} (the fail point's turn: another fault test, or another program) stayed taken for {TURN_WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `Ok` when the deployment takes `configureFailPoint` (probed with
+/// `failCommand` `mode: "off"`), the refusal otherwise; panics when it
+/// cannot be asked at all.
+async fn takes_test_commands(c: &Client, test: &str) -> Result<(), String> {
+    use mongo_patterns::mongodb::error::ErrorKind;
+    let probe = mongo_patterns::bson::doc! {"configureFailPoint": "failCommand", "mode": "off"};
+    match bounded(30, c.database("admin").run_command(probe)).await {
+        Ok(_) => Ok(()),
+        Err(e) => match *e.kind {
+            ErrorKind::Command(ref c) => Err(format!("{} {}: {}", c.code, c.code_name, c.message)),
+            _ => panic!("{test}: cannot ask the server for test commands: {e}"),
+        },
+    }
 }
 
 /// Awaits `f` (a future, or an action) for at most `secs` seconds, and
@@ -417,6 +700,24 @@ pub fn with_pool(uri: &str, n: u32) -> String {
         format!("{uri}?maxPoolSize={n}")
     } else {
         format!("{uri}/?maxPoolSize={n}")
+    }
+}
+
+/// `uri` with the option `key=value` added.
+fn with_option(uri: &str, key: &str, value: &str) -> String {
+    if uri.contains('?') {
+        let sep = if uri.ends_with('?') || uri.ends_with('&') {
+            ""
+        } else {
+            "&"
+        };
+        return format!("{uri}{sep}{key}={value}");
+    }
+    let after_scheme = uri.split_once("://").map_or(uri, |(_, rest)| rest);
+    if after_scheme.contains('/') {
+        format!("{uri}?{key}={value}")
+    } else {
+        format!("{uri}/?{key}={value}")
     }
 }
 
@@ -486,7 +787,13 @@ pub async fn fresh_db(test: &str) -> (Database, Commands) {
 pub async fn fresh_db_with(test: &str, routing: Option<Routing>) -> (Database, Commands) {
     let uri = server_uri();
     let (client, commands) = client_with(&uri, routing).await;
-    let name: String = format!("mp_{}_{}_{}", test, std::process::id(), unique())
+    (client.database(&unique_db_name(test)), commands)
+}
+
+/// A database name of `test`'s own, unique in this process and across
+/// processes: `mp_<test>_<pid>_<n>`, at most 63 characters.
+fn unique_db_name(test: &str) -> String {
+    format!("mp_{}_{}_{}", test, std::process::id(), unique())
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '_' {
@@ -496,8 +803,7 @@ pub async fn fresh_db_with(test: &str, routing: Option<Routing>) -> (Database, C
             }
         })
         .take(63)
-        .collect();
-    (client.database(&name), commands)
+        .collect()
 }
 
 /// The `bson` calls that bson 3 renamed, for tests and benchmarks that run
