@@ -8,8 +8,10 @@
 //! discovered as a replica set, so that the read preference travels on the
 //! wire and the commands show where each read was sent.
 //!
-//! Each test runs on a server of its own: a fail point applies to every
-//! client of the server.
+//! Each test runs on a `FaultServer`: `MONGODB_URI` when it takes test
+//! commands (a real mongod or mongos; the test's fail points scoped to its
+//! own clients, one fault test at a time), else a surrogate server of its
+//! own.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -19,9 +21,7 @@ use mongo_patterns::bson::{doc, Bson, Document};
 use mongo_patterns::mongodb::ClientSession;
 use mongo_patterns::prelude::*;
 use mongo_patterns::Error;
-use mongo_patterns_testkit::{
-    bounded, client, fail_command, fail_command_off, Commands, OwnServer, ServerOptions,
-};
+use mongo_patterns_testkit::{bounded, client, Commands, FaultServer};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[serde(rename_all = "camelCase")]
@@ -74,11 +74,8 @@ struct Log {
     ts: i64,
 }
 
-fn server() -> OwnServer {
-    OwnServer::start(ServerOptions {
-        test_commands: true,
-        ..ServerOptions::default()
-    })
+async fn server(test: &str) -> FaultServer {
+    FaultServer::start(test).await
 }
 
 /// A client of `server` that checks the server every 500 ms (the least
@@ -86,7 +83,7 @@ fn server() -> OwnServer {
 /// driver marks a primary that says it stepped down as unknown, and
 /// selects again once a check finds one (mongod's own step-down also
 /// wakes the driver's waiting check; a fail point's answer does not).
-async fn client_of(server: &OwnServer) -> (Client, Commands) {
+async fn client_of(server: &FaultServer) -> (Client, Commands) {
     client(&format!("{}&heartbeatFrequencyMS=500", server.uri())).await
 }
 
@@ -149,16 +146,16 @@ fn score(student: &str, b: &str, score: i64) -> Score {
 
 /// Every write of the documents layout, on a server that refuses
 /// `bulkWrite` with `code` on every call.
-async fn documents_layout_without_bulk_write(code: i32) {
-    let server = server();
-    let (c, _) = client_of(&server).await;
-    let db = c.database("dep");
-    fail_command(
-        &c,
-        None,
-        doc! {"failCommands": ["bulkWrite"], "errorCode": code},
-    )
-    .await;
+async fn documents_layout_without_bulk_write(server: &FaultServer, code: i32) {
+    let (c, _) = client_of(server).await;
+    let db = c.database(&server.db_name(&format!("dep_{code}")));
+    server
+        .fail(
+            &c,
+            None,
+            doc! {"failCommands": ["bulkWrite"], "errorCode": code},
+        )
+        .await;
     let ranks = Score::ranks(&db);
     let what = format!("bulkWrite refused with {code}");
     for (i, s) in [70, 80, 80, 90].into_iter().enumerate() {
@@ -188,14 +185,15 @@ async fn documents_layout_without_bulk_write(code: i32) {
         BTreeMap::from([(7, 1)]),
         "{what}"
     );
-    fail_command_off(&c).await;
+    server.off(&c).await;
 }
 
 /// MongoDB 7.0 has a `bulkWrite` of its own, and answers 8.0's with
 /// 40415 ("BSON field 'bulkWrite.errorsOnly' is an unknown field").
 #[tokio::test]
 async fn documents_layout_works_on_mongodb_7_0() {
-    bounded(120, documents_layout_without_bulk_write(40415)).await;
+    let server = server("documents_layout_works_on_mongodb_7_0").await;
+    bounded(120, documents_layout_without_bulk_write(&server, 40415)).await;
 }
 
 /// MongoDB 6.0 does not know `bulkWrite` (59); the documentdb engine
@@ -204,9 +202,10 @@ async fn documents_layout_works_on_mongodb_7_0() {
 /// server closes the connection instead of answering a fail point with it.
 #[tokio::test]
 async fn documents_layout_works_without_bulk_write() {
+    let server = server("documents_layout_works_without_bulk_write").await;
     bounded(240, async {
         for code in [59, 115] {
-            documents_layout_without_bulk_write(code).await;
+            documents_layout_without_bulk_write(&server, code).await;
         }
     })
     .await;
@@ -262,10 +261,10 @@ async fn count_of(db: &Database, id: &str, field: &str) -> i64 {
 /// step-down was `OutcomeUnknown`.
 #[tokio::test]
 async fn counter_writes_survive_an_election() {
+    let server = server("counter_writes_survive_an_election").await;
     bounded(120, async {
-        let server = server();
         let (c, _) = client_of(&server).await;
-        let db = c.database("dep");
+        let db = c.database(&server.db_name("dep"));
         let counter = Item::sampled_counter(&db);
         let mut faults = election_faults();
         faults.push((
@@ -274,7 +273,7 @@ async fn counter_writes_survive_an_election() {
         ));
         for (what, fault) in faults {
             let id = format!("k-{what}");
-            fail_command(&c, Some(1), on("findAndModify", &fault)).await;
+            server.fail(&c, Some(1), on("findAndModify", &fault)).await;
             let r = counter
                 .incr_by(&id, 10)
                 .max_time(Duration::from_secs(5))
@@ -301,10 +300,10 @@ fn stepped_down_retryable() -> Document {
 /// again at once after any of these and lands once.
 #[tokio::test]
 async fn buffered_flushes_survive_an_election() {
+    let server = server("buffered_flushes_survive_an_election").await;
     bounded(120, async {
-        let server = server();
         let (c, _) = client_of(&server).await;
-        let db = c.database("dep");
+        let db = c.database(&server.db_name("dep"));
         let counter = Item::buffered_counter(&db);
         let mut faults = election_faults();
         faults.push(("writeConcernError", stepped_down()));
@@ -313,7 +312,7 @@ async fn buffered_flushes_survive_an_election() {
             // Below N: held in memory until the flush.
             counter.incr_by(&id, 5).await.unwrap();
             assert_eq!(counter.stats().pending, 5, "{what}");
-            fail_command(&c, Some(1), on("update", &fault)).await;
+            server.fail(&c, Some(1), on("update", &fault)).await;
             counter
                 .flush()
                 .max_time(Duration::from_secs(5))
@@ -353,10 +352,10 @@ async fn items(db: &Database, acct: &str) -> Vec<u32> {
 /// every item stored once, in order.
 #[tokio::test]
 async fn bucket_pushes_survive_an_election() {
+    let server = server("bucket_pushes_survive_an_election").await;
     bounded(120, async {
-        let server = server();
         let (c, _) = client_of(&server).await;
-        let db = c.database("dep");
+        let db = c.database(&server.db_name("dep"));
         let events = Event::buckets(&db);
         let mut faults = election_faults();
         faults.push(("writeConcernError", stepped_down()));
@@ -365,7 +364,7 @@ async fn bucket_pushes_survive_an_election() {
             let mut want = Vec::new();
             for n in 0..5u32 {
                 if n == 2 {
-                    fail_command(&c, Some(1), on("findAndModify", &fault)).await;
+                    server.fail(&c, Some(1), on("findAndModify", &fault)).await;
                 }
                 let r = events
                     .push(&Event {
@@ -402,30 +401,36 @@ async fn bucket_pushes_survive_an_election() {
 /// (11602) and a step-down were `OutcomeUnknown`.
 #[tokio::test]
 async fn histogram_writes_survive_an_election() {
+    let test = "histogram_writes_survive_an_election";
+    let server = server(test).await;
     bounded(120, async {
-        let server = server();
         let (c, _) = client_of(&server).await;
-        let db = c.database("dep");
+        let db = c.database(&server.db_name("dep"));
         let mut faults = election_faults();
         faults.push((
             "PrimarySteppedDown after the write",
             stepped_down_retryable(),
         ));
-        for bulk in [true, false] {
+        let bulks: &[bool] = if mongo_patterns_testkit::takes_bulk_write(&c, test).await {
+            &[true, false]
+        } else {
+            &[false]
+        };
+        for &bulk in bulks {
             let ranks = Score::ranks(&db).bulk_write(bulk);
             let command = if bulk { "bulkWrite" } else { "update" };
             for (what, fault) in &faults {
                 let b = format!("b-{bulk}-{what}");
                 ranks.record(&b, 1).await.unwrap();
                 ranks.record(&b, 1).await.unwrap();
-                fail_command(&c, Some(1), on(command, fault)).await;
+                server.fail(&c, Some(1), on(command, fault)).await;
                 ranks
                     .change(&b, 1, 2)
                     .await
                     .unwrap_or_else(|e| panic!("{bulk} {what}: change: {e}"));
                 let held = stored(&db, &b).await;
                 assert_eq!(held, BTreeMap::from([(1, 1), (2, 1)]), "{bulk} {what}");
-                fail_command(&c, Some(1), on(command, fault)).await;
+                server.fail(&c, Some(1), on(command, fault)).await;
                 ranks
                     .unrecord(&b, 1)
                     .await
@@ -439,10 +444,22 @@ async fn histogram_writes_survive_an_election() {
 }
 
 /// `uri` as an application writes it: no `directConnection`, so the
-/// driver discovers the replica set and sends each read's preference.
+/// driver discovers the deployment (a replica set, or a mongos) and sends
+/// each read's preference; its other options (a replica set's name, the
+/// test's `appName`) kept, and `extra` added.
+fn discovered(uri: &str, extra: &str) -> String {
+    let (base, query) = uri.split_once('?').unwrap_or((uri, ""));
+    let mut options: Vec<&str> = query
+        .split('&')
+        .filter(|o| !o.is_empty() && !o.to_ascii_lowercase().starts_with("directconnection="))
+        .collect();
+    options.push(extra);
+    format!("{base}?{}", options.join("&"))
+}
+
+/// [`discovered`], with `readPreference=secondaryPreferred`.
 fn secondary_preferred(uri: &str) -> String {
-    let base = uri.split('?').next().unwrap_or(uri);
-    format!("{base}?readPreference=secondaryPreferred")
+    discovered(uri, "readPreference=secondaryPreferred")
 }
 
 /// The reads among `sent` (name, command) whose read preference is not
@@ -483,11 +500,11 @@ fn on_primary_only_in(sent: &[(String, Document)], what: &str) {
 /// the caller's own reads (pages, ranks) keep the caller's preference.
 #[tokio::test]
 async fn reads_that_decide_writes_go_to_the_primary() {
+    let server = server("reads_that_decide_writes_go_to_the_primary").await;
     bounded(120, async {
-        let server = server();
         let uri = secondary_preferred(server.uri());
         let (c, cmds) = client(&format!("{uri}&heartbeatFrequencyMS=500")).await;
-        let db = c.database("dep");
+        let db = c.database(&server.db_name("dep"));
 
         // The command log shows the read preference: a caller's read.
         let ticks = Tick::buckets(&db);
@@ -524,7 +541,15 @@ async fn reads_that_decide_writes_go_to_the_primary() {
         on_primary_only(&cmds, "remove").await;
         ticks.reindex("s").await.unwrap();
         on_primary_only(&cmds, "reindex").await;
-        let days: Vec<i64> = ticks
+        // Read back on the primary: a secondary of a deployment that has
+        // them may not have the last writes yet.
+        let on_primary = c.database_with_options(
+            db.name(),
+            mongo_patterns::mongodb::options::DatabaseOptions::builder()
+                .selection_criteria(SelectionCriteria::ReadPreference(ReadPreference::Primary))
+                .build(),
+        );
+        let days: Vec<i64> = Tick::buckets(&on_primary)
             .stream("s")
             .map_ok(|t| t.day)
             .try_collect()
@@ -608,16 +633,12 @@ async fn callers_transaction(db: &Database, s: &mut ClientSession, what: &str) {
 /// for them.
 #[tokio::test]
 async fn a_callers_read_preference_does_not_move_the_reads_that_decide_writes() {
+    let server =
+        server("a_callers_read_preference_does_not_move_the_reads_that_decide_writes").await;
     bounded(120, async {
-        let server = server();
-        let uri = server
-            .uri()
-            .split('?')
-            .next()
-            .unwrap_or_default()
-            .to_owned();
-        let (c, cmds) = client(&format!("{uri}?heartbeatFrequencyMS=500")).await;
-        let db = c.database("dep_pref");
+        let uri = discovered(server.uri(), "heartbeatFrequencyMS=500");
+        let (c, cmds) = client(&uri).await;
+        let db = c.database(&server.db_name("dep_pref"));
         let secondary = || {
             SelectionCriteria::ReadPreference(ReadPreference::SecondaryPreferred {
                 options: Default::default(),
@@ -677,10 +698,10 @@ async fn a_callers_read_preference_does_not_move_the_reads_that_decide_writes() 
 /// `InvalidArgument` for a filter it cannot translate), leaves it going.
 #[tokio::test]
 async fn refusals_inside_a_callers_transaction_say_what_is_left_of_it() {
+    let server = server("refusals_inside_a_callers_transaction_say_what_is_left_of_it").await;
     bounded(60, async {
-        let server = server();
         let (c, _) = client_of(&server).await;
-        let db = c.database("dep");
+        let db = c.database(&server.db_name("dep"));
         let ranks = Score::ranks(&db);
         ranks.record("b", 1).await.unwrap();
         db.collection::<Document>("dep_items")
@@ -749,8 +770,8 @@ async fn kept(db: &Database, what: &str) -> u64 {
 /// transaction: each write lands once, and the log shows it sent again.
 #[tokio::test]
 async fn driver_helper_writes_survive_an_election() {
+    let server = server("driver_helper_writes_survive_an_election").await;
     bounded(120, async {
-        let server = server();
         let (c, cmds) = client_of(&server).await;
         // The command the fail point refused, sent again: twice in the log.
         let sent_twice = |what: &str| {
@@ -764,7 +785,7 @@ async fn driver_helper_writes_survive_an_election() {
                 "{what}: no write sent again: {names:?}"
             );
         };
-        let db = c.database("dep");
+        let db = c.database(&server.db_name("dep"));
         let retryable = doc! {"errorCode": 10107};
 
         // An ordered push: the general path's `update`.
@@ -776,7 +797,7 @@ async fn driver_helper_writes_survive_an_election() {
             })
             .await
             .unwrap();
-        fail_command(&c, Some(1), on("update", &retryable)).await;
+        server.fail(&c, Some(1), on("update", &retryable)).await;
         cmds.take();
         ticks
             .push(&Tick {
@@ -803,7 +824,7 @@ async fn driver_helper_writes_survive_an_election() {
         };
         let mut fault = retryable.clone();
         fault.insert("failCommands", vec!["update", "findAndModify", "insert"]);
-        fail_command(&c, Some(1), fault).await;
+        server.fail(&c, Some(1), fault).await;
         cmds.take();
         logs.upsert(&log).await.unwrap();
         sent_twice("upsert");
@@ -818,15 +839,16 @@ async fn driver_helper_writes_survive_an_election() {
         // of a transaction does in an election, and the transaction reruns.
         let ranks = Score::ranks(&db);
         ranks.insert(&score("p", "e", 5)).await.unwrap();
-        fail_command(
-            &c,
-            Some(1),
-            doc! {
-                "failCommands": ["findAndModify"],
-                "errorCode": 10107,
-            },
-        )
-        .await;
+        server
+            .fail(
+                &c,
+                Some(1),
+                doc! {
+                    "failCommands": ["findAndModify"],
+                    "errorCode": 10107,
+                },
+            )
+            .await;
         cmds.take();
         ranks.update_score(doc! {"_id": "p"}, 6).await.unwrap();
         sent_twice("update_score");
