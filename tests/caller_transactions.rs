@@ -9,17 +9,19 @@
 //! session: `abort_transaction()` returns at once, and a new transaction
 //! on it runs and commits.
 //!
-//! Each test runs a server of its own (`serverStatus` counts every open
-//! transaction on it).
+//! Each test runs on a `FaultServer`: `MONGODB_URI` when it takes test
+//! commands (its fail points scoped to the test's own clients, one fault
+//! test at a time), else a surrogate server of its own. The count of
+//! transactions open on the server (`serverStatus`) is checked on a server
+//! of the test's own only, since a shared deployment counts other tests'
+//! transactions too; the rest (the caller's abort and next transaction,
+//! the fresh writer at once) on both.
 
 use std::time::{Duration, Instant};
 
-use mongo_patterns::bson::Bson;
 use mongo_patterns::mongodb::ClientSession;
 use mongo_patterns::prelude::*;
-use mongo_patterns_testkit::{
-    bounded, client, fail_command, fail_command_off, OwnServer, ServerOptions,
-};
+use mongo_patterns_testkit::{bounded, client, FaultServer};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[model(collection = "cut_ticks")]
@@ -90,39 +92,45 @@ fn log(id: i64, msg: &str) -> Log {
     }
 }
 
-async fn own_server() -> (OwnServer, Client) {
-    let server = OwnServer::start(ServerOptions {
-        test_commands: true,
-        ..ServerOptions::default()
-    });
+/// A test's server, its client, and the database of the caller's own
+/// writes (collection `other`, created by the test).
+struct Setup {
+    server: FaultServer,
+    c: Client,
+    other: Database,
+}
+
+/// The server for `test` ([`FaultServer`]), started outside the test's
+/// time bound.
+async fn setup(test: &str) -> Setup {
+    let server = FaultServer::start(test).await;
     let (c, _) = client(server.uri()).await;
-    (server, c)
+    let other = c.database(&server.db_name("cut_other"));
+    Setup { server, c, other }
 }
 
-/// Transactions open on the server now.
-async fn open_transactions(c: &Client) -> i64 {
-    let status = c
-        .database("admin")
-        .run_command(doc! {"serverStatus": 1})
-        .await
-        .unwrap();
-    let t = status.get_document("transactions").unwrap();
-    match t.get("currentOpen").unwrap() {
-        Bson::Int32(n) => i64::from(*n),
-        Bson::Int64(n) => *n,
-        other => panic!("currentOpen: {other:?}"),
+impl Setup {
+    /// A database for `name` on the test's server.
+    fn db(&self, name: &str) -> Database {
+        self.c.database(&self.server.db_name(name))
     }
-}
 
-/// Holds the next command the call sends 300 ms on the server, whichever
-/// it is (a write, or a read that decides one).
-async fn hold_next_command(c: &Client) {
-    let held = doc! {
-        "failCommands": ["insert", "update", "delete", "findAndModify", "bulkWrite", "find", "aggregate"],
-        "blockConnection": true,
-        "blockTimeMS": 300,
-    };
-    fail_command(c, Some(1), held).await;
+    /// Holds the next command the call sends 300 ms on the server,
+    /// whichever it is (a write, or a read that decides one).
+    async fn hold_next_command(&self) {
+        let held = doc! {
+            "failCommands": ["insert", "update", "delete", "findAndModify", "bulkWrite", "find", "aggregate"],
+            "blockConnection": true,
+            "blockTimeMS": 300,
+        };
+        self.server.fail(&self.c, Some(1), held).await;
+    }
+
+    /// Transactions open on the server now, where the count is the test's
+    /// alone (a server of its own).
+    async fn open_transactions(&self) -> Option<i64> {
+        self.server.open_transactions(&self.c).await
+    }
 }
 
 /// Where the call is cut.
@@ -139,23 +147,24 @@ enum Point {
 /// writer of the same key (another session), 2 for the caller's next
 /// transaction in the session the cut call ran in.
 async fn cut_in_transaction(
-    c: &Client,
+    t: &Setup,
     what: &str,
     point: Point,
     call: impl AsyncFn(&mut ClientSession, u32) -> mongo_patterns::Result<()>,
 ) {
     let what = format!("{what} ({point:?})");
+    let c = &t.c;
     let mut s = c.start_session().await.unwrap();
     s.start_transaction().await.unwrap();
     if let Point::AfterCallers = point {
-        c.database("cut_other")
+        t.other
             .collection::<Document>("other")
             .insert_one(doc! {"by": "caller"})
             .session(&mut s)
             .await
             .unwrap();
     }
-    hold_next_command(c).await;
+    t.hold_next_command().await;
     let cut = tokio::time::timeout(Duration::from_millis(50), call(&mut s, 0)).await;
     assert!(cut.is_err(), "{what}: not cut: {cut:?}");
     // The held command runs now.
@@ -164,14 +173,13 @@ async fn cut_in_transaction(
         // The server knew the transaction before the cut: the kill ended
         // it, and the held command cannot start it again.
         Point::AfterCallers => {
-            let t = Instant::now();
-            loop {
-                let open = open_transactions(c).await;
+            let since = Instant::now();
+            while let Some(open) = t.open_transactions().await {
                 if open == 0 {
                     break;
                 }
                 assert!(
-                    t.elapsed() < Duration::from_secs(5),
+                    since.elapsed() < Duration::from_secs(5),
                     "{what}: {open} transactions still open 5 s after the cut"
                 );
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -195,11 +203,13 @@ async fn cut_in_transaction(
     })
     .await
     .unwrap_or_else(|e| panic!("{what}: the caller's next transaction: {e:?}"));
-    assert_eq!(open_transactions(c).await, 0, "{what}: left open");
+    if let Some(open) = t.open_transactions().await {
+        assert_eq!(open, 0, "{what}: left open");
+    }
 
     // A fresh writer of the same key, in a transaction of its own, at once.
     let mut fresh = c.start_session().await.unwrap();
-    let t = Instant::now();
+    let since = Instant::now();
     let r = bounded(90, async {
         fresh.start_transaction().await?;
         call(&mut fresh, 1).await?;
@@ -207,7 +217,7 @@ async fn cut_in_transaction(
         Ok::<_, mongo_patterns::Error>(())
     })
     .await;
-    let took = t.elapsed();
+    let took = since.elapsed();
     assert!(
         r.is_ok(),
         "{what}: the fresh writer failed after {took:?}: {r:?}"
@@ -216,7 +226,9 @@ async fn cut_in_transaction(
         took < Duration::from_secs(2),
         "{what}: the fresh writer took {took:?}"
     );
-    assert_eq!(open_transactions(c).await, 0, "{what}: left open");
+    if let Some(open) = t.open_transactions().await {
+        assert_eq!(open, 0, "{what}: left open");
+    }
 }
 
 const POINTS: [Point; 2] = [Point::First, Point::AfterCallers];
@@ -224,15 +236,12 @@ const POINTS: [Point; 2] = [Point::First, Point::AfterCallers];
 /// Bucket `push`, `push_many` and `update`.
 #[tokio::test]
 async fn bucket_writes_cut_in_a_callers_transaction() {
-    let (_server, c) = own_server().await;
-    let db = c.database("cut_bucket");
+    let t = setup("bucket_writes_cut_in_a_callers_transaction").await;
+    let db = t.db("cut_bucket");
     bounded(120, async {
         let repo = Tick::buckets(&db);
         repo.ensure().await.unwrap();
-        c.database("cut_other")
-            .create_collection("other")
-            .await
-            .unwrap();
+        t.other.create_collection("other").await.unwrap();
         let tick = |n| Tick {
             sym: "s".to_owned(),
             n,
@@ -240,16 +249,16 @@ async fn bucket_writes_cut_in_a_callers_transaction() {
         let one = tick(1);
         repo.push(&one).await.unwrap();
         for point in POINTS {
-            cut_in_transaction(&c, "push", point, async |s, n| {
+            cut_in_transaction(&t, "push", point, async |s, n| {
                 repo.push(&tick(10 + n)).session(s).await
             })
             .await;
-            cut_in_transaction(&c, "push_many", point, async |s, n| {
+            cut_in_transaction(&t, "push_many", point, async |s, n| {
                 let items = [tick(20 + n), tick(30 + n)];
                 repo.push_many(&items).session(s).await
             })
             .await;
-            cut_in_transaction(&c, "update", point, async |s, n| {
+            cut_in_transaction(&t, "update", point, async |s, n| {
                 repo.replace("s", doc! {"n": 1}, &tick(1))
                     .session(s)
                     .await
@@ -262,7 +271,7 @@ async fn bucket_writes_cut_in_a_callers_transaction() {
 }
 
 async fn rank_writes<T: RankHistogram<Board = String, Score = f64>>(
-    c: &Client,
+    t: &Setup,
     db: &Database,
     new: impl Fn(&str, f64) -> T,
 ) {
@@ -276,27 +285,27 @@ async fn rank_writes<T: RankHistogram<Board = String, Score = f64>>(
     }
     let mut next = 0;
     for point in POINTS {
-        cut_in_transaction(c, "record", point, async |s, _| {
+        cut_in_transaction(t, "record", point, async |s, _| {
             ranks.record("b", 9.0).session(s).await
         })
         .await;
-        cut_in_transaction(c, "change", point, async |s, _| {
+        cut_in_transaction(t, "change", point, async |s, _| {
             ranks.change("b", 7.0, 8.0).session(s).await
         })
         .await;
-        cut_in_transaction(c, "unrecord", point, async |s, _| {
+        cut_in_transaction(t, "unrecord", point, async |s, _| {
             ranks.unrecord("b", 7.0).session(s).await
         })
         .await;
         let base = next;
-        cut_in_transaction(c, "insert", point, async |s, n| {
+        cut_in_transaction(t, "insert", point, async |s, n| {
             // The fresh writer inserts the cut call's player.
             let who = if n < 2 { base } else { base + 1 };
             ranks.insert(&new(&format!("n{who}"), 6.0)).session(s).await
         })
         .await;
         next += 2;
-        cut_in_transaction(c, "update_score", point, async |s, n| {
+        cut_in_transaction(t, "update_score", point, async |s, n| {
             let r = ranks
                 .update_score(doc! {"_id": "p0"}, 10.0 + f64::from(n))
                 .session(s)
@@ -309,7 +318,7 @@ async fn rank_writes<T: RankHistogram<Board = String, Score = f64>>(
             Point::First => ["p1", "p2"],
             Point::AfterCallers => ["p3", "p4"],
         };
-        cut_in_transaction(c, "delete", point, async |s, n| {
+        cut_in_transaction(t, "delete", point, async |s, n| {
             let who = if n < 2 { gone[0] } else { gone[1] };
             let r = ranks.delete(doc! {"_id": who}).session(s).await?;
             assert!(r, "delete {n}: not found");
@@ -323,19 +332,16 @@ async fn rank_writes<T: RankHistogram<Board = String, Score = f64>>(
 /// `delete`, both layouts.
 #[tokio::test]
 async fn rank_writes_cut_in_a_callers_transaction() {
-    let (_server, c) = own_server().await;
-    c.database("cut_other")
-        .create_collection("other")
-        .await
-        .unwrap();
+    let t = setup("rank_writes_cut_in_a_callers_transaction").await;
+    t.other.create_collection("other").await.unwrap();
     bounded(240, async {
-        rank_writes(&c, &c.database("cut_rank_array"), |s, score| ArrayScore {
+        rank_writes(&t, &t.db("cut_rank_array"), |s, score| ArrayScore {
             student: s.to_owned(),
             exam_id: "b".to_owned(),
             score,
         })
         .await;
-        rank_writes(&c, &c.database("cut_rank_docs"), |s, score| DocsScore {
+        rank_writes(&t, &t.db("cut_rank_docs"), |s, score| DocsScore {
             student: s.to_owned(),
             exam_id: "b".to_owned(),
             score,
@@ -349,23 +355,20 @@ async fn rank_writes_cut_in_a_callers_transaction() {
 /// (a call in a session writes through).
 #[tokio::test]
 async fn counter_writes_cut_in_a_callers_transaction() {
-    let (_server, c) = own_server().await;
-    let db = c.database("cut_counter");
+    let t = setup("counter_writes_cut_in_a_callers_transaction").await;
+    let db = t.db("cut_counter");
     bounded(120, async {
         db.create_collection("cut_items").await.unwrap();
-        c.database("cut_other")
-            .create_collection("other")
-            .await
-            .unwrap();
+        t.other.create_collection("other").await.unwrap();
         let sampled = Item::sampled_counter(&db);
         let buffered = Item::buffered_counter(&db);
         sampled.incr_by("k", 10).await.unwrap();
         for point in POINTS {
-            cut_in_transaction(&c, "sampled incr_by", point, async |s, _| {
+            cut_in_transaction(&t, "sampled incr_by", point, async |s, _| {
                 sampled.incr_by("k", 10).session(s).await
             })
             .await;
-            cut_in_transaction(&c, "buffered incr_by", point, async |s, _| {
+            cut_in_transaction(&t, "buffered incr_by", point, async |s, _| {
                 buffered.incr_by("k", 10).session(s).await
             })
             .await;
@@ -377,41 +380,38 @@ async fn counter_writes_cut_in_a_callers_transaction() {
 /// Shard key `insert`, `upsert`, `replace` and `update`.
 #[tokio::test]
 async fn shard_key_writes_cut_in_a_callers_transaction() {
-    let (_server, c) = own_server().await;
-    let db = c.database("cut_shard");
+    let t = setup("shard_key_writes_cut_in_a_callers_transaction").await;
+    let db = t.db("cut_shard");
     bounded(120, async {
         let repo = Log::sharded(&db);
         repo.ensure().await.unwrap();
-        c.database("cut_other")
-            .create_collection("other")
-            .await
-            .unwrap();
+        t.other.create_collection("other").await.unwrap();
         repo.insert(&log(1, "one")).await.unwrap();
         let mut next = 100;
         for point in POINTS {
             let base = next;
-            cut_in_transaction(&c, "insert", point, async |s, n| {
+            cut_in_transaction(&t, "insert", point, async |s, n| {
                 // The fresh writer inserts the cut call's `_id`.
                 let id = if n < 2 { base } else { base + 1 };
                 repo.insert(&log(id, "new")).session(s).await
             })
             .await;
             next += 2;
-            cut_in_transaction(&c, "upsert", point, async |s, n| {
+            cut_in_transaction(&t, "upsert", point, async |s, n| {
                 repo.upsert(&log(1, &format!("upsert {n}")))
                     .session(s)
                     .await
                     .map(drop)
             })
             .await;
-            cut_in_transaction(&c, "replace", point, async |s, n| {
+            cut_in_transaction(&t, "replace", point, async |s, n| {
                 repo.replace(&log(1, &format!("replace {n}")))
                     .session(s)
                     .await
                     .map(drop)
             })
             .await;
-            cut_in_transaction(&c, "update", point, async |s, n| {
+            cut_in_transaction(&t, "update", point, async |s, n| {
                 let at = DateTime::from_millis(OCT * 1000);
                 repo.update(at, "app", doc! {"_id": 1}, doc! {"$set": {"n": n}})
                     .session(s)
@@ -432,8 +432,9 @@ async fn shard_key_writes_cut_in_a_callers_transaction() {
 /// older one, and both the caller and a fresh writer of the same key go on.
 #[tokio::test]
 async fn a_cut_where_kill_sessions_is_refused_is_fenced_by_the_next_transaction() {
-    let (_server, c) = own_server().await;
-    let db = c.database("cut_refused");
+    let t = setup("a_cut_where_kill_sessions_is_refused_is_fenced_by_the_next_transaction").await;
+    let c = &t.c;
+    let db = t.db("cut_refused");
     let repo = Tick::buckets(&db);
     bounded(30, repo.ensure()).await.unwrap();
     let tick = |n| Tick {
@@ -444,10 +445,10 @@ async fn a_cut_where_kill_sessions_is_refused_is_fenced_by_the_next_transaction(
     bounded(10, repo.push(&first)).await.unwrap();
     let refuse =
         doc! {"failCommands": ["killSessions"], "errorCode": 13, "errorMessage": "not authorized"};
-    fail_command(&c, None, refuse).await;
+    t.server.fail(c, None, refuse).await;
     let mut s = c.start_session().await.unwrap();
     s.start_transaction().await.unwrap();
-    hold_next_command(&c).await;
+    t.hold_next_command().await;
     let cut_item = tick(2);
     let cut = tokio::time::timeout(
         Duration::from_millis(50),
@@ -457,11 +458,9 @@ async fn a_cut_where_kill_sessions_is_refused_is_fenced_by_the_next_transaction(
     assert!(cut.is_err(), "not cut: {cut:?}");
     // The held command runs, and nothing kills its transaction.
     tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(
-        open_transactions(&c).await,
-        1,
-        "the cut transaction stays open"
-    );
+    if let Some(open) = t.open_transactions().await {
+        assert_eq!(open, 1, "the cut transaction stays open");
+    }
     bounded(5, s.abort_transaction()).await.unwrap();
     // The next transaction in the same session fences it.
     let next = tick(3);
@@ -473,10 +472,12 @@ async fn a_cut_where_kill_sessions_is_refused_is_fenced_by_the_next_transaction(
     })
     .await
     .unwrap();
-    assert_eq!(open_transactions(&c).await, 0, "fenced");
+    if let Some(open) = t.open_transactions().await {
+        assert_eq!(open, 0, "fenced");
+    }
     let fresh = tick(4);
     bounded(10, repo.push(&fresh)).await.unwrap();
-    fail_command_off(&c).await;
+    t.server.off(c).await;
     let stored: Vec<u32> = bounded(10, repo.stream("s").try_collect::<Vec<_>>())
         .await
         .unwrap()
@@ -506,10 +507,8 @@ async fn the_next_use_of_a_cut_sessions_server_session_is_not_killed() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    let server = OwnServer::start(ServerOptions {
-        test_commands: true,
-        ..ServerOptions::default()
-    });
+    let test = "the_next_use_of_a_cut_sessions_server_session_is_not_killed";
+    let server = FaultServer::start(test).await;
     let mut opts = ClientOptions::parse(server.uri()).await.unwrap();
     opts.server_selection_timeout = Some(Duration::from_secs(10));
     let (sent, answered) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
@@ -527,7 +526,7 @@ async fn the_next_use_of_a_cut_sessions_server_session_is_not_killed() {
         _ => {}
     }));
     let c = Client::with_options(opts).unwrap();
-    let db = c.database("cut_next_use");
+    let db = c.database(&server.db_name("cut_next_use"));
     let repo = Tick::buckets(&db);
     bounded(30, repo.ensure()).await.unwrap();
     let other = db.collection::<Document>("other");
@@ -539,7 +538,12 @@ async fn the_next_use_of_a_cut_sessions_server_session_is_not_killed() {
     bounded(10, other.insert_one(doc! {"_id": 1}).session(&mut s))
         .await
         .unwrap();
-    hold_next_command(&c).await;
+    let held = doc! {
+        "failCommands": ["insert", "update", "delete", "findAndModify", "bulkWrite", "find", "aggregate"],
+        "blockConnection": true,
+        "blockTimeMS": 300,
+    };
+    server.fail(&c, Some(1), held).await;
     let item = Tick {
         sym: "s".to_owned(),
         n: 1,
