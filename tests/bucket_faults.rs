@@ -13,7 +13,7 @@ use mongo_patterns::mongodb::Collection;
 use mongo_patterns::prelude::*;
 use mongo_patterns::Error;
 use mongo_patterns_testkit::{
-    bounded, client, fail_command, fresh_db, server_uri, with_pool, OwnServer, ServerOptions,
+    bounded, client, fresh_db, server_uri, with_pool, FaultServer, OwnServer, ServerOptions,
 };
 use tokio::time::timeout;
 
@@ -1845,12 +1845,9 @@ async fn crash_kill_and_restart_mid_late_pushes() {
 /// transient failure of one of its statements, it lands once.
 #[tokio::test]
 async fn a_move_that_fails_part_way_leaves_nothing_half_done() {
-    let server = OwnServer::start(ServerOptions {
-        test_commands: true,
-        ..ServerOptions::default()
-    });
+    let server = FaultServer::start("a_move_that_fails_part_way_leaves_nothing_half_done").await;
     let (c, _) = client(server.uri()).await;
-    let db = c.database("moves");
+    let db = c.database(&server.db_name("moves"));
     let repo = Dated::buckets(&db);
     // Days 10..20 in two full buckets (size 5): a late day 10.5 would
     // make the first hold six, day 1 lands below them all.
@@ -1867,7 +1864,7 @@ async fn a_move_that_fails_part_way_leaves_nothing_half_done() {
     assert_eq!(sorted_buckets(&db, 1).await, want);
     let refused = doc! {"failCommands": ["commitTransaction"], "errorCode": 2};
     for (what, fail) in [("late push", 0), ("split", 1), ("delete", 2)] {
-        fail_command(&c, Some(1), refused.clone()).await;
+        server.fail(&c, Some(1), refused.clone()).await;
         let r = match fail {
             0 => bounded(30, repo.push(&dated(1, 1, 1))).await.map(drop),
             1 => bounded(30, repo.push(&dated(1, 11, 200))).await.map(drop),
@@ -1889,7 +1886,7 @@ async fn a_move_that_fails_part_way_leaves_nothing_half_done() {
         "errorCode": 112,
         "errorLabels": ["TransientTransactionError"],
     };
-    fail_command(&c, Some(1), transient).await;
+    server.fail(&c, Some(1), transient).await;
     let removed = bounded(30, repo.delete(&1, doc! {"day": 11}))
         .await
         .unwrap();

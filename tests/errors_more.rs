@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use futures::TryStreamExt;
 use mongo_patterns::mongodb;
 use mongo_patterns::prelude::*;
-use mongo_patterns_testkit::{bounded, client, fail_command, fresh_db, OwnServer, ServerOptions};
+use mongo_patterns_testkit::{bounded, client, fresh_db, FaultServer};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[model(collection = "err_ticks")]
@@ -119,19 +119,17 @@ async fn a_removal_and_a_reindex_join_the_callers_transaction() {
 /// the driver's error gives it back, label included.
 #[tokio::test]
 async fn document_too_large_keeps_the_drivers_error() {
-    let server = OwnServer::start(ServerOptions {
-        test_commands: true,
-        ..ServerOptions::default()
-    });
+    let server = FaultServer::start("document_too_large_keeps_the_drivers_error").await;
     let (c, _) = client(server.uri()).await;
-    let db = c.database("errors_more_large");
+    let db = c.database(&server.db_name("errors_more_large"));
     let logs = Log::sharded(&db);
-    fail_command(
-        &c,
-        Some(1),
-        doc! {"failCommands": ["insert"], "errorCode": 10334, "errorLabels": ["MpTestLabel"]},
-    )
-    .await;
+    server
+        .fail(
+            &c,
+            Some(1),
+            doc! {"failCommands": ["insert"], "errorCode": 10334, "errorLabels": ["MpTestLabel"]},
+        )
+        .await;
     let log = Log {
         id: 1,
         kind: "a".into(),

@@ -12,7 +12,7 @@ use mongo_patterns::bson::Bson;
 use mongo_patterns::prelude::*;
 use mongo_patterns::rank_histogram::{Layout, RankHistogram};
 use mongo_patterns::Error;
-use mongo_patterns_testkit::{bounded, client, fail_command, fresh_db, OwnServer, ServerOptions};
+use mongo_patterns_testkit::{bounded, client, fresh_db, FaultServer, OwnServer, ServerOptions};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[serde(rename_all = "camelCase")]
@@ -400,40 +400,25 @@ async fn cancelled_writes_documents_fallback() {
     .await;
 }
 
-/// A small deterministic generator (xorshift64*).
-/// Transactions open on the server now.
-async fn open_transactions(c: &Client) -> i64 {
-    let status = c
-        .database("admin")
-        .run_command(doc! {"serverStatus": 1})
-        .await
-        .unwrap();
-    let t = status.get_document("transactions").unwrap();
-    match t.get("currentOpen").unwrap() {
-        Bson::Int32(n) => i64::from(*n),
-        Bson::Int64(n) => *n,
-        other => panic!("currentOpen: {other:?}"),
-    }
-}
-
 /// Cuts `f` while its first write is held 300 ms on the server, so that
 /// the write starts the call's transaction after the call has gone; then
-/// no transaction may stay open, and the next writer of the same player
-/// must not wait for the server's 60 s transaction lifetime.
-async fn cut_while_held<F: IntoFuture>(c: &Client, what: &str, f: F) {
+/// no transaction may stay open (counted on a server of the test's own: a
+/// shared deployment counts other tests' transactions too), and the next
+/// writer of the same player must not wait for the server's 60 s
+/// transaction lifetime (`uncut`, after each cut).
+async fn cut_while_held<F: IntoFuture>(server: &FaultServer, c: &Client, what: &str, f: F) {
     let held = doc! {
         "failCommands": ["insert", "update", "delete", "findAndModify", "bulkWrite"],
         "blockConnection": true,
         "blockTimeMS": 300,
     };
-    fail_command(c, Some(1), held).await;
+    server.fail(c, Some(1), held).await;
     let cut = tokio::time::timeout(Duration::from_millis(50), f.into_future()).await;
     assert!(cut.is_err(), "{what}: not cut");
     // The held write runs now.
     tokio::time::sleep(Duration::from_millis(400)).await;
     let t = Instant::now();
-    loop {
-        let open = open_transactions(c).await;
+    while let Some(open) = server.open_transactions(c).await {
         if open == 0 {
             break;
         }
@@ -445,20 +430,22 @@ async fn cut_while_held<F: IntoFuture>(c: &Client, what: &str, f: F) {
     }
 }
 
-async fn late_writes<T: Exam>(c: &Client, name: &str) {
-    let db = c.database(name);
+async fn late_writes<T: Exam>(server: &FaultServer, c: &Client, name: &str) {
+    let db = c.database(&server.db_name(name));
     let ranks = T::ranks(&db);
     ranks.insert(&T::new("a".into(), "b", 1.0)).await.unwrap();
-    cut_while_held(c, "insert", ranks.insert(&T::new("late".into(), "b", 2.0))).await;
+    let late = T::new("late".into(), "b", 2.0);
+    cut_while_held(server, c, "insert", ranks.insert(&late)).await;
     uncut("insert", ranks.insert(&T::new("next".into(), "b", 2.0))).await;
     cut_while_held(
+        server,
         c,
         "update_score",
         ranks.update_score(doc! {"_id": "a"}, 3.0),
     )
     .await;
     uncut("update_score", ranks.update_score(doc! {"_id": "a"}, 4.0)).await;
-    cut_while_held(c, "delete", ranks.delete(doc! {"_id": "a"})).await;
+    cut_while_held(server, c, "delete", ranks.delete(doc! {"_id": "a"})).await;
     uncut("delete", ranks.delete(doc! {"_id": "next"})).await;
     assert_consistent::<T>(&db, "b", name).await;
 }
@@ -467,18 +454,16 @@ async fn late_writes<T: Exam>(c: &Client, name: &str) {
 /// leaves nothing open once that command arrives.
 #[tokio::test]
 async fn cut_calls_whose_write_arrives_late_hold_nothing() {
-    let server = OwnServer::start(ServerOptions {
-        test_commands: true,
-        ..ServerOptions::default()
-    });
+    let server = FaultServer::start("cut_calls_whose_write_arrives_late_hold_nothing").await;
     let (c, _) = client(server.uri()).await;
     bounded(120, async {
-        late_writes::<ArrayScore>(&c, "late_array").await;
-        late_writes::<DocsScore>(&c, "late_docs").await;
+        late_writes::<ArrayScore>(&server, &c, "late_array").await;
+        late_writes::<DocsScore>(&server, &c, "late_docs").await;
     })
     .await;
 }
 
+/// A small deterministic generator (xorshift64*).
 struct Rng(u64);
 
 impl Rng {
