@@ -367,6 +367,10 @@ async fn and_run2_retries_a_lost_race_and_commits() {
 #[tokio::test]
 async fn options_reach_every_command() {
     let (db, commands) = fresh_db("shard_app_options").await;
+    // On a sharded cluster (CI's mongos job) `ensure_sharded` shards, with
+    // a `shardCollection` after `enableSharding`; elsewhere the server
+    // refuses `enableSharding`.
+    let sharded_cluster = mongo_patterns_testkit::is_mongos(db.client()).await;
     let repo = Log::sharded(&db);
     let ms = std::time::Duration::from_millis(4_000);
     let wc = WriteConcern::majority();
@@ -429,7 +433,7 @@ async fn options_reach_every_command() {
     .await
     .unwrap_err();
     assert!(matches!(err, Error::ShardKeyMismatch { .. }), "{err:?}");
-    let err = bounded(
+    let sharding = bounded(
         30,
         repo.ensure_sharded()
             .write_concern(wc.clone())
@@ -437,39 +441,51 @@ async fn options_reach_every_command() {
             .max_time(ms)
             .into_future(),
     )
-    .await
-    .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::NotSharded {
-                command: "enableSharding"
-            }
-        ),
-        "{err:?}"
-    );
+    .await;
+    if sharded_cluster {
+        sharding.unwrap();
+    } else {
+        let err = sharding.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::NotSharded {
+                    command: "enableSharding"
+                }
+            ),
+            "{err:?}"
+        );
+    }
     let sent = commands.take();
     let names: Vec<&str> = sent.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(
-        names,
-        [
-            "insert",
-            "insert",
-            "update",
-            "find",
-            "update",
-            "update",
-            "find",
-            "update",
-            "update",
-            "find",
-            "createIndexes",
-            "enableSharding"
-        ]
-    );
+    let mut want = vec![
+        "insert",
+        "insert",
+        "update",
+        "find",
+        "update",
+        "update",
+        "find",
+        "update",
+        "update",
+        "find",
+        "createIndexes",
+        "enableSharding",
+    ];
+    if sharded_cluster {
+        want.push("shardCollection");
+    }
+    assert_eq!(names, want);
+    let admin = ["createIndexes", "enableSharding", "shardCollection"];
     for (name, cmd) in &sent {
         assert_eq!(cmd.get("comment"), Some(&Bson::from("c")), "{name}: {cmd}");
-        let writes = ["insert", "update", "createIndexes", "enableSharding"];
+        let writes = [
+            "insert",
+            "update",
+            "createIndexes",
+            "enableSharding",
+            "shardCollection",
+        ];
         if writes.contains(&name.as_str()) {
             assert_eq!(
                 cmd.get_document("writeConcern").ok(),
@@ -481,11 +497,11 @@ async fn options_reach_every_command() {
         }
     }
     // `maxTimeMS` where the driver gives the command one: the lookups, the
-    // index and the admin command (not `insert` and `update`, which take
+    // index and the admin commands (not `insert` and `update`, which take
     // none in the driver).
     for (name, cmd) in sent
         .iter()
-        .filter(|(n, _)| ["find", "createIndexes", "enableSharding"].contains(&n.as_str()))
+        .filter(|(n, _)| n == "find" || admin.contains(&n.as_str()))
     {
         assert_eq!(
             cmd.get_i64("maxTimeMS")
