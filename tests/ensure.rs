@@ -1,5 +1,9 @@
-//! `Model::ensure` and `Model::plan` against a real MongoDB-wire server (a
-//! single-node replica set: sharding does not apply there).
+//! `Model::ensure` and `Model::plan` against a real MongoDB-wire server:
+//! a replica set, where sharding does not apply, or a sharded cluster
+//! (`hello` answers `msg: "isdbgrid"`: CI's mongos job), where `ensure`
+//! shards every collection with a declared shard key, first creating the
+//! key's index where no index starts with it (a hashed `_id`:
+//! `_id_hashed`). Each test expects what its deployment does.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -73,6 +77,38 @@ struct PlainNote {
     text: String,
 }
 
+/// Whether `db`'s deployment is a sharded cluster (a `mongos`).
+async fn sharded_cluster(db: &Database) -> bool {
+    mongo_patterns_testkit::is_mongos(db.client()).await
+}
+
+/// The collections of [`all`] that `ensure` shards on a sharded cluster.
+const SHARDED: [&str; 4] = ["visits", "history", "player_ranks", "logs"];
+
+/// The indexes `ensure` creates on a sharded cluster for [`all`]'s shard
+/// keys, besides the declared ones: a hashed `_id`'s (the counter's, the
+/// array layout's histogram), which no declared index starts with. The
+/// bucket's and the `#[shard_key]`'s keys start their declared indexes.
+fn shard_key_indexes() -> BTreeMap<&'static str, Vec<(&'static str, Document)>> {
+    BTreeMap::from([
+        ("visits", vec![("_id_hashed", doc! {"_id": "hashed"})]),
+        ("player_ranks", vec![("_id_hashed", doc! {"_id": "hashed"})]),
+    ])
+}
+
+/// [`expected`], with [`shard_key_indexes`] on a sharded cluster.
+fn expected_on(sharded: bool) -> BTreeMap<&'static str, Vec<(&'static str, Document)>> {
+    let mut want = expected();
+    if sharded {
+        for (coll, ixs) in shard_key_indexes() {
+            want.get_mut(coll)
+                .expect("a declared collection")
+                .extend(ixs);
+        }
+    }
+    want
+}
+
 /// Every index the models above declare, by collection: (name, keys).
 fn expected() -> BTreeMap<&'static str, Vec<(&'static str, Document)>> {
     BTreeMap::from([
@@ -131,17 +167,19 @@ async fn indexes(db: &Database, coll: &str) -> BTreeMap<String, Document> {
     out
 }
 
-/// Numbers as the server may echo them (`1`, `1.0`): compare by sign.
-fn norm(keys: &Document) -> Vec<(String, i32)> {
+/// Numbers as the server may echo them (`1`, `1.0`): compare by sign;
+/// a kind of index (`"hashed"`) as it is.
+fn norm(keys: &Document) -> Vec<(String, String)> {
     keys.iter()
         .map(|(k, v)| {
             let n = match v {
                 Bson::Int32(n) => *n as f64,
                 Bson::Int64(n) => *n as f64,
                 Bson::Double(n) => *n,
+                Bson::String(kind) => return (k.clone(), kind.clone()),
                 other => panic!("unexpected key value {other}"),
             };
-            (k.clone(), if n < 0.0 { -1 } else { 1 })
+            (k.clone(), if n < 0.0 { "-1" } else { "1" }.to_owned())
         })
         .collect()
 }
@@ -149,10 +187,11 @@ fn norm(keys: &Document) -> Vec<(String, i32)> {
 #[tokio::test]
 async fn ensure_creates_everything_then_nothing() {
     let (db, _) = fresh_db("ensure_all").await;
+    let sharded = sharded_cluster(&db).await;
     let done = within(all(&db)).await.unwrap();
     println!("{done}");
 
-    let want = expected();
+    let want = expected_on(sharded);
     let created: BTreeSet<String> = done.collections_created.iter().cloned().collect();
     let want_colls: BTreeSet<String> = want.keys().map(|s| s.to_string()).collect();
     assert_eq!(created, want_colls, "every collection reported created");
@@ -185,19 +224,26 @@ async fn ensure_creates_everything_then_nothing() {
             assert_eq!(norm(got), norm(keys), "{coll}.{name}");
         }
     }
-    assert!(done.sharded.is_empty());
     assert!(done.conflicts.is_empty(), "{:?}", done.conflicts);
     // Every collection with a declared shard key: the counter's (hashed
     // `_id`), the bucket collection's (by key), the histogram's (by board)
-    // and the `#[shard_key]` model's.
-    assert_eq!(
-        done.notes,
-        ["visits", "history", "player_ranks", "logs"]
-            .map(|c| Note::ShardingNotApplicable {
-                collection: c.into()
-            })
-            .to_vec()
-    );
+    // and the `#[shard_key]` model's. Sharded on a sharded cluster, a note
+    // elsewhere.
+    if sharded {
+        let got: BTreeSet<&str> = done.sharded.iter().map(String::as_str).collect();
+        assert_eq!(got, BTreeSet::from(SHARDED), "{done}");
+        assert!(done.notes.is_empty(), "{done}");
+    } else {
+        assert!(done.sharded.is_empty());
+        assert_eq!(
+            done.notes,
+            SHARDED
+                .map(|c| Note::ShardingNotApplicable {
+                    collection: c.into()
+                })
+                .to_vec()
+        );
+    }
 
     // Second run: nothing to create, the same deployment.
     let again = within(all(&db)).await.unwrap();
@@ -235,6 +281,7 @@ async fn model_without_patterns_gets_its_collection() {
 #[tokio::test]
 async fn conflicting_index_is_reported_and_left_alone() {
     let (db, _) = fresh_db("ensure_conflict").await;
+    let sharded = sharded_cluster(&db).await;
     // Another client's index under the declared name, on other keys.
     let visits = db.collection::<Document>("visits");
     let theirs = mongo_patterns::mongodb::IndexModel::builder()
@@ -250,7 +297,14 @@ async fn conflicting_index_is_reported_and_left_alone() {
     let plan = within(Visit::plan(&db)).await.unwrap();
     println!("{plan}");
     assert!(plan.create_collections.is_empty());
-    assert!(plan.create_indexes.is_empty(), "{plan}");
+    // On a sharded cluster, the hashed `_id`'s index before sharding.
+    let planned: Vec<&str> = plan
+        .create_indexes
+        .iter()
+        .map(|i| i.name.as_str())
+        .collect();
+    let shard_index: &[&str] = if sharded { &["_id_hashed"] } else { &[] };
+    assert_eq!(planned, shard_index, "{plan}");
     assert_eq!(plan.conflicts.len(), 1, "{plan}");
     match &plan.conflicts[0] {
         Conflict::Index { declared, found } => {
@@ -277,10 +331,20 @@ async fn conflicting_index_is_reported_and_left_alone() {
         done.collections_created,
         vec!["players".to_owned(), "player_ranks".to_owned()]
     );
-    assert_eq!(done.indexes_created.len(), 1);
-    assert_eq!(done.indexes_created[0].name, "mp_rank_game_points");
+    let mut created: Vec<(&str, &str)> = done
+        .indexes_created
+        .iter()
+        .map(|i| (i.collection.as_str(), i.name.as_str()))
+        .collect();
+    created.sort_unstable();
+    let mut want = vec![("players", "mp_rank_game_points")];
+    if sharded {
+        want.extend([("player_ranks", "_id_hashed"), ("visits", "_id_hashed")]);
+        want.sort_unstable();
+    }
+    assert_eq!(created, want, "{done}");
     let found = indexes(&db, "visits").await;
-    assert_eq!(found.len(), 2, "{found:?}");
+    assert_eq!(found.len(), 2 + usize::from(sharded), "{found:?}");
     assert_eq!(
         norm(&found["mp_keyset_initTime"]),
         norm(&doc! {"initTime": 1})
@@ -290,6 +354,7 @@ async fn conflicting_index_is_reported_and_left_alone() {
 #[tokio::test]
 async fn same_keys_under_another_name_satisfy() {
     let (db, _) = fresh_db("ensure_other_name").await;
+    let sharded = sharded_cluster(&db).await;
     let history = db.collection::<Document>("history");
     let theirs = mongo_patterns::mongodb::IndexModel::builder()
         .keys(doc! {"customerId": 1.0, "start": 1.0})
@@ -301,15 +366,40 @@ async fn same_keys_under_another_name_satisfy() {
         .build();
     history.create_index(theirs).await.unwrap();
     let plan = within(Trade::plan(&db)).await.unwrap();
-    assert!(plan.is_up_to_date(), "{plan}");
-    assert!(matches!(
-        &plan.notes[..],
-        [Note::IndexUnderOtherName { declared, found }, Note::ShardingNotApplicable { collection }]
-            if declared.name == "mp_bucket_customerId_start" && found == "by_customer"
-                && collection == "history"
-    ));
+    let other_name = |n: &Note| {
+        matches!(n, Note::IndexUnderOtherName { declared, found }
+            if declared.name == "mp_bucket_customerId_start" && found == "by_customer")
+    };
+    if sharded {
+        // The index serves the shard key too (it starts with it): only
+        // the sharding is left to do.
+        assert!(
+            plan.create_collections.is_empty() && plan.create_indexes.is_empty(),
+            "{plan}"
+        );
+        assert!(
+            matches!(&plan.shard[..], [s] if s.collection == "history"),
+            "{plan}"
+        );
+        assert!(matches!(&plan.notes[..], [n] if other_name(n)), "{plan}");
+    } else {
+        assert!(plan.is_up_to_date(), "{plan}");
+        assert!(matches!(
+            &plan.notes[..],
+            [n, Note::ShardingNotApplicable { collection }]
+                if other_name(n) && collection == "history"
+        ));
+    }
     let done = within(Trade::ensure(&db)).await.unwrap();
-    assert!(done.created_nothing(), "{done}");
+    if sharded {
+        assert!(
+            done.collections_created.is_empty() && done.indexes_created.is_empty(),
+            "{done}"
+        );
+        assert_eq!(done.sharded, ["history"], "{done}");
+    } else {
+        assert!(done.created_nothing(), "{done}");
+    }
     assert_eq!(
         indexes(&db, "history")
             .await
@@ -344,22 +434,22 @@ async fn same_keys_under_another_name_satisfy() {
 #[tokio::test]
 async fn plan_sends_only_reads() {
     let (db, commands) = fresh_db("ensure_plan_reads").await;
+    // On a sharded cluster `plan` reads `config.collections` too (a
+    // `find`), and plans the hashed `_id`'s indexes.
+    let sharded = sharded_cluster(&db).await;
+    let mut reads = BTreeSet::from(["listCollections", "listIndexes", "hello", "buildInfo"]);
+    if sharded {
+        reads.insert("find");
+    }
     commands.take();
     let plan = within(plan_all(&db)).await.unwrap();
     let sent = commands.take();
     let names: BTreeSet<&str> = sent.iter().map(|(n, _)| n.as_str()).collect();
-    assert!(
-        names.is_subset(&BTreeSet::from([
-            "listCollections",
-            "listIndexes",
-            "hello",
-            "buildInfo"
-        ])),
-        "{names:?}"
-    );
+    assert!(names.is_subset(&reads), "{names:?}");
     assert!(names.contains("listCollections"));
     assert_eq!(plan.create_collections.len(), expected().len(), "{plan}");
-    assert_eq!(plan.create_indexes.len(), 4, "{plan}");
+    let shard_key_indexes = if sharded { 2 } else { 0 };
+    assert_eq!(plan.create_indexes.len(), 4 + shard_key_indexes, "{plan}");
     assert!(db.list_collection_names().await.unwrap().is_empty());
 
     // With half of it in place, still reads only.
@@ -368,10 +458,7 @@ async fn plan_sends_only_reads() {
     commands.take();
     let plan = within(plan_all(&db)).await.unwrap();
     let names: BTreeSet<String> = commands.take().into_iter().map(|(n, _)| n).collect();
-    assert_eq!(
-        names,
-        BTreeSet::from(["listCollections", "listIndexes", "hello", "buildInfo"].map(String::from))
-    );
+    assert_eq!(names, reads.iter().map(|n| n.to_string()).collect());
     assert_eq!(
         plan.create_collections,
         vec![
@@ -386,6 +473,7 @@ async fn plan_sends_only_reads() {
 #[tokio::test]
 async fn ensure_sends_write_concern_and_comment() {
     let (db, commands) = fresh_db("ensure_options").await;
+    let sharded = sharded_cluster(&db).await;
     commands.take();
     let done = within(
         all(&db)
@@ -415,8 +503,11 @@ async fn ensure_sends_write_concern_and_comment() {
         }
     }
     // One `createIndexes` per index (the first on a collection creates
-    // it), one `create` per collection without one.
-    assert_eq!(writes, 4 + 2, "{sent:?}");
+    // it), one `create` per collection without one. On a sharded cluster
+    // the two hashed `_id`s' indexes as well, one of them on the
+    // histogram's collection, which then needs no `create`.
+    let writes_want = if sharded { 6 + 1 } else { 4 + 2 };
+    assert_eq!(writes, writes_want, "{sent:?}");
 
     // Without one set, the database's write concern is sent.
     let (db, commands) = fresh_db("ensure_db_wc").await;
@@ -523,6 +614,7 @@ async fn keyset_page_at_depth_uses_the_created_index() {
 #[tokio::test]
 async fn concurrent_ensures_both_succeed() {
     let (db, _) = fresh_db("ensure_race").await;
+    let sharded = sharded_cluster(&db).await;
     let (a, b) = tokio::join!(within(all(&db)), within(all(&db)));
     let (a, b) = (a.unwrap(), b.unwrap());
     println!("first:\n{a}second:\n{b}");
@@ -542,7 +634,7 @@ async fn concurrent_ensures_both_succeed() {
         .into_iter()
         .collect();
     assert_eq!(listed, want);
-    for (coll, ixs) in expected() {
+    for (coll, ixs) in expected_on(sharded) {
         let found = indexes(&db, coll).await;
         assert_eq!(found.len(), ixs.len() + 1, "{coll}: {found:?}");
         for (name, keys) in ixs {
@@ -626,15 +718,18 @@ async fn declared_shard_keys_and_plan_on_a_replica_set() {
         vec![("logs".to_owned(), doc! {"month": 1, "type": 1})]
     );
 
-    // The test server is a replica set: `plan` says sharding does not
-    // apply to any of them, before and after `ensure`, and sends no
-    // `shardCollection`.
+    // On a replica set `plan` says sharding does not apply to any of
+    // them, before and after `ensure`, and `ensure` sends no
+    // `shardCollection`. On a sharded cluster `plan` lists them to shard,
+    // and `ensure` shards them.
+    let sharded = sharded_cluster(&db).await;
+    let keyed = ["visits", "player_ranks", "racers_ranks"];
     let all = || {
         Visit::plan(&db)
             .and(Player::declared(&db))
             .and(Racer::declared(&db))
     };
-    let want: Vec<Note> = ["visits", "player_ranks", "racers_ranks"]
+    let want: Vec<Note> = keyed
         .map(|c| Note::ShardingNotApplicable {
             collection: c.into(),
         })
@@ -646,8 +741,27 @@ async fn declared_shard_keys_and_plan_on_a_replica_set() {
         .filter(|n| matches!(n, Note::ShardingNotApplicable { .. }))
         .cloned()
         .collect();
-    assert_eq!(notes, want, "{plan}");
-    assert!(plan.shard.is_empty() && plan.conflicts.is_empty(), "{plan}");
+    let to_shard: Vec<(&str, &Document)> = plan
+        .shard
+        .iter()
+        .map(|s| (s.collection.as_str(), &s.key))
+        .collect();
+    if sharded {
+        assert!(notes.is_empty(), "{plan}");
+        assert_eq!(
+            to_shard,
+            [
+                ("visits", &doc! {"_id": "hashed"}),
+                ("player_ranks", &doc! {"_id": "hashed"}),
+                ("racers_ranks", &doc! {"_id.b": "hashed"}),
+            ],
+            "{plan}"
+        );
+    } else {
+        assert_eq!(notes, want, "{plan}");
+        assert!(to_shard.is_empty(), "{plan}");
+    }
+    assert!(plan.conflicts.is_empty(), "{plan}");
     let done = within(
         Visit::ensure(&db)
             .and(Player::declared(&db))
@@ -655,10 +769,15 @@ async fn declared_shard_keys_and_plan_on_a_replica_set() {
     )
     .await
     .unwrap();
-    assert!(done.sharded.is_empty(), "{done}");
+    if sharded {
+        assert_eq!(done.sharded, keyed, "{done}");
+    } else {
+        assert!(done.sharded.is_empty(), "{done}");
+    }
     let plan = within(all()).await.unwrap();
     assert!(plan.is_up_to_date(), "{plan}");
-    assert!(plan.notes.iter().any(
-        |n| matches!(n, Note::ShardingNotApplicable { collection } if collection == "racers_ranks")
-    ));
+    let noted = plan.notes.iter().any(
+        |n| matches!(n, Note::ShardingNotApplicable { collection } if collection == "racers_ranks"),
+    );
+    assert_eq!(noted, !sharded, "{plan}");
 }
