@@ -8,9 +8,18 @@ use mongo_patterns::bucket::{PageRequest, MAX_PER_PAGE};
 use mongo_patterns::mongodb::Client;
 use mongo_patterns::prelude::*;
 use mongo_patterns::Error;
-use mongo_patterns_testkit::{
-    assert_small_futures, client, fresh_db, future_size, Commands, SMALL_FUTURE,
-};
+use mongo_patterns_testkit::{assert_small_futures, client, future_size, Commands, SMALL_FUTURE};
+
+/// A fresh database ([`mongo_patterns_testkit::fresh_db`]). In CI's mongos
+/// job (`MP_SHARD_PATTERN_COLLECTIONS=1`) this suite's bucket collections
+/// are sharded on their keys through `ensure` first
+/// ([`mongo_patterns_testkit::shard_declared`]).
+async fn fresh_db(test: &str) -> (Database, Commands) {
+    let (db, commands) = mongo_patterns_testkit::fresh_db(test).await;
+    let declared = Trade::declared(&db).into_iter().chain(Dated::declared(&db));
+    mongo_patterns_testkit::shard_declared(&db, &commands, declared).await;
+    (db, commands)
+}
 
 const SIZE: usize = 100;
 

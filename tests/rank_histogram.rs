@@ -19,14 +19,18 @@ use mongo_patterns_testkit::{assert_small_futures, client, future_size, SMALL_FU
 /// A fresh database ([`mongo_patterns_testkit::fresh_db`]), with the shard
 /// keys this suite's models declare given to the routing checker, which
 /// `MP_ROUTING=strict` turns on for every test (see `scripts/test`).
+/// In CI's mongos job (`MP_SHARD_PATTERN_COLLECTIONS=1`) the collections
+/// they declare a shard key for are sharded on it through `ensure` first
+/// ([`mongo_patterns_testkit::shard_declared`]).
 async fn fresh_db(test: &str) -> (Database, mongo_patterns_testkit::Commands) {
     let (db, commands) = mongo_patterns_testkit::fresh_db(test).await;
-    mongo_patterns_testkit::routing::declare(
-        ExamScore::declared(&db)
-            .into_iter()
-            .chain(ExamScoreDocs::declared(&db))
-            .chain(Lap::declared(&db)),
-    );
+    let declared: Vec<_> = ExamScore::declared(&db)
+        .into_iter()
+        .chain(ExamScoreDocs::declared(&db))
+        .chain(Lap::declared(&db))
+        .collect();
+    mongo_patterns_testkit::routing::declare(declared.clone());
+    mongo_patterns_testkit::shard_declared(&db, &commands, declared).await;
     (db, commands)
 }
 

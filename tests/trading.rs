@@ -10,7 +10,21 @@ use std::time::Duration;
 use futures::TryStreamExt;
 use mongo_patterns::mongodb::ClientSession;
 use mongo_patterns::prelude::*;
-use mongo_patterns_testkit::{bounded, fresh_db};
+use mongo_patterns_testkit::{bounded, Commands};
+
+/// A fresh database ([`mongo_patterns_testkit::fresh_db`]). In CI's mongos
+/// job (`MP_SHARD_PATTERN_COLLECTIONS=1`) the desk's bucket, histogram and
+/// counter collections are sharded on their declared keys through
+/// `ensure` first ([`mongo_patterns_testkit::shard_declared`]).
+async fn fresh_db(test: &str) -> (Database, Commands) {
+    let (db, commands) = mongo_patterns_testkit::fresh_db(test).await;
+    let declared = Trade::declared(&db)
+        .into_iter()
+        .chain(Trader::declared(&db))
+        .chain(Ticker::declared(&db));
+    mongo_patterns_testkit::shard_declared(&db, &commands, declared).await;
+    (db, commands)
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[serde(rename_all = "camelCase")]
