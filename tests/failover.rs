@@ -163,7 +163,7 @@ async fn items(db: &Database, coll: &str, key_field: &str, key: &str, field: &st
     let mut out = Vec::new();
     for b in &buckets {
         let arr = b.get_array("items").unwrap();
-        if b.get_bool("mp_next") == Ok(true) && arr.is_empty() {
+        if matches!(b.get_bool("mp_next"), Ok(true)) && arr.is_empty() {
             // Opened ahead: its `start` assumes the open one fills.
             continue;
         }
@@ -320,7 +320,7 @@ async fn counter_writes_through_a_failover_count_once() {
         let stored: Vec<Document> = all(&rig.direct, "fo_items").await;
         let d = stored
             .iter()
-            .find(|d| d.get_str("_id") == Ok(id.as_str()))
+            .find(|d| matches!(d.get_str("_id"), Ok(s) if s == id))
             .unwrap_or_else(|| panic!("{what}: {id} stored"));
         assert_eq!(
             d.get("sampled").and_then(int),

@@ -108,7 +108,7 @@ impl<T: Bucketed> Buckets<T> {
         let Some(after) = after else {
             return Ok(None);
         };
-        let mine = after.get_bool(MINE) == Ok(true);
+        let mine = matches!(after.get_bool(MINE), Ok(true));
         let (Ok(seq), Some(start), Some(count)) = (
             after
                 .get_document("_id")
