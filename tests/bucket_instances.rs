@@ -499,3 +499,70 @@ async fn sixteen_callers_over_two_instances_commit_every_transaction() {
     check(&dbs[0], &o).await;
     bounded(30, dbs[0].drop()).await.unwrap();
 }
+
+/// Kept in arrival order: a full bucket is closed by its count, not by a
+/// seal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "arrivals")]
+#[bucket(size = 4, key = "acct")]
+struct Arrival {
+    acct: i64,
+    n: u32,
+}
+
+/// An instance whose handle last saw a bucket that other instances have
+/// filled and gone past since pushes inside the caller's transaction. The
+/// transaction commits at its first or second run. Before, the handle
+/// took the full bucket it remembered for the key's last, opened the
+/// next one, which existed (a duplicate key, labelled transient), and the
+/// caller's rerun did the same for as long as the handle remembered it:
+/// in a fault campaign (tests/campaign.rs) every task of one instance
+/// retried for 120 s.
+#[tokio::test]
+async fn a_handle_behind_other_instances_pushes_in_a_transaction() {
+    let uri = server_uri();
+    let (a, _) = client(&uri).await;
+    let (b, _) = client(&uri).await;
+    let name = format!("mp_behind_{}", std::process::id());
+    let (a, b) = (a.database(&name), b.database(&name));
+    bounded(30, a.drop()).await.unwrap();
+    let (behind, others) = (Arrival::buckets(&a), Arrival::buckets(&b));
+    bounded(30, behind.ensure()).await.unwrap();
+    bounded(10, behind.push(&Arrival { acct: 1, n: 0 }))
+        .await
+        .unwrap();
+    // Another instance fills bucket 0 and the next.
+    for n in 1..8 {
+        bounded(10, others.push(&Arrival { acct: 1, n }))
+            .await
+            .unwrap();
+    }
+    let mut s = a.client().start_session().await.unwrap();
+    for n in 8..11 {
+        let item = Arrival { acct: 1, n };
+        let mut runs = 0;
+        loop {
+            runs += 1;
+            assert!(runs <= 2, "push {n}: still racing at run {runs}");
+            s.start_transaction().await.unwrap();
+            match bounded(10, behind.push(&item).session(&mut s)).await {
+                Ok(()) => {
+                    bounded(10, s.commit_transaction()).await.unwrap();
+                    break;
+                }
+                Err(e) if e.is_transient() => {
+                    let _ = s.abort_transaction().await;
+                }
+                Err(e) => panic!("push {n}: {e}"),
+            }
+        }
+    }
+    let stored: Vec<u32> = bounded(10, behind.stream(&1).try_collect::<Vec<_>>())
+        .await
+        .unwrap()
+        .iter()
+        .map(|a| a.n)
+        .collect();
+    assert_eq!(stored, (0..11).collect::<Vec<_>>());
+    bounded(30, a.drop()).await.unwrap();
+}

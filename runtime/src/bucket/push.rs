@@ -223,10 +223,19 @@ impl<T: Bucketed> Buckets<T> {
         cx: &mut Call<'_>,
     ) -> Result<std::result::Result<i64, Head>> {
         let known = self.remembered(&p.slot).filter(|_| round <= 2);
+        // A full bucket without `order` is not closed by a seal: others may
+        // have opened (and filled) the buckets after it since this handle
+        // saw it. Taken for the last, it would have this push open a
+        // bucket that exists: outside a transaction a lost race, read
+        // again; inside one, an abort the caller's rerun would meet again
+        // for as long as the handle remembers it (another instance's
+        // pushes move the key on without this handle seeing them).
+        let unordered = self.shape.spec.order.is_none();
+        let size = self.shape.size();
         let at = match known {
             Some(seq) => Box::pin(self.bucket(&p.key, seq, Some(p.op), cx))
                 .await?
-                .filter(|h| h.mine || !h.sealed),
+                .filter(|h| h.mine || !(h.sealed || (unordered && h.count >= size))),
             None => None,
         };
         let head = match at {
