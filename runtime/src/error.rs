@@ -452,7 +452,10 @@ impl Error {
     /// - `Database`: when it carries `TransientTransactionError` (run the
     ///   whole transaction again: the server aborted it), when the server
     ///   refused the command before running it (10107 and its like, as an
-    ///   election answers), or on a `WriteConflict`. Not for an error
+    ///   election answers, unless labelled `RetryableWriteError`: that may
+    ///   answer the driver's second attempt of a write whose first was
+    ///   stored), when the driver says no attempt wrote
+    ///   (`NoWritesPerformed`), or on a `WriteConflict`. Not for an error
     ///   that may leave the write stored: outside a transaction those are
     ///   `OutcomeUnknown`.
     /// - `OutcomeUnknown`: no. The write may be stored (the driver had sent

@@ -1,6 +1,6 @@
 //! Using the patterns in an application: the derive's rules, actions,
-//! sessions and transactions, options, collection names, errors, tracing,
-//! and what every pattern does under failure.
+//! sessions and transactions, options, collection names, errors,
+//! failovers, tracing, and what every pattern does under failure.
 //!
 //! This module holds no code. Every pattern's repository follows the rules
 //! below; each pattern's module docs say what its own calls send and how
@@ -457,6 +457,35 @@
 //! and `ShardKeyMismatch` give the same answer again. Inside your
 //! transaction, an error with `is_transient()` means: run the whole
 //! transaction again.
+//!
+//! # Failovers
+//!
+//! An election, a step-down or a lost connection can strike a write after
+//! the server ran it: the reply is replaced by an error, or lost. Every
+//! write the patterns send outside your transaction is one of the driver's
+//! retryable writes (its CRUD helpers, `Client::bulk_write`), so the
+//! driver sends it once more and the server answers the second attempt
+//! from its record of the first: one failover ends in `Ok` with the write
+//! stored once, as the driver's own `update_one` does. What reaches you is
+//! what is left after that retry (two faults in a row, or a client with
+//! `retryWrites=false`):
+//!
+//! - an error with `is_retryable()`: the write was not stored; send it
+//!   again as it is;
+//! - [`Error::OutcomeUnknown`](crate::Error::OutcomeUnknown): it may be
+//!   stored. Read before writing again (a board's histogram, a counter's
+//!   value, a bucket's items), or accept that a resend may count it twice.
+//!   A bucket push reads for its own write id before it says so, and
+//!   says so only when that read fails too; a buffered counter keeps the
+//!   increments pending and its flush id makes the next flush apply them
+//!   once.
+//!
+//! Inside your transaction the driver's labels decide, as for any
+//! transaction: `TransientTransactionError` runs it again,
+//! `UnknownTransactionCommitResult` commits again. `tests/campaign.rs`
+//! runs every pattern's writes through random failover faults from two
+//! clients and checks what is stored (its table:
+//! `benches/campaign-results.md`).
 //!
 //! # Tracing
 //!
