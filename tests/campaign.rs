@@ -25,7 +25,11 @@
 //! - shard key inserts: every acknowledged document stored.
 //!
 //! It prints a table: calls by kind and outcome (`Ok`, `OutcomeUnknown`,
-//! any other error), faults by kind, anomalies (must be 0).
+//! any other error), faults by kind, anomalies (must be 0). Two runs:
+//! `campaign` strikes no command twice, so that a write and the driver's
+//! retry of it meet one fault between them, and then no call may end
+//! `OutcomeUnknown`; `campaign_with_repeated_faults` lets the retry be
+//! struck too.
 //!
 //! Environment: `MP_CAMPAIGN_SECS` (default 20) and `MP_CAMPAIGN_SEED`
 //! (default: the clock; printed, so that a run can be repeated in its
@@ -282,26 +286,60 @@ fn fault_kinds() -> Vec<(&'static str, Fault, &'static [&'static str])> {
 
 /// The rules: each command named by a fault kind is struck by it with
 /// probability `rate / kinds` (so about `rate` of them in all), drawn
-/// from one seeded generator.
-fn arm(proxy: &Proxy, seed: u64, rate: f64) -> Vec<(&'static str, usize)> {
+/// from one seeded generator. With `once`, no command is struck twice:
+/// the driver's retry of a write is the same command (the same session
+/// and transaction number) and goes through, so every write meets one
+/// fault at most, the case MongoDB's retryable writes promise `Ok` for.
+fn arm(proxy: &Proxy, seed: u64, rate: f64, once: bool) -> Vec<(&'static str, usize)> {
     let rng = Arc::new(Mutex::new(Lcg(seed ^ 0x9e37_79b9_7f4a_7c15)));
+    let struck: Arc<Mutex<HashSet<String>>> = Arc::default();
     let kinds = fault_kinds();
     let each = rate / kinds.len() as f64;
     let mut rules = Vec::new();
     for (k, (name, fault, commands)) in kinds.into_iter().enumerate() {
         for command in commands {
-            let rng = rng.clone();
+            let (rng, struck) = (rng.clone(), struck.clone());
             let threshold = (each * f64::from(1u32 << 31) * 2.0) as u64;
-            proxy.on(Rule::new(command, usize::MAX, fault.clone())
-                .when(move |_| rng.lock().unwrap().below(1 << 32) < threshold));
+            let strike = move |cmd: &Document| {
+                if rng.lock().unwrap().below(1 << 32) >= threshold {
+                    return false;
+                }
+                if !once {
+                    return true;
+                }
+                let mut same = cmd.clone();
+                same.remove("$clusterTime");
+                struck.lock().unwrap().insert(format!("{same:?}"))
+            };
+            proxy.on(Rule::new(command, usize::MAX, fault.clone()).when(strike));
             rules.push((name, k));
         }
     }
     rules
 }
 
+/// One fault at most per command (a write and the driver's retry of it
+/// meet one between them): every call returns `Ok` or an error that is
+/// not `OutcomeUnknown`, and the invariants hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn campaign() {
+    let r = run_campaign("campaign", true).await;
+    let unknown: Vec<_> = r.calls.iter().filter(|(_, n)| n[1] > 0).collect();
+    assert!(
+        unknown.is_empty(),
+        "OutcomeUnknown after one fault per command: {unknown:?}"
+    );
+}
+
+/// Faults that may strike the driver's retry too (two in a row on one
+/// write): calls may end `OutcomeUnknown`, and the invariants hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn campaign_with_repeated_faults() {
+    run_campaign("repeated", false).await;
+}
+
+/// The campaign (see the module docs); `once`: see [`arm`].
+async fn run_campaign(name: &str, once: bool) -> Record {
     let secs: u64 = env_num("MP_CAMPAIGN_SECS").unwrap_or(20);
     let seed: u64 = env_num("MP_CAMPAIGN_SEED").unwrap_or_else(|| {
         std::time::SystemTime::now()
@@ -326,7 +364,7 @@ async fn campaign() {
         Some(p) => format!("{}&heartbeatFrequencyMS=500", p.uri()),
         None => server_uri.clone(),
     };
-    let db_name = format!("mp_campaign_{}", std::process::id());
+    let db_name = format!("mp_{name}_{}", std::process::id());
     let (direct, _) = client(&server_uri).await;
     let direct = direct.database(&db_name);
     let (mut dbs, mut logs) = (Vec::new(), Vec::new());
@@ -340,11 +378,11 @@ async fn campaign() {
         l.take();
     }
     println!(
-        "campaign: seed {seed}, {secs} s, {CLIENTS} clients x {TASKS} tasks, faults {}",
+        "{name}: seed {seed}, {secs} s, {CLIENTS} clients x {TASKS} tasks, faults {}",
         if faults { "on" } else { "off" }
     );
     let rules = match &proxy {
-        Some(p) => arm(p, seed, 0.06),
+        Some(p) => arm(p, seed, 0.06, once),
         None => Vec::new(),
     };
 
@@ -420,6 +458,13 @@ async fn campaign() {
         *faults_by_kind.entry(name).or_default() += n;
     }
     let run = Run {
+        name: if !faults {
+            "no faults"
+        } else if once {
+            "one fault per command at most"
+        } else {
+            "faults that may strike the driver's retry too"
+        },
         seed,
         secs,
         faults,
@@ -439,6 +484,7 @@ async fn campaign() {
         let struck: usize = hits.iter().sum();
         assert!(struck > 0, "no fault struck");
     }
+    record
 }
 
 fn env_num(name: &str) -> Option<u64> {
@@ -949,6 +995,7 @@ async fn histogram(db: &Database, coll: &str, layout: Layout, board: &str) -> BT
 
 /// What a run was.
 struct Run {
+    name: &'static str,
     seed: u64,
     secs: u64,
     faults: bool,
@@ -960,6 +1007,7 @@ struct Run {
 fn table(run: &Run, r: &Record, struck: &BTreeMap<&str, usize>, anomalies: &[String]) -> String {
     use std::fmt::Write;
     let Run {
+        name,
         seed,
         secs,
         faults,
@@ -969,7 +1017,7 @@ fn table(run: &Run, r: &Record, struck: &BTreeMap<&str, usize>, anomalies: &[Str
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "Fault campaign (`cargo test --test campaign -- --nocapture`): seed {seed}, {secs} s, \
+        "Fault campaign, {name}: seed {seed}, {secs} s, \
          {CLIENTS} clients x {TASKS} tasks, {calls} calls, {commands} commands sent, faults {}.\n",
         if faults { "on" } else { "off" },
     );
