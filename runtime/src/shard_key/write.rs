@@ -85,7 +85,12 @@ impl<T: ShardKeyed> Sharded<T> {
         Ok(stored_key_filter(&self.spec, id, stored))
     }
 
-    /// Inserts `item`, its coarse field derived: one `insert`.
+    /// Inserts `item`, its coarse field derived: one `insert`. When its
+    /// outcome is unknown after the driver's retry (two failovers in a row)
+    /// and the document has its `_id`, it is sent once more (an `_id` is
+    /// stored once at most), and a duplicate `_id` holding this very
+    /// document is taken as stored: `Ok`. Without an `_id` of its own it
+    /// is [`Error::OutcomeUnknown`].
     ///
     /// ```no_run
     /// # use mongo_patterns::prelude::*;
@@ -109,11 +114,56 @@ impl<T: ShardKeyed> Sharded<T> {
     pub(super) async fn insert_in(&self, item: &T, mut cx: Call<'_>) -> Result<()> {
         let d = self.to_document(item)?;
         let o = cx.opts.driver::<InsertOneOptions>();
-        run!(
-            self.coll.insert_one(d).with_options(o),
+        let sent = run!(
+            self.coll.insert_one(d.clone()).with_options(o),
             cx.session.as_deref_mut()
-        )?;
-        Ok(())
+        );
+        match sent {
+            Ok(_) => Ok(()),
+            Err(e) => Box::pin(self.insert_unknown(d, e.into(), &mut cx)).await,
+        }
+    }
+
+    /// An insert that failed with `e` after the driver's own retry. With
+    /// its `_id` in the document and its outcome unknown (two failovers in
+    /// a row: the driver's retry met the second), it is sent once more: an
+    /// `_id` cannot be stored twice, so that is safe. A duplicate `_id`
+    /// then is the first attempt, stored, when the document read on the
+    /// primary is this one (`Ok`); another document under the `_id` is
+    /// the duplicate-key error a plain insert gets. Anything else is `e`.
+    async fn insert_unknown(&self, d: Document, e: Error, cx: &mut Call<'_>) -> Result<()> {
+        use crate::failover::{outcome, Outcome};
+        let unknown = e.mongo().is_some_and(|m| outcome(m) == Outcome::Unknown);
+        let Some(id) = d.get("_id").filter(|_| unknown && !cx.txn).cloned() else {
+            return Err(e);
+        };
+        let o = cx.opts.driver::<InsertOneOptions>();
+        let again = run!(
+            self.coll.insert_one(d.clone()).with_options(o),
+            cx.session.as_deref_mut()
+        );
+        match again.map_err(Error::from) {
+            Ok(_) => Ok(()),
+            Err(dup) if dup.is_duplicate_key() => {
+                let mut lookup = cx.opts.clone();
+                lookup.read_concern = None;
+                lookup.selection_criteria = Some(crate::util::primary());
+                let o = lookup.driver::<FindOneOptions>();
+                let filter = stored_key_filter(&self.spec, &id, &d);
+                let found = run!(
+                    self.coll.find_one(filter).with_options(o),
+                    cx.session.as_deref_mut()
+                );
+                match found {
+                    Ok(Some(stored)) if stored == d => Ok(()),
+                    // Another document holds the `_id`: this insert was
+                    // not stored and cannot be, as a plain insert says.
+                    Ok(Some(_)) => Err(dup),
+                    _ => Err(e),
+                }
+            }
+            Err(_) => Err(e),
+        }
     }
 
     /// Inserts `items` in one `insert` (`insertMany`, ordered), their coarse
