@@ -207,7 +207,7 @@ fn end<T>(r: &mongo_patterns::Result<T>) -> End {
 struct Record {
     /// By kind: (Ok, OutcomeUnknown, other).
     calls: BTreeMap<&'static str, [u64; 3]>,
-    /// Other errors, by kind and message head (at most a few each).
+    /// Errors (`OutcomeUnknown` included), by kind and message head.
     errors: BTreeMap<String, u64>,
     /// Pushes: acknowledged (once), unsure (at most once), by (task, seq).
     pushed_ok: HashSet<(u32, u32)>,
@@ -232,10 +232,12 @@ impl Record {
         let slot = self.calls.entry(kind).or_default();
         slot[e as usize] += 1;
         if let Err(err) = r {
-            if e == End::Other {
-                let head: String = err.to_string().chars().take(90).collect();
-                *self.errors.entry(format!("{kind}: {head}")).or_default() += 1;
-            }
+            let cause = err
+                .mongo()
+                .map(|m| format!("; cause: {m}"))
+                .unwrap_or_default();
+            let head: String = format!("{err}{cause}").chars().take(240).collect();
+            *self.errors.entry(format!("{kind}: {head}")).or_default() += 1;
         }
         e
     }
@@ -1042,7 +1044,7 @@ fn table(run: &Run, r: &Record, struck: &BTreeMap<&str, usize>, anomalies: &[Str
         let _ = writeln!(t, "| all | {all} ({share:.1}% of the commands) |");
     }
     if !r.errors.is_empty() {
-        let _ = writeln!(t, "\nOther errors:\n");
+        let _ = writeln!(t, "\nErrors:\n");
         for (e, n) in &r.errors {
             let _ = writeln!(t, "- {n} x {e}");
         }
