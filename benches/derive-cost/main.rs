@@ -17,6 +17,9 @@
 //!   project's machines and nightly is not pinned), formatted by `rustfmt`
 //!   (as `cargo expand` formats it, with prettyplease), non-blank lines
 //!   counted. Bytes of the unformatted output are given as a second measure.
+//!   It has a target directory of its own: cargo builds the dependencies
+//!   again when `RUSTC_BOOTSTRAP` changes, which would undo the warm-up of
+//!   the timed commands on every run.
 //! - **`cargo check`**: wall time of `cargo check` of the generated crate
 //!   alone (dependencies checked already) after its `src/lib.rs` is touched,
 //!   with `CARGO_INCREMENTAL=0`: the whole crate is checked again.
@@ -424,7 +427,7 @@ fn main() {
     let exp: Vec<(usize, usize)> = variants
         .iter()
         .zip(&roots)
-        .map(|(&v, root)| expanded(root, &target, v))
+        .map(|(&v, root)| expanded(root, &dir.join("target-expand"), v))
         .collect();
 
     let check_med: Vec<Duration> = checks.iter().map(|v| median(&mut v.clone())).collect();
