@@ -25,6 +25,11 @@
 //!   attribute does not bury the rest of the crate in follow-on errors.
 //! - [`Model::ensure`](crate::Model::ensure) creates the collections,
 //!   indexes and sharding the attributes declare; see [`crate::ensure`].
+//! - What it costs a build: in a crate of 50 models (ten of each pattern),
+//!   the derive's expanded code is 1.34× what serde's derive alone expands
+//!   to, and `cargo check` of the crate takes 1.26× and an incremental debug
+//!   build 1.54× the time of the same crate with serde's derive alone
+//!   (`benches/derive-cost-results.md`).
 //!
 //! # Actions
 //!
