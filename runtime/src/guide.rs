@@ -27,8 +27,8 @@
 //!   indexes and sharding the attributes declare; see [`crate::ensure`].
 //! - What it costs a build: in a crate of 50 models (ten of each pattern),
 //!   the derive's expanded code is 1.34× what serde's derive alone expands
-//!   to, and `cargo check` of the crate takes 1.26× and an incremental debug
-//!   build 1.54× the time of the same crate with serde's derive alone
+//!   to, and `cargo check` of the crate takes 1.39× and an incremental debug
+//!   build 1.59× the time of the same crate with serde's derive alone
 //!   (`benches/derive-cost-results.md`).
 //!
 //! # Actions
