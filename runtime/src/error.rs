@@ -261,6 +261,7 @@ pub enum Error {
 }
 
 pub(crate) mod code;
+pub(crate) mod failover;
 pub(crate) use code::server_codes;
 
 impl Error {

@@ -12,7 +12,7 @@ mod compat;
 mod cut;
 pub mod ensure;
 mod error;
-mod failover;
+use error::failover;
 mod feature;
 mod foreign;
 pub mod guide;
