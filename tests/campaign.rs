@@ -154,7 +154,13 @@ const KINDS: &[&str] = &[
 
 /// The kinds this run makes: `MP_CAMPAIGN_KINDS` (names, or parts of
 /// names, separated by commas) narrows them, to chase one finding.
-fn kinds() -> Vec<&'static str> {
+/// Read once: every call of every task draws from it.
+fn kinds() -> &'static [&'static str] {
+    static PICKED: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    PICKED.get_or_init(picked_kinds)
+}
+
+fn picked_kinds() -> Vec<&'static str> {
     let Ok(only) = std::env::var("MP_CAMPAIGN_KINDS") else {
         return KINDS.to_vec();
     };
