@@ -21,6 +21,8 @@ pub struct Field<'a> {
     pub bson_name: String,
     /// Why serde does not store it under its own name (`skip`, `flatten`).
     pub not_stored: Option<&'static str>,
+    /// Whether it names its own serializer (`#[serde(with = "...")]`).
+    pub serialized_with: bool,
 }
 
 impl<'a> Input<'a> {
@@ -80,6 +82,7 @@ impl<'a> Input<'a> {
                     rust_name,
                     bson_name: stored.bson_name,
                     not_stored: stored.not_stored,
+                    serialized_with: stored.serialized_with,
                 }
             })
             .collect();
@@ -127,6 +130,22 @@ impl<'a> Input<'a> {
                     );
                     return None;
                 }
+                if let Some(foreign) = foreign_without_helper(f) {
+                    let Foreign {
+                        ty,
+                        serde_form,
+                        bson2,
+                        bson3,
+                    } = foreign;
+                    cx.error_spanned_by(
+                        f.ty,
+                        format!(
+                            "`{attr}` option `{option}` names `{}`, a `{ty}`, which serde's own impl stores as {serde_form}: the pattern would compare that, not the time or UUID, and get the order wrong; store it as the BSON type with bson's helper, `#[serde(with = \"mongo_patterns::bson::serde_helpers::{bson2}\")]` (bson 3: `serde_helpers::{bson3}`), see `mongo_patterns::foreign`",
+                            f.rust_name,
+                        ),
+                    );
+                    return None;
+                }
                 Some(f)
             }
             None => {
@@ -156,6 +175,72 @@ impl<'a> Input<'a> {
                 cx.error_spanned_by(name, msg);
                 None
             }
+        }
+    }
+}
+
+/// A foreign type stored by serde's own impl, and bson's helpers for it.
+struct Foreign {
+    ty: &'static str,
+    serde_form: &'static str,
+    bson2: &'static str,
+    bson3: &'static str,
+}
+
+/// The foreign type a field holds (an `Option` of it included) and the
+/// bson helper that stores it as the BSON type the patterns compare, when
+/// it names no serializer of its own: serde's impls store `chrono` and
+/// `uuid` values as strings and `time`'s as a tuple, so an order would
+/// silently be the wrong one. A bare `Uuid` may be bson's own, which needs
+/// nothing: only `uuid::Uuid` is caught.
+fn foreign_without_helper(f: &Field) -> Option<Foreign> {
+    if f.serialized_with {
+        return None;
+    }
+    let mut ty = f.ty;
+    loop {
+        let Type::Path(p) = ty else { return None };
+        let last = p.path.segments.last()?;
+        let generic = |i: usize| match &last.arguments {
+            syn::PathArguments::AngleBracketed(a) => match a.args.iter().nth(i) {
+                Some(syn::GenericArgument::Type(t)) => Some(t),
+                _ => None,
+            },
+            _ => None,
+        };
+        let names: Vec<String> = p
+            .path
+            .segments
+            .iter()
+            .map(|s| s.ident.to_string())
+            .collect();
+        match (last.ident.to_string().as_str(), names.len()) {
+            ("Option", _) => ty = generic(0)?,
+            ("DateTime", _) if generic(0).is_some() => {
+                return Some(Foreign {
+                    ty: "chrono::DateTime",
+                    serde_form: "an RFC 3339 string",
+                    bson2: "chrono_datetime_as_bson_datetime",
+                    bson3: "datetime::FromChrono04DateTime",
+                })
+            }
+            ("OffsetDateTime", _) => {
+                return Some(Foreign {
+                    ty: "time::OffsetDateTime",
+                    serde_form: "a tuple",
+                    bson2: "time_0_3_offsetdatetime_as_bson_datetime",
+                    bson3: "datetime::FromTime03OffsetDateTime",
+                })
+            }
+            ("Uuid", n) if n >= 2 && names[n - 2] == "uuid" => {
+                return Some(Foreign {
+                    ty: "uuid::Uuid",
+                    serde_form: "a string",
+                    bson2: "uuid_1_as_binary",
+                    bson3: "uuid_1::AsBinary",
+                })
+            }
+            _ => return None,
         }
     }
 }

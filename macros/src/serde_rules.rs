@@ -16,6 +16,8 @@ pub struct Stored {
     pub bson_name: String,
     /// Why serde does not store it under its own name.
     pub not_stored: Option<&'static str>,
+    /// Whether it names its own serializer (`with`, `serialize_with`).
+    pub serialized_with: bool,
 }
 
 /// serde's `rename_all` rules, as serde applies them to field names.
@@ -116,6 +118,9 @@ pub fn container_rule(cx: &Ctxt, input: &DeriveInput) -> RenameRule {
 pub fn stored(field: &syn::Field, rust_name: &str, rule: RenameRule) -> Stored {
     let mut bson_name = rule.apply(rust_name);
     let mut not_stored = None;
+    // `#[serde_as(as = "...")]` (bson 3's helpers through serde_with) left
+    // unexpanded names a serializer too.
+    let mut serialized_with = field.attrs.iter().any(|a| a.path().is_ident("serde_as"));
     for a in field.attrs.iter().filter(|a| a.path().is_ident(SERDE)) {
         let _ = a.parse_nested_meta(|meta| {
             let key = attr::option_name(&meta);
@@ -142,6 +147,10 @@ pub fn stored(field: &syn::Field, rust_name: &str, rule: RenameRule) -> Stored {
                 "flatten" => not_stored = Some(
                     "`#[serde(flatten)]`, so its fields are stored at the top level, not under its name",
                 ),
+                "with" | "serialize_with" => {
+                    serialized_with = true;
+                    attr::skip_value(&meta)?
+                }
                 _ => attr::skip_value(&meta)?,
             }
             Ok(())
@@ -150,6 +159,7 @@ pub fn stored(field: &syn::Field, rust_name: &str, rule: RenameRule) -> Stored {
     Stored {
         bson_name,
         not_stored,
+        serialized_with,
     }
 }
 
