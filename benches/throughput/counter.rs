@@ -33,20 +33,35 @@ pub(crate) struct BufferedProduct {
     views: i64,
 }
 
-/// The designs at each number of tasks; the generated handle is shared by
-/// the tasks, as an application shares it.
-pub(crate) async fn run(ctx: &Ctx, tasks: &[usize]) -> BoxResult<Vec<Row>> {
+/// The designs at each number of tasks, then from each of `instances`
+/// (clients standing in for processes, clients × tasks each, each client
+/// with counter handles of its own, as each process of a service has).
+pub(crate) async fn run(
+    ctx: &Ctx,
+    tasks: &[usize],
+    instances: &[(usize, usize)],
+) -> BoxResult<Vec<Row>> {
     let mut rows = Vec::new();
-    for &n in tasks {
+    let cells = tasks
+        .iter()
+        .map(|&n| (1, n))
+        .chain(instances.iter().copied());
+    for (clients, n) in cells {
+        let dbs = ctx.instances(clients, n.max(10) as u32).await?;
         fresh(ctx).await?;
-        let counter = Arc::new(Product::views_counter(&ctx.db));
+        let sampled: Arc<Vec<_>> = Arc::new(
+            dbs.iter()
+                .map(|(db, _)| Product::views_counter(db))
+                .collect(),
+        );
         rows.push(
-            ctx.cell(
+            ctx.cell_of(
                 "sampled `incr` (every = 100)",
                 false,
+                clients,
                 n,
-                op(move |_, _| {
-                    let counter = counter.clone();
+                op(move |t, _| {
+                    let counter = sampled[t % sampled.len()].clone();
                     async move {
                         counter.incr(HOT).await?;
                         Ok(())
@@ -57,15 +72,20 @@ pub(crate) async fn run(ctx: &Ctx, tasks: &[usize]) -> BoxResult<Vec<Row>> {
         );
 
         fresh(ctx).await?;
-        let counter = Arc::new(BufferedProduct::views_counter(&ctx.db));
-        let counting = counter.clone();
+        let buffered: Arc<Vec<_>> = Arc::new(
+            dbs.iter()
+                .map(|(db, _)| BufferedProduct::views_counter(db))
+                .collect(),
+        );
+        let counting = buffered.clone();
         let row = ctx
-            .cell(
-                "buffered `incr` (every = 100; a key holds at most 99 acknowledged)",
+            .cell_of(
+                "buffered `incr` (every = 100; a key holds at most 99 acknowledged per process)",
                 false,
+                clients,
                 n,
-                op(move |_, _| {
-                    let counter = counting.clone();
+                op(move |t, _| {
+                    let counter = counting[t % counting.len()].clone();
                     async move {
                         counter.incr(HOT).await?;
                         Ok(())
@@ -73,8 +93,13 @@ pub(crate) async fn run(ctx: &Ctx, tasks: &[usize]) -> BoxResult<Vec<Row>> {
                 }),
             )
             .await?;
-        // Exact once shut down: every increment the cell counted, once.
-        counter.shutdown().await?;
+        // Exact once every process's handle is shut down: every increment
+        // the cell counted, once; and each handle wrote once per 100.
+        let mut writes = 0;
+        for counter in buffered.iter() {
+            writes += counter.stats().writes;
+            counter.shutdown().await?;
+        }
         let stored = ctx
             .db
             .collection::<Document>("products")
@@ -85,17 +110,25 @@ pub(crate) async fn run(ctx: &Ctx, tasks: &[usize]) -> BoxResult<Vec<Row>> {
         if stored != row.ops as i64 {
             return Err(format!("buffered: {stored} stored for {} increments", row.ops).into());
         }
+        if writes > row.ops / 100 + clients as u64 {
+            return Err(format!("buffered: {writes} writes for {} increments", row.ops).into());
+        }
         rows.push(row);
 
         fresh(ctx).await?;
-        let coll: Arc<Collection<Document>> = Arc::new(ctx.db.collection("products"));
+        let naive: Arc<Vec<Collection<Document>>> = Arc::new(
+            dbs.iter()
+                .map(|(db, _)| db.collection("products"))
+                .collect(),
+        );
         rows.push(
-            ctx.cell(
+            ctx.cell_of(
                 "naive: exact `$inc` per increment",
                 true,
+                clients,
                 n,
-                op(move |_, _| {
-                    let coll = coll.clone();
+                op(move |t, _| {
+                    let coll = naive[t % naive.len()].clone();
                     async move {
                         let r = coll
                             .update_one(doc! {"_id": HOT}, doc! {"$inc": {"exact_views": 1}})

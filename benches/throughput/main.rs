@@ -15,7 +15,7 @@
 //! | --- | --- | --- |
 //! | `--secs N` | 2 | seconds each cell (workload, design, tasks) runs for |
 //! | `--tasks a,b,..` | 1,16,64 | Tokio tasks issuing the operations |
-//! | `--instances CxT,..` | 4x16 | the bucket pushes to one key again from C clients of T tasks each, as C processes would run them (clients in one program stand in for processes: they share nothing in memory) |
+//! | `--instances CxT,..` | 4x16,16x4 | the bucket pushes to one key, the score changes and the counters again from C clients of T tasks each, as C processes would run them (clients in one program stand in for processes: they share nothing in memory) |
 //! | `--only LIST` | all | which workloads: `push1`, `push1000`, `rank`, `counter`, `keyset` |
 //! | `--students N` | 1000 | students on the board of the score changes |
 //! | `--visits N` | 10000 | visits the keyset pages walk through |
@@ -81,7 +81,7 @@ impl Args {
         let mut a = Args {
             secs: 2.0,
             tasks: vec![1, 16, 64],
-            instances: vec![(4, 16)],
+            instances: vec![(4, 16), (16, 4)],
             only: WORKLOADS.iter().map(|s| s.to_string()).collect(),
             students: 1000,
             visits: 10_000,
@@ -185,7 +185,7 @@ async fn run(
     if args.runs("counter") {
         out += &cell::table(
             "Increments of one hot key",
-            &counter::run(&ctx, &args.tasks).await?,
+            &counter::run(&ctx, &args.tasks, &args.instances).await?,
         );
     }
     if args.runs("keyset") {
