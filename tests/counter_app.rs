@@ -395,6 +395,42 @@ async fn tenants_in_their_own_collections() {
     .await;
 }
 
+/// `M::<field>_counter(&db)` called where a counter is needed (as a
+/// request handler would) gives the one counter of the process while a
+/// handle of it lives: one buffer, written once per `every` increments of
+/// all the calls. Another database or field is another counter; a handle
+/// of its own (`with_options`) keeps its own buffer.
+#[tokio::test]
+async fn the_natural_call_shares_one_counter_per_process() {
+    let (db, commands) = fresh_db("ctr_shared").await;
+    let (other_db, _) = fresh_db("ctr_shared_other").await;
+    bounded(30, async {
+        // The one the application keeps for the life of the process.
+        let kept = Item::buffered_counter(&db);
+        commands.take();
+        for _ in 0..95 {
+            // A handler's call: a handle made and dropped per request.
+            Item::buffered_counter(&db).incr("p").await.unwrap();
+        }
+        let writes = writes(commands.take());
+        assert_eq!(writes.len(), 9, "one write per 10 increments: {writes:?}");
+        let s = kept.stats();
+        assert_eq!((s.increments, s.writes, s.pending), (95, 9, 5));
+        assert_eq!(Item::buffered_counter(&db).stats(), s);
+        // Not shared: another field, another database, a handle of its own.
+        assert_eq!(Item::geo_counter(&db).stats().increments, 0);
+        assert_eq!(Item::buffered_counter(&other_db).stats().increments, 0);
+        let own = Item::buffered_counter(&db).with_options(Options::new());
+        assert_eq!(own.stats().increments, 0);
+        kept.shutdown().await.unwrap();
+        assert_eq!(field(&db, "items", "p", "buffered").await, Some(95));
+        // After its last handle, a new counter.
+        drop(kept);
+        assert_eq!(Item::buffered_counter(&db).stats().increments, 0);
+    })
+    .await;
+}
+
 /// A web handler's future must be `Send`: so are the actions' futures,
 /// with a session too.
 #[allow(dead_code)]

@@ -1005,7 +1005,8 @@ async fn standalone_without_transactions() {
             matches!(
                 err,
                 Error::NoTransactions {
-                    operation: "insert"
+                    operation: "insert",
+                    ..
                 }
             ),
             "{err:?}"

@@ -450,7 +450,8 @@ async fn options_reach_every_command() {
             matches!(
                 err,
                 Error::NotSharded {
-                    command: "enableSharding"
+                    command: "enableSharding",
+                    ..
                 }
             ),
             "{err:?}"

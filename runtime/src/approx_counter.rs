@@ -113,6 +113,26 @@
 //! pending, none lost); a counter field holding something other than a
 //! number is `UnsupportedValue`; see *Failure behaviour* below.
 //!
+//! # One counter per process
+//!
+//! `M::<field>_counter(&db)` (and [`Counter::new`]) gives, within a
+//! process, the same counter for the same database, collection and
+//! declaration each time, as long as a handle of it
+//! lives: call it where a counter is needed (a request handler, a job)
+//! rather than threading one handle through. A buffered counter's
+//! guarantees are per process and handle: one buffer, writes once per N
+//! of the process's increments, one flush id in the document's list of
+//! recent flushes. What ends the counter is its last handle: keep one for
+//! the life of the process (in the application's state) and call
+//! [`Counter::shutdown`] on the way out, or what the last handle holds is
+//! written by a background task only if a runtime still runs.
+//! [`Counter::with_options`], [`Counter::with_collection`] and
+//! [`Counter::seeded`] give handles of their own. The driver cannot tell
+//! two clients apart, so a counter is named by the database's name and
+//! settings: a process talking to two deployments whose databases have
+//! the same name gives one of them handles of their own
+//! (`with_options`), or both would write through the first.
+//!
 //! # Sharding
 //!
 //! [`Counter::declared`] shards the counter's collection on
@@ -221,8 +241,9 @@
 //!   `_mp_flushes`, the last flush of each of the last 16 handles that wrote
 //!   it (`[{h, s}]`, 504 bytes measured with 16); a repeat slips through only
 //!   if 16 other handles wrote that document between the lost reply and the
-//!   re-send. So build one handle per process and clone it, rather than one
-//!   per request. A crash of *your* process still loses what was pending (at
+//!   re-send. So one counter per process, which
+//!   `M::<field>_counter(&db)` gives (see *One counter per process*), not
+//!   one per request. A crash of *your* process still loses what was pending (at
 //!   most N − 1 acknowledged per key): call `shutdown()`.
 //! - **Which errors to retry:** `Unavailable` (the increments stay
 //!   pending); `Contended` from `flush` (another call held a key's write for
@@ -270,6 +291,7 @@ mod action;
 mod buffer;
 mod geometric;
 mod sampling;
+mod shared;
 mod spec;
 mod tally;
 mod write;
@@ -356,9 +378,26 @@ impl<T: ApproxCounted> Counter<T> {
     /// `max_keys` of 0) gives a handle whose every call is
     /// `InvalidArgument`; [`Counter::try_new`] says so at once. The derive
     /// checks its declarations at compile time.
+    ///
+    /// Within a process, every call for the same database (name and
+    /// settings), collection and declaration gives the same counter (clones of one
+    /// state), as long as a handle of it lives: `M::<field>_counter(&db)`
+    /// may be called wherever one is needed, and a buffered counter still
+    /// has one buffer per process (see *One counter per process* in the
+    /// module docs).
     pub fn new(db: &Database, spec: CounterSpec) -> Self {
-        let coll = db.collection(T::COLLECTION);
-        Self::with_inner(Inner::new(db.clone(), coll, spec, None, Options::new()))
+        let (inner, new) = shared::shared(db, T::COLLECTION, &spec, || {
+            let coll = db.collection(T::COLLECTION);
+            Inner::new(db.clone(), coll, spec, None, Options::new())
+        });
+        let counter = Counter {
+            inner,
+            _model: PhantomData,
+        };
+        if new {
+            counter.start_flusher();
+        }
+        counter
     }
 
     /// [`Counter::new`], refusing an invalid `spec` with `InvalidArgument`.

@@ -332,8 +332,10 @@ impl PageRequest {
     }
 }
 
-/// One page cut from the buckets.
-#[derive(Debug, Clone)]
+/// One page cut from the buckets. Serializes (for a handler's JSON) as
+/// `{items, has_more}`.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct BucketPage<T> {
     /// The items, in the requested direction.
     pub items: Vec<T>,

@@ -40,6 +40,7 @@ pub enum Error {
     /// A caller's argument is outside what the call accepts. The call's
     /// own check, not a failed statement: a caller's transaction goes on.
     #[error("invalid argument `{name}`: {reason}")]
+    #[non_exhaustive]
     InvalidArgument {
         /// The argument's name, as the method spells it.
         name: &'static str,
@@ -111,8 +112,9 @@ pub enum Error {
     #[error(
         "document too large for MongoDB's 16 MiB limit{}{}",
         .bytes.map(|b| format!(" ({b} bytes)")).unwrap_or_default(),
-        .source.as_deref().map(code_suffix).unwrap_or_default()
+        .source.as_deref().map(driver_said).unwrap_or_default()
     )]
+    #[non_exhaustive]
     DocumentTooLarge {
         /// The size, where known before sending.
         bytes: Option<usize>,
@@ -124,6 +126,7 @@ pub enum Error {
     /// Concurrent writers kept winning the race for the same document;
     /// retrying later may succeed.
     #[error("`{operation}` lost {attempts} races in a row to concurrent writers")]
+    #[non_exhaustive]
     Contended {
         /// The repository method.
         operation: &'static str,
@@ -133,6 +136,7 @@ pub enum Error {
 
     /// A rank board that was never written.
     #[error("no rank board {board} in `{collection}`")]
+    #[non_exhaustive]
     UnknownBoard {
         /// The histogram collection.
         collection: String,
@@ -144,6 +148,7 @@ pub enum Error {
     /// was written. The server refused the decrement, so a caller's
     /// transaction is aborted (see [`Error`]): not worth running again.
     #[error("nobody on rank board {board} holds score {score}")]
+    #[non_exhaustive]
     ScoreNotFound {
         /// The board, as stored.
         board: Box<Bson>,
@@ -154,6 +159,7 @@ pub enum Error {
     /// The deployment does not shard: `command` answered CommandNotFound
     /// (a replica set or a standalone).
     #[error("the deployment is not sharded: `{command}` is not available")]
+    #[non_exhaustive]
     NotSharded {
         /// The command that was refused.
         command: &'static str,
@@ -161,7 +167,7 @@ pub enum Error {
 
     /// A concurrent writer created the same document first. Retried inside
     /// the crate; seen only when retries ran out.
-    #[error("lost a race to a concurrent writer{}", code_suffix(.0))]
+    #[error("lost a race to a concurrent writer{}", driver_said(.0))]
     Raced(#[source] mongodb::error::Error),
 
     /// A value could not be turned into BSON.
@@ -170,11 +176,11 @@ pub enum Error {
 
     /// The deployment could not be reached, or the connection was lost.
     /// Retrying later may succeed.
-    #[error("MongoDB is unreachable")]
+    #[error("MongoDB is unreachable{}", driver_said(.0))]
     Unavailable(#[source] mongodb::error::Error),
 
     /// The server answered with an error.
-    #[error("the server returned an error{}", code_suffix(.0))]
+    #[error("the server returned an error{}", driver_said(.0))]
     Database(#[source] mongodb::error::Error),
 
     /// A write may or may not be stored: its connection failed after it
@@ -186,7 +192,8 @@ pub enum Error {
     /// labels. Read before
     /// writing again, or accept that a retry may count it twice; the
     /// operation's docs say which of its writes can end here.
-    #[error("the outcome of `{operation}` is unknown: it may or may not be stored{}", code_suffix(.source))]
+    #[error("the outcome of `{operation}` is unknown: it may or may not be stored{}", driver_said(.source))]
+    #[non_exhaustive]
     OutcomeUnknown {
         /// The repository method.
         operation: &'static str,
@@ -254,6 +261,7 @@ pub enum Error {
     /// `rs.initiate()`); a rank histogram can also be allowed to write
     /// its documents one after the other (`allow_non_atomic`).
     #[error("`{operation}` needs a transaction, which this deployment does not run (a standalone server): run a replica set, a single-node one will do")]
+    #[non_exhaustive]
     NoTransactions {
         /// The repository method.
         operation: &'static str,
@@ -338,19 +346,27 @@ fn quoted(feature: &str) -> String {
     }
 }
 
-/// ` (code N CodeName)` for a server error, for messages that name the
-/// code without repeating the whole cause (which `source()` gives).
-fn code_suffix(e: &mongodb::error::Error) -> String {
+/// What the driver said, after the crate's own words: `: CodeName (N):
+/// the server's message` for a server error, the driver's description
+/// otherwise (as the driver's own `Display` and sqlx's do), so that a log
+/// line of `%e` names the cause; `source()` still gives the driver's error
+/// itself, labels included.
+fn driver_said(e: &mongodb::error::Error) -> String {
     use mongodb::error::{ErrorKind, WriteFailure};
     match &*e.kind {
-        ErrorKind::Command(c) => format!(" (code {} {})", c.code, c.code_name),
-        ErrorKind::Write(WriteFailure::WriteError(w)) => format!(" (code {})", w.code),
-        ErrorKind::Write(WriteFailure::WriteConcernError(w)) => {
-            format!(" (write concern, code {} {})", w.code, w.code_name)
+        ErrorKind::Command(c) => format!(": {} ({}): {}", c.code_name, c.code, c.message),
+        ErrorKind::Write(WriteFailure::WriteError(w)) => {
+            format!(": code {}: {}", w.code, w.message)
         }
-        _ => match server_codes(e).first() {
-            Some(c) => format!(" (code {c})"),
-            None => String::new(),
+        ErrorKind::Write(WriteFailure::WriteConcernError(w)) => {
+            format!(
+                ": write concern error {} ({}): {}",
+                w.code_name, w.code, w.message
+            )
+        }
+        kind => match server_codes(e).first() {
+            Some(c) => format!(" (code {c}): {kind}"),
+            None => format!(": {kind}"),
         },
     }
 }
@@ -509,11 +525,13 @@ pub enum Found {
     /// Bytes that do not parse as BSON.
     Unreadable,
     /// A document or array nested deeper than `limit` levels.
+    #[non_exhaustive]
     TooDeep {
         /// The deepest nesting accepted.
         limit: usize,
     },
     /// Values of `bytes` bytes or more, where at most `limit` fit.
+    #[non_exhaustive]
     TooLarge {
         /// How large they are, at least.
         bytes: usize,
@@ -564,6 +582,7 @@ pub enum CursorError {
     Foreign,
     /// Longer than [`MAX_TOKEN_LEN`](crate::keyset::MAX_TOKEN_LEN): refused
     /// before it is decoded.
+    #[non_exhaustive]
     TooLong {
         /// The token's length, in characters.
         len: usize,
@@ -572,6 +591,7 @@ pub enum CursorError {
     },
     /// A value nested deeper than [`MAX_TOKEN_DEPTH`](crate::keyset::MAX_TOKEN_DEPTH):
     /// refused before it is decoded.
+    #[non_exhaustive]
     TooDeep {
         /// The deepest nesting accepted ([`MAX_TOKEN_DEPTH`](crate::keyset::MAX_TOKEN_DEPTH)).
         limit: usize,
@@ -692,13 +712,28 @@ mod tests {
         assert_eq!(ours.to_string(), "invalid argument `n`: too big");
     }
 
-    /// A wrapped error prints its own words once; the cause is `source()`.
+    /// A driver's error prints what the driver said (a log line of `%e`
+    /// names the cause); `source()` still gives the driver's error.
     #[test]
-    fn display_does_not_repeat_the_source() {
+    fn display_says_what_the_driver_said() {
         use std::error::Error as _;
-        let inner = mongodb::error::Error::custom("boom");
-        let e = super::Error::Database(inner);
-        assert!(!e.to_string().contains("boom"), "{e}");
+        let dup: mongodb::error::Error =
+            mongodb::error::ErrorKind::Write(mongodb::error::WriteFailure::WriteError(
+                crate::compat::from_document(
+                    mongodb::bson::doc! {"code": 11000, "errmsg": "E11000 duplicate key error collection: t.c index: _id_"},
+                )
+                .unwrap(),
+            ))
+            .into();
+        let e = super::Error::Database(dup);
+        assert_eq!(
+            e.to_string(),
+            "the server returned an error: code 11000: E11000 duplicate key error collection: t.c index: _id_"
+        );
         assert!(e.source().is_some());
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "boom");
+        let e = super::Error::Unavailable(mongodb::error::ErrorKind::from(reset).into());
+        assert!(e.to_string().starts_with("MongoDB is unreachable: "), "{e}");
+        assert!(e.to_string().contains("boom"), "{e}");
     }
 }

@@ -298,8 +298,10 @@ impls!(SortKey: ObjectId, DateTime, bson::Decimal128, bson::Timestamp, bson::Uui
 impl<T: SortKey> SortKey for Option<T> {}
 impl<T: SortKey + ?Sized> SortKey for Box<T> {}
 
-/// One page of items, with tokens to move either way.
-#[derive(Debug, Clone)]
+/// One page of items, with tokens to move either way. Serializes (for a
+/// handler's JSON) as `{items, next, prev}`, each token as its string.
+#[derive(Debug, Clone, serde::Serialize)]
+#[non_exhaustive]
 pub struct Page<T> {
     /// The items, in the query's order.
     pub items: Vec<T>,

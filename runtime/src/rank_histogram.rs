@@ -228,7 +228,8 @@ impl FloatScore for f32 {}
 impl FloatScore for f64 {}
 
 /// Where a score stands on its board.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Rank {
     /// Competition rank: 1 plus the players above (ties share it: 1, 2, 2, 4).
     pub rank: u64,
@@ -255,7 +256,8 @@ impl Rank {
 }
 
 /// One score of a board and the players who hold it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct ScoreCount<S> {
     /// The score (rounded to `precision`, if set).
     pub score: S,

@@ -100,6 +100,7 @@ impls!(CounterValue: i32, i64, u32, u64, f64);
 
 /// What a counter handle has seen and sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct CounterStats {
     /// Increments counted (the sum of every accepted `incr_by`'s `n`).
     pub increments: u64,

@@ -33,6 +33,7 @@ const MOST_COMMON: usize = 5;
 
 /// What [`analyze`] found about a candidate key.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct KeyAnalysis {
     /// The key's fields, in order.
     pub key: Vec<String>,
