@@ -146,7 +146,7 @@ async fn bucket(client: &Client, commands: &Commands) -> mongo_patterns::Result<
     commands.take();
     for page in 1..=3 {
         let p = trades
-            .page(&7, PageRequest::page(page).per_page(4).newest_first())
+            .page(&7, PageRequest::page(page).page_size(4).newest_first())
             .await?;
         let shown: Vec<String> = p
             .items
@@ -162,7 +162,7 @@ async fn bucket(client: &Client, commands: &Commands) -> mongo_patterns::Result<
     let removed = trades.delete(&7, doc! {"ticker": "T3"}).await?;
     println!(
         "removed T3's {removed} trades; {} trades left",
-        trades.total(&7).await?
+        trades.count(&7).await?
     );
     db.drop().await?;
     Ok(())

@@ -59,13 +59,16 @@ async fn main() -> mongo_patterns::Result<()> {
         .await?;
     println!(
         "stored in {buckets} buckets of at most 1000; total {}",
-        trades.total(&customer).await?
+        trades.count(&customer).await?
     );
 
     for per in [20, 25, 50, 100] {
         commands.take();
         let page = trades
-            .page(&customer, PageRequest::page(3).per_page(per).newest_first())
+            .page(
+                &customer,
+                PageRequest::page(3).page_size(per).newest_first(),
+            )
             .await?;
         let first = &page.items[0];
         println!(
@@ -79,7 +82,7 @@ async fn main() -> mongo_patterns::Result<()> {
     }
     // A page that crosses from one bucket into the next.
     let page = trades
-        .page(&customer, PageRequest::page(10).per_page(110))
+        .page(&customer, PageRequest::page(10).page_size(110))
         .await?;
     println!(
         "oldest first, page 10 of 110 crosses buckets: {} trades, {} to {}",
@@ -90,7 +93,7 @@ async fn main() -> mongo_patterns::Result<()> {
     let removed = trades.delete(&customer, doc! {"ticker": "TSLA"}).await?;
     println!(
         "removed every TSLA trade ({removed} trades); total now {}",
-        trades.total(&customer).await?
+        trades.count(&customer).await?
     );
     db.drop().await?;
     Ok(())

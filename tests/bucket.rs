@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::future::IntoFuture;
 
 use futures::{StreamExt, TryStreamExt};
-use mongo_patterns::bucket::{PageRequest, MAX_PER_PAGE};
+use mongo_patterns::bucket::{PageRequest, MAX_PAGE_SIZE};
 use mongo_patterns::mongodb::Client;
 use mongo_patterns::prelude::*;
 use mongo_patterns::Error;
@@ -121,18 +121,18 @@ async fn operation_futures_fit_a_small_allocation() {
         (
             "page",
             future_size(
-                &*b.page(&1_i64, PageRequest::page(2).per_page(10))
+                &*b.page(&1_i64, PageRequest::page(2).page_size(10))
                     .into_future(),
             ),
         ),
         (
             "page, newest first",
             future_size(
-                &*b.page(&1_i64, PageRequest::page(2).per_page(10).newest_first())
+                &*b.page(&1_i64, PageRequest::page(2).page_size(10).newest_first())
                     .into_future(),
             ),
         ),
-        ("total", future_size(&*b.total(&1_i64).into_future())),
+        ("count", future_size(&*b.count(&1_i64).into_future())),
         (
             "delete",
             future_size(&*b.delete(&1_i64, doc! {"seq": 1}).into_future()),
@@ -159,7 +159,7 @@ async fn operation_futures_fit_a_small_allocation() {
 async fn all_pages(repo: &Buckets<Trade>, key: i64, per: u32, newest: bool) -> Vec<Trade> {
     let mut out = Vec::new();
     for page in 1.. {
-        let mut req = PageRequest::page(page).per_page(per);
+        let mut req = PageRequest::page(page).page_size(per);
         if newest {
             req = req.newest_first();
         }
@@ -193,7 +193,7 @@ async fn concurrent_pushes_to_one_key_are_stored_once_in_order() {
     for t in tasks {
         t.await.unwrap();
     }
-    assert_eq!(repo.total(&7).await.unwrap(), 80_000);
+    assert_eq!(repo.count(&7).await.unwrap(), 80_000);
     assert_eq!(check_buckets(&db).await[&7].len(), 80_000);
     let all: Vec<Trade> = repo.stream(&7).take(80_001).try_collect().await.unwrap();
     assert_eq!(all.len(), 80_000);
@@ -209,7 +209,7 @@ async fn concurrent_pushes_to_one_key_are_stored_once_in_order() {
     for per in [1u32, 37, 99, 100, 101, 200] {
         for page in [1u32, 2, 57, 400, 80_000 / per] {
             let p = repo
-                .page(&7, PageRequest::page(page).per_page(per))
+                .page(&7, PageRequest::page(page).page_size(per))
                 .await
                 .unwrap();
             let from = (page as usize - 1) * per as usize;
@@ -256,7 +256,7 @@ async fn concurrent_pushes_over_many_keys_page_exactly_with_any_page_size() {
     assert_eq!(seen.len(), 16 * 1_300);
     // 1,300 pushes a task over 100 keys: 13 a key from each task.
     assert_eq!(stored[&3].len(), 16 * 13);
-    assert_eq!(repo.total(&3).await.unwrap(), 16 * 13);
+    assert_eq!(repo.count(&3).await.unwrap(), 16 * 13);
     let reference: Vec<Trade> = repo.stream(&3).try_collect().await.unwrap();
     assert_eq!(reference.len(), 16 * 13);
     for per in (1..=2 * SIZE as u32)
@@ -307,7 +307,7 @@ async fn push_many_fills_then_opens_buckets_in_few_round_trips() {
     assert_eq!(all, (0..1_000).collect::<Vec<_>>());
     // Then single pushes go on after them.
     repo.push(&trade(1, 0, 1_000)).await.unwrap();
-    assert_eq!(repo.total(&1).await.unwrap(), 1_001);
+    assert_eq!(repo.count(&1).await.unwrap(), 1_001);
 }
 
 /// `push_many` reads each item's key, as `push` does: one batch of several
@@ -339,14 +339,14 @@ async fn push_many_takes_each_items_key_from_the_item() {
     assert!(sent.len() <= 3 * 4, "{} commands: {sent:?}", sent.len());
     // An item that cannot be stored stops the call before anything is
     // written, whichever key it has.
-    let before = repo.total(&10).await.unwrap();
+    let before = repo.count(&10).await.unwrap();
     let bad = Trade {
         ticker: "x".repeat(17 * 1024 * 1024),
         ..trade(10, 0, 99)
     };
     let refused = repo.push_many(&[trade(10, 0, 98), bad]).await;
     assert!(refused.is_err(), "{refused:?}");
-    assert_eq!(repo.total(&10).await.unwrap(), before);
+    assert_eq!(repo.count(&10).await.unwrap(), before);
 }
 
 #[tokio::test]
@@ -374,7 +374,7 @@ async fn a_push_is_one_round_trip() {
          one after it, and reads the one before to check its start"
     );
     let page = repo
-        .page(&1, PageRequest::page(1).per_page(100))
+        .page(&1, PageRequest::page(1).page_size(100))
         .await
         .unwrap();
     assert_eq!(page.items.len(), 100);
@@ -389,7 +389,7 @@ async fn a_push_is_one_round_trip() {
         repo.push(&trade(1, 0, s)).await.unwrap();
     }
     let pipeline = repo
-        .page_pipeline(&1, PageRequest::page(2).per_page(60))
+        .page_pipeline(&1, PageRequest::page(2).page_size(60))
         .unwrap();
     let slices: Vec<Document> = db
         .collection::<Document>("history")
@@ -406,7 +406,7 @@ async fn a_push_is_one_round_trip() {
         .sum();
     assert_eq!(sent, 61);
     let page = repo
-        .page(&1, PageRequest::page(2).per_page(60))
+        .page(&1, PageRequest::page(2).page_size(60))
         .await
         .unwrap();
     assert_eq!(
@@ -442,7 +442,7 @@ async fn newest_pages_cost(
         for page in [1, 2, last / 2 + 1, last, last + 1] {
             commands.take();
             let p = repo
-                .page(&key, PageRequest::page(page).per_page(per).newest_first())
+                .page(&key, PageRequest::page(page).page_size(per).newest_first())
                 .await
                 .unwrap();
             let names: Vec<String> = commands.take().into_iter().map(|(n, _)| n).collect();
@@ -506,7 +506,7 @@ async fn a_newest_first_page_is_one_round_trip_at_any_depth() {
     // A key without buckets: an empty page, from the same one command.
     commands.take();
     let p = repo
-        .page(&4, PageRequest::page(1).per_page(10).newest_first())
+        .page(&4, PageRequest::page(1).page_size(10).newest_first())
         .await
         .unwrap();
     assert!(p.items.is_empty() && !p.has_more);
@@ -526,7 +526,7 @@ async fn removal_leaves_no_gaps_and_pages_stay_exact() {
     check_buckets(&db).await;
     let want: Vec<u32> = (0..1_000).filter(|s| s % 7 != 3).collect();
     assert_eq!(removed, 1_000 - want.len() as u64, "items removed");
-    assert_eq!(repo.total(&9).await.unwrap(), want.len() as u64);
+    assert_eq!(repo.count(&9).await.unwrap(), want.len() as u64);
     for per in [1, 30, 100, 150] {
         let got: Vec<u32> = all_pages(&repo, 9, per, false)
             .await
@@ -540,7 +540,7 @@ async fn removal_leaves_no_gaps_and_pages_stay_exact() {
         repo.push(&trade(9, 0, s)).await.unwrap();
     }
     let last = repo
-        .page(&9, PageRequest::page(1).per_page(10).newest_first())
+        .page(&9, PageRequest::page(1).page_size(10).newest_first())
         .await
         .unwrap();
     assert_eq!(
@@ -553,7 +553,7 @@ async fn removal_leaves_no_gaps_and_pages_stay_exact() {
         repo.delete(&9, doc! {"ticker": "$ticker"}).await.unwrap(),
         0
     );
-    assert_eq!(repo.total(&9).await.unwrap(), want.len() as u64 + 10);
+    assert_eq!(repo.count(&9).await.unwrap(), want.len() as u64 + 10);
     // Update in place keeps the position.
     let mut t = trade(9, 0, 501);
     t.ticker = "EDITED".into();
@@ -574,9 +574,9 @@ async fn errors_are_typed() {
     let repo = Trade::buckets(&db);
     commands.take();
     for req in [
-        PageRequest::page(0).per_page(10),
-        PageRequest::page(1).per_page(0),
-        PageRequest::page(1).per_page(MAX_PER_PAGE + 1),
+        PageRequest::page(0).page_size(10),
+        PageRequest::page(1).page_size(0),
+        PageRequest::page(1).page_size(MAX_PAGE_SIZE + 1),
     ] {
         match repo.page(&1, req).await {
             Err(Error::InvalidArgument { .. }) => {}
@@ -586,7 +586,7 @@ async fn errors_are_typed() {
     assert_eq!(commands.take_count(), 0, "refused before sending");
     // A page past the end is empty, not an error.
     let p = repo
-        .page(&1, PageRequest::page(5).per_page(10))
+        .page(&1, PageRequest::page(5).page_size(10))
         .await
         .unwrap();
     assert!(p.items.is_empty() && !p.has_more);

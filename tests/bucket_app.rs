@@ -107,7 +107,7 @@ async fn pushes_in_a_transaction_abort_to_nothing_and_commit_once() {
         .await
         .unwrap();
     }
-    let inside = bounded(30, repo.total("s-1").session(&mut s))
+    let inside = bounded(30, repo.count("s-1").session(&mut s))
         .await
         .unwrap();
     assert_eq!(inside, 5, "the transaction sees its own pushes");
@@ -116,7 +116,7 @@ async fn pushes_in_a_transaction_abort_to_nothing_and_commit_once() {
     bounded(30, repo.push(&tick("s-1", 15, 99)).session(&mut s))
         .await
         .unwrap();
-    let inside = bounded(30, repo.total("s-1").session(&mut s))
+    let inside = bounded(30, repo.count("s-1").session(&mut s))
         .await
         .unwrap();
     assert_eq!(inside, 6, "the transaction sees the late item");
@@ -126,7 +126,7 @@ async fn pushes_in_a_transaction_abort_to_nothing_and_commit_once() {
         .unwrap();
     let first = bounded(
         30,
-        repo.page("s-1", PageRequest::page(1).per_page(2))
+        repo.page("s-1", PageRequest::page(1).page_size(2))
             .session(&mut s),
     )
     .await
@@ -138,7 +138,7 @@ async fn pushes_in_a_transaction_abort_to_nothing_and_commit_once() {
         raw_buckets(&db, "ticks").await.is_empty(),
         "aborted: nothing"
     );
-    assert_eq!(bounded(30, repo.total("s-1")).await.unwrap(), 0);
+    assert_eq!(bounded(30, repo.count("s-1")).await.unwrap(), 0);
 
     // Committed: the same five, and a push_many of two more.
     s.start_transaction().await.unwrap();
@@ -187,12 +187,12 @@ async fn pushes_in_a_transaction_abort_to_nothing_and_commit_once() {
 
     // Outside the transaction the late item goes in, in order.
     bounded(30, repo.push(&tick("s-1", 15, 99))).await.unwrap();
-    let page = bounded(30, repo.page("s-1", PageRequest::page(1).per_page(3)))
+    let page = bounded(30, repo.page("s-1", PageRequest::page(1).page_size(3)))
         .await
         .unwrap();
     let got: Vec<i64> = page.items.iter().map(|t| t.day).collect();
     assert_eq!(got, [10, 15, 20]);
-    assert_eq!(bounded(30, repo.total("s-1")).await.unwrap(), 8);
+    assert_eq!(bounded(30, repo.count("s-1")).await.unwrap(), 8);
     // Removal and reindex join a transaction: aborted, nothing stays.
     s.start_transaction().await.unwrap();
     let r = bounded(30, repo.delete("s-1", doc! {"n": 99}).session(&mut s)).await;
@@ -200,12 +200,12 @@ async fn pushes_in_a_transaction_abort_to_nothing_and_commit_once() {
     bounded(30, repo.reindex("s-1").session(&mut s))
         .await
         .unwrap();
-    let inside = bounded(30, repo.total("s-1").session(&mut s))
+    let inside = bounded(30, repo.count("s-1").session(&mut s))
         .await
         .unwrap();
     assert_eq!(inside, 7, "the transaction sees its removal");
     s.abort_transaction().await.unwrap();
-    assert_eq!(bounded(30, repo.total("s-1")).await.unwrap(), 8, "aborted");
+    assert_eq!(bounded(30, repo.count("s-1")).await.unwrap(), 8, "aborted");
     assert_eq!(
         bounded(30, repo.delete("s-1", doc! {"n": 99}).session(&mut s))
             .await
@@ -239,7 +239,7 @@ async fn a_race_in_a_transaction_is_transient_and_and_run2_commits() {
     let run = s.start_transaction().and_run2(async |s| {
         let n = attempts.fetch_add(1, Ordering::SeqCst);
         // The snapshot: no bucket yet.
-        let before = repo.total("a-1").session(s).await?;
+        let before = repo.count("a-1").session(s).await?;
         if n == 0 {
             assert_eq!(before, 0);
             other
@@ -361,7 +361,7 @@ async fn contention_sixteen_transactions_push_to_one_key() {
     let paged: Vec<(i64, i64)> = {
         let mut out = Vec::new();
         for p in 1.. {
-            let page = bounded(30, repo.page("hot", PageRequest::page(p).per_page(5)))
+            let page = bounded(30, repo.page("hot", PageRequest::page(p).page_size(5)))
                 .await
                 .unwrap();
             out.extend(
@@ -377,7 +377,7 @@ async fn contention_sixteen_transactions_push_to_one_key() {
     };
     assert_eq!(paged, seen, "pages give the stored order");
     assert_eq!(
-        bounded(30, repo.total("hot")).await.unwrap(),
+        bounded(30, repo.count("hot")).await.unwrap(),
         16 * u64::from(ROUNDS)
     );
     seen.sort();
@@ -551,7 +551,7 @@ async fn options_reach_every_command() {
     };
     let page = bounded(
         30,
-        repo.page("s-1", PageRequest::page(1).per_page(3).newest_first())
+        repo.page("s-1", PageRequest::page(1).page_size(3).newest_first())
             .read_concern(ReadConcern::majority())
             .selection_criteria(pref.clone())
             .comment("r")
@@ -566,7 +566,7 @@ async fn options_reach_every_command() {
     check_reads(commands.take(), &["aggregate"]);
     let total = bounded(
         30,
-        repo.total("s-1")
+        repo.count("s-1")
             .read_concern(ReadConcern::majority())
             .selection_criteria(pref.clone())
             .comment("r")
@@ -725,14 +725,14 @@ async fn tenants_have_their_own_collections() {
         bounded(30, b.delete("s-1", doc! {"n": 101})).await.unwrap(),
         1
     );
-    assert_eq!(bounded(30, a.total("s-1")).await.unwrap(), 7);
-    assert_eq!(bounded(30, b.total("s-1")).await.unwrap(), 1);
+    assert_eq!(bounded(30, a.count("s-1")).await.unwrap(), 7);
+    assert_eq!(bounded(30, b.count("s-1")).await.unwrap(), 1);
     let a_items = stored(&raw_buckets(&db, "ticks_a").await, "sym", "s-1", "ticks");
     let b_items = stored(&raw_buckets(&db, "ticks_b").await, "sym", "s-1", "ticks");
     assert_eq!(days(&a_items), [0, 1, 2, 3, 4, 5, 6]);
     assert_eq!(days(&b_items), [102]);
     assert!(raw_buckets(&db, "ticks").await.is_empty());
-    let page = bounded(30, b.page("s-1", PageRequest::page(1).per_page(10)))
+    let page = bounded(30, b.page("s-1", PageRequest::page(1).page_size(10)))
         .await
         .unwrap();
     assert_eq!(page.items, [tick("s-1", 102, 102)]);

@@ -143,7 +143,7 @@ async fn paged<T: mongo_patterns::bucket::Bucketed<Key = i64>>(
 ) -> Vec<(i64, i64, i64)> {
     let mut got = Vec::new();
     for page in 1.. {
-        let mut req = PageRequest::page(page).per_page(per);
+        let mut req = PageRequest::page(page).page_size(per);
         if newest {
             req = req.newest_first();
         }
@@ -455,7 +455,7 @@ async fn small_pages(repo: &Buckets<Small>, want: &[i64]) {
     for newest in [false, true] {
         let mut got = Vec::new();
         for page in 1.. {
-            let mut req = PageRequest::page(page).per_page(3);
+            let mut req = PageRequest::page(page).page_size(3);
             if newest {
                 req = req.newest_first();
             }
@@ -476,7 +476,7 @@ async fn small_pages(repo: &Buckets<Small>, want: &[i64]) {
         assert_eq!(got, want, "pages, newest first: {newest}");
     }
     assert_eq!(
-        bounded(10, repo.total(&5)).await.unwrap(),
+        bounded(10, repo.count(&5)).await.unwrap(),
         want.len() as u64
     );
 }
@@ -661,7 +661,7 @@ async fn sixty_four_tasks_push_in_arrival_order_to_a_new_key() {
         }
     }
     once_each(&stored, &pushed);
-    assert_eq!(bounded(30, repo.total(&KEY)).await.unwrap(), n);
+    assert_eq!(bounded(30, repo.count(&KEY)).await.unwrap(), n);
     let per = sent / n as f64;
     println!(
         "64 tasks, {n} pushes without `order` to a new key in {took:.1} s: {per:.3} round trips \

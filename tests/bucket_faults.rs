@@ -225,16 +225,16 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
                 outcomes.push(($name, damaged_id(&r), format!("{r:?}")));
             }};
         }
-        expect!("page", fresh.page(&key, PageRequest::page(1).per_page(10)));
+        expect!("page", fresh.page(&key, PageRequest::page(1).page_size(10)));
         expect!(
             "page of 2",
-            fresh.page(&key, PageRequest::page(1).per_page(2))
+            fresh.page(&key, PageRequest::page(1).page_size(2))
         );
         expect!(
             "newest first",
-            fresh.page(&key, PageRequest::page(1).per_page(10).newest_first())
+            fresh.page(&key, PageRequest::page(1).page_size(10).newest_first())
         );
-        expect!("total", fresh.total(&key));
+        expect!("count", fresh.count(&key));
         expect!("stream", fresh.stream(&key).try_collect::<Vec<_>>());
         expect!("push, remembered", writer.push(&trade(key, 0, 3)));
         expect!("push, fresh", fresh.push(&trade(key, 0, 4)));
@@ -281,10 +281,10 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
     .await
     .unwrap();
     for r in [
-        repo.page(&key, PageRequest::page(1).per_page(10))
+        repo.page(&key, PageRequest::page(1).page_size(10))
             .await
             .map(|_| ()),
-        repo.page(&key, PageRequest::page(1).per_page(10).newest_first())
+        repo.page(&key, PageRequest::page(1).page_size(10).newest_first())
             .await
             .map(|_| ()),
         repo.stream(&key).try_collect::<Vec<_>>().await.map(|_| ()),
@@ -297,7 +297,7 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
     // A page that does not reach item 2 (nor reads it to look ahead) is
     // served.
     assert_eq!(
-        repo.page(&key, PageRequest::page(1).per_page(1))
+        repo.page(&key, PageRequest::page(1).page_size(1))
             .await
             .unwrap()
             .items
@@ -310,7 +310,7 @@ async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
     )
     .await
     .unwrap();
-    match repo.page(&key, PageRequest::page(1).per_page(10)).await {
+    match repo.page(&key, PageRequest::page(1).page_size(10)).await {
         Err(Error::Damaged { id: got, field, .. }) => {
             assert_eq!((*got, field.as_str()), (id, "trades.2"))
         }
@@ -398,7 +398,7 @@ where
     )
     .await
     .unwrap();
-    let page = bounded(10, repo.page(key, PageRequest::page(1).per_page(10)))
+    let page = bounded(10, repo.page(key, PageRequest::page(1).page_size(10)))
         .await
         .map(|p| p.items);
     let streamed = bounded(10, repo.stream(key).try_collect::<Vec<_>>()).await;
@@ -703,7 +703,7 @@ async fn order_keeps_each_bucket_sorted_through_push_many_update_and_push() {
     );
     // A batch in order across buckets pages in order, either way.
     let newest: Vec<i64> = repo
-        .page(&1, PageRequest::page(1).per_page(10).newest_first())
+        .page(&1, PageRequest::page(1).page_size(10).newest_first())
         .await
         .unwrap()
         .items
@@ -924,7 +924,7 @@ async fn cancelled_removes_and_updates_leave_buckets_exact() {
     let want: Vec<i64> = (0..200).filter(|s| s % 3 != 0).collect();
     let t0 = Instant::now();
     let stored = loop {
-        let total = repo.total(&1).await.unwrap();
+        let total = repo.count(&1).await.unwrap();
         if total == want.len() as u64 || t0.elapsed() > Duration::from_secs(20) {
             break invariants(&db, "trades", "trades")
                 .await
@@ -949,7 +949,7 @@ async fn cancelled_removes_and_updates_leave_buckets_exact() {
     }
     // Pages agree with the buckets.
     let page: Vec<i64> = repo
-        .page(&1, PageRequest::page(2).per_page(40))
+        .page(&1, PageRequest::page(2).page_size(40))
         .await
         .unwrap()
         .items
@@ -995,7 +995,7 @@ async fn contention_sixteen_tasks_push_to_one_key() {
         assert_eq!(s, n, "task {t}: in the order it pushed");
         *n += 1;
     }
-    assert_eq!(repo.total(&7).await.unwrap(), 16 * 80);
+    assert_eq!(repo.count(&7).await.unwrap(), 16 * 80);
     println!("16 tasks, 1,280 items into one key: {took:?}");
 }
 
@@ -1081,7 +1081,7 @@ async fn hot_pushes_pooled(
         assert_eq!(s, n, "task {t}: in the order it pushed");
         *n += 1;
     }
-    assert_eq!(repo.total(&7).await.unwrap(), pushes + 1);
+    assert_eq!(repo.count(&7).await.unwrap(), pushes + 1);
     let per = sent as f64 / pushes as f64;
     println!("{tasks} tasks, {pushes} pushes to one key: {sent} commands, {per:.3} per push");
     per
@@ -1166,9 +1166,9 @@ async fn removals_beside_pushes_keep_positions_with_a_bucket_opened_ahead() {
     .await;
     let stored = invariants_sized(&db, "hot", "trades", 100).await;
     assert_eq!(stored[&7].len(), 70 - 30 + 4 * 60);
-    assert_eq!(repo.total(&7).await.unwrap(), 70 - 30 + 4 * 60);
+    assert_eq!(repo.count(&7).await.unwrap(), 70 - 30 + 4 * 60);
     let page = repo
-        .page(&7, PageRequest::page(2).per_page(100).newest_first())
+        .page(&7, PageRequest::page(2).page_size(100).newest_first())
         .await
         .unwrap();
     assert_eq!(page.items.len(), 100);
@@ -1279,7 +1279,7 @@ async fn crash_kill_and_restart_mid_pushes() {
         let mut paged = Vec::new();
         for n in 1.. {
             let p = repo
-                .page(&3, PageRequest::page(n).per_page(per))
+                .page(&3, PageRequest::page(n).page_size(per))
                 .await
                 .unwrap();
             paged.extend(p.items.iter().map(|t| t.seq));
@@ -1333,7 +1333,7 @@ async fn crash_kill_and_restart_mid_pushes() {
     );
     assert!(lost.is_empty(), "acknowledged pushes lost: {lost:?}");
     assert!(doubled.is_empty(), "items stored twice: {doubled:?}");
-    assert_eq!(repo.total(&1).await.unwrap(), stored.len() as u64);
+    assert_eq!(repo.count(&1).await.unwrap(), stored.len() as u64);
 }
 
 // ---- order across buckets, late items ----
@@ -1385,7 +1385,7 @@ async fn sorted_buckets(db: &Database, key: i64) -> Vec<(i64, i64)> {
 async fn dated_pages(repo: &Buckets<Dated>, key: i64, per: u32, newest: bool) -> Vec<(i64, i64)> {
     let mut out = Vec::new();
     for page in 1.. {
-        let mut req = PageRequest::page(page).per_page(per);
+        let mut req = PageRequest::page(page).page_size(per);
         if newest {
             req = req.newest_first();
         }
@@ -1424,7 +1424,7 @@ async fn pages_equal(repo: &Buckets<Dated>, key: i64, want: &[(i64, i64)], pers:
         );
     }
     assert_eq!(
-        bounded(10, repo.total(&key)).await.unwrap(),
+        bounded(10, repo.count(&key)).await.unwrap(),
         want.len() as u64
     );
 }
@@ -1465,7 +1465,7 @@ async fn order_holds_across_buckets_for_late_items() {
     let want = by_day(&pushed);
     assert_eq!(sorted_buckets(&db, 1).await, want, "stored in order");
     let newest: Vec<i64> = repo
-        .page(&1, PageRequest::page(1).per_page(5).newest_first())
+        .page(&1, PageRequest::page(1).page_size(5).newest_first())
         .await
         .unwrap()
         .items
@@ -1734,7 +1734,7 @@ async fn contention_sixteen_tasks_push_late_and_in_order_to_one_key() {
             let mut pages = 0;
             while pages < 100 {
                 let p = repo
-                    .page(&7, PageRequest::page(2).per_page(10).newest_first())
+                    .page(&7, PageRequest::page(2).page_size(10).newest_first())
                     .await
                     .unwrap();
                 let days: Vec<i64> = p.items.iter().map(|d| d.day).collect();

@@ -347,7 +347,7 @@ async fn check(db: &Database, o: &Outcomes) {
     for newest in [false, true] {
         let mut got = Vec::new();
         for page in 1.. {
-            let mut req = PageRequest::page(page).per_page(7);
+            let mut req = PageRequest::page(page).page_size(7);
             if newest {
                 req = req.newest_first();
             }

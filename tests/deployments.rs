@@ -519,7 +519,7 @@ async fn reads_that_decide_writes_go_to_the_primary() {
         }
         cmds.take();
         ticks
-            .page("s", PageRequest::page(1).per_page(2))
+            .page("s", PageRequest::page(1).page_size(2))
             .await
             .unwrap();
         let page = cmds.take();
@@ -678,7 +678,7 @@ async fn a_callers_read_preference_does_not_move_the_reads_that_decide_writes() 
         on_primary_only_in(&cmds.take(), "a replace's reads");
         // The caller's own reads follow it.
         ticks
-            .page("s", PageRequest::page(1).per_page(2))
+            .page("s", PageRequest::page(1).page_size(2))
             .await
             .unwrap();
         assert!(

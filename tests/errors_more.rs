@@ -66,7 +66,7 @@ async fn a_refused_filter_in_a_transaction_is_not_retried() {
     assert_eq!(ours.code(), None);
     assert!(ours.to_string().contains("$regex"), "{ours}");
     // Nothing was removed.
-    assert_eq!(bounded(30, repo.total("s")).await.unwrap(), 1);
+    assert_eq!(bounded(30, repo.count("s")).await.unwrap(), 1);
 }
 
 /// `delete` and `reindex` in a transaction of the caller's own join it:
@@ -177,5 +177,5 @@ async fn a_transaction_in_a_spawned_task() {
             .await
     });
     bounded(30, task).await.unwrap().unwrap();
-    assert_eq!(bounded(30, Tick::buckets(&db).total("s")).await.unwrap(), 1);
+    assert_eq!(bounded(30, Tick::buckets(&db).count("s")).await.unwrap(), 1);
 }

@@ -96,16 +96,16 @@ async fn chrono_bucket_key_and_time_order() {
     }
 
     let page = repo
-        .page(&day, PageRequest::page(1).per_page(20))
+        .page(&day, PageRequest::page(1).page_size(20))
         .await
         .unwrap();
     let minutes: Vec<i32> = page.items.iter().map(|r| r.value).collect();
     assert_eq!(minutes, [0, 10, 20, 25, 30, 40, 50, 55, 60]);
     assert!(page.items.iter().all(|r| r.day == day));
-    assert_eq!(repo.total(&day).await.unwrap(), 9);
-    assert_eq!(repo.total(&other).await.unwrap(), 2);
+    assert_eq!(repo.count(&day).await.unwrap(), 9);
+    assert_eq!(repo.count(&other).await.unwrap(), 2);
     let newest = repo
-        .page(&day, PageRequest::page(1).per_page(2).newest_first())
+        .page(&day, PageRequest::page(1).page_size(2).newest_first())
         .await
         .unwrap();
     assert_eq!(newest.items, [reading(day, 60), reading(day, 55)]);
@@ -161,12 +161,12 @@ async fn uuid_bucket_key_and_chrono_order() {
     .unwrap();
 
     let page = repo
-        .page(&a, PageRequest::page(2).per_page(2))
+        .page(&a, PageRequest::page(2).page_size(2))
         .await
         .unwrap();
     assert_eq!(page.items, pings(a, 4)[2..]);
     assert!(page.has_more);
-    assert_eq!(repo.total(&a).await.unwrap(), 6);
+    assert_eq!(repo.count(&a).await.unwrap(), 6);
     let all: Vec<Ping> = repo.stream(&b).try_collect().await.unwrap();
     assert_eq!(all, pings(b, 3));
 

@@ -251,11 +251,11 @@ async fn patterns_under_the_checker() {
     let (c, f) = routing.take();
     let push = line("bucket push ×4", c, &f);
     trades
-        .page(&7_i64, PageRequest::page(1).per_page(2))
+        .page(&7_i64, PageRequest::page(1).page_size(2))
         .await
         .unwrap();
     trades
-        .page(&7_i64, PageRequest::page(1).per_page(2).newest_first())
+        .page(&7_i64, PageRequest::page(1).page_size(2).newest_first())
         .await
         .unwrap();
     let (c, f) = routing.take();
@@ -493,7 +493,7 @@ async fn buckets_under_a_ranged_key_from_shard_key() {
         .await
         .unwrap();
     let page = trades
-        .page("c-7", PageRequest::page(1).per_page(4))
+        .page("c-7", PageRequest::page(1).page_size(4))
         .await
         .unwrap();
     assert_eq!(
@@ -501,10 +501,10 @@ async fn buckets_under_a_ranged_key_from_shard_key() {
         [1, 2, 3, 4]
     );
     trades
-        .page("c-7", PageRequest::page(1).per_page(2).newest_first())
+        .page("c-7", PageRequest::page(1).page_size(2).newest_first())
         .await
         .unwrap();
-    assert_eq!(trades.total("c-8").await.unwrap(), 2);
+    assert_eq!(trades.count("c-8").await.unwrap(), 2);
     let all: Vec<RangedTrade> = trades.stream("c-7").try_collect().await.unwrap();
     assert_eq!(all.len(), 6);
     assert!(trades

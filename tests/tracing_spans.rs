@@ -372,7 +372,7 @@ async fn each_operation_runs_in_its_span() {
 
     // Reads too: a page, and a count of a keyset query.
     buckets
-        .page(&1, PageRequest::page(1).per_page(5))
+        .page(&1, PageRequest::page(1).page_size(5))
         .await
         .unwrap();
     one_span(&r, "bucket", "page", "trades");
@@ -479,7 +479,7 @@ async fn without_a_subscriber_a_future_is_one_allocation() {
         customer_id: 1,
         seq: 0,
     };
-    let req = PageRequest::page(1).per_page(5);
+    let req = PageRequest::page(1).page_size(5);
     let key = 1_i64;
     let count = |f: &dyn Fn()| {
         let before = allocations();
@@ -488,7 +488,7 @@ async fn without_a_subscriber_a_future_is_one_allocation() {
     };
     assert_eq!(count(&|| drop(buckets.push(&t).into_future())), 1);
     assert_eq!(count(&|| drop(buckets.page(&key, req).into_future())), 1);
-    assert_eq!(count(&|| drop(buckets.total(&key).into_future())), 1);
+    assert_eq!(count(&|| drop(buckets.count(&key).into_future())), 1);
     // Board 7: an integer board serializes without allocating.
     assert_eq!(count(&|| drop(ranks.top(&7, 3).into_future())), 1);
     // With a subscriber that takes the span, the span is more.

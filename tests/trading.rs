@@ -274,7 +274,7 @@ async fn sixteen_concurrent_trades_all_commit_exactly_once() {
             assert_eq!(r.rank, i as u64 + 1, "rank of score {score}");
         }
         assert_eq!(after.volume, N, "the volume counts every trade once");
-        assert_eq!(Trade::buckets(&db).total(&DESK).await.unwrap(), N as u64);
+        assert_eq!(Trade::buckets(&db).count(&DESK).await.unwrap(), N as u64);
     })
     .await;
 }

@@ -146,17 +146,17 @@ async fn a_refused_operator_is_a_typed_error() {
             let e = removed.unwrap_err();
             assert_eq!(e.code(), Some(code), "{e}");
             println!("{code}: {e}");
-            let page = events.page("a", PageRequest::page(1).per_page(3)).await;
+            let page = events.page("a", PageRequest::page(1).page_size(3)).await;
             assert!(unsupported(&page), "{code}: {page:?}");
             server.off(&c).await;
 
             let page = events
-                .page("a", PageRequest::page(1).per_page(3))
+                .page("a", PageRequest::page(1).page_size(3))
                 .await
                 .unwrap();
             let ns: Vec<u32> = page.items.iter().map(|e| e.n).collect();
             assert_eq!(ns, [0, 1, 2], "{code}: nothing removed");
-            assert_eq!(events.total("a").await.unwrap(), 7);
+            assert_eq!(events.count("a").await.unwrap(), 7);
             let raw = db.collection::<Document>("uns_events");
             assert!(raw
                 .find_one(doc! {"mp_stale": true})
@@ -165,7 +165,7 @@ async fn a_refused_operator_is_a_typed_error() {
                 .is_none());
             assert_eq!(events.delete("a", doc! {"n": {"$lt": 2}}).await.unwrap(), 2);
             let page = events
-                .page("a", PageRequest::page(1).per_page(3))
+                .page("a", PageRequest::page(1).page_size(3))
                 .await
                 .unwrap();
             let ns: Vec<u32> = page.items.iter().map(|e| e.n).collect();

@@ -72,7 +72,7 @@ pub(crate) async fn generated_vs_hand(
     let last = args.trades.div_ceil(100) as u32;
     let page = 500.min(last);
     let gp = repo
-        .page(&CUSTOMER, PageRequest::page(page).per_page(100))
+        .page(&CUSTOMER, PageRequest::page(page).page_size(100))
         .await?;
     let gen_page_cmds = commands.take();
     let hp = page_by_hand(&typed, CUSTOMER, page, 100).await?;
@@ -138,7 +138,7 @@ pub(crate) async fn generated_vs_hand(
                 if v == 0 {
                     black_box(
                         prepo
-                            .page(&CUSTOMER, PageRequest::page(p).per_page(100))
+                            .page(&CUSTOMER, PageRequest::page(p).page_size(100))
                             .await?,
                     );
                 } else {
@@ -150,8 +150,8 @@ pub(crate) async fn generated_vs_hand(
             ticks[1][v] += cpu_ticks() - t0;
         }
     }
-    let gen_total = repo.total(&GEN_KEY).await?;
-    let hand_total = repo.total(&HAND_KEY).await?;
+    let gen_total = repo.count(&GEN_KEY).await?;
+    let hand_total = repo.count(&HAND_KEY).await?;
     assert_eq!(gen_total, hand_total, "both keys got the same pushes");
     assert!(
         gen_total <= SIZE as u64,
@@ -212,7 +212,7 @@ pub(crate) async fn generated_vs_hand(
                     0 => {
                         black_box(
                             prepo
-                                .page(&CUSTOMER, PageRequest::page(p).per_page(100))
+                                .page(&CUSTOMER, PageRequest::page(p).page_size(100))
                                 .await?,
                         );
                     }

@@ -55,7 +55,7 @@ pub(crate) async fn load(
         .count_documents(doc! {})
         .await?;
     let naive_n = naive.count_documents(doc! {}).await?;
-    assert_eq!(repo.total(&CUSTOMER).await?, n);
+    assert_eq!(repo.count(&CUSTOMER).await?, n);
     let mut out = String::from("### Load\n\n| design | documents | round trips | seconds | trades/s | time naive ÷ bucket |\n| --- | ---: | ---: | ---: | ---: | ---: |\n");
     out += &format!(
         "| bucket: `push_many` in chunks of {} | {} | {} | {:.1} | {:.0} | — |\n",

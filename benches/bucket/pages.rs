@@ -94,7 +94,7 @@ pub(crate) async fn pages(
     let coll = BUCKETS;
     for c in &cases {
         eprintln!("page {} of {}", c.label, c.per);
-        let mut req = PageRequest::page(c.page).per_page(c.per);
+        let mut req = PageRequest::page(c.page).page_size(c.per);
         if c.newest {
             req = req.newest_first();
         }

@@ -165,7 +165,7 @@ async fn fresh(ctx: &Ctx) -> BoxResult<()> {
 async fn check(ctx: &Ctx, keys: u64, pushes: u64) -> BoxResult<()> {
     let repo = Trade::buckets(&ctx.db);
     if keys == 1 {
-        let total = repo.total(&FIRST_CUSTOMER).await?;
+        let total = repo.count(&FIRST_CUSTOMER).await?;
         if total != pushes {
             return Err(format!("{pushes} pushes, the key's total is {total}").into());
         }

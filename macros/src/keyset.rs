@@ -20,7 +20,7 @@ const OPTIONS: &[&str] = &[SORT, ORDER, PAGE_SIZE];
 
 /// The runtime's limits, repeated for the messages; the expansion asserts
 /// that they agree.
-const MAX_PAGE_SIZE: u64 = 100_000;
+const MAX_PAGE_SIZE: u64 = 10_000;
 const DEFAULT_PAGE_SIZE: u64 = 100;
 
 pub struct Keyset {

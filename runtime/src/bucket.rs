@@ -85,7 +85,7 @@
 //!   follow the caller's.
 //!
 //! Every operation that reads or writes returns an action ([`Push`],
-//! [`PushMany`], [`FetchPage`], [`Total`], [`Reindex`], [`Delete`],
+//! [`PushMany`], [`FetchPage`], [`Count`], [`Reindex`], [`Delete`],
 //! [`Replace`], [`ItemStream`]), configured by setters (`session`,
 //! write/read concern, read preference, `comment`, `max_time`) and run by
 //! `.await`. Given a session with a transaction open, every operation
@@ -165,7 +165,7 @@ mod queue;
 mod read;
 mod shape;
 
-pub use act::{Delete, FetchPage, ItemStream, Push, PushMany, Reindex, Replace, Total};
+pub use act::{Count, Delete, FetchPage, ItemStream, Push, PushMany, Reindex, Replace};
 pub use filter::{FIELD_OPERATORS, LOGICAL_OPERATORS};
 pub use read::{key_of, KeyInItem};
 pub use shape::RESERVED;
@@ -174,8 +174,7 @@ pub use shape::RESERVED;
 /// into megabytes that every page read has to load: use a time-series
 /// collection, or smaller buckets.
 pub const MAX_SIZE: u32 = 10_000;
-/// Largest page [`Buckets::page`] cuts.
-pub const MAX_PER_PAGE: u32 = 10_000;
+pub use crate::paging::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 /// A bucket's items stop short of this many bytes, leaving room under
 /// MongoDB's 16 MiB for the bucket's own fields.
 pub const MAX_BUCKET_BYTES: i64 = 16 * 1024 * 1024 - 64 * 1024;
@@ -284,32 +283,35 @@ impls!(BucketKey: i8, i16, i32, i64, u8, u16, u32, u64, bool, String, bson::oid:
 impls!(OrderKey: i8, i16, i32, i64, u8, u16, u32, u64, f32, f64, bson::DateTime, bson::Timestamp);
 
 /// Which page, how large, and from which end: named at the call, as in
-/// `PageRequest::page(3).per_page(25).newest_first()`.
+/// `PageRequest::page(3).page_size(25).newest_first()`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageRequest {
     page: u32,
-    per_page: u32,
+    page_size: u32,
     newest_first: bool,
 }
 
-/// Items a page holds unless [`PageRequest::per_page`] says otherwise.
-pub const DEFAULT_PER_PAGE: u32 = 20;
-
 impl PageRequest {
-    /// Page `page`, counted from 1, of [`DEFAULT_PER_PAGE`] items, oldest
+    /// Page `page`, counted from 1, of [`DEFAULT_PAGE_SIZE`] items, oldest
     /// first.
     pub fn page(page: u32) -> Self {
         PageRequest {
             page,
-            per_page: DEFAULT_PER_PAGE,
+            page_size: DEFAULT_PAGE_SIZE,
             newest_first: false,
         }
     }
 
-    /// Items a page holds, 1 to [`MAX_PER_PAGE`].
-    pub fn per_page(mut self, per_page: u32) -> Self {
-        self.per_page = per_page;
+    /// Items a page holds, 1 to [`MAX_PAGE_SIZE`], as a keyset page's.
+    pub fn page_size(mut self, n: u32) -> Self {
+        self.page_size = n;
         self
+    }
+
+    /// [`page_size`](Self::page_size), under its old name.
+    #[deprecated(since = "0.1.0", note = "renamed `page_size`, as keyset pages name it")]
+    pub fn per_page(self, n: u32) -> Self {
+        self.page_size(n)
     }
 
     /// Count pages from the newest item (a trading app's history view).
@@ -322,10 +324,10 @@ impl PageRequest {
         if self.page == 0 {
             return Err(Error::invalid("page", "pages are numbered from 1"));
         }
-        if !(1..=MAX_PER_PAGE).contains(&self.per_page) {
+        if !(1..=MAX_PAGE_SIZE).contains(&self.page_size) {
             return Err(Error::invalid(
-                "per_page",
-                format!("{} is not in 1..={MAX_PER_PAGE}", self.per_page),
+                "page_size",
+                format!("{} is not in 1..={MAX_PAGE_SIZE}", self.page_size),
             ));
         }
         Ok(())

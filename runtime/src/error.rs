@@ -346,15 +346,15 @@ fn quoted(feature: &str) -> String {
     }
 }
 
-/// What the driver said, after the crate's own words: `: CodeName (N):
-/// the server's message` for a server error, the driver's description
+/// What the driver said, after the crate's own words: `: code N
+/// CodeName: the server's message` for a server error, the driver's description
 /// otherwise (as the driver's own `Display` and sqlx's do), so that a log
 /// line of `%e` names the cause; `source()` still gives the driver's error
 /// itself, labels included.
 fn driver_said(e: &mongodb::error::Error) -> String {
     use mongodb::error::{ErrorKind, WriteFailure};
     match &*e.kind {
-        ErrorKind::Command(c) => format!(": {} ({}): {}", c.code_name, c.code, c.message),
+        ErrorKind::Command(c) => format!(": code {} {}: {}", c.code, c.code_name, c.message),
         ErrorKind::Write(WriteFailure::WriteError(w)) => {
             format!(": code {}: {}", w.code, w.message)
         }

@@ -61,7 +61,7 @@
 //! | `update` | change fields of what matches | — | — | `update_score(filter, score)` | `incr`, `incr_by` | `update(at, search, filter, update)` (operators) |
 //! | `delete` | delete what matches | — | `delete(key, filter)` (items) | `delete(filter)` (a player, uncounted) | — | `delete(at, search, filter)` |
 //! | `record`, `change`, `unrecord` | counts on the histogram alone, no player document | — | — | `record`, `change`, `unrecord` | — | — |
-//! | reads | one answer | `page`, `count` | `page`, `total` | `rank`, `percentile`, `top`, `histogram` | `estimate` | `find`, `find_by_hashed`, `scatter` (streams), `audit`, `analyze` |
+//! | reads | one answer | `page`, `count` | `page`, `count` | `rank`, `percentile`, `top`, `histogram` | `estimate` | `find`, `find_by_hashed`, `scatter` (streams), `audit`, `analyze` |
 //! | `stream` | every item, as a `Stream` | `stream`, `pages` | `stream(key)` | — | — | (`find` gives one) |
 //! | repair | recompute what is derived | — | `reindex(key)` | `rebuild(board)` | `flush`, `shutdown` (write what is pending) | — |
 //! | `ensure`, `plan`, `declared` | what the deployment needs | every model: `M::ensure(&db)`, `M::plan(&db)`, `M::declared(&db)`, and each repository's `ensure()` and `declared()` | | | | `ensure_sharded` (strict: fails off a sharded cluster) |
@@ -72,7 +72,7 @@
 //! opposite of `record`); `Sharded` had no `delete`; bucket `stream` took
 //! no session; `push_many(key, items)` asked for the key its items hold
 //! (now `push_many(items)`, which may mix keys); `PageRequest::new(3, 25)`
-//! took two bare numbers (now `PageRequest::page(3).per_page(25)`);
+//! took two bare numbers (now `PageRequest::page(3).page_size(25)`);
 //! `ensure_indexes` was a second name for `ensure` on two repositories; and
 //! a `#[bucket]` model had `M::keyset` and `M::collection`, which read its
 //! bucket documents as items and failed on the first (they are now on
@@ -338,7 +338,7 @@
 //!   `insert`, `findAndModify`) and, for the writes that move positions
 //!   (a removal, a reindex, a late push: one transaction each), the
 //!   commit; `read_concern`, `selection_criteria`, `comment` and
-//!   `max_time` reach `page`, `total` and `stream`; `comment` reaches the
+//!   `max_time` reach `page`, `count` and `stream`; `comment` reaches the
 //!   writes of pushes and `update`, and `maxTimeMS` the `findAndModify`
 //!   (the driver has none for `update` and `insert`). Reads inside a
 //!   transaction of the call's own go to the primary, with the

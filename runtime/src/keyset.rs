@@ -25,7 +25,7 @@
 //! # Queries and reads
 //!
 //! `M::keyset(&db)` ([`Documents::keyset`](crate::Documents::keyset)) returns a builder: `.filter(doc)` (or
-//! `.untrusted_filter(doc)?`), `.page_size(n)` (1 to 100,000), `.ascending()` /
+//! `.untrusted_filter(doc)?`), `.page_size(n)` (1 to 10,000), `.ascending()` /
 //! `.descending()`, `.by_id()`, `.signing_key(key)`, `.after(&token)`,
 //! `.before(&token)`, `.hint(..)`, `.collation(..)`, `.with_options(..)`,
 //! `.with_collection(name)`. Its reads are driver-style actions, run by
@@ -244,11 +244,7 @@ use crate::action::Options;
 use crate::error::Result;
 use crate::util::impls;
 
-/// Largest page [`Keyset::page_size`] accepts. Bigger reads belong to
-/// [`Keyset::stream`], which pages under the hood.
-pub const MAX_PAGE_SIZE: u32 = 100_000;
-/// Page size when neither the model nor the call names one.
-pub const DEFAULT_PAGE_SIZE: u32 = 100;
+pub use crate::paging::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 /// Deepest nesting [`Keyset::untrusted_filter`] walks; deeper filters are
 /// refused.
 pub const MAX_FILTER_DEPTH: usize = 32;

@@ -19,6 +19,7 @@ pub mod guide;
 pub mod keyset;
 mod model;
 mod order;
+mod paging;
 pub mod rank_histogram;
 mod retry;
 pub mod shard_key;

@@ -76,7 +76,7 @@ mod with_chrono {
     }
 
     pub fn use_them(db: &Database) {
-        let _ = Reading::buckets(db).page(&At::default(), PageRequest::page(1).per_page(10));
+        let _ = Reading::buckets(db).page(&At::default(), PageRequest::page(1).page_size(10));
         let _ = Order::keyset(db).page_size(10);
         let _ = Order::sharded(db);
     }
@@ -110,7 +110,7 @@ mod with_time {
     }
 
     pub fn use_them(db: &Database) {
-        let _ = Shipment::buckets(db).total(&OffsetDateTime::UNIX_EPOCH);
+        let _ = Shipment::buckets(db).count(&OffsetDateTime::UNIX_EPOCH);
         let _ = Event::keyset(db).page_size(10);
         let _ = Event::sharded(db);
     }
@@ -141,7 +141,7 @@ mod with_uuid {
     }
 
     pub fn use_them(db: &Database) {
-        let _ = Ping::buckets(db).total(&Uuid::nil());
+        let _ = Ping::buckets(db).count(&Uuid::nil());
         let _ = Device::keyset(db).page_size(10);
     }
 }
@@ -152,7 +152,7 @@ async fn main() -> mongo_patterns::Result<()> {
     let client = Client::with_uri_str(&uri).await?;
     let db = client.database("consumer");
     let _ = Visit::keyset(&db).page_size(20);
-    let _ = Trade::buckets(&db).page(&1_i64, PageRequest::page(1).per_page(50));
+    let _ = Trade::buckets(&db).page(&1_i64, PageRequest::page(1).page_size(50));
     #[cfg(feature = "chrono")]
     with_chrono::use_them(&db);
     #[cfg(feature = "time")]

@@ -52,10 +52,10 @@ action! {
 }
 
 action! {
-    /// [`Buckets::total`].
-    Total<'a, T: Bucketed> on Buckets, "total", read;
+    /// [`Buckets::count`].
+    Count<'a, T: Bucketed> on Buckets, "count", read;
     { key: Result<Bson> } -> u64;
-    |this, cx| this.repo.total_in(&this.key?, &mut cx).await
+    |this, cx| this.repo.count_in(&this.key?, &mut cx).await
 }
 
 action! {
@@ -255,7 +255,7 @@ impl<T: Bucketed> Buckets<T> {
         PushMany::new(self, items)
     }
 
-    /// Page `req.page` of `req.per_page` items of `key`. Oldest first it is
+    /// Page `req.page` of `req.page_size` items of `key`. Oldest first it is
     /// one `aggregate` (one round trip) that seeks by `start` to the buckets
     /// the page overlaps and slices them on the server. Newest first it is
     /// one `aggregate` that reads the newest bucket, for the total, and
@@ -273,7 +273,7 @@ impl<T: Bucketed> Buckets<T> {
     /// # struct Trade { customer: i64, at: DateTime, ticker: String, qty: i32 }
     /// # async fn f(db: Database, trade: Trade) -> mongo_patterns::Result<()> {
     /// let trades = Trade::buckets(&db);
-    /// let page = trades.page(&7, PageRequest::page(1).per_page(25).newest_first()).await?;
+    /// let page = trades.page(&7, PageRequest::page(1).page_size(25).newest_first()).await?;
     /// let more = page.has_more;
     /// # Ok(()) }
     /// ```
@@ -295,15 +295,25 @@ impl<T: Bucketed> Buckets<T> {
     /// # struct Trade { customer: i64, at: DateTime, ticker: String, qty: i32 }
     /// # async fn f(db: Database, trade: Trade) -> mongo_patterns::Result<()> {
     /// let trades = Trade::buckets(&db);
-    /// let n = trades.total(&7).await?;
+    /// let n = trades.count(&7).await?;
     /// # Ok(()) }
     /// ```
-    pub fn total<'a, Q>(&'a self, key: &Q) -> Total<'a, T>
+    pub fn count<'a, Q>(&'a self, key: &Q) -> Count<'a, T>
     where
         T::Key: std::borrow::Borrow<Q>,
         Q: serde::Serialize + ?Sized,
     {
-        Total::new(self, self.key_bson(key))
+        Count::new(self, self.key_bson(key))
+    }
+
+    /// [`count`](Self::count), under its old name.
+    #[deprecated(since = "0.1.0", note = "renamed `count`, as keyset queries name it")]
+    pub fn total<'a, Q>(&'a self, key: &Q) -> Count<'a, T>
+    where
+        T::Key: std::borrow::Borrow<Q>,
+        Q: serde::Serialize + ?Sized,
+    {
+        self.count(key)
     }
 
     /// Every item of `key`, oldest first, from one cursor over its buckets.

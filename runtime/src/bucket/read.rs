@@ -65,7 +65,7 @@ impl<T: Bucketed> Buckets<T> {
         cx: &mut Call<'_>,
     ) -> Result<BucketPage<T>> {
         req.check()?;
-        let per = i64::from(req.per_page);
+        let per = i64::from(req.page_size);
         let skip = (i64::from(req.page) - 1) * per;
         if !req.newest_first {
             // One more than the page, to know whether another follows.
@@ -120,7 +120,7 @@ impl<T: Bucketed> Buckets<T> {
     }
 
     /// [`Buckets::total`], in `cx`.
-    pub(super) async fn total_in(&self, key: &Bson, cx: &mut Call<'_>) -> Result<u64> {
+    pub(super) async fn count_in(&self, key: &Bson, cx: &mut Call<'_>) -> Result<u64> {
         Ok(self.head(key, None, cx).await?.total() as u64)
     }
 
@@ -172,7 +172,7 @@ impl<T: Bucketed> Buckets<T> {
     {
         req.check()?;
         let key_b = self.key_bson(key)?;
-        let per = i64::from(req.per_page);
+        let per = i64::from(req.page_size);
         let skip = (i64::from(req.page) - 1) * per;
         Ok(if req.newest_first {
             self.newest_pipeline(&key_b, skip, per)

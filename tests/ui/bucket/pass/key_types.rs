@@ -21,10 +21,10 @@ struct Reading {
 #[allow(dead_code)]
 async fn pages(db: Database, device: ObjectId) -> mongo_patterns::Result<()> {
     let _: BucketPage<Message> = Message::buckets(&db)
-        .page(&"ada".to_owned(), PageRequest::page(1).per_page(10))
+        .page(&"ada".to_owned(), PageRequest::page(1).page_size(10))
         .await?;
     let _: BucketPage<Reading> = Reading::buckets(&db)
-        .page(&device, PageRequest::page(2).per_page(10))
+        .page(&device, PageRequest::page(2).page_size(10))
         .await?;
     Ok(())
 }

@@ -44,9 +44,9 @@ struct Event {
 async fn f(db: Database, t: Trade) {
     let r = Trade::buckets(&db);
     let _ = r.push(&t).await;
-    let _ = r.page(&7_i64, PageRequest::page(1).per_page(25).newest_first()).await;
-    let _ = Post::buckets(&db).page("rust", PageRequest::page(1).per_page(5)).await;
-    let _ = Event::buckets(&db).page("a", PageRequest::page(1).per_page(5)).await;
+    let _ = r.page(&7_i64, PageRequest::page(1).page_size(25).newest_first()).await;
+    let _ = Post::buckets(&db).page("rust", PageRequest::page(1).page_size(5)).await;
+    let _ = Event::buckets(&db).page("a", PageRequest::page(1).page_size(5)).await;
 }
 
 // A web handler's future must be `Send`.
