@@ -85,7 +85,7 @@
 //!   follow the caller's.
 //!
 //! Every operation that reads or writes returns an action ([`Push`],
-//! [`PushMany`], [`FetchPage`], [`Count`], [`Reindex`], [`Delete`],
+//! [`PushMany`], [`FetchPage`], [`Count`], [`DeleteBefore`], [`DeleteAllBefore`], [`Reindex`], [`Delete`],
 //! [`Replace`], [`ItemStream`]), configured by setters (`session`,
 //! write/read concern, read preference, `comment`, `max_time`) and run by
 //! `.await`. Given a session with a transaction open, every operation
@@ -165,7 +165,10 @@ mod queue;
 mod read;
 mod shape;
 
-pub use act::{Count, Delete, FetchPage, ItemStream, Push, PushMany, Reindex, Replace};
+pub use act::{
+    Count, Delete, DeleteAllBefore, DeleteBefore, FetchPage, ItemStream, Push, PushMany, Reindex,
+    Replace,
+};
 pub use filter::{FIELD_OPERATORS, LOGICAL_OPERATORS};
 pub use read::{key_of, KeyInItem};
 pub use shape::RESERVED;

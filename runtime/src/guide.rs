@@ -563,6 +563,36 @@
 //! `mongo-patterns = { version = "0.1", features = ["bson-3"] }` beside
 //! `mongodb = { version = "3", features = ["bson-3"] }`.
 //!
+//! # On live data
+//!
+//! ## Retention
+//!
+//! Buckets with `order` on a date drop their old history with
+//! `Buckets::delete_before(&key, cutoff)` for one key and
+//! `Buckets::delete_all_before(cutoff)` for every key (a scheduled job):
+//! whole buckets go, the boundary one is trimmed, `count` and pages stay
+//! exact, pushes beside it are unharmed. A TTL index cannot do it: it
+//! removes whole documents by one date, so it would drop buckets holding
+//! newer items and leave every later bucket's position wrong.
+//!
+//! ```no_run
+//! # use mongo_patterns::prelude::*;
+//! #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+//! #[bucket(size = 1000, key = "customer", order = "at")]
+//! struct Trade { customer: i64, at: DateTime, ticker: String, qty: i32 }
+//!
+//! # async fn f(db: Database) -> mongo_patterns::Result<()> {
+//! let ninety_days_ago = DateTime::from_millis(DateTime::now().timestamp_millis() - 90 * 86_400_000);
+//! let removed = Trade::buckets(&db).delete_all_before(ninety_days_ago).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Approximate counters and rank histograms need no retention: a counter
+//! is one field of a document you already keep, and a histogram holds one
+//! count per score, whose size follows the distinct scores, not the
+//! players or the time; remove a player with `Ranks::delete` and the
+//! histogram follows. Keyset pages and shard keys add nothing to expire.
+//!
 //! # Failure behaviour common to every pattern
 //!
 //! Each pattern's module docs end with its own *Failure behaviour*,
@@ -601,20 +631,14 @@
 //!   transaction* above: the transaction and its locks do not outlive the
 //!   call; the transaction is lost: abort it or let `and_run2` retry, never
 //!   commit it.
-//! - **Elections and secondary reads.** Writes sent with `run_command` (the
-//!   one-command bucket push, the documents-layout histogram, counter
-//!   writes with `max_time` or `w: 0`) carry no transaction number, so
-//!   neither the driver nor the server retries or de-duplicates them. After
-//!   an election's refusal (`NotWritablePrimary`,
-//!   `InterruptedDueToReplStateChange`, …: nothing stored) they are sent
-//!   once more; where the outcome is unknown (a lost reply, a step-down
-//!   reported after the write) the bucket push reads its write id on the
-//!   primary, a buffered flush is re-sent under its flush id, and the
-//!   others return `Error::OutcomeUnknown` rather than risk a double count.
-//!   Every read that decides a write goes to the primary whatever the
-//!   client's `readPreference`; the caller's own reads follow it.
-//!   `tests/deployments.rs` gives each case with the test server's
-//!   `failCommand`, as `mongod` answers it.
+//! - **Elections, lost replies and secondary reads.** See *Failovers*
+//!   above: every acknowledged write outside your transaction is one of
+//!   the driver's retryable writes, an outcome that stays unknown is
+//!   `Error::OutcomeUnknown`, never a silent double. Every read that
+//!   decides a write goes to the primary whatever the client's
+//!   `readPreference`; your own reads follow it. `tests/deployments.rs`
+//!   gives each case with the test server's `failCommand`, as `mongod`
+//!   answers it.
 
 #[doc = include_str!("bucket_guide.md")]
 pub mod bucket {}

@@ -76,6 +76,25 @@ action! {
 }
 
 action! {
+    /// [`Buckets::delete_before`].
+    DeleteBefore<'a, T: Bucketed> on Buckets, "delete_before", both;
+    { key: Result<Bson>, cutoff: Bson } -> u64;
+    |this, cx| {
+        let order = this.repo.order_for("delete_before")?;
+        let key_field = this.repo.shape.spec.key;
+        let removal = Removal::before(this.key?, order, this.cutoff, key_field)?;
+        this.repo.moved(removal, &mut cx).await
+    }
+}
+
+action! {
+    /// [`Buckets::delete_all_before`].
+    DeleteAllBefore<'a, T: Bucketed> on Buckets, "delete_all_before", both;
+    { cutoff: Bson } -> u64;
+    |this, cx| this.repo.delete_all_before_in(this.cutoff, &mut cx).await
+}
+
+action! {
     /// [`Buckets::replace`].
     Replace<'a, T: Bucketed> on Buckets, "replace", both, guarded;
     { key: Result<Bson>, matching: Document, item: &'a T } -> bool;
@@ -402,6 +421,63 @@ impl<T: Bucketed> Buckets<T> {
         Q: serde::Serialize + ?Sized,
     {
         Delete::new(self, self.key_bson(key), matching)
+    }
+
+    /// Retention: removes the items of `key` whose `order` field is below
+    /// `cutoff` (`$lt`, in BSON order), as [`delete`](Self::delete) with
+    /// the filter `{<order>: {$lt: cutoff}}` would, and the buckets they
+    /// filled: a bucket left empty is removed (not the key's last, which
+    /// its pushes go on from), the one on the boundary trimmed and closed,
+    /// the positions after them moved back. Returns how many items it
+    /// removed. One transaction, as `delete`'s: `count` and every page,
+    /// both directions, are exact before and after, and a concurrent push
+    /// to a bucket it writes conflicts with it and one of them is rerun.
+    /// Needs `order` (`InvalidArgument` otherwise) and transactions
+    /// (`NoTransactions` on a standalone).
+    ///
+    /// A TTL index cannot do this: it removes whole documents by one date
+    /// field, so it would drop a bucket holding newer items too, and leave
+    /// every later bucket's `start` (and so `count` and pages) wrong.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[bucket(size = 1000, key = "customer", order = "at")]
+    /// # struct Trade { customer: i64, at: DateTime, ticker: String, qty: i32 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let trades = Trade::buckets(&db);
+    /// let cutoff = DateTime::from_millis(DateTime::now().timestamp_millis() - 90 * 86_400_000);
+    /// let removed = trades.delete_before(&7, cutoff).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn delete_before<'a, Q>(&'a self, key: &Q, cutoff: impl Into<Bson>) -> DeleteBefore<'a, T>
+    where
+        T::Key: std::borrow::Borrow<Q>,
+        Q: serde::Serialize + ?Sized,
+    {
+        DeleteBefore::new(self, self.key_bson(key), cutoff.into())
+    }
+
+    /// [`delete_before`](Self::delete_before) for every key: rounds of at
+    /// most 1,000 keys that hold an item below `cutoff` (one aggregation on
+    /// the primary each), then one transaction per key, until a round
+    /// finds none; memory holds one round's keys. Returns how many items
+    /// it removed. A call cut short leaves every key it finished cut and
+    /// the others whole (each key's transaction commits or not). Run it
+    /// from a scheduled job.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[bucket(size = 1000, key = "customer", order = "at")]
+    /// # struct Trade { customer: i64, at: DateTime, ticker: String, qty: i32 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let cutoff = DateTime::from_millis(DateTime::now().timestamp_millis() - 90 * 86_400_000);
+    /// let removed = Trade::buckets(&db).delete_all_before(cutoff).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn delete_all_before(&self, cutoff: impl Into<Bson>) -> DeleteAllBefore<'_, T> {
+        DeleteAllBefore::new(self, cutoff.into())
     }
 
     /// Replaces the first item of `key` that matches `matching` with `item`,

@@ -1,7 +1,7 @@
-//! `delete` and `replace`: items changed inside their buckets. A delete
-//! moves the positions after what it removed, so it is a [`Move`], one
-//! transaction (see [`moves`](super::moves)); a replace changes one bucket
-//! and moves nothing.
+//! `delete`, `delete_before` and `replace`: items changed inside their
+//! buckets. A delete moves the positions after what it removed, so it is
+//! a [`Move`], one transaction (see [`moves`](super::moves)); a replace
+//! changes one bucket and moves nothing.
 
 use futures::future::BoxFuture;
 use mongodb::bson::oid::ObjectId;
@@ -20,12 +20,28 @@ pub(super) struct Delete {
     pub(super) key: Bson,
     /// The filter, as an expression over one item (see [`item_cond`]).
     pub(super) cond: Document,
+    /// Whether a bucket it empties is removed (but the key's last, which
+    /// the key's pushes go on from), as retention wants; `delete` keeps
+    /// it, empty and closed.
+    drop_emptied: bool,
 }
 
 impl Delete {
     pub(super) fn new(key: Bson, matching: &Document, key_field: &str) -> Result<Delete> {
         let cond = item_cond(matching, (key_field, &key))?;
-        Ok(Delete { key, cond })
+        Ok(Delete {
+            key,
+            cond,
+            drop_emptied: false,
+        })
+    }
+
+    /// [`Buckets::delete_before`]: the items whose `order` field is below
+    /// `cutoff`, and the buckets they filled.
+    pub(super) fn before(key: Bson, order: &str, cutoff: Bson, key_field: &str) -> Result<Delete> {
+        let mut d = Delete::new(key, &doc! {order: {"$lt": cutoff}}, key_field)?;
+        d.drop_emptied = true;
+        Ok(d)
     }
 }
 
@@ -83,21 +99,101 @@ impl Delete {
             doc! {"$set": {"count": {"$size": items}, "sealed": true}},
             with_op(ObjectId::new()),
         ];
+        let last = match self.drop_emptied {
+            true => t.last_two(&self.key).await?.0.map(|h| h.id),
+            false => None,
+        };
         let mut removed = 0;
+        // The key's last bucket, emptied: kept (closed) through the tail,
+        // which gives it a successor, then removed.
+        let mut emptied_last = None;
         for b in &found {
             let hit = raw_int(b, "mp_hits").unwrap_or(0);
-            let mut filter = t.shape.by_id(&id_of(b));
-            filter.insert("count", raw_int(b, "count").unwrap_or(-1));
-            t.write_one(filter, rewrite.clone()).await?;
-            t.shift(&self.key, &id_of(b), -hit).await?;
+            let count = raw_int(b, "count").unwrap_or(-1);
+            let id = id_of(b);
+            let mut filter = t.shape.by_id(&id);
+            filter.insert("count", count);
+            let emptied = self.drop_emptied && hit == count;
+            if emptied && last.as_ref() != Some(&id) {
+                t.delete_one(filter).await?;
+            } else {
+                t.write_one(filter, rewrite.clone()).await?;
+                emptied_last = emptied.then(|| id.clone());
+            }
+            t.shift(&self.key, &id, -hit).await?;
             removed += hit as u64;
         }
         t.read_tail(&self.key).await?;
+        if let Some(id) = emptied_last {
+            let (now_last, _) = t.last_two(&self.key).await?;
+            if now_last.is_some_and(|h| h.id != id) {
+                let mut filter = t.shape.by_id(&id);
+                filter.insert("count", 0);
+                t.delete_one(filter).await?;
+            }
+        }
         Ok(removed)
     }
 }
 
+/// Keys [`Buckets::delete_all_before`] takes from one read: each is then
+/// one transaction, and memory holds no more than these.
+const KEYS_A_ROUND: i64 = 1_000;
+
 impl<T: Bucketed> Buckets<T> {
+    /// The `order` field, which retention needs.
+    pub(super) fn order_for(&self, call: &str) -> Result<&'static str> {
+        self.shape.spec.order.ok_or_else(|| {
+            Error::invalid(
+                "order",
+                format!("`{call}` removes items by their `order` field, and this model keeps items in arrival order: declare `#[bucket(order = \"...\")]`, or remove items with `delete`"),
+            )
+        })
+    }
+
+    /// [`Buckets::delete_all_before`], in `cx`: rounds of at most
+    /// [`KEYS_A_ROUND`] keys that hold an item before `cutoff` (one
+    /// aggregation on the primary), each key then cut as
+    /// [`Buckets::delete_before`] cuts it, until a round finds none.
+    pub(super) async fn delete_all_before_in(
+        &self,
+        cutoff: Bson,
+        cx: &mut Call<'_>,
+    ) -> Result<u64> {
+        let order = self.order_for("delete_all_before")?;
+        let (key, items) = (self.shape.spec.key, self.shape.spec.items);
+        let pipeline = vec![
+            doc! {"$match": {format!("{items}.{order}"): {"$lt": &cutoff}}},
+            doc! {"$group": {"_id": format!("${key}")}},
+            doc! {"$limit": KEYS_A_ROUND},
+        ];
+        let mut removed = 0;
+        loop {
+            let keys = Box::pin(self.aggregate(pipeline.clone(), cx)).await?;
+            if keys.is_empty() {
+                return Ok(removed);
+            }
+            let mut cut = 0;
+            for k in keys {
+                let k: Bson = match k.get("_id") {
+                    Ok(Some(v)) => v.to_raw_bson().try_into().map_err(|_| {
+                        Error::invalid("key", "a stored key that does not read back")
+                    })?,
+                    _ => continue,
+                };
+                let removal = Delete::before(k, order, cutoff.clone(), key)?;
+                cut += Box::pin(self.moved(removal, cx)).await?;
+            }
+            removed += cut;
+            if cut == 0 {
+                // Keys matched, yet nothing was before `cutoff` in their
+                // items as the move read them: a value the query and the
+                // expression order differently. Stop rather than loop.
+                return Ok(removed);
+            }
+        }
+    }
+
     /// [`Buckets::replace`], in `cx`.
     pub(super) async fn update_in(
         &self,

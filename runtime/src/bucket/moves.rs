@@ -214,6 +214,22 @@ impl Txn<'_> {
         }))
     }
 
+    /// Removes the bucket `filter` names, which must match (as
+    /// [`write_one`](Self::write_one)'s).
+    pub(super) async fn delete_one(&mut self, filter: Document) -> Result<()> {
+        let delete = self
+            .coll
+            .delete_one(filter)
+            .with_options(self.o.driver::<mongodb::options::DeleteOptions>());
+        if delete.session(&mut *self.s).await?.deleted_count == 1 {
+            return Ok(());
+        }
+        Err(raced(Error::Contended {
+            operation: "move",
+            attempts: 1,
+        }))
+    }
+
     /// Moves the `start` of every bucket of `key` after `id` by `by`.
     pub(super) async fn shift(&mut self, key: &Bson, id: &Bson, by: i64) -> Result<()> {
         if by == 0 {

@@ -274,7 +274,7 @@ impl<T: Bucketed> Buckets<T> {
 
     /// The documents `pipeline` returns, read in `cx`'s session if it has
     /// one.
-    async fn aggregate(
+    pub(super) async fn aggregate(
         &self,
         pipeline: Vec<Document>,
         cx: &mut Call<'_>,
