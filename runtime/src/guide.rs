@@ -565,6 +565,30 @@
 //!
 //! # On live data
 //!
+//! ## Adopting a players collection
+//!
+//! A players collection that exists already (written by another service,
+//! or before the model had `#[rank_histogram]`) gets its histograms with
+//! one call, bounded in memory whatever the number of boards:
+//!
+//! ```no_run
+//! # use mongo_patterns::prelude::*;
+//! #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+//! #[rank_histogram(board = "desk", score = "profit")]
+//! struct Trader { #[serde(rename = "_id")] id: String, desk: String, profit: i64 }
+//!
+//! # async fn f(db: Database) -> mongo_patterns::Result<()> {
+//! let players = Trader::ranks(&db)
+//!     .rebuild_all()
+//!     .on_progress(|p| eprintln!("{} of {} boards ({:.0}/s)", p.done, p.of, p.rate()))
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Run it before the application's own writes start (a write in flight
+//! while a board is rebuilt can be lost from that board's histogram), or
+//! run it again once they have.
+//!
 //! ## Retention
 //!
 //! Buckets with `order` on a date drop their old history with

@@ -20,6 +20,7 @@ pub mod keyset;
 mod model;
 mod order;
 mod paging;
+pub mod progress;
 pub mod rank_histogram;
 mod retry;
 pub mod shard_key;

@@ -127,6 +127,7 @@ macro_rules! all_of {
 }
 
 mod actions;
+mod adopt;
 mod array;
 mod combined;
 mod documents;
@@ -141,7 +142,8 @@ mod txn;
 mod write;
 
 pub use actions::{
-    Change, Delete, Histogram, Insert, RankOf, Rebuild, Record, Top, Unrecord, UpdateScore,
+    Change, Delete, Histogram, Insert, RankOf, Rebuild, RebuildAll, Record, Top, Unrecord,
+    UpdateScore,
 };
 pub use score::{BoardKey, Number, RankScore};
 
@@ -827,6 +829,34 @@ impl<T: RankHistogram> Ranks<T> {
         Q: Serialize + ?Sized,
     {
         Rebuild::new(self, self.board_bson(board))
+    }
+
+    /// [`rebuild`](Self::rebuild) for every board of the players'
+    /// collection, for adopting a collection that exists already (or after
+    /// a change of layout): the boards are counted, then taken 1,000 at a
+    /// time in BSON order, each rebuilt as `rebuild` does, so memory holds
+    /// one round of boards and one board's scores whatever the number of
+    /// boards. Returns how many players it counted; `on_progress` hears
+    /// after each board (boards done, of how many, time so far). A call
+    /// cut short leaves the boards it finished rebuilt; running it again
+    /// rebuilds them all again, with the same result. As with `rebuild`,
+    /// run it while no writes to the boards are in flight. Boards that
+    /// have a histogram but no player any more are left as they are.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[rank_histogram(board = "desk", score = "profit")]
+    /// # struct Trader { #[serde(rename = "_id")] id: String, desk: String, profit: i64 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let players = Trader::ranks(&db)
+    ///     .rebuild_all()
+    ///     .on_progress(|p| eprintln!("{} of {} boards, {:.0}/s", p.done, p.of, p.rate()))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rebuild_all(&self) -> RebuildAll<'_, T> {
+        RebuildAll::new(self, None)
     }
 
     /// The one choice of layout: everything that differs between the two

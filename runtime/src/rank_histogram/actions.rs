@@ -8,6 +8,7 @@ use super::write::WriteArgs;
 use super::{Rank, RankHistogram, Ranks, ScoreCount, SourceOp};
 use crate::action::action;
 use crate::error::Result;
+use crate::progress::{OnProgress, Progress};
 
 impl<T: Send + Sync> crate::action::Repository for Ranks<T> {
     const PATTERN: &'static str = "rank_histogram";
@@ -92,4 +93,20 @@ action! {
     Rebuild<'a, T: RankHistogram> on Ranks, "rebuild", both;
     { board: Result<Bson> } -> u64;
     |this, cx| this.repo.run_rebuild(this.board, cx).await
+}
+
+action! {
+    /// [`Ranks::rebuild_all`]: every board, one at a time.
+    RebuildAll<'a, T: RankHistogram> on Ranks, "rebuild_all", both;
+    { progress: Option<OnProgress> } -> u64;
+    |this, cx| this.repo.run_rebuild_all(this.progress, cx).await
+}
+
+impl<'a, T: RankHistogram + Send + Sync + 'a> RebuildAll<'a, T> {
+    /// Called after each board with the boards done, of how many, and the
+    /// time so far: for a log line or a progress bar.
+    pub fn on_progress(mut self, f: impl FnMut(Progress) + Send + Sync + 'static) -> Self {
+        self.progress = Some(Box::new(f));
+        self
+    }
 }

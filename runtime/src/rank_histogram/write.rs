@@ -114,14 +114,22 @@ impl<T: RankHistogram> Ranks<T> {
     }
 
     pub(super) async fn run_rebuild(&self, board: Result<Bson>, cx: Call<'_>) -> Result<u64> {
-        let b = board?;
-        let (o, mut session) = (cx.opts, cx.session);
+        self.rebuild_board(&board?, &cx.opts, cx.session).await
+    }
+
+    /// [`Ranks::rebuild`] of board `b`, with options `o`, in `session`.
+    pub(super) async fn rebuild_board(
+        &self,
+        b: &Bson,
+        o: &Options,
+        mut session: Option<&mut mongodb::ClientSession>,
+    ) -> Result<u64> {
         let score = format!("${}", self.spec.score);
         let key = rounded(score, self.spec.precision);
         let dir = if self.spec.descending { -1 } else { 1 };
         let pipeline = vec![
             doc! {"$match": {
-                self.spec.board: &b,
+                self.spec.board: b,
                 self.spec.score: {"$type": "number", "$gt": f64::NEG_INFINITY, "$lt": f64::INFINITY},
             }},
             doc! {"$group": {"_id": key, "count": {"$sum": 1}}},
@@ -157,7 +165,7 @@ impl<T: RankHistogram> Ranks<T> {
             ..(*o).clone()
         };
         self.store()
-            .replace(self, &b, scores, writes, session)
+            .replace(self, b, scores, writes, session)
             .await?;
         Ok(total)
     }
