@@ -64,11 +64,9 @@ async fn existing_players(db: &Database) -> BTreeMap<String, BTreeMap<i64, u64>>
     truth
 }
 
-async fn check<T: RankHistogram<Board = String, Score = i64>>(
-    ranks: &Ranks<T>,
-    truth: &BTreeMap<String, BTreeMap<i64, u64>>,
-) where
-    T: Send + Sync,
+async fn check<T>(ranks: &Ranks<T>, truth: &BTreeMap<String, BTreeMap<i64, u64>>)
+where
+    T: RankHistogram<Board = String, Score = i64> + Send + Sync,
 {
     let seen: Arc<Mutex<Vec<Progress>>> = Arc::default();
     let heard = seen.clone();
