@@ -205,13 +205,7 @@ impl Txn<'_> {
             .coll
             .update_one(filter, update)
             .with_options(self.o.driver::<mongodb::options::UpdateOptions>());
-        if update.session(&mut *self.s).await?.matched_count == 1 {
-            return Ok(());
-        }
-        Err(raced(Error::Contended {
-            operation: "move",
-            attempts: 1,
-        }))
+        one(update.session(&mut *self.s).await?.matched_count)
     }
 
     /// Removes the bucket `filter` names, which must match (as
@@ -221,13 +215,7 @@ impl Txn<'_> {
             .coll
             .delete_one(filter)
             .with_options(self.o.driver::<mongodb::options::DeleteOptions>());
-        if delete.session(&mut *self.s).await?.deleted_count == 1 {
-            return Ok(());
-        }
-        Err(raced(Error::Contended {
-            operation: "move",
-            attempts: 1,
-        }))
+        one(delete.session(&mut *self.s).await?.deleted_count)
     }
 
     /// Moves the `start` of every bucket of `key` after `id` by `by`.
@@ -361,6 +349,18 @@ impl Reindex {
 /// A race lost inside a transaction, labelled `TransientTransactionError`
 /// so that the transaction's runner (the caller's `and_run2`, or a move's
 /// own) runs it again.
+/// A write of a move that had to find its bucket as the transaction read
+/// it: `n` documents it wrote, not one, is a race, rerun.
+fn one(n: u64) -> Result<()> {
+    match n {
+        1 => Ok(()),
+        _ => Err(raced(Error::Contended {
+            operation: "move",
+            attempts: 1,
+        })),
+    }
+}
+
 pub(super) fn raced(e: Error) -> Error {
     match e {
         Error::Database(e) | Error::Raced(e) => crate::action::raced_in_transaction(e),
