@@ -40,6 +40,24 @@ struct PlayerDocs {
     score: i64,
 }
 
+/// `Player` after its `layout` changed to documents, on the same
+/// histogram collection.
+#[derive(Debug, Clone, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "players")]
+#[rank_histogram(
+    board = "examId",
+    score = "score",
+    layout = "documents",
+    histogram = "players_ranks"
+)]
+struct PlayerMoved {
+    #[serde(rename = "_id")]
+    id: i64,
+    exam_id: String,
+    score: i64,
+}
+
 const BOARDS: i64 = 1_234;
 
 /// Players stored by another writer: board `e{i}` holds `i % 3 + 1`
@@ -101,6 +119,41 @@ async fn rebuild_all_adopts_every_board_in_both_layouts() {
         check(&PlayerDocs::ranks(&db), &truth).await;
         // Again: the same histograms.
         check(&Player::ranks(&db), &truth).await;
+    })
+    .await;
+}
+
+/// `layout` changed from array to documents with histograms stored: the
+/// new declaration's `rebuild_all` is the migration, after which every
+/// call is exact again, writes included (what the array layout left is
+/// never read by the documents layout).
+#[tokio::test]
+async fn layout_changed_then_rebuilt() {
+    let (db, _) = fresh_db("rank_layout_change").await;
+    bounded(300, async {
+        let truth = existing_players(&db).await;
+        let array = Player::ranks(&db);
+        array.rebuild_all().await.unwrap();
+        assert_eq!(
+            Player::ranks(&db).histogram_collection().name(),
+            PlayerMoved::ranks(&db).histogram_collection().name()
+        );
+        check(&PlayerMoved::ranks(&db), &truth).await;
+        let moved = PlayerMoved::ranks(&db);
+        // A write under the new layout, and the ranks it changes.
+        let board = "e5";
+        let before = moved.rank(board, 10).await.unwrap();
+        moved
+            .insert(&PlayerMoved {
+                id: 1_000_000,
+                exam_id: board.to_owned(),
+                score: 49,
+            })
+            .await
+            .unwrap();
+        let after = moved.rank(board, 10).await.unwrap();
+        assert_eq!(after.total, before.total + 1);
+        assert_eq!(after.rank, before.rank + 1);
     })
     .await;
 }
