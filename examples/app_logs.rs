@@ -4,11 +4,11 @@
 //! Inserts `--logs N` logs (default 50,000) over 24 months, types 80/15/5;
 //! queries "type X, the last month" through the targeted API and shows the
 //! filter it sent; analyses the seed's candidate keys by `$sample`; shows
-//! the commands that would shard the collection (the test server does not
-//! shard, and says so).
+//! the commands that would shard the collection (a deployment that is not
+//! sharded says so).
 //!
 //! `cargo run --example app_logs -- --logs 50000`, against MONGODB_URI or a
-//! test server it starts itself.
+//! server on localhost.
 
 use futures::TryStreamExt;
 use mongo_patterns::bson::DateTime;
@@ -34,8 +34,7 @@ struct Log {
 #[tokio::main]
 async fn main() -> mongo_patterns::Result<()> {
     let n: u64 = flag("--logs").unwrap_or(50_000);
-    let (client, commands) =
-        mongo_patterns_testkit::client(&mongo_patterns_testkit::server_uri()).await;
+    let (client, commands) = connect().await?;
     let db = client.database("mp_example_app_logs");
     db.drop().await?;
     let logs = Log::sharded(&db);
@@ -133,4 +132,40 @@ fn flag(name: &str) -> Option<u64> {
     let args: Vec<String> = std::env::args().collect();
     let i = args.iter().position(|a| a == name)?;
     args.get(i + 1)?.parse().ok()
+}
+
+/// The commands the client sent, from the driver's command monitoring:
+/// what each call above costs.
+#[derive(Clone, Default)]
+struct Commands(std::sync::Arc<std::sync::Mutex<Vec<(String, Document)>>>);
+
+impl Commands {
+    /// The commands sent since the last take, oldest first.
+    fn take(&self) -> Vec<(String, Document)> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// How many commands were sent since the last take.
+    #[allow(dead_code)]
+    fn take_count(&self) -> usize {
+        self.take().len()
+    }
+}
+
+/// A client for `MONGODB_URI` (`mongodb://localhost:27017` when unset;
+/// Atlas gives `mongodb+srv://user:pass@cluster0.example.mongodb.net`)
+/// that counts the commands it sends.
+async fn connect() -> mongo_patterns::Result<(Client, Commands)> {
+    use mongo_patterns::mongodb::event::{command::CommandEvent, EventHandler};
+    let uri = std::env::var("MONGODB_URI").unwrap_or_else(|_| "mongodb://localhost:27017".into());
+    let mut options = mongo_patterns::mongodb::options::ClientOptions::parse(&uri).await?;
+    let commands = Commands::default();
+    let log = commands.0.clone();
+    options.command_event_handler = Some(EventHandler::callback(move |e: CommandEvent| {
+        if let CommandEvent::Started(e) = e {
+            let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+            log.push((e.command_name, e.command));
+        }
+    }));
+    Ok((Client::with_options(options)?, commands))
 }

@@ -6,7 +6,7 @@
 //! exactly, one `$inc` per view, for comparison.
 //!
 //! `cargo run --example page_views -- --views 200000`, against MONGODB_URI
-//! or a test server it starts itself.
+//! (or a server on localhost).
 
 use std::time::Instant;
 
@@ -29,8 +29,7 @@ struct Product {
 #[tokio::main]
 async fn main() -> mongo_patterns::Result<()> {
     let views: u64 = flag("--views").unwrap_or(200_000);
-    let (client, commands) =
-        mongo_patterns_testkit::client(&mongo_patterns_testkit::server_uri()).await;
+    let (client, commands) = connect().await?;
     let db = client.database("mp_example_page_views");
     db.drop().await?;
     let products = Product::collection(&db);
@@ -125,4 +124,40 @@ fn flag(name: &str) -> Option<u64> {
     let args: Vec<String> = std::env::args().collect();
     let i = args.iter().position(|a| a == name)?;
     args.get(i + 1)?.parse().ok()
+}
+
+/// The commands the client sent, from the driver's command monitoring:
+/// what each call above costs.
+#[derive(Clone, Default)]
+struct Commands(std::sync::Arc<std::sync::Mutex<Vec<(String, Document)>>>);
+
+impl Commands {
+    /// The commands sent since the last take, oldest first.
+    fn take(&self) -> Vec<(String, Document)> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// How many commands were sent since the last take.
+    #[allow(dead_code)]
+    fn take_count(&self) -> usize {
+        self.take().len()
+    }
+}
+
+/// A client for `MONGODB_URI` (`mongodb://localhost:27017` when unset;
+/// Atlas gives `mongodb+srv://user:pass@cluster0.example.mongodb.net`)
+/// that counts the commands it sends.
+async fn connect() -> mongo_patterns::Result<(Client, Commands)> {
+    use mongo_patterns::mongodb::event::{command::CommandEvent, EventHandler};
+    let uri = std::env::var("MONGODB_URI").unwrap_or_else(|_| "mongodb://localhost:27017".into());
+    let mut options = mongo_patterns::mongodb::options::ClientOptions::parse(&uri).await?;
+    let commands = Commands::default();
+    let log = commands.0.clone();
+    options.command_event_handler = Some(EventHandler::callback(move |e: CommandEvent| {
+        if let CommandEvent::Started(e) = e {
+            let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+            log.push((e.command_name, e.command));
+        }
+    }));
+    Ok((Client::with_options(options)?, commands))
 }
