@@ -334,8 +334,9 @@ impl IntoResponse for ApiError {
 /// What a cut call leaves behind is what the library documents for
 /// cancellation (the guide's *Failure behaviour*): a read leaves nothing; a
 /// buffered counter keeps a cut flush pending and re-sends it with the same
-/// flush id (counted once); a single-command write is applied whole or not
-/// at all. A cut inside the order's transaction has the library kill the
+/// flush id (counted once); a single-command write (an event, a bucket push
+/// into an open bucket) is applied whole or not at all; a rank write's own
+/// transaction (a trader joining) is killed on the server at once. A cut inside the order's transaction has the library kill the
 /// transaction on the server at once, so it holds no locks and the next
 /// order of the same customer runs at once; the transaction is never
 /// committed. Only a cut during the commit itself leaves the order's outcome
