@@ -8,6 +8,16 @@
 //! cargo bench -p mongo-patterns-service-example --bench load -- --secs 20 --clients 64
 //! ```
 //!
+//! Flags: `--secs` (20), `--clients` (64), `--deadline-ms` (10000),
+//! `--boards` (8), `--products` (200).
+//!
+//! Every order writes its ticker's product document inside its
+//! transaction, so few products make that document hot: with 20 products
+//! and a 5 s deadline, 13 to 133 orders of about 1,000 were cut at the
+//! deadline on the 2-core machine the committed table comes from (shared
+//! with other work), while reads stayed under 1.4 s. Orders the clients
+//! were not told about may be stored, whole: the check counts them apart.
+//!
 //! The server is `MONGODB_URI`, else the test server the testkit starts.
 //! It shares the machine with the service and the clients, so the figures
 //! are this machine's, not a claim about `mongod`. The table goes to
@@ -26,8 +36,9 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
 const TRADERS: usize = 200;
-const BOARDS: usize = 8;
-const PRODUCTS: usize = 20;
+/// What a request may take past its deadline on the client's clock: the
+/// HTTP round trip of the 504, on a loaded machine.
+const SLACK: Duration = Duration::from_millis(100);
 const KINDS: [&str; 4] = ["login", "logout", "alert", "audit"];
 
 /// The endpoints, with their share of the mix in percent.
@@ -79,6 +90,8 @@ struct Seen {
     calls: Vec<(Op, u64, u16)>,
     /// Orders acknowledged (201): order id, customer, ticker, qty.
     orders: Vec<(String, String, String, i64)>,
+    /// Orders answered otherwise (a 504 at the deadline): may be stored.
+    unanswered: Vec<String>,
     /// Views and likes acknowledged (200), per product.
     views: HashMap<String, i64>,
     likes: HashMap<String, i64>,
@@ -88,9 +101,17 @@ struct Flags {
     secs: u64,
     clients: usize,
     deadline_ms: u64,
+    boards: usize,
+    products: usize,
 }
 
-fn flags() -> Flags {
+static FLAGS: std::sync::OnceLock<Flags> = std::sync::OnceLock::new();
+
+fn flags() -> &'static Flags {
+    FLAGS.get_or_init(parse_flags)
+}
+
+fn parse_flags() -> Flags {
     let args: Vec<String> = std::env::args().collect();
     let num = |name: &str, default: u64| {
         args.iter()
@@ -101,7 +122,9 @@ fn flags() -> Flags {
     Flags {
         secs: num("--secs", 20),
         clients: num("--clients", 64) as usize,
-        deadline_ms: num("--deadline-ms", 5_000),
+        deadline_ms: num("--deadline-ms", 10_000),
+        boards: num("--boards", 8) as usize,
+        products: num("--products", 200) as usize,
     }
 }
 
@@ -165,15 +188,15 @@ async fn main() {
     for i in 0..TRADERS {
         let r = http
             .post(format!("{}/traders", bases[i % 2]))
-            .json(&json!({"id": customer(i), "board": format!("board{}", i % BOARDS)}))
+            .json(&json!({"id": customer(i), "board": format!("board{}", i % f.boards)}))
             .send()
             .await
             .expect("setup");
         assert_eq!(r.status().as_u16(), 201, "setup: {:?}", r.text().await);
     }
     eprintln!(
-        "{} traders on {BOARDS} boards; {} clients for {} s",
-        TRADERS, f.clients, f.secs
+        "{} traders on {} boards; {} clients for {} s",
+        TRADERS, f.boards, f.clients, f.secs
     );
 
     let start = Instant::now();
@@ -238,7 +261,7 @@ async fn client_task(
             .map(|(op, _)| *op)
             .unwrap_or(Op::View);
         let who = customer((splitmix(&mut rng) % TRADERS as u64) as usize);
-        let what = product((splitmix(&mut rng) % PRODUCTS as u64) as usize);
+        let what = product((splitmix(&mut rng) % flags().products as u64) as usize);
         let since = Instant::now();
         let (status, body) = match op {
             Op::View => call(http.get(format!("{base}/products/{what}"))).await,
@@ -253,12 +276,14 @@ async fn client_task(
                     .await;
                 if r.0 == 201 {
                     seen.orders.push((id, who.clone(), what.clone(), qty));
+                } else {
+                    seen.unanswered.push(id);
                 }
                 r
             }
             Op::MyRank => call(http.get(format!("{base}/traders/{who}"))).await,
             Op::Top => {
-                let b = splitmix(&mut rng) % BOARDS as u64;
+                let b = splitmix(&mut rng) % flags().boards as u64;
                 call(http.get(format!("{base}/boards/board{b}/top?n=10"))).await
             }
             Op::History => {
@@ -340,7 +365,8 @@ async fn invariants(db: &Database, seen: &[Seen]) -> Vec<(String, bool)> {
         .await
         .unwrap();
     let mut boards_ok = 0;
-    for b in 0..BOARDS {
+    let boards = flags().boards;
+    for b in 0..boards {
         let board = format!("board{b}");
         let mut want: HashMap<i64, u64> = HashMap::new();
         for t in traders.iter().filter(|t| t.board == board) {
@@ -358,10 +384,10 @@ async fn invariants(db: &Database, seen: &[Seen]) -> Vec<(String, bool)> {
     }
     checks.push((
         format!(
-            "histogram equals players: {boards_ok} of {BOARDS} boards match their {} traders' volumes",
+            "histogram equals players: {boards_ok} of {boards} boards match their {} traders' volumes",
             traders.len()
         ),
-        boards_ok == BOARDS && traders.len() == TRADERS,
+        boards_ok == boards && traders.len() == TRADERS,
     ));
 
     // Every acknowledged trade stored once, and nothing else stored; each
@@ -369,6 +395,7 @@ async fn invariants(db: &Database, seen: &[Seen]) -> Vec<(String, bool)> {
     let acked: Vec<&(String, String, String, i64)> = seen.iter().flat_map(|s| &s.orders).collect();
     let trades = Trade::buckets(db);
     let mut stored: HashMap<String, u32> = HashMap::new();
+    let mut stored_tickers: Vec<String> = Vec::new();
     let mut volume_ok = 0;
     for t in &traders {
         let mine: Vec<Trade> = trades.stream(&t.id).try_collect().await.unwrap();
@@ -376,28 +403,47 @@ async fn invariants(db: &Database, seen: &[Seen]) -> Vec<(String, bool)> {
         volume_ok += usize::from(sum == t.volume);
         for x in mine {
             *stored.entry(x.order_id).or_default() += 1;
+            stored_tickers.push(x.ticker);
         }
     }
     let once = acked
         .iter()
         .filter(|o| stored.get(&o.0) == Some(&1))
         .count();
+    let unanswered: Vec<&String> = seen.iter().flat_map(|s| &s.unanswered).collect();
+    let cut_stored = unanswered
+        .iter()
+        .filter(|id| stored.contains_key(id.as_str()))
+        .count();
     checks.push((
         format!(
-            "every acknowledged trade stored once: {once} of {} acknowledged orders stored exactly once; {} trades stored in all",
+            "every acknowledged trade stored once: {once} of {} acknowledged orders stored exactly once; {} trades stored in all, none twice",
             acked.len(),
             stored.values().sum::<u32>()
         ),
-        once == acked.len() && stored.len() == acked.len() && stored.values().all(|n| *n == 1),
+        once == acked.len()
+            && stored.len() == acked.len() + cut_stored
+            && stored.values().all(|n| *n == 1),
     ));
+    if !unanswered.is_empty() {
+        checks.push((
+            format!(
+                "orders not acknowledged (cut at the deadline, answered \"may or may not be stored\"): {} of {} stored, whole (trade, volume and view together)",
+                cut_stored,
+                unanswered.len()
+            ),
+            true,
+        ));
+    }
     checks.push((
         format!("volumes equal trades: {volume_ok} of {} traders' volume is the sum of their stored trades", traders.len()),
         volume_ok == traders.len(),
     ));
 
     // Counters exact once both instances have shut down: views are the
-    // acknowledged product views plus one per acknowledged order of the
-    // ticker (counted in its transaction); likes the acknowledged likes.
+    // acknowledged product views plus one per stored trade of the ticker
+    // (counted in the order's transaction: stored with it or not at all);
+    // likes the acknowledged likes.
     let mut want_views: HashMap<String, i64> = HashMap::new();
     let mut want_likes: HashMap<String, i64> = HashMap::new();
     for s in seen {
@@ -408,8 +454,8 @@ async fn invariants(db: &Database, seen: &[Seen]) -> Vec<(String, bool)> {
             *want_likes.entry(p.clone()).or_default() += n;
         }
     }
-    for o in &acked {
-        *want_views.entry(o.2.clone()).or_default() += 1;
+    for ticker in stored_tickers {
+        *want_views.entry(ticker).or_default() += 1;
     }
     let products: Vec<Document> = db
         .collection::<Document>("products")
@@ -473,7 +519,8 @@ fn report(
             let bad = !(200..300).contains(&status);
             e.1 += u64::from(bad);
             errors += u64::from(bad);
-            over += u64::from(us > deadline.as_micros() as u64);
+            // Answered past the deadline by more than the HTTP round trip.
+            over += u64::from(us > (deadline + SLACK).as_micros() as u64);
             all.push(us);
         }
     }
@@ -481,19 +528,21 @@ fn report(
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "<!-- Generated by `cargo bench -p mongo-patterns-service-example --bench load -- --secs {} --clients {} --deadline-ms {}`; do not edit. -->\n",
-        f.secs, f.clients, f.deadline_ms
+        "<!-- Generated by `cargo bench -p mongo-patterns-service-example --bench load -- --secs {} --clients {} --deadline-ms {} --boards {} --products {}`; do not edit. -->\n",
+        f.secs, f.clients, f.deadline_ms, f.boards, f.products
     );
     let _ = writeln!(out, "# The example service under load\n");
     let _ = writeln!(
         out,
         "Two instances of `examples/service` (two routers over two driver clients, as two processes) on loopback, \
          behind {} concurrent HTTP clients (`reqwest`, keep-alive) for {:.1} s, alternating instances per request; \
-         {TRADERS} traders on {BOARDS} boards, {PRODUCTS} products, a {} ms deadline per request. \
+         {TRADERS} traders on {} boards, {} products, a {} ms deadline per request. \
          The server is the test server (or `MONGODB_URI`) on the same {}-core machine as the service and the clients: \
          the figures are this machine's, not `mongod`'s. Latencies are the clients' (request sent to body read).\n",
         f.clients,
         secs,
+        f.boards,
+        f.products,
         f.deadline_ms,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
@@ -533,7 +582,8 @@ fn report(
     );
     let _ = writeln!(
         out,
-        "Requests that outlived the {} ms deadline (client-side latency past it): **{over}**; the slowest took {:.1} ms.\n",
+        "Requests answered more than {} ms after the {} ms deadline (client-side): **{over}**; the slowest took {:.1} ms.\n",
+        SLACK.as_millis(),
         f.deadline_ms,
         pct(&all, 1.0)
     );
