@@ -825,11 +825,7 @@ async fn events_of(
         .await?;
     let mut out = Vec::new();
     while out.len() < limit {
-        match cursor
-            .try_next()
-            .await
-            .map_err(mongo_patterns::Error::from)?
-        {
+        match cursor.try_next().await? {
             Some(e) => out.push(event_view(e)),
             None => break,
         }
