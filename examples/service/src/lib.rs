@@ -367,11 +367,15 @@ impl IntoResponse for ApiError {
 /// buffered counter keeps a cut flush pending and re-sends it with the same
 /// flush id (counted once); a single-command write (an event, a bucket push
 /// into an open bucket) is applied whole or not at all; a rank write's own
-/// transaction (a trader joining) is killed on the server at once. A cut inside the order's transaction has the library kill the
-/// transaction on the server at once, so it holds no locks and the next
-/// order of the same customer runs at once; the transaction is never
-/// committed. Only a cut during the commit itself leaves the order's outcome
-/// unknown, so the 504 says "may or may not": the client reads the
+/// transaction (a trader joining) is killed on the server at once.
+///
+/// A cut inside the order's transaction ends it: a pattern call cut there
+/// has the library kill the transaction on the server at once (the guide's
+/// *A write cut inside your transaction*), and the dropped session has the
+/// driver abort it, so it holds no locks and the next order of the same
+/// customer runs at once (`tests/service.rs` checks it). Only a cut during
+/// the commit leaves the order's outcome unknown: the load run saw one such
+/// order stored. So the 504 says "may or may not": the client reads the
 /// customer's trades (`order_id`) before placing it again.
 pub async fn deadline(State(app): State<App>, req: Request, next: Next) -> Response {
     let budget = app.config.deadline;
