@@ -17,6 +17,8 @@
 //! Ctrl-C or SIGTERM: stops accepting, lets requests in flight finish, then
 //! flushes the view and like counters.
 
+use std::io::IsTerminal;
+
 use mongo_patterns::mongodb::Client;
 use mongo_patterns_service_example::{serve, App, Config};
 use tracing_subscriber::fmt::format::FmtSpan;
@@ -30,6 +32,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .unwrap_or_else(|_| EnvFilter::new("info,mongo_patterns=debug")),
         )
         .with_span_events(FmtSpan::CLOSE)
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
 
     let uri = std::env::var("MONGODB_URI").unwrap_or_else(|_| "mongodb://localhost:27017".into());
