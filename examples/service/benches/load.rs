@@ -291,7 +291,7 @@ async fn client_task(
             Op::History => {
                 let page = 1 + splitmix(&mut rng) % 3;
                 call(http.get(format!(
-                    "{base}/customers/{who}/trades?page={page}&per_page=10"
+                    "{base}/customers/{who}/trades?page={page}&page_size=10"
                 )))
                 .await
             }

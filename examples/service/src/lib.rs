@@ -11,7 +11,7 @@
 //! | `GET /traders/{id}` | rank histogram: my volume and rank on my board |
 //! | `GET /boards/{board}/top?n=` | rank histogram: the top `n` places |
 //! | `POST /orders` `{customer, ticker, qty, order_id?}` | one transaction: a trade (bucket), the trader's volume (rank histogram), a view of the ticker (counter), an activity (feed) |
-//! | `GET /customers/{id}/trades?page=&per_page=` | bucket: a customer's trades, newest first |
+//! | `GET /customers/{id}/trades?page=&page_size=` | bucket: a customer's trades, newest first |
 //! | `GET /feed?after=&before=&limit=` | keyset: the activity feed, signed page tokens in the query string |
 //! | `GET /products/{id}` | approximate counter: counts a view, shows views and likes |
 //! | `POST /products/{id}/like` | approximate counter: counts a like |
@@ -608,7 +608,7 @@ async fn place_order(
 #[derive(Debug, Deserialize)]
 struct HistoryQuery {
     page: Option<u32>,
-    per_page: Option<u32>,
+    page_size: Option<u32>,
 }
 
 /// A trade, as the API shows it.
@@ -633,7 +633,7 @@ pub struct History {
     pub has_more: bool,
 }
 
-/// Page `page` (from 1) of `per_page` trades (20 by default), newest first:
+/// Page `page` (from 1) of `page_size` trades (20 by default), newest first:
 /// reads the one or two buckets the page falls in, found by position.
 async fn history(
     State(app): State<App>,
@@ -641,7 +641,7 @@ async fn history(
     Query(q): Query<HistoryQuery>,
 ) -> ApiResult<Json<History>> {
     let req = PageRequest::page(q.page.unwrap_or(1))
-        .per_page(q.per_page.unwrap_or(20))
+        .page_size(q.page_size.unwrap_or(20))
         .newest_first();
     let page = app.trades.page(&id, req).await?;
     Ok(Json(History {

@@ -183,13 +183,13 @@ async fn every_endpoint() {
     assert_eq!(get(&h, &s.url("/boards/b1/top?n=0")).await.0, 400);
 
     // Trade history: newest first, pages of 10.
-    let (st, body) = get(&h, &s.url("/customers/ada/trades?page=1&per_page=10")).await;
+    let (st, body) = get(&h, &s.url("/customers/ada/trades?page=1&page_size=10")).await;
     assert_eq!(st, 200, "{body}");
     let first: History = parse(body);
     assert!(first.has_more);
     assert_eq!(first.trades[0].order_id, "ada-24");
     let third: History = parse(
-        get(&h, &s.url("/customers/ada/trades?page=3&per_page=10"))
+        get(&h, &s.url("/customers/ada/trades?page=3&page_size=10"))
             .await
             .1,
     );
