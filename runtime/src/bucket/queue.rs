@@ -190,11 +190,13 @@ impl<T: Bucketed> Buckets<T> {
         let mut reads = 0;
         while !queued.is_empty() {
             let n = room.take().unwrap_or(queued.len()).min(queued.len());
-            let seq = self.remembered(&queued[0].p.slot);
-            if let (Some(seq), true) = (seq, n > 1) {
+            let known = self.remembered_fill(&queued[0].p.slot);
+            if let (Some((seq, count)), true) = (known, n > 1) {
                 let part = queued.make_contiguous();
                 match self.append_batch(&part[..n], seq, &mut cx).await {
                     Ok(None) => {
+                        let slot = &queued[0].p.slot;
+                        self.remember_fill(slot, seq, count + n as i64);
                         for w in queued.drain(..n) {
                             let _ = w.done.send(Ok(()));
                         }
