@@ -362,9 +362,9 @@ async fn a_push_is_one_round_trip() {
     assert_eq!(
         commands.take_count(),
         SIZE - 1 + 1,
-        "one findAndModify per push while the bucket has room, and at the \
-         key's first bucket's half one insert that opens the next bucket \
-         ahead"
+        "one update per push while the bucket has room (a findAndModify \
+         at the key's first bucket's half), and there one insert that \
+         opens the next bucket ahead"
     );
     repo.push(&trade(1, 0, SIZE as u32)).await.unwrap();
     assert_eq!(

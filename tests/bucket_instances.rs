@@ -566,3 +566,66 @@ async fn a_handle_behind_other_instances_pushes_in_a_transaction() {
     assert_eq!(stored, (0..11).collect::<Vec<_>>());
     bounded(30, a.drop()).await.unwrap();
 }
+
+/// A batch of queued pushes that the bucket this handle remembers has no
+/// room for (another instance filled it meanwhile) costs the read that
+/// says how much room is left, not an update that matches nothing before
+/// it; and the push that then goes alone, told by that read that the
+/// bucket is full, goes straight to the one-command push. Before, the
+/// three pushes below cost 8 commands (an update that matched nothing,
+/// the read, an update of the full bucket that matched nothing, then the
+/// findAndModify, the insert opening the bucket after it, the read that
+/// checks its start, and an update for the last item), 6 now.
+#[tokio::test]
+async fn a_batch_a_full_bucket_cannot_take_is_not_sent() {
+    let uri = server_uri();
+    let (a, commands) = client(&uri).await;
+    let (b, _) = client(&uri).await;
+    let name = format!("mp_no_room_{}", std::process::id());
+    let (a, b) = (a.database(&name), b.database(&name));
+    bounded(30, a.drop()).await.unwrap();
+    let (mine, others) = (Arrival::buckets(&a), Arrival::buckets(&b));
+    bounded(30, mine.ensure()).await.unwrap();
+    // Bucket 0 holds 2, as this handle knows (the second push opened
+    // bucket 1 ahead, at half of the key's first bucket).
+    for n in 0..2 {
+        bounded(10, mine.push(&Arrival { acct: 1, n }))
+            .await
+            .unwrap();
+    }
+    // Another instance adds a third.
+    bounded(10, others.push(&Arrival { acct: 1, n: 2 }))
+        .await
+        .unwrap();
+    commands.take();
+    // The first goes alone and fills bucket 0 (one update); the other two
+    // queue meanwhile, and the handle knows bucket 0 held 3 at least.
+    let mine = &mine;
+    let pushes = (3..6).map(|n| async move { mine.push(&Arrival { acct: 1, n }).await });
+    for r in bounded(10, futures::future::join_all(pushes)).await {
+        r.unwrap();
+    }
+    let sent: Vec<String> = commands.take().into_iter().map(|(name, _)| name).collect();
+    assert_eq!(
+        sent,
+        [
+            "update",
+            "find",
+            "findAndModify",
+            "insert",
+            "find",
+            "update"
+        ],
+        "one update fills bucket 0; then one read, the item that finds it \
+         full lands in bucket 1 (which opens bucket 2 ahead and checks its \
+         start), and the last item is one update"
+    );
+    let stored: Vec<u32> = bounded(10, mine.stream(&1).try_collect::<Vec<_>>())
+        .await
+        .unwrap()
+        .iter()
+        .map(|a| a.n)
+        .collect();
+    assert_eq!(stored, (0..6).collect::<Vec<_>>());
+    bounded(30, a.drop()).await.unwrap();
+}

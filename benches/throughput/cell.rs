@@ -118,15 +118,26 @@ impl Ctx {
             c.take();
         }
         let next = Arc::new(AtomicU64::new(0));
+        // With `MP_BENCH_KINDS`: operations by how long they took (under
+        // 10 ms, 100 ms, 1 s, and longer), and the longest (µs).
+        let slow: Arc<[AtomicU64; 5]> = Arc::default();
         let t0 = Instant::now();
         let until = t0 + Duration::from_secs_f64(self.secs);
         let mut handles = Vec::with_capacity(tasks);
         for task in 0..tasks {
-            let (op, next) = (op.clone(), next.clone());
+            let (op, next, slow) = (op.clone(), next.clone(), slow.clone());
             handles.push(tokio::spawn(async move {
                 while Instant::now() < until {
                     let i = next.fetch_add(1, Ordering::Relaxed);
+                    let t = Instant::now();
                     op(task, i).await?;
+                    let us = t.elapsed().as_micros() as u64;
+                    let at = [10_000, 100_000, 1_000_000]
+                        .iter()
+                        .position(|&b| us < b)
+                        .unwrap_or(3);
+                    slow[at].fetch_add(1, Ordering::Relaxed);
+                    slow[4].fetch_max(us, Ordering::Relaxed);
                 }
                 BoxResult::Ok(())
             }));
@@ -135,7 +146,21 @@ impl Ctx {
             h.await??;
         }
         let took = t0.elapsed();
-        let round_trips = counters.iter().map(Commands::take_count).sum();
+        if std::env::var_os("MP_BENCH_KINDS").is_some() {
+            let n: Vec<u64> = slow.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+            eprintln!(
+                "    ops <10ms {} <100ms {} <1s {} >=1s {}; longest {} ms",
+                n[0],
+                n[1],
+                n[2],
+                n[3],
+                n[4] / 1000
+            );
+        }
+        let round_trips = match std::env::var_os("MP_BENCH_KINDS") {
+            Some(_) => kinds(&counters),
+            None => counters.iter().map(Commands::take_count).sum(),
+        };
         let d = ServerCounters::read(&self.db)
             .await?
             .minus(before)
@@ -199,4 +224,61 @@ pub(crate) fn table(title: &str, rows: &[Row]) -> String {
     }
     out.push('\n');
     out
+}
+
+/// The commands `counters` saw, counted by kind on stderr (with
+/// `MP_BENCH_KINDS` set: where a cell's round trips go), and how many.
+fn kinds(counters: &[Commands]) -> usize {
+    use std::collections::BTreeMap;
+    let mut by: BTreeMap<String, usize> = BTreeMap::new();
+    let mut all = 0;
+    for c in counters {
+        for (name, cmd) in c.take() {
+            all += 1;
+            *by.entry(kind(&name, &cmd)).or_default() += 1;
+        }
+        for (name, why) in c.take_failed() {
+            *by.entry(format!("FAILED {name}: {why}")).or_default() += 1;
+        }
+    }
+    let mut v: Vec<_> = by.into_iter().collect();
+    v.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+    for (k, n) in v {
+        eprintln!("    {n:>8}  {k}");
+    }
+    all
+}
+
+fn kind(name: &str, cmd: &Document) -> String {
+    let txn = match cmd.get_bool("autocommit") {
+        Ok(false) => " [txn]",
+        _ => "",
+    };
+    let keys = |d: Option<&Document>| {
+        d.map(|d| d.keys().cloned().collect::<Vec<_>>().join(","))
+            .unwrap_or_default()
+    };
+    let detail = match name {
+        "update" => {
+            let u = cmd
+                .get_array("updates")
+                .ok()
+                .and_then(|a| a.first())
+                .and_then(|b| b.as_document());
+            let q = u.and_then(|u| u.get_document("q").ok());
+            let count = q
+                .and_then(|q| q.get("count"))
+                .map(|c| c.to_string())
+                .unwrap_or_default();
+            let pipe = match u.and_then(|u| u.get("u")) {
+                Some(mongo_patterns::bson::Bson::Array(_)) => "pipeline",
+                _ => "doc",
+            };
+            format!(" q[{}] count={count} u={pipe}", keys(q))
+        }
+        "find" => format!(" filter[{}]", keys(cmd.get_document("filter").ok())),
+        "findAndModify" => format!(" query[{}]", keys(cmd.get_document("query").ok())),
+        _ => String::new(),
+    };
+    format!("{name}{txn}{detail}")
 }

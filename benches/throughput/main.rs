@@ -46,6 +46,13 @@
 //!   exact `$inc` per increment;
 //! - pages of 100 walked from the start by each task: keyset `after(token)`
 //!   against `skip(p·100).limit(100)`, both sorted by `_id`.
+//!
+//! With `MP_BENCH_KINDS` set, each cell also prints on stderr where its
+//! round trips went: the commands every client sent, counted by kind (the
+//! command, `[txn]` inside a transaction, and for updates, finds and
+//! `findAndModify` the fields of their filter), the commands that failed
+//! by error code (a transaction's `WriteConflict`), and its operations by
+//! how long each took (under 10 ms, 100 ms, 1 s, longer; the longest).
 
 mod bucket;
 mod cell;

@@ -367,8 +367,9 @@ pub struct Buckets<T> {
     /// preference.
     reads: Collection<RawDocumentBuf>,
     shape: Arc<shape::Shape>,
-    /// Each key's open bucket as this handle last saw it.
-    heads: Arc<Bounded<Vec<u8>, i64>>,
+    /// Each key's open bucket as this handle last saw it: its `seq`, and
+    /// how many items it held at least (0 when not known).
+    heads: Arc<Bounded<Vec<u8>, (i64, i64)>>,
     /// Pushes queued per key while a batch of the key is out.
     queue: Arc<queue::PushQueue>,
     _items: PhantomData<fn() -> T>,

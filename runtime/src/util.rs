@@ -149,6 +149,24 @@ impl<K: Eq + std::hash::Hash, V: Clone> Bounded<K, V> {
         map.insert(key.to_owned(), value);
     }
 
+    /// Remembers `f` of what `key` holds (`None`: nothing), under one lock,
+    /// as [`insert`](Self::insert) does.
+    pub(crate) fn update<Q>(&self, key: &Q, f: impl FnOnce(Option<&V>) -> V)
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Eq + std::hash::Hash + ToOwned<Owned = K> + ?Sized,
+    {
+        let mut map = self.lock();
+        if let Some(known) = map.get_mut(key) {
+            *known = f(Some(known));
+            return;
+        }
+        if map.len() >= self.max {
+            map.clear();
+        }
+        map.insert(key.to_owned(), f(None));
+    }
+
     /// How many entries it holds.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

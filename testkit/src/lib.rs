@@ -666,6 +666,8 @@ fn unique() -> u64 {
 #[derive(Clone, Default)]
 pub struct Commands {
     log: Arc<Mutex<Vec<(String, mongo_patterns::bson::Document)>>>,
+    /// Commands that failed, as (name, error code name).
+    failed: Arc<Mutex<Vec<(String, String)>>>,
     routing: Option<Routing>,
 }
 
@@ -684,6 +686,12 @@ impl Commands {
     /// How many commands were sent since the last `take`, and forget them.
     pub fn take_count(&self) -> usize {
         self.take().len()
+    }
+
+    /// The commands that failed since the last `take_failed`, in order,
+    /// as (name, the error's code name, or its message's start).
+    pub fn take_failed(&self) -> Vec<(String, String)> {
+        std::mem::take(&mut *self.failed.lock().unwrap())
     }
 }
 
@@ -737,17 +745,27 @@ pub async fn client_with(uri: &str, routing: Option<Routing>) -> (Client, Comman
     opts.connect_timeout.get_or_insert(Duration::from_secs(10));
     let commands = Commands {
         log: Arc::default(),
+        failed: Arc::default(),
         routing,
     };
     let log = commands.log.clone();
+    let failed = commands.failed.clone();
     let routing = commands.routing.clone();
-    opts.command_event_handler = Some(EventHandler::callback(move |ev: CommandEvent| {
-        if let CommandEvent::Started(ev) = ev {
+    opts.command_event_handler = Some(EventHandler::callback(move |ev: CommandEvent| match ev {
+        CommandEvent::Started(ev) => {
             if let Some(r) = &routing {
                 r.observe(&ev.db, &ev.command_name, &ev.command);
             }
             log.lock().unwrap().push((ev.command_name, ev.command));
         }
+        CommandEvent::Failed(ev) => {
+            let why = match &*ev.failure.kind {
+                mongo_patterns::mongodb::error::ErrorKind::Command(c) => c.code_name.clone(),
+                other => other.to_string().chars().take(40).collect(),
+            };
+            failed.lock().unwrap().push((ev.command_name, why));
+        }
+        _ => {}
     }));
     (
         Client::with_options(opts).expect("client options"),

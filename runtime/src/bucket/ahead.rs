@@ -12,7 +12,11 @@
 //! first in a bucket opened ahead checks it against the bucket before.
 //!
 //! Only models kept in insertion order use it, outside a caller's
-//! transaction: with `order`, a push's bucket depends on its value.
+//! transaction: with `order`, a push's bucket depends on its value. And
+//! only where its reply is needed: a push to a bucket this handle knows
+//! holds items and has room, other than the one at half of the key's
+//! first bucket, is one update ([`Buckets::past_first_action`]), which
+//! costs the server less.
 
 use crate::action::Call;
 use mongodb::bson::oid::ObjectId;
@@ -39,6 +43,33 @@ impl<T: Bucketed> Buckets<T> {
         self.shape.spec.order.is_none()
             && !cx.txn
             && !cx.opts.unacknowledged(self.coll.write_concern())
+    }
+
+    /// Whether a push to bucket `seq`, known to hold at least `count`
+    /// items, can be [`Buckets::past_first_action`]: not its first item,
+    /// nor the one at half of the key's first bucket, and room left.
+    pub(super) fn past_first(&self, seq: i64, count: i64) -> bool {
+        count >= 1 && count < self.shape.size() && !(seq == 0 && count == self.shape.half() - 1)
+    }
+
+    /// The push appended by one `update` to bucket `seq`, if it is open,
+    /// has room and already holds items (and is not at half of the key's
+    /// first bucket). Most pushes of a bucket are these, and an `update`
+    /// costs the server less than the `findAndModify` of
+    /// [`Buckets::push_ahead`], which finds the bucket and then writes it
+    /// (on the test server, each of the two reads every bucket of the
+    /// collection) and, retryable, stores its reply's image on `mongod`.
+    pub(super) fn past_first_action(
+        &self,
+        p: &Pushed,
+        seq: i64,
+        cx: &Call<'_>,
+    ) -> mongodb::action::Update<'_> {
+        let filter = self.shape.open_past_first(&p.key, seq, p.len, p.op);
+        let update = self.shape.append(vec![p.doc.clone()], p.len, p.op);
+        self.coll
+            .update_one(filter, update)
+            .with_options(cx.opts.driver::<mongodb::options::UpdateOptions>())
     }
 
     /// [`Buckets::push_ahead`] from `seq`, the key's open bucket as this
@@ -124,7 +155,7 @@ impl<T: Bucketed> Buckets<T> {
         }
         // Remembered now: a caller that stops waiting below still leaves
         // the next push one command.
-        self.remember(&p.slot, seq);
+        self.remember_fill(&p.slot, seq, count);
         // What follows only keeps the next pushes at one round trip: the
         // item is stored, so its errors are not the push's.
         // The next bucket is opened as this one takes its first item,
@@ -134,7 +165,7 @@ impl<T: Bucketed> Buckets<T> {
         // ran). A key's first bucket opens its next at half: most keys of
         // a store with many never fill one, and should not pay for it.
         let size = self.shape.size();
-        if count == 1 || (seq == 0 && count == (size + 1) / 2) {
+        if count == 1 || (seq == 0 && count == self.shape.half()) {
             let _ = Box::pin(self.open_ahead(key, seq + 1, start + size, cx)).await;
         }
         if count == 1 && seq > 0 {

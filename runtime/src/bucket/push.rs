@@ -48,16 +48,21 @@ enum Round {
 }
 
 impl<T: Bucketed> Buckets<T> {
-    /// One push's commands, its own: the first inline, the rest boxed.
+    /// One push's commands, its own: the first update or insert inline,
+    /// the rest boxed.
     pub(super) async fn push_one(&self, p: &Pushed, cx: &mut Call<'_>) -> Result<()> {
-        let known = self.remembered(&p.slot);
-        if let Some(seq) = known.filter(|_| self.ahead(cx)) {
-            let (landed, looked) = self.push_hinted(p, seq, cx).await?;
-            if let Some(seq) = landed {
-                self.remember(&p.slot, seq);
-                return Ok(());
-            }
-            return Box::pin(self.push_general(p, Some(looked), cx)).await;
+        let fill = self.remembered_fill(&p.slot);
+        let known = fill.map(|(seq, _)| seq);
+        let ahead = self.ahead(cx);
+        // Without `order`, past the bucket's first item: one update, which
+        // costs the server less than the one-command push's
+        // `findAndModify`; that one takes what the update did not (a full
+        // bucket, or others reached the half meanwhile).
+        let past = fill.filter(|&(seq, count)| ahead && self.past_first(seq, count));
+        if let Some(seq) = known.filter(|_| ahead && past.is_none()) {
+            // A bucket's first push, or its count not known: boxed, as
+            // the update is the one most pushes take.
+            return Box::pin(self.push_windowed(p, seq, cx)).await;
         }
         // The general path's first write, when it can guess it: an update
         // of the key's open bucket as remembered (the whole push, most of
@@ -65,21 +70,40 @@ impl<T: Bucketed> Buckets<T> {
         // bucket (the whole push for a new key). Not that guess inside the
         // caller's transaction, which a failed insert would abort.
         let first = match known {
-            Some(seq) => self.append_to(p, seq, cx).await,
+            Some(seq) => self.append_to(p, seq, past.is_some(), cx).await,
             None if !cx.txn => Box::pin(self.open_first(p, cx)).await,
             None => Ok(false),
         };
-        match first {
-            Ok(true) => Ok(()),
-            Ok(false) => Box::pin(self.push_general(p, None, cx)).await,
-            Err(e) => match Box::pin(self.after_failed(p, e, cx)).await? {
+        match (first, past) {
+            (Ok(true), Some((seq, count))) => {
+                self.remember_fill(&p.slot, seq, count + 1);
+                Ok(())
+            }
+            (Ok(true), None) => Ok(()),
+            (Ok(false), Some((seq, _))) => Box::pin(self.push_windowed(p, seq, cx)).await,
+            (Ok(false), None) => Box::pin(self.push_general(p, None, cx)).await,
+            (Err(e), past) => match Box::pin(self.after_failed(p, e, cx)).await? {
                 Some(seq) => {
                     self.remember(&p.slot, seq);
                     Ok(())
                 }
-                None => Box::pin(self.push_general(p, None, cx)).await,
+                // Not stored: sent again, under the same write id.
+                None => match past {
+                    Some((seq, _)) => Box::pin(self.push_windowed(p, seq, cx)).await,
+                    None => Box::pin(self.push_general(p, None, cx)).await,
+                },
             },
         }
+    }
+
+    /// The one-command push from bucket `seq`, then the general path.
+    async fn push_windowed(&self, p: &Pushed, seq: i64, cx: &mut Call<'_>) -> Result<()> {
+        let (landed, looked) = self.push_hinted(p, seq, cx).await?;
+        if let Some(seq) = landed {
+            self.remember(&p.slot, seq);
+            return Ok(());
+        }
+        Box::pin(self.push_general(p, Some(looked), cx)).await
     }
 
     /// The key's first bucket, opened with the item: whether it was (not:
@@ -91,7 +115,7 @@ impl<T: Bucketed> Buckets<T> {
             .await
         {
             Ok(Some(seq)) => {
-                self.remember(&p.slot, seq);
+                self.remember_fill(&p.slot, seq, 1);
                 Ok(true)
             }
             Ok(None) => Ok(false),
@@ -102,8 +126,13 @@ impl<T: Bucketed> Buckets<T> {
 
     /// One update appending the pushed item to bucket `seq` of its key, if
     /// that bucket is open, sound and has room: whether it did.
-    async fn append_to(&self, p: &Pushed, seq: i64, cx: &mut Call<'_>) -> Result<bool> {
-        let update = self.append_action(p, seq, cx);
+    /// With `past`, only past the bucket's first item
+    /// ([`past_first_action`](Buckets::past_first_action)).
+    async fn append_to(&self, p: &Pushed, seq: i64, past: bool, cx: &mut Call<'_>) -> Result<bool> {
+        let update = match past {
+            true => self.past_first_action(p, seq, cx),
+            false => self.append_action(p, seq, cx),
+        };
         let r = crate::action::run!(update, cx.session.as_deref_mut())?;
         Ok(r.matched_count == 1)
     }
@@ -156,10 +185,13 @@ impl<T: Bucketed> Buckets<T> {
                 Err(head) => head,
             };
             let done = match self.step(p, &head) {
-                Step::Append => self.append_to(p, head.seq, cx).await.map(|ok| match ok {
-                    true => Round::Stored(head.seq),
-                    false => Round::Again(true),
-                }),
+                Step::Append => self
+                    .append_to(p, head.seq, false, cx)
+                    .await
+                    .map(|ok| match ok {
+                        true => Round::Stored(head.seq),
+                        false => Round::Again(true),
+                    }),
                 Step::InLast => self.insert_in_last(p, &head, cx).await,
                 Step::Late => self.push_late(p, cx).await,
                 Step::Open => self.open_or_ahead(p, &head, &mut ahead_tried, cx).await,
@@ -248,7 +280,7 @@ impl<T: Bucketed> Buckets<T> {
         if head.exists && !cx.txn {
             // A hint only: where the next push looks first, even if this
             // one is cut short (not from a transaction's snapshot).
-            self.remember(&p.slot, head.seq);
+            self.remember_fill(&p.slot, head.seq, head.count);
         }
         Ok(Err(head))
     }

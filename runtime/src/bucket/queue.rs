@@ -173,6 +173,13 @@ impl<T: Bucketed> Buckets<T> {
     /// go in one update, the item that finds the bucket full goes alone
     /// (through the one-push path, which opens the next bucket), and the
     /// rest go in one update to the new bucket; a late item goes alone too.
+    /// A batch larger than the room this handle knows the bucket has left
+    /// (its `size` less the count it last saw, a lower bound) would match
+    /// nothing: the read goes first instead, and the count it finds is
+    /// remembered, so that the item going alone into a full bucket goes
+    /// straight to the one-command push. Other instances' pushes fill the
+    /// bucket this handle remembers: with four instances on one key, each
+    /// one's batches met a full bucket at each rollover.
     async fn send_batch(&self, mut batch: Vec<Waiting>) {
         let mut cx = Call {
             opts: Effective::Defaults(&self.defaults),
@@ -190,19 +197,34 @@ impl<T: Bucketed> Buckets<T> {
         let mut reads = 0;
         while !queued.is_empty() {
             let n = room.take().unwrap_or(queued.len()).min(queued.len());
-            let seq = self.remembered(&queued[0].p.slot);
-            if let (Some(seq), true) = (seq, n > 1) {
+            let known = self.remembered_fill(&queued[0].p.slot);
+            if let (Some((seq, count)), true) = (known, n > 1) {
                 let part = queued.make_contiguous();
-                match self.append_batch(&part[..n], seq, &mut cx).await {
+                // A batch the bucket has no room for, as far as this
+                // handle knows (it held `count` at least), would match
+                // nothing: the read it would be followed by, at once.
+                let sent = match count + n as i64 > self.shape.size() && reads < 4 {
+                    true => self.read_room(&part[0].p, seq, &mut cx).await,
+                    false => self.append_batch(&part[..n], seq, &mut cx).await,
+                };
+                match sent {
                     Ok(None) => {
+                        let slot = &queued[0].p.slot;
+                        self.remember_fill(slot, seq, count + n as i64);
                         for w in queued.drain(..n) {
                             let _ = w.done.send(Ok(()));
                         }
                         continue;
                     }
                     Ok(Some(head)) if reads < 4 => {
-                        // What the bucket has room for.
+                        // What the bucket has room for; and its count, for
+                        // the push that goes alone next (one update while
+                        // there is room, else straight to the one-command
+                        // push).
                         reads += 1;
+                        if let Some(h) = head.as_ref().filter(|h| h.exists) {
+                            self.remember_fill(&queued[0].p.slot, h.seq, h.count);
+                        }
                         room = Some(self.room(queued.make_contiguous(), head));
                         continue;
                     }
@@ -239,6 +261,21 @@ impl<T: Bucketed> Buckets<T> {
             return 0;
         }
         self.shape.fits(&head, queued.iter().map(|w| w.p.len))
+    }
+
+    /// Bucket `seq` of `p`'s key as read now, as [`Buckets::append_batch`]
+    /// returns it when its update matched nothing. A read that fails
+    /// stored nothing: as a bucket with no room, so that the pushes go
+    /// one by one, each with its own outcome.
+    async fn read_room(
+        &self,
+        p: &Pushed,
+        seq: i64,
+        cx: &mut Call<'_>,
+    ) -> std::result::Result<Option<Option<Head>>, mongodb::error::Error> {
+        Ok(Some(
+            self.bucket(&p.key, seq, None, cx).await.unwrap_or(None),
+        ))
     }
 
     /// The batch appended in one update to bucket `seq` of its key, if that

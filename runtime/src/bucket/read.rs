@@ -50,11 +50,28 @@ impl<T: Bucketed> Buckets<T> {
 
     /// Where the key's open bucket was, as this handle last saw it.
     pub(super) fn remembered(&self, slot: &[u8]) -> Option<i64> {
+        self.heads.get(slot).map(|(seq, _)| seq)
+    }
+
+    /// [`remembered`](Self::remembered), with how many items the bucket
+    /// held at least when last seen (0: not known).
+    pub(super) fn remembered_fill(&self, slot: &[u8]) -> Option<(i64, i64)> {
         self.heads.get(slot)
     }
 
     pub(super) fn remember(&self, slot: &[u8], seq: i64) {
-        self.heads.insert(slot, seq);
+        self.remember_fill(slot, seq, 0);
+    }
+
+    /// Bucket `seq` is the key's open one and holds at least `count`
+    /// items. Only a hint for which command a push sends: the command's
+    /// filter still decides, so a count gone stale (other writers,
+    /// a removal) costs a round trip, never an item.
+    pub(super) fn remember_fill(&self, slot: &[u8], seq: i64, count: i64) {
+        self.heads.update(slot, |known| match known {
+            Some(&(s, c)) if s == seq => (seq, c.max(count)),
+            _ => (seq, count),
+        });
     }
 
     /// [`Buckets::page`], in `cx`.

@@ -222,6 +222,26 @@ impl Shape {
         }
     }
 
+    /// Bucket `seq` of `key` open for one more item (`len` bytes) that
+    /// is neither its first nor, in the key's first bucket, the one at
+    /// half: the pushes that open the next bucket ahead (see `ahead`),
+    /// which need the bucket's count back, are left to the
+    /// `findAndModify`.
+    pub(super) fn open_past_first(&self, key: &Bson, seq: i64, len: i64, op: ObjectId) -> Document {
+        let mut f = self.open(key, seq, 1, len, op, None);
+        let mut count = doc! {"$gte": 1, "$lte": self.size() - 1};
+        if seq == 0 {
+            count.insert("$ne", self.half() - 1);
+        }
+        f.insert("count", count);
+        f
+    }
+
+    /// Items in the key's first bucket when it opens the next ahead.
+    pub(super) fn half(&self) -> i64 {
+        (self.size() + 1) / 2
+    }
+
     /// Bucket `seq` of `key` for a batch of `n` items (`len` bytes) sorted
     /// from `v`, appended at its end: open, not opened ahead (the push
     /// landing first there checks its `start`, so a single push does),
