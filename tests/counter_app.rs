@@ -189,9 +189,13 @@ async fn first_increments_race_outside_transactions() {
         let key = format!("new-{round}");
         let tasks: Vec<_> = (0..16)
             .map(|_| {
-                // A handle each: a geometric handle's write size grows with
-                // what it read back, and 10 must stay at least that size.
-                let (s, g) = (Item::sampled_counter(&db), Item::geo_counter(&db));
+                // A handle of its own each (`Item::geo_counter(&db)` gives
+                // the process's shared one): a geometric handle's write size
+                // grows with what it read back, and 10 must stay at least
+                // that size.
+                let own = || Options::new();
+                let s = Item::sampled_counter(&db).with_options(own());
+                let g = Item::geo_counter(&db).with_options(own());
                 let key = key.clone();
                 tokio::spawn(async move {
                     s.incr_by(key.as_str(), 10).await.unwrap();

@@ -3,7 +3,7 @@ use mongo_patterns::prelude::*;
 
 // The largest page the macro accepts is the runtime's `MAX_PAGE_SIZE`.
 #[derive(Serialize, Deserialize, Model)]
-#[keyset(sort = ["day", "score"], order = "desc", page_size = 100000)]
+#[keyset(sort = ["day", "score"], order = "desc", page_size = 10000)]
 struct Score {
     day: i32,
     score: f64,
