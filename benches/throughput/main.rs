@@ -15,7 +15,7 @@
 //! | --- | --- | --- |
 //! | `--secs N` | 2 | seconds each cell (workload, design, tasks) runs for |
 //! | `--tasks a,b,..` | 1,16,64 | Tokio tasks issuing the operations |
-//! | `--instances CxT,..` | 4x16 | the bucket pushes to one key again from C clients of T tasks each, as C processes would run them (clients in one program stand in for processes: they share nothing in memory) |
+//! | `--instances CxT,..` | 4x16 | the bucket pushes to one key, and `update_score` on one board in each layout, again from C clients of T tasks each, as C processes would run them (clients in one program stand in for processes: they share nothing in memory) |
 //! | `--only LIST` | all | which workloads: `push1`, `push1000`, `rank`, `counter`, `keyset` |
 //! | `--students N` | 1000 | students on the board of the score changes |
 //! | `--visits N` | 10000 | visits the keyset pages walk through |
@@ -179,7 +179,7 @@ async fn run(
     if args.runs("rank") {
         out += &cell::table(
             &format!("Score changes on one board of {} students", args.students),
-            &rank::run(&ctx, &args.tasks, args.students).await?,
+            &rank::run(&ctx, &args.tasks, args.students, &args.instances).await?,
         );
     }
     if args.runs("counter") {
