@@ -130,6 +130,7 @@ mod actions;
 mod array;
 mod combined;
 mod documents;
+mod group;
 mod queue;
 mod read;
 mod rounding;
