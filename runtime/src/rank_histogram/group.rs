@@ -342,8 +342,7 @@ impl<T: RankHistogram> Ranks<T> {
                     self.queues.conflicted();
                     self.queues.lost();
                 }
-                let m = to_driver(e, &mut state.stashed);
-                m
+                to_driver(e, &mut state.stashed)
             })
     }
 
