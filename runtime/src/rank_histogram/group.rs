@@ -14,9 +14,11 @@
 //! 1. one `find` of the players by `_id` (on the primary, outside the
 //!    transaction: inserts need none);
 //! 2. one ordered `bulkWrite` (MongoDB 8.0+, the transaction's first
-//!    command): the histogram's statements for each call, in the order of
-//!    the calls, then each player's write, guarded by the board and score
-//!    the `find` read (`{_id, board, score}`);
+//!    command): the histogram's write of each score's net change (array
+//!    layout: one rewrite of the board; documents layout: one update per
+//!    score, the board's marker and the removal of emptied scores), then
+//!    each player's write, guarded by the board and score the `find` read
+//!    (`{_id, board, score}`);
 //! 3. `commitTransaction`.
 //!
 //! Three round trips for the group however many calls it holds, and the
@@ -65,10 +67,10 @@ use mongodb::ClientSession;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use super::documents::statements;
+use super::documents::group_statements;
 use super::queue::{key, Joined, Turn, Waiting};
 use super::send::{first_failed, learnt_no_bulk_write, refused_bulk_write};
-use super::write::{Delta, Statement};
+use super::write::Statement;
 use super::{array, Layout, RankHistogram, Ranks};
 use crate::action::Options;
 use crate::error::code::{DUPLICATE_KEY, WRITE_CONFLICT};
@@ -363,8 +365,7 @@ impl<T: RankHistogram> Ranks<T> {
         let mut players: Vec<WriteModel> = Vec::new();
         let mut sent: Vec<Sent> = Vec::new();
         let mut player_sent: Vec<Sent> = Vec::new();
-        // The array layout's net change of each score, in order of first
-        // mention.
+        // The net change of each score, in order of first mention.
         let mut nets: Vec<(Bson, i64)> = Vec::new();
         let source = self.source.namespace();
         for p in group {
@@ -407,23 +408,9 @@ impl<T: RankHistogram> Ranks<T> {
                     (Some(dec), inc, (model, Sent::Player))
                 }
             };
-            match self.spec.layout {
-                Layout::Array => {
-                    for (s, by) in [(dec, -1), (inc, 1)] {
-                        if let Some(s) = s {
-                            net(&mut nets, s, by);
-                        }
-                    }
-                }
-                Layout::Documents => {
-                    let delta = Delta {
-                        dec: dec.as_ref(),
-                        inc: inc.as_ref(),
-                    };
-                    for st in statements(board, delta, None) {
-                        hist.push(st);
-                        sent.push(Sent::Histogram { must_match: false });
-                    }
+            for (s, by) in [(dec, -1), (inc, 1)] {
+                if let Some(s) = s {
+                    net(&mut nets, s, by);
                 }
             }
             players.push(model.0);
@@ -435,9 +422,18 @@ impl<T: RankHistogram> Ranks<T> {
             return Ok(done);
         }
         nets.retain(|(_, by)| *by != 0);
-        if !nets.is_empty() {
-            hist.push(array::group_statement(board, &nets, self.spec.descending));
-            sent.push(Sent::Histogram { must_match: true });
+        match self.spec.layout {
+            Layout::Array if !nets.is_empty() => {
+                hist.push(array::group_statement(board, &nets, self.spec.descending));
+                sent.push(Sent::Histogram { must_match: true });
+            }
+            Layout::Array => {}
+            Layout::Documents => {
+                for st in group_statements(board, &nets) {
+                    hist.push(st);
+                    sent.push(Sent::Histogram { must_match: false });
+                }
+            }
         }
         let ns = self.hist.namespace();
         let mut models: Vec<WriteModel> = hist.into_iter().map(|st| st.model(&ns)).collect();
