@@ -71,6 +71,8 @@ const CONTENDED: Duration = Duration::from_secs(2);
 /// The least and the most a group's pace grows to (µs).
 const MIN_PACE_US: u64 = 1_000;
 const MAX_PACE_US: u64 = 1_000_000;
+/// The most a group's pace grows to, in average transaction times.
+const PACE_TRANSACTIONS: u64 = 24;
 
 /// The boards' queues, and the boards filters led to.
 #[derive(Debug)]
@@ -341,7 +343,10 @@ impl Queues {
     pub(super) fn lost(&self) {
         let took = self.took.load(Ordering::Relaxed).max(MIN_PACE_US);
         let pace = self.pace.load(Ordering::Relaxed);
-        let next = (pace * 2).max(took).min(MAX_PACE_US);
+        // At most the time of a few dozen transactions: short ones (the
+        // documents layout's) are not paused for as long as long ones.
+        let cap = (took * PACE_TRANSACTIONS).min(MAX_PACE_US);
+        let next = (pace * 2).max(took).min(cap);
         self.pace.store(next, Ordering::Relaxed);
     }
 
