@@ -186,7 +186,7 @@ async fn run(
     if args.runs("rank") {
         out += &cell::table(
             &format!("Score changes on one board of {} students", args.students),
-            &rank::run(&ctx, &args.tasks, args.students).await?,
+            &rank::run(&ctx, &args.tasks, args.students, &args.instances).await?,
         );
     }
     if args.runs("counter") {

@@ -51,41 +51,42 @@ fn score(x: u64) -> f64 {
 /// move the same student at once, in either design.
 type Scores = Arc<Vec<Mutex<f64>>>;
 
-/// The three designs at each number of tasks. Operation `i` moves student
-/// `hash(i) mod students` to a score drawn from `i`.
-pub(crate) async fn run(ctx: &Ctx, tasks: &[usize], students: u64) -> BoxResult<Vec<Row>> {
+const UPDATE_ARRAY: &str =
+    "`Ranks::update_score`, array layout (student + histogram, one transaction)";
+const UPDATE_DOCS: &str =
+    "`Ranks::update_score`, documents layout (student + histogram, one transaction)";
+
+/// The three designs at each number of tasks, then `update_score` in each
+/// layout from each of `instances` (clients standing in for processes, as
+/// clients × tasks each). Operation `i` moves student `hash(i) mod
+/// students` to a score drawn from `i`.
+pub(crate) async fn run(
+    ctx: &Ctx,
+    tasks: &[usize],
+    students: u64,
+    instances: &[(usize, usize)],
+) -> BoxResult<Vec<Row>> {
     let mut rows = Vec::new();
     let pick = move |i: u64| ((splitmix64(i ^ 0xbeef) % students) as usize, score(i ^ 7));
     for &n in tasks {
         let scores = load(ctx, students).await?;
         rows.push(
             ctx.cell(
-                "`Ranks::update_score`, array layout (student + histogram, one transaction)",
+                UPDATE_ARRAY,
                 false,
                 n,
-                update_score(Student::ranks(&ctx.db), scores, pick),
+                update_score(vec![Student::ranks(&ctx.db)], scores, pick),
             )
             .await?,
         );
 
-        let scores = load(ctx, students).await?;
-        let docs = StudentDoc::ranks(&ctx.db);
-        docs.ensure().await?;
-        let moved: Vec<StudentDoc> = (0..students)
-            .map(|id| StudentDoc {
-                id: id as i64,
-                exam_id: EXAM.to_owned(),
-                score: score(id),
-            })
-            .collect();
-        StudentDoc::collection(&ctx.db).insert_many(&moved).await?;
-        docs.rebuild(EXAM).await?;
+        let scores = load_docs(ctx, students).await?;
         rows.push(
             ctx.cell(
-                "`Ranks::update_score`, documents layout (student + histogram, one transaction)",
+                UPDATE_DOCS,
                 false,
                 n,
-                update_score(docs, scores, pick),
+                update_score(vec![StudentDoc::ranks(&ctx.db)], scores, pick),
             )
             .await?,
         );
@@ -134,13 +135,88 @@ pub(crate) async fn run(ctx: &Ctx, tasks: &[usize], students: u64) -> BoxResult<
             .await?,
         );
     }
+    for &(clients, n) in instances {
+        let dbs = ctx.instances(clients, n.max(10) as u32).await?;
+        let scores = load(ctx, students).await?;
+        let repos = dbs.iter().map(|(db, _)| Student::ranks(db)).collect();
+        let r = ctx
+            .cell_of(
+                UPDATE_ARRAY,
+                false,
+                clients,
+                n,
+                update_score(repos, scores, pick),
+            )
+            .await?;
+        check(&Student::ranks(&ctx.db)).await?;
+        rows.push(r);
+
+        let scores = load_docs(ctx, students).await?;
+        let repos = dbs.iter().map(|(db, _)| StudentDoc::ranks(db)).collect();
+        let r = ctx
+            .cell_of(
+                UPDATE_DOCS,
+                false,
+                clients,
+                n,
+                update_score(repos, scores, pick),
+            )
+            .await?;
+        check(&StudentDoc::ranks(&ctx.db)).await?;
+        rows.push(r);
+    }
     Ok(rows)
 }
 
+/// Fresh collections, the students also on the documents layout.
+async fn load_docs(ctx: &Ctx, students: u64) -> BoxResult<Scores> {
+    let scores = load(ctx, students).await?;
+    let docs = StudentDoc::ranks(&ctx.db);
+    docs.ensure().await?;
+    let moved: Vec<StudentDoc> = (0..students)
+        .map(|id| StudentDoc {
+            id: id as i64,
+            exam_id: EXAM.to_owned(),
+            score: score(id),
+        })
+        .collect();
+    StudentDoc::collection(&ctx.db).insert_many(&moved).await?;
+    docs.rebuild(EXAM).await?;
+    Ok(scores)
+}
+
+/// The board's histogram equals its students regrouped (what `rebuild`
+/// would write).
+async fn check<M>(ranks: &Ranks<M>) -> BoxResult<()>
+where
+    M: RankHistogram<Score = f64, Board = String> + Send + Sync + 'static,
+{
+    let before: Vec<(f64, u64)> = ranks
+        .histogram(EXAM)
+        .await?
+        .into_iter()
+        .map(|s| (s.score, s.count))
+        .collect();
+    ranks.rebuild(EXAM).await?;
+    let after: Vec<(f64, u64)> = ranks
+        .histogram(EXAM)
+        .await?
+        .into_iter()
+        .map(|s| (s.score, s.count))
+        .collect();
+    if before != after {
+        return Err(
+            format!("the histogram drifted from the students: {before:?} != {after:?}").into(),
+        );
+    }
+    Ok(())
+}
+
 /// Operation `i` of a layout's `update_score` cell: moves student
-/// `pick(i)` to its new score, the student locked meanwhile.
+/// `pick(i)` to its new score, the student locked meanwhile, through
+/// `ranks[task % ranks.len()]` (one repository per client).
 fn update_score<M>(
-    ranks: Ranks<M>,
+    ranks: Vec<Ranks<M>>,
     scores: Scores,
     pick: impl Fn(u64) -> (usize, f64) + Copy + Send + Sync + 'static,
 ) -> Op
@@ -148,12 +224,13 @@ where
     M: RankHistogram<Score = f64> + Send + Sync + 'static,
 {
     let ranks = Arc::new(ranks);
-    op(move |_, i| {
+    op(move |t, i| {
         let (ranks, scores) = (ranks.clone(), scores.clone());
         async move {
             let (s, new) = pick(i);
             let mut cur = scores[s].lock().await;
             let new = differ(new, *cur);
+            let ranks = &ranks[t % ranks.len()];
             if !ranks.update_score(doc! {"_id": s as i64}, new).await? {
                 return Err(format!("no student {s}").into());
             }

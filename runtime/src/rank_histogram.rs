@@ -59,9 +59,13 @@
 //!   seen while the board is busy) and runs at the rate of one task,
 //!   however many wait (64 tasks on one board: 3.8 round trips a call and
 //!   0.9 × the rate of one task, against 73 and 0.04 × before;
-//!   `benches/throughput-results.md`). Processes still conflict with each
-//!   other, one transaction each per board; a caller's transaction is not
-//!   queued.
+//!   `benches/throughput-results.md`). Processes share no queue: a call
+//!   that finds its board busy waits in the board's group, and the next
+//!   turn runs the whole group as one transaction whose first command
+//!   writes the histogram, so that other processes' transactions fail fast
+//!   and take turns (a jittered pause, longer while they conflict): see
+//!   *Several processes on one board* below. A caller's transaction is
+//!   neither queued nor grouped.
 //! - A call dropped mid-transaction (a timeout) must not leave the
 //!   transaction holding its locks: the session is killed on the server,
 //!   and a session of the call's own is fenced with the next transaction
@@ -131,6 +135,7 @@ mod adopt;
 mod array;
 mod combined;
 mod documents;
+mod group;
 mod queue;
 mod read;
 mod rounding;

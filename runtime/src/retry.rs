@@ -129,7 +129,7 @@ fn backoff_within(attempt: u32, cap: Duration) -> Duration {
 /// A random number in [0, 1): `RandomState` is keyed from the OS's random
 /// source once per thread and moves on at each instance, which is random
 /// enough to spread writers apart, without a dependency.
-fn unit() -> f64 {
+pub(crate) fn unit() -> f64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(crate::util::splitmix64(

@@ -162,6 +162,68 @@ pub(super) fn statement(board: &Bson, delta: Delta<'_>, descending: bool) -> Sta
     }
 }
 
+/// The array layout's write of a group's calls (see `group`) as one
+/// statement: each score's net change (`nets`, none 0), in one rewrite of
+/// the board, an upsert. One pass over the board whatever the number of
+/// calls (each entry's count plus its net change, found by a `$switch`),
+/// the scores new to the board added, the emptied ones dropped, then
+/// `$sortArray` (MongoDB 5.2+; a group only runs where `bulkWrite`, 8.0,
+/// does): no `$let` per score, which costs a copy of the array per use on
+/// some servers. Refused (nothing written) when a score to lower is
+/// missing or would fall below 0, when the board would pass
+/// [`ARRAY_LIMIT`], or when the board is damaged: the group's calls then
+/// run alone, and say which.
+pub(super) fn group_statement(board: &Bson, nets: &[(Bson, i64)], descending: bool) -> Statement {
+    let held = bson::bson!({"$map": {"input": "$scores", "as": "e", "in": "$$e.score"}});
+    let branches: Vec<Bson> = nets
+        .iter()
+        .map(|(s, by)| bson::bson!({"case": {"$eq": ["$$e.score", s]}, "then": by}))
+        .collect();
+    let plus = bson::bson!({"$switch": {"branches": branches, "default": 0_i64}});
+    let mut parts = vec![bson::bson!({"$map": {"input": "$scores", "as": "e", "in": {
+        "$mergeObjects": ["$$e", {"count": {"$add": ["$$e.count", plus]}}],
+    }}})];
+    let mut present = Vec::new();
+    for (s, by) in nets {
+        if *by > 0 {
+            parts.push(bson::bson!({"$cond": [
+                {"$in": [s, held.clone()]},
+                [],
+                [{"score": s, "count": by}],
+            ]}));
+        } else {
+            present.push(bson::bson!({"$in": [s, held.clone()]}));
+        }
+    }
+    let limit = i64::try_from(ARRAY_LIMIT).unwrap_or(i64::MAX);
+    let dir = if descending { -1_i32 } else { 1 };
+    let update = vec![
+        // Nothing is written on a damaged board.
+        doc! {"$set": {"scores": {"$cond": [valid_board(descending), {"$ifNull": ["$scores", []]}, refuse()]}}},
+        doc! {"$set": {"scores": {"$cond": [
+            {"$and": present},
+            {"$concatArrays": parts},
+            refuse(),
+        ]}}},
+        doc! {"$set": {"scores": {"$cond": [
+            {"$and": [
+                {"$allElementsTrue": [{"$map": {"input": "$scores", "as": "e", "in": {"$gte": ["$$e.count", 0]}}}]},
+                {"$lte": [{"$size": "$scores"}, limit]},
+            ]},
+            {"$sortArray": {
+                "input": {"$filter": {"input": "$scores", "as": "e", "cond": {"$gt": ["$$e.count", 0]}}},
+                "sortBy": {"score": dir},
+            }},
+            refuse(),
+        ]}}},
+    ];
+    Statement::Update {
+        filter: doc! {"_id": board},
+        update: UpdateModifications::Pipeline(update),
+        upsert: true,
+    }
+}
+
 /// What the board's update matches: the board, holding a count above 0 at
 /// `dec`, and `inc` or room for one more score.
 fn filter_of(board: &Bson, delta: Delta<'_>) -> Document {

@@ -388,6 +388,58 @@ pub(super) fn statements(board: &Bson, delta: Delta<'_>, known: Option<i64>) -> 
     ops
 }
 
+/// The documents layout's write of a group's calls (see `group`): each
+/// score's net change (`nets`, none 0) as one update of its document,
+/// `-n` refused (writing nothing) when fewer than `n` players hold the
+/// score or its count is damaged, `+n` creating the score if missing;
+/// then, when some count fell, the board's marker and the removal of the
+/// scores that reached 0. In one transaction, so a refusal aborts it all:
+/// the group's calls then run alone, and say which.
+pub(super) fn group_statements(board: &Bson, nets: &[(Bson, i64)]) -> Vec<Statement> {
+    let u = updates();
+    let id = |s: &Bson| doc! {"_id": {"b": board.clone(), "s": s.clone()}};
+    let valid = doc! {"$and": [
+        {"$in": [{"$type": "$count"}, ["int", "long"]]},
+        {"$gte": ["$count", 0]},
+    ]};
+    let mut ops = Vec::with_capacity(nets.len() * 2 + 1);
+    let mut fell = Vec::new();
+    for (s, by) in nets {
+        let to = if *by < 0 {
+            fell.push(s);
+            bson::bson!({"$cond": [
+                {"$and": [&valid, {"$gte": ["$count", -by]}]},
+                {"$add": ["$count", by]},
+                refuse(),
+            ]})
+        } else {
+            bson::bson!({"$cond": [
+                {"$eq": [{"$type": "$count"}, "missing"]},
+                by,
+                {"$cond": [&valid, {"$add": ["$count", by]}, refuse()]},
+            ]})
+        };
+        ops.push(Statement::Update {
+            filter: id(s),
+            update: UpdateModifications::Pipeline(vec![doc! {"$set": {"count": to}}]),
+            upsert: true,
+        });
+    }
+    if !fell.is_empty() {
+        ops.push(Statement::Update {
+            filter: id(&Bson::MinKey),
+            update: UpdateModifications::Document(u.marker.clone()),
+            upsert: true,
+        });
+    }
+    for s in fell {
+        let mut filter = id(s);
+        filter.insert("count", 0_i32);
+        ops.push(Statement::Delete { filter });
+    }
+    ops
+}
+
 /// The documents layout's updates, the same for every write: built once.
 struct Updates {
     /// The `+1`'s target checked and left as it is.

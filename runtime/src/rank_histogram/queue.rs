@@ -32,8 +32,24 @@
 //! player and histogram consistent.
 //!
 //! Not queued: a caller's transaction (it started before the call, and
-//! commits after it), and processes other than this one, which still
-//! conflict with each other, at most one transaction each per board.
+//! commits after it).
+//!
+//! Processes other than this one share no queue. What coordinates them is
+//! the board's histogram document itself, on the server: when a call finds
+//! its board's turn taken (or the board conflicted lately), it waits in the
+//! board's group instead, and the next turn runs every call waiting there
+//! as one transaction whose first command writes the histogram (`group`).
+//! Another process's transaction that meets it fails at that first
+//! command (`WriteConflict`, nothing written) rather than after it read,
+//! and is rerun after a pause that doubles while its groups keep
+//! conflicting and halves each time one commits ([`Queues::pause`]); its
+//! calls join its group meanwhile, so each commit carries more of them.
+//! Nothing is held but a transaction's write: a process that dies holding
+//! one loses it with its session, or at the server's transaction lifetime.
+//! It costs no command of its own: a call whose board is free and quiet
+//! runs alone, 3 round trips as before, and a group costs 3 (`find`,
+//! `bulkWrite`, `commitTransaction`) however many calls it holds, plus 2
+//! (`bulkWrite`, `abortTransaction`) for each attempt that conflicted.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -44,6 +60,7 @@ use std::time::{Duration, Instant};
 use mongodb::bson::{Bson, Document};
 use tokio::sync::OwnedMutexGuard;
 
+use super::group::Pending;
 use crate::util::Bounded;
 
 /// Filters whose board is remembered.
@@ -51,11 +68,16 @@ const HINTS: usize = 4_096;
 /// How long after a conflict a call whose board is not known reads it
 /// first.
 const CONTENDED: Duration = Duration::from_secs(2);
+/// The least and the most a group's pace grows to (µs).
+const MIN_PACE_US: u64 = 1_000;
+const MAX_PACE_US: u64 = 1_000_000;
+/// The most a group's pace grows to, in average transaction times.
+const PACE_TRANSACTIONS: u64 = 24;
 
 /// The boards' queues, and the boards filters led to.
 #[derive(Debug)]
 pub(super) struct Queues {
-    boards: Mutex<HashMap<Vec<u8>, Arc<tokio::sync::Mutex<()>>>>,
+    boards: Mutex<HashMap<Vec<u8>, Arc<Board>>>,
     hints: Bounded<u64, Bson>,
     /// When a transaction of this handle last conflicted (ms after
     /// `epoch`, 0: never).
@@ -63,6 +85,22 @@ pub(super) struct Queues {
     epoch: Instant,
     /// Transactions of the calls' own under way.
     running: AtomicUsize,
+    /// The number of the next call that waits in a group (see `group`).
+    next: AtomicU64,
+    /// How long a group waits, at most, before its transaction's attempts
+    /// (µs): doubled when one conflicts (another process held the board),
+    /// halved when one commits. See [`Queues::pause`].
+    pace: AtomicU64,
+    /// How long a group's transaction takes, on average (µs).
+    took: AtomicU64,
+}
+
+/// One board's queue: the turn, and the calls waiting to be run together
+/// by whoever takes it next (see `group`).
+#[derive(Debug, Default)]
+pub(super) struct Board {
+    turn: Arc<tokio::sync::Mutex<()>>,
+    pending: Mutex<Vec<Pending>>,
 }
 
 /// Counts a transaction of a call's own as under way while it lives.
@@ -78,6 +116,7 @@ impl Drop for Running<'_> {
 pub(super) struct Turn {
     key: Vec<u8>,
     guard: Option<OwnedMutexGuard<()>>,
+    board: Option<Arc<Board>>,
     queues: Arc<Queues>,
 }
 
@@ -91,18 +130,81 @@ impl Turn {
 impl Drop for Turn {
     fn drop(&mut self) {
         drop(self.guard.take());
-        let mut boards = self
-            .queues
-            .boards
+        if let Some(b) = self.board.take() {
+            self.queues.release(&self.key, b);
+        }
+    }
+}
+
+/// What [`Queues::join`] gave a call.
+pub(super) enum Joined {
+    Free(Turn),
+    Lead(Turn, Waiting),
+    Wait(Waiting),
+}
+
+/// A call waiting in a board's group (see `group`): its entry leaves the
+/// group when it is dropped, unless a turn took it already.
+pub(super) struct Waiting {
+    key: Vec<u8>,
+    board: Option<Arc<Board>>,
+    id: u64,
+    queues: Arc<Queues>,
+}
+
+impl Waiting {
+    fn board(&self) -> &Arc<Board> {
+        self.board.as_ref().expect("only Drop takes the board")
+    }
+
+    /// Waits for the board's turn.
+    pub(super) async fn turn(&self) -> Turn {
+        let guard = self.board().turn.clone().lock_owned().await;
+        Turn {
+            key: self.key.clone(),
+            guard: Some(guard),
+            board: Some(self.board().clone()),
+            queues: self.queues.clone(),
+        }
+    }
+
+    /// Takes out of the group, once this call has the turn, this call and
+    /// the others waiting with the same options, each of a player of its
+    /// own, at most `most`: `None` when another turn took this call already.
+    pub(super) fn take(&self, most: usize) -> Option<Vec<Pending>> {
+        let mut pending = self
+            .board()
+            .pending
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        // Nobody else holds or waits for it: forget it.
-        if boards
-            .get(&self.key)
-            .is_some_and(|q| Arc::strong_count(q) == 1)
-        {
-            boards.remove(&self.key);
+        let mine = pending.iter().position(|p| p.id == self.id)?;
+        let first = pending.remove(mine);
+        let mut players: Vec<Option<Vec<u8>>> = vec![first.player()];
+        let mut taken = vec![first];
+        let mut i = 0;
+        while i < pending.len() && taken.len() < most {
+            let p = &pending[i];
+            let player = p.player();
+            let other = player.is_none() || !players.contains(&player);
+            if p.opts == taken[0].opts && other {
+                players.push(player);
+                taken.push(pending.remove(i));
+            } else {
+                i += 1;
+            }
         }
+        Some(taken)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let Some(b) = self.board.take() else { return };
+        b.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|p| p.id != self.id);
+        self.queues.release(&self.key, b);
     }
 }
 
@@ -114,6 +216,9 @@ impl Default for Queues {
             conflicted: AtomicU64::new(0),
             epoch: Instant::now(),
             running: AtomicUsize::new(0),
+            next: AtomicU64::new(0),
+            pace: AtomicU64::new(0),
+            took: AtomicU64::new(0),
         }
     }
 }
@@ -123,25 +228,82 @@ impl Queues {
     /// queue.
     pub(super) async fn enter(self: &Arc<Self>, board: &Bson) -> Turn {
         let key = key(board);
-        let queue = self
-            .boards
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(key.clone())
-            .or_default()
-            .clone();
-        let guard = match queue.clone().try_lock_owned() {
+        let b = self.board(&key);
+        let guard = match b.turn.clone().try_lock_owned() {
             Ok(guard) => guard,
             Err(_) => {
                 // It would have conflicted: the board is contended.
                 self.conflicted();
-                queue.lock_owned().await
+                b.turn.clone().lock_owned().await
             }
         };
         Turn {
             key,
             guard: Some(guard),
+            board: Some(b),
             queues: self.clone(),
+        }
+    }
+
+    /// `board`'s turn at once when nobody holds it and no transaction of
+    /// this handle conflicted or waited lately (`Free`: the call runs
+    /// alone); otherwise the call `entry` makes (given its number) goes
+    /// into the board's group, with the turn when it was free (`Lead`: the
+    /// group runs now) or to wait for it (`Wait`): see `group`.
+    pub(super) fn join(
+        self: &Arc<Self>,
+        board: &Bson,
+        entry: impl FnOnce(u64) -> Pending,
+    ) -> Joined {
+        let key = key(board);
+        let b = self.board(&key);
+        let turn = match b.turn.clone().try_lock_owned() {
+            Ok(guard) => Some(Turn {
+                key: key.clone(),
+                guard: Some(guard),
+                board: Some(b.clone()),
+                queues: self.clone(),
+            }),
+            Err(_) => None,
+        };
+        match turn {
+            Some(t) if !self.contended() => return Joined::Free(t),
+            Some(_) => {}
+            None => self.conflicted(),
+        }
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        b.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(entry(id));
+        let waiting = Waiting {
+            key,
+            board: Some(b),
+            id,
+            queues: self.clone(),
+        };
+        match turn {
+            Some(t) => Joined::Lead(t, waiting),
+            None => Joined::Wait(waiting),
+        }
+    }
+
+    fn board(&self, key: &[u8]) -> Arc<Board> {
+        self.boards
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(key.to_vec())
+            .or_default()
+            .clone()
+    }
+
+    /// `board` is no longer held by its turn or waiter: forgotten when
+    /// nobody else holds or waits for it.
+    fn release(&self, key: &[u8], board: Arc<Board>) {
+        let mut boards = self.boards.lock().unwrap_or_else(PoisonError::into_inner);
+        drop(board);
+        if boards.get(key).is_some_and(|q| Arc::strong_count(q) == 1) {
+            boards.remove(key);
         }
     }
 
@@ -167,6 +329,38 @@ impl Queues {
         at != 0 && now.saturating_sub(at) < CONTENDED.as_millis() as u64
     }
 
+    /// The pause before a group's attempt: a random part of the current
+    /// pace, none while no attempt conflicted lately. Processes share no
+    /// memory: those that meet on a board's histogram take turns by
+    /// waiting longer, at random, each time they conflict (their groups
+    /// grow meanwhile), and less each time they commit.
+    pub(super) fn pause(&self) -> Option<Duration> {
+        let pace = self.pace.load(Ordering::Relaxed);
+        (pace > 0).then(|| Duration::from_micros((pace as f64 * crate::retry::unit()) as u64))
+    }
+
+    /// A group's attempt conflicted with another process's transaction.
+    pub(super) fn lost(&self) {
+        let took = self.took.load(Ordering::Relaxed).max(MIN_PACE_US);
+        let pace = self.pace.load(Ordering::Relaxed);
+        // At most the time of a few dozen transactions: short ones (the
+        // documents layout's) are not paused for as long as long ones.
+        let cap = (took * PACE_TRANSACTIONS).min(MAX_PACE_US);
+        let next = (pace * 2).max(took).min(cap);
+        self.pace.store(next, Ordering::Relaxed);
+    }
+
+    /// A group's transaction committed, having taken `took`.
+    pub(super) fn won(&self, took: Duration) {
+        let us = took.as_micros().min(u128::from(MAX_PACE_US)) as u64;
+        let avg = self.took.load(Ordering::Relaxed);
+        let avg = if avg == 0 { us } else { (avg * 7 + us) / 8 };
+        self.took.store(avg, Ordering::Relaxed);
+        let pace = self.pace.load(Ordering::Relaxed) / 2;
+        let pace = if pace < avg / 4 { 0 } else { pace };
+        self.pace.store(pace, Ordering::Relaxed);
+    }
+
     /// The board `filter` led to last time, if remembered.
     pub(super) fn hint(&self, filter: &Document) -> Option<Bson> {
         self.hints.get(&fingerprint(filter))
@@ -181,7 +375,7 @@ impl Queues {
 /// A board's queue key: its BSON bytes, so that `1` and `1.0` (one value
 /// to the server, and one histogram) share a queue only when they are
 /// stored alike; two queues for one board cost only conflicts.
-fn key(board: &Bson) -> Vec<u8> {
+pub(super) fn key(board: &Bson) -> Vec<u8> {
     crate::compat::raw_document(&mongodb::bson::doc! {"b": board})
         .map(|d| d.as_bytes().to_vec())
         .unwrap_or_default()

@@ -9,12 +9,13 @@ use std::time::Duration;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::{ClientSession, Collection};
 
+use super::group::{conflict, only_id, Grouped, Op};
 use super::queue::Turn;
 use super::score::AnyScore;
 use super::write::{Delta, Txn};
 use super::{RankHistogram, Ranks};
 use crate::action::{Call, Options};
-use crate::error::{server_codes, Error, Result};
+use crate::error::{Error, Result};
 use crate::retry::Retry;
 use crate::transaction::{options, to_driver, Stashed};
 
@@ -126,39 +127,97 @@ impl<T: RankHistogram> Ranks<T> {
         txn: &mut OpenTransaction<'_>,
         combine: bool,
     ) -> Result<bool> {
-        let Some(session) = txn.session() else {
-            // Only `Drop` takes the session out.
-            return Err(Error::invalid("session", "no session"));
-        };
         let inside = o.clone().in_transaction();
         let (_running, contended) = self.queues.start();
-        let board = self.known_board(op, o, contended).await?;
-        let mut attempts = Attempts {
-            stashed: None,
-            count: 0,
-            combine,
-            board,
-            turn: None,
+        let mut board = self.known_board(op, o, contended).await?;
+        // Boxed: it lives across the awaits below, and every call's future
+        // would carry it inline.
+        let group = match txn.session {
+            Held::Owned(_) => self.group_op(op, o).map(Box::new),
+            Held::Borrowed(_) => None,
         };
-        let result = session
-            .start_transaction()
-            .with_options(options(o))
-            // `and_run` rather than `and_run2`: the latter's async closure
-            // trips rust-lang/rust#96865 here ("implementation of `Send` is
-            // not general enough" for `&Ranks<T>`, `&Options`, … when the
-            // action boxes this future as `Send`), even with owned captures.
-            // Same retries, backoff and 120 s bound.
-            .and_run(
-                (self, op, &inside, &mut attempts),
-                |s, (this, op, inside, attempts)| Box::pin(this.attempt(op, inside, s, attempts)),
-            )
-            .await;
-        if matches!(txn.session, Held::Borrowed(_)) {
-            // `and_run` has committed or aborted: the caller's session is
-            // only killed when this call is dropped mid-transaction.
-            txn.armed = false;
+        // A call that ran alone and conflicted with another process joins
+        // its board's group once, instead of rerunning alone.
+        let mut may_regroup = group.is_some();
+        loop {
+            let mut turn = None;
+            if let (Some(b), Some(g)) = (&board, &group) {
+                // Nothing is open in the session while the call waits in
+                // its group: there is nothing to kill if it is dropped.
+                txn.armed = false;
+                // Boxed: inline, it would make every call's future larger.
+                match Box::pin(self.grouped(b, Op::clone(g), o)).await {
+                    Grouped::Done(r) => return r,
+                    Grouped::Turn(t) => turn = Some(t),
+                    Grouped::Alone => may_regroup = false,
+                }
+                txn.armed = true;
+            }
+            let Some(session) = txn.session() else {
+                // Only `Drop` takes the session out.
+                return Err(Error::invalid("session", "no session"));
+            };
+            // Boxed: inline, it would make every call's future too large
+            // for a small allocation.
+            let mut attempts = Box::new(Attempts {
+                stashed: None,
+                count: 0,
+                combine,
+                board,
+                turn,
+                may_regroup,
+                regroup: false,
+            });
+            let result = session
+                .start_transaction()
+                .with_options(options(o))
+                // `and_run` rather than `and_run2`: the latter's async closure
+                // trips rust-lang/rust#96865 here ("implementation of `Send` is
+                // not general enough" for `&Ranks<T>`, `&Options`, … when the
+                // action boxes this future as `Send`), even with owned captures.
+                // Same retries, backoff and 120 s bound.
+                .and_run(
+                    (self, op, &inside, &mut *attempts),
+                    |s, (this, op, inside, attempts)| {
+                        Box::pin(this.attempt(op, inside, s, attempts))
+                    },
+                )
+                .await;
+            if matches!(txn.session, Held::Borrowed(_)) {
+                // `and_run` has committed or aborted: the caller's session is
+                // only killed when this call is dropped mid-transaction.
+                txn.armed = false;
+            }
+            if attempts.regroup && result.is_err() && attempts.board.is_some() {
+                // Aborted by `and_run`: nothing of it is stored.
+                txn.armed = false;
+                may_regroup = false;
+                board = attempts.board.take();
+                continue;
+            }
+            return own_outcome(result, txn, *attempts, op.name());
         }
-        own_outcome(result, txn, attempts, op.name())
+    }
+
+    /// `op` as a group sends it (see `group`), if it can be grouped.
+    fn group_op(&self, op: &SourceOp<'_, T>, o: &Options) -> Option<Op> {
+        if !self.groups(o) {
+            return None;
+        }
+        Some(match op {
+            SourceOp::Insert(doc) => Op::Insert {
+                player: crate::compat::to_document(*doc).ok()?,
+                score: self.score_bson(doc.score()).ok()?,
+            },
+            SourceOp::Update(filter, new) => Op::Update {
+                id: only_id(filter)?.clone(),
+                stored: new.stored().ok()?,
+                number: self.number_bson(new.number()).ok()?,
+            },
+            SourceOp::Delete(filter) => Op::Delete {
+                id: only_id(filter)?.clone(),
+            },
+        })
     }
 
     /// The board whose queue (see `queue`) is known before the first
@@ -219,9 +278,16 @@ impl<T: RankHistogram> Ranks<T> {
             _ => self.queued_op(op, inside, s, &mut attempts.board).await,
         };
         done.map_err(|e| {
+            let conflicted = conflict(&e);
             let m = to_driver(e, &mut attempts.stashed);
-            if server_codes(&m).contains(&crate::error::code::WRITE_CONFLICT) {
+            if conflicted {
                 self.queues.conflicted();
+                if attempts.may_regroup && attempts.board.is_some() {
+                    // Rerun in the board's group (see `own_transaction`).
+                    attempts.regroup = true;
+                    let e = Error::invalid("group", "rerun in the board's group");
+                    return to_driver(e, &mut attempts.stashed);
+                }
             }
             m
         })
@@ -480,6 +546,10 @@ struct Attempts {
     combine: bool,
     board: Option<Bson>,
     turn: Option<Turn>,
+    /// Whether a conflict sends the call to its board's group, and
+    /// whether one did.
+    may_regroup: bool,
+    regroup: bool,
 }
 
 /// The call's result from `and_run`'s: the callback's own error when it
