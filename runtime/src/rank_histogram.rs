@@ -53,19 +53,16 @@
 //!   recomputes a board.
 //! - Many writers on one board: every transaction writes the board's
 //!   histogram, and two open transactions that write one document
-//!   conflict, one rerun for nothing. The calls of one handle (and its
-//!   clones) queue per board before their transaction starts, so a hot
-//!   board costs 3 round trips a call (4 for a filter the handle has not
-//!   seen while the board is busy) and runs at the rate of one task,
-//!   however many wait (64 tasks on one board: 3.8 round trips a call and
-//!   0.9 × the rate of one task, against 73 and 0.04 × before;
-//!   `benches/throughput-results.md`). Processes share no queue: a call
-//!   that finds its board busy waits in the board's group, and the next
-//!   turn runs the whole group as one transaction whose first command
-//!   writes the histogram, so that other processes' transactions fail fast
-//!   and take turns (a jittered pause, longer while they conflict): see
-//!   *Several processes on one board* below. A caller's transaction is
-//!   neither queued nor grouped.
+//!   conflict, one rerun for nothing. A quiet board costs 3 round trips a
+//!   call. A call that finds its board busy waits in the board's group,
+//!   and the next turn runs the whole group as one transaction whose first
+//!   command writes the histogram: within a process the calls of one
+//!   handle (and its clones) share the group, and other processes'
+//!   transactions fail fast on that write and take turns (a jittered
+//!   pause, longer while they conflict). Round trips a call and calls a
+//!   second at 16 and 64 tasks, and from 4 × 16 and 16 × 4 processes, are
+//!   in `benches/throughput-results.md`; see *Several processes on one
+//!   board* below. A caller's transaction is neither queued nor grouped.
 //! - A call dropped mid-transaction (a timeout) must not leave the
 //!   transaction holding its locks: the session is killed on the server,
 //!   and a session of the call's own is fenced with the next transaction

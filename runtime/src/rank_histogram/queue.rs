@@ -12,9 +12,10 @@
 //!
 //! So the tasks of one handle queue for a board before their transaction
 //! starts (a fair, in-process queue: nothing is sent to wait), and the
-//! server sees one transaction per board at a time from this process: 3
-//! round trips a call however many tasks wait, and the board's rate that
-//! of one task. The queue is entered before the transaction's first
+//! server sees one transaction per board at a time from this process;
+//! calls that find the board's turn taken wait in its group, which the
+//! next turn runs as one transaction (see below). The queue is entered
+//! before the transaction's first
 //! command, as the transaction's snapshot is taken there: a transaction
 //! that waited after its first command would still conflict with the ones
 //! committed meanwhile.
