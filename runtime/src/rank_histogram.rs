@@ -133,6 +133,7 @@ mod array;
 mod combined;
 mod documents;
 mod group;
+mod pending;
 mod queue;
 mod read;
 mod rounding;

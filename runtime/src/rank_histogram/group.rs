@@ -68,7 +68,8 @@ use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use super::documents::group_statements;
-use super::queue::{key, Joined, Turn, Waiting};
+use super::pending::{key, player_key, Op, Pending, Reply};
+use super::queue::{Joined, Turn, Waiting};
 use super::send::{first_failed, learnt_no_bulk_write, refused_bulk_write};
 use super::write::Statement;
 use super::{array, Layout, RankHistogram, Ranks};
@@ -83,51 +84,6 @@ const MOST: usize = 256;
 /// run alone.
 const STALE: usize = 4;
 
-/// A call's write, as a group sends it.
-#[derive(Debug, Clone)]
-pub(super) enum Op {
-    Insert {
-        player: Document,
-        score: Bson,
-    },
-    Update {
-        id: Bson,
-        stored: Bson,
-        number: Bson,
-    },
-    Delete {
-        id: Bson,
-    },
-}
-
-/// A call waiting in a board's group.
-#[derive(Debug)]
-pub(super) struct Pending {
-    pub(super) id: u64,
-    pub(super) op: Op,
-    pub(super) opts: Options,
-    reply: oneshot::Sender<Reply>,
-}
-
-impl Pending {
-    /// The player it writes, when known (an insert may have no `_id` yet).
-    pub(super) fn player(&self) -> Option<Vec<u8>> {
-        match &self.op {
-            Op::Insert { player, .. } => player.get("_id").and_then(player_key),
-            Op::Update { id, .. } | Op::Delete { id } => player_key(id),
-        }
-    }
-}
-
-/// What a group did with a call.
-#[derive(Debug)]
-pub(super) enum Reply {
-    /// Run, committed or failed with the group's transaction.
-    Done(Result<bool>),
-    /// Not run: run it alone.
-    Alone,
-}
-
 /// A grouped call's outcome, for `txn`.
 pub(super) enum Grouped {
     Done(Result<bool>),
@@ -135,17 +91,6 @@ pub(super) enum Grouped {
     Turn(Turn),
     /// Run alone, waiting for the turn.
     Alone,
-}
-
-/// An `_id` a group can look up and compare, as bytes: integers as
-/// `i64`, so that `1` and `1i64` (one document to the server) are one
-/// player.
-fn player_key(id: &Bson) -> Option<Vec<u8>> {
-    match id {
-        Bson::Int32(v) => Some(key(&Bson::Int64(i64::from(*v)))),
-        Bson::Int64(_) | Bson::String(_) | Bson::ObjectId(_) | Bson::Binary(_) => Some(key(id)),
-        _ => None,
-    }
 }
 
 /// The `_id` of a filter that is `{_id: value}` alone, with a value a group

@@ -61,7 +61,7 @@ use std::time::{Duration, Instant};
 use mongodb::bson::{Bson, Document};
 use tokio::sync::OwnedMutexGuard;
 
-use super::group::Pending;
+use super::pending::{key, Pending};
 use crate::util::Bounded;
 
 /// Filters whose board is remembered.
@@ -371,15 +371,6 @@ impl Queues {
     pub(super) fn learn(&self, filter: &Document, board: &Bson) {
         self.hints.insert(&fingerprint(filter), board.clone());
     }
-}
-
-/// A board's queue key: its BSON bytes, so that `1` and `1.0` (one value
-/// to the server, and one histogram) share a queue only when they are
-/// stored alike; two queues for one board cost only conflicts.
-pub(super) fn key(board: &Bson) -> Vec<u8> {
-    crate::compat::raw_document(&mongodb::bson::doc! {"b": board})
-        .map(|d| d.as_bytes().to_vec())
-        .unwrap_or_default()
 }
 
 fn fingerprint(filter: &Document) -> u64 {

@@ -9,7 +9,8 @@ use std::time::Duration;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::{ClientSession, Collection};
 
-use super::group::{conflict, only_id, Grouped, Op};
+use super::group::{conflict, only_id, Grouped};
+use super::pending::Op;
 use super::queue::Turn;
 use super::score::AnyScore;
 use super::write::{Delta, Txn};
