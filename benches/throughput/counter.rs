@@ -35,7 +35,9 @@ pub(crate) struct BufferedProduct {
 
 /// The designs at each number of tasks, then from each of `instances`
 /// (clients standing in for processes, clients × tasks each, each client
-/// with counter handles of its own, as each process of a service has).
+/// with counter handles of its own, as each process of a service has:
+/// `with_options`, since the natural call gives one counter per database
+/// name within a process).
 pub(crate) async fn run(
     ctx: &Ctx,
     tasks: &[usize],
@@ -51,7 +53,7 @@ pub(crate) async fn run(
         fresh(ctx).await?;
         let sampled: Arc<Vec<_>> = Arc::new(
             dbs.iter()
-                .map(|(db, _)| Product::views_counter(db))
+                .map(|(db, _)| Product::views_counter(db).with_options(Options::new()))
                 .collect(),
         );
         rows.push(
@@ -74,7 +76,7 @@ pub(crate) async fn run(
         fresh(ctx).await?;
         let buffered: Arc<Vec<_>> = Arc::new(
             dbs.iter()
-                .map(|(db, _)| BufferedProduct::views_counter(db))
+                .map(|(db, _)| BufferedProduct::views_counter(db).with_options(Options::new()))
                 .collect(),
         );
         let counting = buffered.clone();
