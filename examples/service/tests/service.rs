@@ -107,7 +107,7 @@ fn finds_on(commands: &Commands, collection: &str) -> usize {
     commands
         .take()
         .iter()
-        .filter(|(name, c)| name == "find" && c.get_str("find") == Ok(collection))
+        .filter(|(name, c)| name == "find" && c.get_str("find").ok() == Some(collection))
         .count()
 }
 

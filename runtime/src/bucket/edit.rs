@@ -175,12 +175,8 @@ impl<T: Bucketed> Buckets<T> {
             }
             let mut cut = 0;
             for k in keys {
-                let k: Bson = match k.get("_id") {
-                    Ok(Some(v)) => v.to_raw_bson().try_into().map_err(|_| {
-                        Error::invalid("key", "a stored key that does not read back")
-                    })?,
-                    _ => continue,
-                };
+                // The group's `_id` is the key, as stored.
+                let k = id_of(&k);
                 let removal = Delete::before(k, order, cutoff.clone(), key)?;
                 cut += Box::pin(self.moved(removal, cx)).await?;
             }
