@@ -301,10 +301,12 @@ impl<T: RankHistogram> Ranks<T> {
         s: &mut ClientSession,
         state: &mut State,
     ) -> Result<Vec<Option<bool>>> {
-        if state.read.is_none() {
-            state.read = Some(self.read_players(group, o).await?);
-        }
-        let read = state.read.as_ref().expect("read above");
+        // The players are read once per group, whatever the reruns.
+        let read = match state.read.take() {
+            Some(read) => read,
+            None => self.read_players(group, o).await?,
+        };
+        let read = &*state.read.insert(read);
         let mut done = Vec::with_capacity(group.len());
         let mut hist: Vec<Statement> = Vec::new();
         let mut players: Vec<WriteModel> = Vec::new();

@@ -154,6 +154,10 @@ pub(super) struct Waiting {
 }
 
 impl Waiting {
+    /// The board it waits on. `board` is `Some` from `Queues::join`, which
+    /// makes every `Waiting`, until `Drop` takes it (so that `release`
+    /// can count the board's other holders); nothing calls this after
+    /// that, so the `expect` cannot fire.
     fn board(&self) -> &Arc<Board> {
         self.board.as_ref().expect("only Drop takes the board")
     }
