@@ -12,7 +12,7 @@
 
 use std::cmp::Ordering;
 
-use mongodb::bson::{Bson, Document};
+use mongodb::bson::Bson;
 
 /// A value's type bracket: every value of one sorts before every value of
 /// the next. The server's canonical types (`canonicalizeBSONType`), so
@@ -63,30 +63,6 @@ pub(crate) fn bracket(v: &Bson) -> Bracket {
         Bson::JavaScriptCodeWithScope(_) => Bracket::CodeWithScope,
         Bson::MaxKey => Bracket::MaxKey,
     }
-}
-
-/// The least value of a bracket from numbers to timestamps, NaN aside:
-/// `$gte` it matches the whole bracket but NaN. `None` for the others.
-pub(crate) fn least(b: Bracket) -> Option<Bson> {
-    use mongodb::bson::{oid::ObjectId, spec::BinarySubtype, Binary, DateTime, Timestamp};
-    Some(match b {
-        Bracket::Number => Bson::Double(f64::NEG_INFINITY),
-        Bracket::String => Bson::String(String::new()),
-        Bracket::Document => Bson::Document(Document::new()),
-        Bracket::Array => Bson::Array(Vec::new()),
-        Bracket::Binary => Bson::Binary(Binary {
-            subtype: BinarySubtype::Generic,
-            bytes: Vec::new(),
-        }),
-        Bracket::ObjectId => Bson::ObjectId(ObjectId::from_bytes([0; 12])),
-        Bracket::Boolean => Bson::Boolean(false),
-        Bracket::Date => Bson::DateTime(DateTime::MIN),
-        Bracket::Timestamp => Bson::Timestamp(Timestamp {
-            time: 0,
-            increment: 0,
-        }),
-        _ => return None,
-    })
 }
 
 /// NaN, as a double or a decimal (whose combination field is all ones).
@@ -348,22 +324,7 @@ mod tests {
     }
 
     #[test]
-    fn least_values_start_their_brackets() {
-        for b in [
-            Bracket::Number,
-            Bracket::String,
-            Bracket::Document,
-            Bracket::Array,
-            Bracket::Binary,
-            Bracket::ObjectId,
-            Bracket::Boolean,
-            Bracket::Date,
-            Bracket::Timestamp,
-        ] {
-            let least = least(b).unwrap();
-            assert_eq!(bracket(&least), b);
-        }
-        assert_eq!(least(Bracket::Null), None);
+    fn nans_are_nan() {
         assert!(is_nan(&decimal("NaN")) && is_nan(&Bson::Double(f64::NAN)));
         assert!(!is_nan(&decimal("1")));
     }

@@ -4,10 +4,10 @@
 
 use mongodb::bson::{doc, Bson, Document};
 
-use crate::order::{self, is_nan, least, Bracket};
+use crate::order::{self, is_nan, Bracket};
 
-/// The brackets a boundary bounds by their least value (see
-/// [`order::least`]), in MongoDB's order: numbers to timestamps. No array
+/// The brackets a boundary excludes by `$type`,
+/// in MongoDB's order: numbers to timestamps. No array
 /// is among them: a condition on a field that holds an array matches it by
 /// its elements, and an array value is bounded as a document is.
 const BOUNDED: [Bracket; 8] = [
@@ -28,11 +28,6 @@ fn bracket(v: &Bson) -> Bracket {
         Bracket::Array => Bracket::Document,
         b => b,
     }
-}
-
-/// `$gte` the least value of bracket `b` (one of [`BOUNDED`]).
-fn bracket_min(b: Bracket) -> Bson {
-    least(b).unwrap_or(Bson::MinKey)
 }
 
 /// Documents strictly after `values` in the order `keys` ascending (or
@@ -81,13 +76,15 @@ pub(super) fn boundary_filter(
 ///
 /// `$gt`/`$lt` only match inside `v`'s bracket, so the condition is the
 /// complement of what sorts at or before `v`: `$not: {$lte: v}` (everything
-/// but `v`'s bracket up to `v`), then `$not: {$gte: <bracket's minimum>}`
-/// for each earlier bracket, and `$nin: [null, NaN]` for null, missing and
-/// NaN (NaN sorts below every number, but `$lte`/`$gte` with a number never
-/// match it). On the test server this plans as a seek, as `$gt` alone did;
-/// an `$or` of `$gt` and `$type` branches scanned the whole index. Arrays
-/// sort by an element; these conditions match an array exactly where it
-/// sorts, so a page reaches it and refuses it, rather than skip it. Types no
+/// but `v`'s bracket up to `v`), then one `$not: {$type: [...]}` for the
+/// earlier brackets, and `$nin: [null, NaN]` for null, missing and NaN (NaN
+/// sorts below every number, but `$lte`/`$gte` with a number never match
+/// it). On the test server this plans as a seek, as `$gt` alone did; an
+/// `$or` of `$gt` and `$type` branches scanned the whole index, and a
+/// `$nor` too. Arrays sort by an element, and `$type` and the comparisons
+/// match them by their elements: these conditions match an array exactly
+/// where it sorts, so a page reaches it and refuses it, rather than skip it.
+/// Types no
 /// token holds (MinKey, regex, code...) are not excluded: wherever one sorts,
 /// a page reaches it and refuses it.
 ///
@@ -97,7 +94,8 @@ fn beyond(key: &str, v: &Bson, descending: bool, inclusive: bool) -> Document {
     let b = bracket(v);
     let nan = is_nan(v);
     let mut first = Document::new();
-    let mut excluded: Vec<Bracket>;
+    let excluded: Vec<Bracket>;
+    let mut below_nan = None;
     let mut nin: Vec<Bson> = Vec::new();
     if !descending {
         let op = if inclusive { "$lt" } else { "$lte" };
@@ -113,9 +111,9 @@ fn beyond(key: &str, v: &Bson, descending: bool, inclusive: bool) -> Document {
         let op = if inclusive { "$gt" } else { "$gte" };
         first.insert("$not", doc! {op: v.clone()});
         excluded = BOUNDED.into_iter().filter(|&x| x > b).collect();
-        // Every other number sorts above NaN.
+        // Every other number sorts above NaN (a `$type` would drop NaN).
         if nan {
-            excluded.insert(0, Bracket::Number);
+            below_nan = Some(doc! {key: {"$not": {"$gte": f64::NEG_INFINITY}}});
         }
         if b == Bracket::Null {
             nin.push(Bson::Double(f64::NAN));
@@ -125,14 +123,37 @@ fn beyond(key: &str, v: &Bson, descending: bool, inclusive: bool) -> Document {
         first.insert("$nin", nin);
     }
     let mut conditions = vec![doc! {key: first}];
-    conditions.extend(
-        excluded
+    conditions.extend(below_nan);
+    // One `$type` for every other bracket: the server reads one condition
+    // per document, where a `$not: {$gte: <least>}` per bracket cost a page
+    // 11.3 ms against 9.2 (test server, `_id` ObjectIds).
+    if !excluded.is_empty() {
+        let types: Vec<Bson> = excluded
             .into_iter()
-            .map(|x| doc! {key: {"$not": {"$gte": bracket_min(x)}}}),
-    );
+            .flat_map(type_aliases)
+            .map(|t| Bson::String((*t).into()))
+            .collect();
+        conditions.push(doc! {key: {"$not": {"$type": types}}});
+    }
     match <[Document; 1]>::try_from(conditions) {
         Ok([only]) => only,
         Err(all) => doc! {"$and": all},
+    }
+}
+
+/// The `$type` aliases of the values in bracket `b` (one of [`BOUNDED`]).
+/// `$type` matches an array by its elements, as the sort places it by one.
+fn type_aliases(b: Bracket) -> &'static [&'static str] {
+    match b {
+        Bracket::Number => &["number"],
+        Bracket::String => &["string", "symbol"],
+        Bracket::Document => &["object"],
+        Bracket::Binary => &["binData"],
+        Bracket::ObjectId => &["objectId"],
+        Bracket::Boolean => &["bool"],
+        Bracket::Date => &["date"],
+        Bracket::Timestamp => &["timestamp"],
+        _ => &[],
     }
 }
 
@@ -188,17 +209,19 @@ mod tests {
     #[test]
     fn descending_boundary_keeps_nans_and_nulls_last() {
         let f = boundary_filter(keys(&["t"]), &[Bson::Int32(5), Bson::Int32(9)], true);
-        let later: Vec<Document> = BOUNDED[1..]
-            .iter()
-            .map(|&b| doc! {"t": {"$not": {"$gte": bracket_min(b)}}})
-            .collect();
+        let later = [
+            "string", "symbol", "object", "binData", "objectId", "bool", "date",
+        ];
         let or = f.get_array("$and").unwrap()[1].as_document().unwrap();
         let Some(Bson::Document(first)) = or.get_array("$or").unwrap().first().cloned() else {
             panic!("{f}")
         };
-        let mut want = vec![doc! {"t": {"$not": {"$gte": 5}}}];
-        want.extend(later);
-        same!(first, doc! {"$and": want});
+        let mut later: Vec<&str> = later.to_vec();
+        later.push("timestamp");
+        same!(
+            first,
+            doc! {"$and": [{"t": {"$not": {"$gte": 5}}}, {"t": {"$not": {"$type": later}}}]}
+        );
     }
 
     #[test]
@@ -208,7 +231,7 @@ mod tests {
             f,
             doc! {"$and": [
                 {"t": {"$not": {"$lte": "m"}, "$nin": [null, f64::NAN]}},
-                {"t": {"$not": {"$gte": f64::NEG_INFINITY}}},
+                {"t": {"$not": {"$type": ["number"]}}},
             ]}
         );
         // After NaN come the other numbers; before it, only null.
@@ -239,7 +262,7 @@ mod tests {
             all[0],
             Bson::Document(doc! {"t": {"$not": {"$gte": null}, "$nin": [f64::NAN]}})
         );
-        same!(all.len(), 1 + BOUNDED.len());
+        same!(all.len(), 2);
     }
 
     #[test]
