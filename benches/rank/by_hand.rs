@@ -91,10 +91,14 @@ pub(crate) fn array_rank_by_hand(score: f64) -> Vec<Document> {
 /// The rank aggregation written by hand, documents layout.
 pub(crate) fn docs_rank_by_hand(score: f64) -> Vec<Document> {
     vec![
-        doc! {"$match": {"_id": {
-            "$gte": {"b": EXAM, "s": Bson::MinKey},
-            "$lte": {"b": EXAM, "s": Bson::MaxKey},
-        }}},
+        // `_id.b` as well: a hashed `{_id.b}` shard key targets one shard.
+        doc! {"$match": {
+            "_id": {
+                "$gte": {"b": EXAM, "s": Bson::MinKey},
+                "$lte": {"b": EXAM, "s": Bson::MaxKey},
+            },
+            "_id.b": EXAM,
+        }},
         doc! {"$group": {
             "_id": Bson::Null,
             "above": {"$sum": {"$cond": [{"$gt": ["$_id.s", score]}, "$count", 0]}},
@@ -212,10 +216,6 @@ pub(crate) async fn docs_change_by_hand(db: &Database, old: f64, new: f64) -> Bo
     let ops = vec![
         set(new, same, false),
         set(old, minus, true),
-        doc! {
-            "update": 0, "filter": {"_id": id(Bson::MinKey)}, "multi": false, "upsert": true,
-            "updateMods": {"$setOnInsert": {"count": 0_i64}},
-        },
         doc! {"delete": 0, "filter": {"_id": id(old.into()), "count": 0}, "multi": false},
         set(new, plus, true),
     ];

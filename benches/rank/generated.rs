@@ -72,7 +72,7 @@ const HAND_OPS: [&str; 4] = [
     "`rank`, array (aggregate `$match` + board check + `$project`)",
     "`rank`, documents (aggregate `$match` + `$group`)",
     "`change` 70 ⇄ 70.5, array (pipeline `updateOne`)",
-    "`change` 70 ⇄ 70.5, documents (`bulkWrite` of 5 statements)",
+    "`change` 70 ⇄ 70.5, documents (`bulkWrite` of 4 statements)",
 ];
 
 pub(crate) async fn generated_vs_hand(
