@@ -437,7 +437,15 @@ async fn plan_sends_only_reads() {
     // On a sharded cluster `plan` reads `config.collections` too (a
     // `find`), and plans the hashed `_id`'s indexes.
     let sharded = sharded_cluster(&db).await;
-    let mut reads = BTreeSet::from(["listCollections", "listIndexes", "hello", "buildInfo"]);
+    // And an `aggregate` per stored-data check of a collection that
+    // exists (`Conflict::Stored`).
+    let mut reads = BTreeSet::from([
+        "listCollections",
+        "listIndexes",
+        "hello",
+        "buildInfo",
+        "aggregate",
+    ]);
     if sharded {
         reads.insert("find");
     }

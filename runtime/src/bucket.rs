@@ -488,10 +488,20 @@ impl<T: Bucketed> Buckets<T> {
                 "bucket replace (with order)",
             ));
         }
+        let damaged = crate::ensure::Check::new(
+            self.shape.damaged_filter(),
+            format!(
+                "buckets this declaration refuses (`{}` not an array, `count` over {} or unlike the array's length, `start` below 0: a `size` lowered or `items` renamed over stored buckets, or another writer)",
+                self.shape.spec.items,
+                self.shape.cap(),
+            ),
+            "every read and push that reaches one fails with Error::Damaged naming it: restore the old declaration, or move the items to a collection under the new one (stream them with the old declaration and push them with the new)",
+        );
         vec![crate::ensure::Declared::new(self.coll.name())
             .index(doc! {key: 1, "start": 1}, format!("mp_bucket_{key}_start"))
             .sharded(self.shard_key(), false)
-            .needs(needs)]
+            .needs(needs)
+            .check(damaged)]
     }
 
     /// The collection's shard key, which [`declared`](Self::declared) lists

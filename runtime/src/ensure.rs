@@ -92,7 +92,11 @@
 //!   collation), is a [`Conflict::Index`] carrying what `listIndexes`
 //!   shows; a view under the collection's name is
 //!   [`Conflict::NotACollection`]; a collection sharded on another key is
-//!   [`Conflict::ShardKey`]. The rest is still created. Drop what conflicts
+//!   [`Conflict::ShardKey`]. `plan` (not `ensure`) also reads the stored
+//!   documents for what an attribute changed over existing data leaves
+//!   ([`Conflict::Stored`], see [`Check`]): buckets over a lowered `size`
+//!   or without a renamed `items` array, histogram documents of the other
+//!   `layout` or off a changed `precision`. The rest is still created. Drop what conflicts
 //!   yourself if it should go (unlike ODMs that drop undeclared indexes,
 //!   this never does).
 //! - **The same keys under another name satisfy**: nothing is created, and
@@ -163,6 +167,38 @@ pub struct Declared {
     /// What the pattern's repository needs from the server (see
     /// [`Feature`]).
     pub needs: Vec<Need>,
+    /// Documents the declaration cannot read as it stands, which `plan`
+    /// looks for in a collection that holds data.
+    pub checks: Vec<Check>,
+}
+
+/// Stored documents that a declaration reads wrongly or refuses: what an
+/// attribute changed over existing data leaves behind (a bucket `size`
+/// lowered, a rank histogram's `layout` changed), or another writer's
+/// documents. [`Model::plan`](crate::Model::plan) counts them and names a
+/// few by `_id` ([`Conflict::Stored`]); `ensure` does not look (it would
+/// scan the collection at every start).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Check {
+    /// Matches the documents that break the declaration (a `$match`
+    /// stage's filter; most need a collection scan).
+    pub filter: Document,
+    /// What such a document is, in words.
+    pub found: String,
+    /// What the repository does with them, and how to migrate.
+    pub then: String,
+}
+
+impl Check {
+    /// Documents matching `filter` are `found`; `then` says what happens.
+    pub fn new(filter: Document, found: impl Into<String>, then: impl Into<String>) -> Check {
+        Check {
+            filter,
+            found: found.into(),
+            then: then.into(),
+        }
+    }
 }
 
 impl Declared {
@@ -173,7 +209,14 @@ impl Declared {
             indexes: Vec::new(),
             shard_key: None,
             needs: Vec::new(),
+            checks: Vec::new(),
         }
+    }
+
+    /// Adds a check of the stored documents (see [`Check`]).
+    pub fn check(mut self, check: Check) -> Self {
+        self.checks.push(check);
+        self
     }
 
     /// Adds an index on `keys` named `name`.

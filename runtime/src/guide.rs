@@ -617,6 +617,41 @@
 //! players or the time; remove a player with `Ranks::delete` and the
 //! histogram follows. Keyset pages and shard keys add nothing to expire.
 //!
+//! ## Changing an attribute over stored data
+//!
+//! `Model::plan` reads the stored documents as well as the indexes, and
+//! reports what a changed declaration would read wrongly or refuse as a
+//! `Conflict::Stored`: how many, the first `_id`s, what the repository
+//! does with them and the migration. One `aggregate` per check, most of
+//! them a collection scan, so run it before a deploy (`ensure` does not
+//! look).
+//!
+//! | change over stored data | what `plan` finds | what the repository does | migration |
+//! | --- | --- | --- | --- |
+//! | bucket `size` raised | nothing | works: old buckets read and take late items as before | none needed |
+//! | bucket `size` lowered below what buckets hold (twice `size` with `order`) | the buckets over it | `Error::Damaged` naming the bucket, on every read and push that reaches it | restore the old `size`, or move the items under the new declaration |
+//! | bucket `items` renamed | every bucket (no array under the new name) | `Error::Damaged` naming the bucket | restore the old name |
+//! | rank `layout` changed | the other layout's documents | never reads them: ranks count only what the new layout wrote | `rebuild_all()` under the new declaration, then delete them |
+//! | rank `precision` changed | histogram entries off the new step | ranks off, writes that reach them refused | `rebuild_all()` under the new declaration |
+//!
+//! ```no_run
+//! # use mongo_patterns::prelude::*;
+//! # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+//! # #[rank_histogram(board = "desk", score = "profit", layout = "documents")]
+//! # struct Trader { #[serde(rename = "_id")] id: String, desk: String, profit: i64 }
+//! use mongo_patterns::ensure::Conflict;
+//!
+//! # async fn f(db: Database) -> mongo_patterns::Result<()> {
+//! let plan = Trader::plan(&db).await?;
+//! for c in &plan.conflicts {
+//!     if let Conflict::Stored { collection, count, ids, .. } = c {
+//!         eprintln!("{collection}: {count} documents to migrate, first {ids:?}");
+//!     }
+//! }
+//! println!("{plan}"); // each conflict says what the repository does, and the migration
+//! # Ok(()) }
+//! ```
+//!
 //! # Failure behaviour common to every pattern
 //!
 //! Each pattern's module docs end with its own *Failure behaviour*,

@@ -511,9 +511,55 @@ impl<T: RankHistogram> Ranks<T> {
                     format!("mp_rank_{board}_{score}"),
                 )
                 .needs(needs),
-            crate::ensure::Declared::new(self.hist.name())
-                .sharded(self.histogram_shard_key(), false),
+            self.stored_checks().into_iter().fold(
+                crate::ensure::Declared::new(self.hist.name())
+                    .sharded(self.histogram_shard_key(), false),
+                crate::ensure::Declared::check,
+            ),
         ]
+    }
+
+    /// What `plan` looks for in the histogram: the other layout's
+    /// documents (a `layout` changed over stored histograms) and, with
+    /// `precision`, scores between two of its steps (a `precision`
+    /// changed).
+    fn stored_checks(&self) -> Vec<crate::ensure::Check> {
+        use crate::ensure::Check;
+        let rebuild =
+            "run `rebuild_all()` under this declaration (it rebuilds every board from the players)";
+        let mut checks = vec![match self.spec.layout {
+            Layout::Array => Check::new(
+                doc! {"scores": {"$exists": false}},
+                "histogram documents without `scores` (the documents layout's, or another writer's)",
+                format!("the array layout never reads them, and counts only what it wrote itself: {rebuild}, then delete them"),
+            ),
+            Layout::Documents => Check::new(
+                doc! {"scores": {"$exists": true}},
+                "histogram documents with `scores` (the array layout's)",
+                format!("the documents layout never reads them, and counts only what it wrote itself: {rebuild}, then delete them"),
+            ),
+        }];
+        if self.spec.precision.is_some() {
+            let off = |path: &str| {
+                doc! {"$and": [
+                    {"$isNumber": path},
+                    {"$ne": [path, rounding::rounded(path.to_owned(), self.spec.precision)]},
+                ]}
+            };
+            let filter = match self.spec.layout {
+                Layout::Array => doc! {"$expr": {"$anyElementTrue": [{"$map": {
+                    "input": {"$cond": [{"$isArray": "$scores"}, "$scores", []]},
+                    "in": off("$$this.score"),
+                }}]}},
+                Layout::Documents => doc! {"$expr": off("$_id.s")},
+            };
+            checks.push(Check::new(
+                filter,
+                "histogram entries whose score is not a step of `precision` (another `precision`)",
+                format!("a player's score rounds to another step than the one that counts it: ranks are off and writes that reach them are refused; {rebuild}"),
+            ));
+        }
+        checks
     }
 
     /// The histogram collection's shard key, which

@@ -133,6 +133,21 @@ impl Shape {
         }
     }
 
+    /// Buckets that [`Shape::check`] refuses as damaged: `items` not an
+    /// array, a `count` over [`Shape::cap`] or unlike the array's length,
+    /// a `start` below 0. What `plan` looks for: a `size` lowered or an
+    /// `items` renamed over stored buckets leaves such buckets.
+    pub(super) fn damaged_filter(&self) -> Document {
+        let items = self.spec.items;
+        let path = format!("${items}");
+        doc! {"$or": [
+            {items: {"$not": {"$type": "array"}}},
+            {"count": {"$gt": self.cap()}},
+            {"start": {"$lt": 0}},
+            {"$expr": {"$ne": ["$count", {"$size": {"$cond": [{"$isArray": &path}, &path, []]}}]}},
+        ]}
+    }
+
     pub(super) fn size(&self) -> i64 {
         i64::from(self.spec.size)
     }

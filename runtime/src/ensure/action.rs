@@ -10,7 +10,7 @@ use mongodb::bson::{doc, Bson, Document};
 use mongodb::{ClientSession, Database};
 
 use super::compare::{compare_index, merge, same_keys, shard_key_index, Wanted};
-use super::{Conflict, Declared, Ensured, Index, Note, Plan, ServerFacts, Unsupported};
+use super::{Check, Conflict, Declared, Ensured, Index, Note, Plan, ServerFacts, Unsupported};
 use crate::action::Options;
 use crate::error::Result;
 
@@ -93,7 +93,7 @@ impl<'a> IntoFuture for EnsureAction<'a> {
                     session: self.session,
                 };
                 let wanted = merge(self.declared)?;
-                let plan = survey(&mut cx, &wanted).await?;
+                let plan = survey(&mut cx, &wanted, false).await?;
                 // Before anything is created: a server that cannot run the
                 // patterns gets nothing half-prepared.
                 if let Some(u) = plan.unsupported.first() {
@@ -111,7 +111,9 @@ impl<'a> IntoFuture for EnsureAction<'a> {
 ///
 /// Sends only reads: `listCollections`, `listIndexes`, where a shard key
 /// or a need is declared `hello`, where a need is declared `buildInfo`,
-/// and (on a sharded cluster) a `find` on `config.collections`. A feature
+/// (on a sharded cluster) a `find` on `config.collections`, and for each
+/// [`Check`] of a collection that exists one `aggregate` (most scan the
+/// collection: run `plan` before a deploy, not at every start). A feature
 /// the server lacks is reported in
 /// [`Plan::unsupported`](super::Plan::unsupported), not as an error.
 #[must_use = "does nothing unless awaited"]
@@ -166,7 +168,7 @@ impl<'a> IntoFuture for PlanAction<'a> {
                     session: self.session,
                 };
                 let wanted = merge(self.declared)?;
-                survey(&mut cx, &wanted).await
+                survey(&mut cx, &wanted, true).await
             },
             span,
         )
@@ -277,7 +279,7 @@ async fn collection_kinds(cx: &mut Cx<'_>, wanted: &[Wanted]) -> Result<HashMap<
 }
 
 /// Reads the deployment and compares it with `wanted`.
-async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted]) -> Result<Plan> {
+async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted], stored: bool) -> Result<Plan> {
     let db = cx.db;
     let kinds = collection_kinds(cx, wanted).await?;
     let asks = wanted.iter().any(|w| !w.needs.is_empty());
@@ -315,6 +317,13 @@ async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted]) -> Result<Plan> {
         for declared in &w.indexes {
             compare_index(&mut plan, declared, &existing);
         }
+        if stored && kinds.contains_key(&w.collection) {
+            for check in &w.checks {
+                if let Some(found) = stored_check(cx, &w.collection, check).await? {
+                    plan.conflicts.push(found);
+                }
+            }
+        }
         let Some(shard) = &w.shard else { continue };
         if !sharded_cluster {
             plan.notes.push(Note::ShardingNotApplicable {
@@ -345,6 +354,64 @@ async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted]) -> Result<Plan> {
         }
     }
     Ok(plan)
+}
+
+/// How many `_id`s a [`Conflict::Stored`] names.
+const STORED_IDS: i64 = 5;
+
+/// The documents of `collection` that `check` matches: how many, and the
+/// first few `_id`s, in one aggregation.
+async fn stored_check(
+    cx: &mut Cx<'_>,
+    collection: &str,
+    check: &Check,
+) -> Result<Option<Conflict>> {
+    let db = cx.db;
+    let command = doc! {
+        "aggregate": collection,
+        "pipeline": [
+            {"$match": &check.filter},
+            {"$facet": {
+                "n": [{"$count": "n"}],
+                "ids": [{"$limit": STORED_IDS}, {"$project": {"_id": 1}}],
+            }},
+        ],
+        "cursor": {},
+    };
+    let reply = cx.read_cursor(db, command).await?;
+    let Some(facets) = reply.first() else {
+        return Ok(None);
+    };
+    let count = facets
+        .get_array("n")
+        .ok()
+        .and_then(|n| n.first())
+        .and_then(Bson::as_document)
+        .and_then(|n| match n.get("n") {
+            Some(Bson::Int32(v)) => u64::try_from(*v).ok(),
+            Some(Bson::Int64(v)) => u64::try_from(*v).ok(),
+            Some(Bson::Double(v)) if *v >= 0.0 => Some(*v as u64),
+            _ => None,
+        })
+        .unwrap_or(0);
+    if count == 0 {
+        return Ok(None);
+    }
+    let ids = facets
+        .get_array("ids")
+        .map(|ids| {
+            ids.iter()
+                .filter_map(|d| d.as_document()?.get("_id").cloned())
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Some(Conflict::Stored {
+        collection: collection.to_owned(),
+        found: check.found.clone(),
+        count,
+        ids,
+        then: check.then.clone(),
+    }))
 }
 
 /// Lists in `plan` what `wanted` needs and the server lacks: as

@@ -12,6 +12,7 @@ pub(super) struct Wanted {
     pub(super) indexes: Vec<Index>,
     pub(super) shard: Option<Shard>,
     pub(super) needs: Vec<super::Need>,
+    pub(super) checks: Vec<super::Check>,
 }
 
 /// Declarations by collection, in the order first declared; an index
@@ -28,6 +29,7 @@ pub(super) fn merge(declared: Vec<Declared>) -> Result<Vec<Wanted>> {
                     indexes: Vec::new(),
                     shard: None,
                     needs: Vec::new(),
+                    checks: Vec::new(),
                 });
                 out.len() - 1
             }
@@ -53,6 +55,11 @@ pub(super) fn merge(declared: Vec<Declared>) -> Result<Vec<Wanted>> {
                     options,
                 };
                 w.indexes.push(index);
+            }
+        }
+        for c in d.checks {
+            if !w.checks.contains(&c) {
+                w.checks.push(c);
             }
         }
         for n in d.needs {

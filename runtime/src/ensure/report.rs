@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use mongodb::bson::Document;
+use mongodb::bson::{Bson, Document};
 
 /// An index, by collection, name, keys and options.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,6 +66,20 @@ pub enum Conflict {
         declared: Shard,
         /// The key it is sharded on.
         found: Document,
+    },
+    /// Stored documents the declaration reads wrongly or refuses (a
+    /// [`Check`](super::Check) that matched): only `plan` looks.
+    Stored {
+        /// The collection.
+        collection: String,
+        /// What they are.
+        found: String,
+        /// How many there are.
+        count: u64,
+        /// The `_id`s of the first few, in the server's order.
+        ids: Vec<Bson>,
+        /// What the repository does with them, and how to migrate.
+        then: String,
     },
 }
 
@@ -207,6 +221,20 @@ impl fmt::Display for Conflict {
                 "`{}` should be sharded on {}, and is sharded on {found}",
                 declared.collection, declared.key
             ),
+            Conflict::Stored {
+                collection,
+                found,
+                count,
+                ids,
+                then,
+            } => {
+                let ids: Vec<String> = ids.iter().map(ToString::to_string).collect();
+                write!(
+                    f,
+                    "`{collection}` holds {count} {found} (_id {}): {then}",
+                    ids.join(", ")
+                )
+            }
         }
     }
 }

@@ -1,0 +1,204 @@
+//! `plan` against stored data: an attribute changed over documents the old
+//! declaration wrote (a bucket `size` lowered, its `items` renamed, a rank
+//! histogram's `layout` or `precision` changed) is a `Conflict::Stored`
+//! that counts them and names the first by `_id`, and says what the
+//! repository does with them. The `_id`s are the ones the repository's own
+//! calls then refuse or miss; `ensure` does not look.
+
+use mongo_patterns::ensure::Conflict;
+use mongo_patterns::mongodb::bson::Bson;
+use mongo_patterns::prelude::*;
+use mongo_patterns::Error;
+use mongo_patterns_testkit::{bounded, fresh_db};
+
+/// The declaration the buckets were written under.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "trades")]
+#[bucket(size = 10, key = "customer")]
+struct Trade {
+    customer: i64,
+    n: i64,
+}
+
+/// `size` lowered to 4 over buckets of 10.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "trades")]
+#[bucket(size = 4, key = "customer")]
+struct Smaller {
+    customer: i64,
+    n: i64,
+}
+
+/// `items` renamed over stored buckets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "trades")]
+#[bucket(size = 10, key = "customer", items = "trades")]
+struct Renamed {
+    customer: i64,
+    n: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "scores")]
+#[rank_histogram(precision = 0.5)]
+struct Half {
+    #[serde(rename = "_id")]
+    student: String,
+    exam_id: String,
+    score: f64,
+}
+
+/// `precision` changed from 0.5 to 1 on the same histogram.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "scores")]
+#[rank_histogram(precision = 1.0)]
+struct Whole {
+    #[serde(rename = "_id")]
+    student: String,
+    exam_id: String,
+    score: f64,
+}
+
+/// `layout` changed from array to documents on the same histogram.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "scores")]
+#[rank_histogram(precision = 0.5, layout = "documents", histogram = "scores_ranks")]
+struct HalfDocs {
+    #[serde(rename = "_id")]
+    student: String,
+    exam_id: String,
+    score: f64,
+}
+
+/// The `Conflict::Stored` entries of a plan: (collection, count, ids).
+fn stored(conflicts: &[Conflict]) -> Vec<(String, u64, Vec<Bson>)> {
+    conflicts
+        .iter()
+        .filter_map(|c| match c {
+            Conflict::Stored {
+                collection,
+                count,
+                ids,
+                ..
+            } => Some((collection.clone(), *count, ids.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_lowered_size_or_renamed_items_are_found_by_id() {
+    let (db, _) = fresh_db("plan_stored_bucket").await;
+    bounded(60, async {
+        let trades = Trade::buckets(&db);
+        for n in 0..35 {
+            trades.push(&Trade { customer: 7, n }).await.unwrap();
+        }
+        for n in 0..3 {
+            trades.push(&Trade { customer: 8, n }).await.unwrap();
+        }
+        let plan = Trade::plan(&db).await.unwrap();
+        assert!(stored(&plan.conflicts).is_empty(), "{plan}");
+
+        // Buckets of 10, 10, 10 and 5 for 7 hold more than 4; 8's 3 fit.
+        let plan = Smaller::plan(&db).await.unwrap();
+        let found = stored(&plan.conflicts);
+        assert_eq!(found.len(), 1, "{plan}");
+        let (collection, count, ids) = &found[0];
+        assert_eq!((collection.as_str(), *count), ("trades", 4), "{plan}");
+        assert_eq!(ids.len(), 4);
+        assert!(!plan.is_up_to_date());
+        let text = plan.to_string();
+        assert!(
+            text.contains("holds 4 buckets this declaration refuses") && text.contains("Damaged"),
+            "{text}"
+        );
+        // What the plan names is what the repository refuses.
+        match Smaller::buckets(&db).count(&7).await {
+            Err(Error::Damaged { id, field, .. }) => {
+                assert!(ids.contains(&id), "{id} not in {ids:?}");
+                assert_eq!(field, "count");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(Smaller::buckets(&db).count(&8).await.unwrap(), 3);
+
+        // Under `items = "trades"` every stored bucket lacks its array
+        // (7's four and the one opened ahead, and 8's).
+        let all = db
+            .collection::<Document>("trades")
+            .count_documents(doc! {})
+            .await
+            .unwrap();
+        let plan = Renamed::plan(&db).await.unwrap();
+        let found = stored(&plan.conflicts);
+        assert_eq!(found.len(), 1, "{plan}");
+        assert_eq!(found[0].1, all, "{plan}");
+        assert!(matches!(
+            Renamed::buckets(&db).count(&8).await,
+            Err(Error::Damaged { field, .. }) if field == "trades"
+        ));
+
+        // `ensure` does not read the stored documents.
+        let done = Smaller::ensure(&db).await.unwrap();
+        assert!(stored(&done.conflicts).is_empty(), "{done}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_changed_precision_or_layout_is_found_and_rebuild_all_migrates() {
+    let (db, _) = fresh_db("plan_stored_rank").await;
+    bounded(60, async {
+        let half = Half::ranks(&db);
+        for (i, score) in [70.0, 70.5, 71.0, 88.5, 90.0].into_iter().enumerate() {
+            let exam_id = if i % 2 == 0 { "math" } else { "art" };
+            half.insert(&Half {
+                student: format!("s{i}"),
+                exam_id: exam_id.into(),
+                score,
+            })
+            .await
+            .unwrap();
+        }
+        let plan = Half::plan(&db).await.unwrap();
+        assert!(stored(&plan.conflicts).is_empty(), "{plan}");
+        assert_eq!(
+            Half::ranks(&db).histogram_collection().name(),
+            HalfDocs::ranks(&db).histogram_collection().name()
+        );
+
+        // 70.5 and 88.5 (on "art") are between two steps of 1: the one
+        // array document of "art".
+        let plan = Whole::plan(&db).await.unwrap();
+        let found = stored(&plan.conflicts);
+        assert_eq!(found.len(), 1, "{plan}");
+        assert_eq!(found[0].1, 1);
+        assert_eq!(found[0].2, vec![Bson::String("art".into())]);
+        assert!(plan.to_string().contains("rebuild_all"), "{plan}");
+        Whole::ranks(&db).rebuild_all().await.unwrap();
+        let plan = Whole::plan(&db).await.unwrap();
+        assert!(stored(&plan.conflicts).is_empty(), "{plan}");
+
+        // The documents layout over the array layout's two boards.
+        let plan = HalfDocs::plan(&db).await.unwrap();
+        let found = stored(&plan.conflicts);
+        assert_eq!(found.len(), 1, "{plan}");
+        assert_eq!(found[0].1, 2, "{plan}");
+        let docs = HalfDocs::ranks(&db);
+        docs.rebuild_all().await.unwrap();
+        assert_eq!(docs.rank("math", 70.0).await.unwrap().total, 3);
+        // The migration's last step: the old layout's documents go.
+        db.collection::<Document>(docs.histogram_collection().name())
+            .delete_many(doc! {"scores": {"$exists": true}})
+            .await
+            .unwrap();
+        let plan = HalfDocs::plan(&db).await.unwrap();
+        assert!(stored(&plan.conflicts).is_empty(), "{plan}");
+        assert_eq!(docs.rank("art", 70.5).await.unwrap().total, 2);
+    })
+    .await;
+}
