@@ -29,7 +29,7 @@
 //!
 //! Every method that sends a command returns an action ([`Insert`],
 //! [`InsertMany`], [`Replace`], [`Upsert`], [`Update`], [`Delete`],
-//! [`Find`], [`AuditKeys`], [`Analyze`], [`EnsureSharded`]): setters for
+//! [`Find`], [`AuditKeys`], [`FillCoarse`], [`Analyze`], [`EnsureSharded`]): setters for
 //! the session and the options that apply, run by `.await`. [`Sharded::find`],
 //! [`Sharded::find_by_hashed`] and [`Sharded::scatter`] give a stream when
 //! awaited, as the driver's `find` gives a cursor: the query is sent and
@@ -103,6 +103,7 @@
 //! | `delete(at, search, filter)` | `deleteMany` (`limit: 0`) within one key value, as `update`: when `filter` names one `_id` and nothing was deleted, a `find` by it: `ShardKeyMismatch` if it is stored under another key |
 //! | `find(search, range, extra)` | `find` on `{month: {$gte, $lte}, type, ts: {$gte, $lt}, ...extra}`: the key's prefix, so `mongos` targets the shards that hold that range; the bound on `ts` is exact to the millisecond (epoch seconds: a log at second `s` is at `s × 1000` ms) |
 //! | `audit(max)` | one `find` over the whole collection, projected to the key: documents whose coarse field is missing, not a date, or not their timestamp's period (targeted queries cannot see them), as `Damaged`, up to `max` |
+//! | `fill_coarse()` | the same scan in `_id` order, in batches of 1,000, and per batch one `update` command (one statement per document, guarded by its `_id`, its timestamp as read and the coarse field not yet right) that writes the derived field on documents lacking it or holding another value (another granularity's period: the migration after the attribute changed); reports filled, migrated, unfillable (named, as `Damaged`) and progress |
 //! | `find_by_hashed(value)` | `find` on the hashed field's value: one shard |
 //! | `scatter(filter)` | any `find`: every shard (named so that it is never an accident) |
 //! | `ensure_sharded()` | `createIndexes` on the key, then on the `admin` database of the repository's client `enableSharding` (MongoDB before 6.0 needs it; harmless after) and `shardCollection`, each with the effective write concern in its body (`run_command` inherits none) and its `writeConcernError` read; `NotSharded` on a replica set or a standalone (CommandNotFound), after the index |
@@ -195,6 +196,7 @@
 pub mod analyze;
 mod audit;
 mod deploy;
+mod fill;
 mod read;
 #[cfg(test)]
 mod tests;
@@ -209,6 +211,7 @@ use serde::Serialize;
 pub use self::analyze::KeyAnalysis;
 pub use self::audit::{Analyze, Audit, AuditKeys};
 pub use self::deploy::EnsureSharded;
+pub use self::fill::{Fill, FillCoarse};
 pub use self::read::Find;
 pub use self::time::truncate;
 pub use self::write::{Delete, Insert, InsertMany, Replace, Update, Upsert};
