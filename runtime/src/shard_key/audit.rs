@@ -7,9 +7,7 @@ use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::FindOptions;
 
 use super::time::{name, other_granularities, stored_time, truncate};
-use super::{
-    analyze, key_fields, key_projection, KeyAnalysis, ShardKeyed, ShardSpec, Sharded,
-};
+use super::{analyze, key_fields, key_projection, KeyAnalysis, ShardKeyed, ShardSpec, Sharded};
 use crate::action::{action, Call};
 use crate::error::{Error, Result};
 

@@ -31,7 +31,11 @@ pub(super) fn stored_time(v: Option<&Bson>, repr: TimeRepr) -> Option<DateTime> 
 
 /// The granularities other than `g` whose period of `at` is `value`: what
 /// a coarse field written under another `granularity` holds.
-pub(super) fn other_granularities(at: DateTime, value: DateTime, g: Granularity) -> Vec<Granularity> {
+pub(super) fn other_granularities(
+    at: DateTime,
+    value: DateTime,
+    g: Granularity,
+) -> Vec<Granularity> {
     ALL.into_iter()
         .filter(|&o| o != g && truncate(at, o) == value)
         .collect()
