@@ -183,13 +183,13 @@
 //!
 //! | stored document | `find` | `scatter`, `find_by_hashed` | `replace`, `upsert`, `update`, `delete` by `_id` |
 //! | --- | --- | --- | --- |
-//! | no coarse field, or one that is not a date or not its timestamp's period | not returned: its key is in no range (see `audit`) | returned, or `UnexpectedDocument` if the model cannot read it | `Damaged` naming the `_id` and field; nothing written |
+//! | no coarse field, or one that is not a date or not its timestamp's period | not returned: its key is in no range (see `audit`; `fill_coarse` writes it) | returned, or `UnexpectedDocument` if the model cannot read it | `Damaged` naming the `_id` and field; nothing written |
 //! | a key field missing or of another type than the model writes, a timestamp that is not one | returned only if the stored key matches the query (then `UnexpectedDocument`) | `UnexpectedDocument` | `Damaged`; nothing written |
 //! | any field that does not deserialize into the model | `UnexpectedDocument { id }` | `UnexpectedDocument { id }` | written over (a replace sends the whole model) |
 //! | stored under another key than `update` or `delete` named | — | — | `ShardKeyMismatch { id, stored }` |
 //!
 //! A targeted query cannot see a document that lacks its key, and nothing but
-//! a scan can: `audit(max)` is that scan. The library installs no server-side
+//! a scan can: `audit(max)` is that scan, and `fill_coarse()` the repair. The library installs no server-side
 //! validator; a `$jsonSchema` requiring the coarse field is the way to make the
 //! server refuse such writes.
 

@@ -277,7 +277,7 @@ impl<T: ShardKeyed> Sharded<T> {
             .batch_size(batch);
         let batch = batch as usize;
         let mut docs = Vec::with_capacity(batch);
-        match session.as_deref_mut() {
+        match session {
             None => {
                 let mut cursor = find.await?;
                 while let Some(d) = cursor.try_next().await? {
