@@ -596,10 +596,11 @@
 //! `Sharded::find` and refused by its writes; so are documents whose field
 //! holds another granularity's period after `granularity` (or `coarse`'s
 //! default) changed. `Sharded::audit` lists them; `Sharded::fill_coarse`
-//! writes the field on them, 1,000 documents a batch, each write guarded
-//! by the document's timestamp as read, so that a concurrent writer's
-//! change is never overwritten with a stale value (it is counted as
-//! `skipped`, and the next run takes it). A cut run resumes by running
+//! writes the field on them, 1,000 documents a batch, with `$dateTrunc`
+//! of the timestamp as stored when the write runs (one statement a
+//! document, guarded by the timestamp as read, before MongoDB 5.0), so
+//! that a concurrent writer's change never gets a stale value. A cut run
+//! resumes by running
 //! again; on a consistent collection it writes nothing. Documents whose
 //! timestamp is missing or not one the model reads are counted and named,
 //! never written.

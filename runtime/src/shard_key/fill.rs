@@ -10,8 +10,8 @@ use mongodb::bson::{doc, Bson, DateTime, Document};
 use mongodb::options::{CountOptions, EstimatedDocumentCountOptions, FindOptions};
 use mongodb::ClientSession;
 
-use super::time::{other_granularities, stored_time, truncate};
-use super::{Derived, ShardKeyed, Sharded};
+use super::time::{name, other_granularities, stored_time, truncate};
+use super::{Derived, Granularity, ShardKeyed, Sharded};
 use crate::action::{action, run, Call, Options};
 use crate::error::{Error, Result};
 use crate::progress::{OnProgress, Progress};
@@ -25,8 +25,8 @@ action! {
     /// [`Sharded::fill_coarse`]: write and read options, `session`,
     /// `on_progress`, `batch_size`, `max_damaged`.
     FillCoarse<'a, T: ShardKeyed> on Sharded, "fill_coarse", both, guarded;
-    { progress: Option<OnProgress>, batch: u32, max_damaged: usize } -> Fill;
-    |this, cx| this.repo.fill_in(this.progress, this.batch, this.max_damaged, cx).await
+    { progress: Option<OnProgress>, batch: u32, max_damaged: usize, pipeline: bool } -> Fill;
+    |this, cx| this.repo.fill_in(this.progress, this.batch, this.max_damaged, this.pipeline, cx).await
 }
 
 impl<'a, T: ShardKeyed + Send + Sync + 'a> FillCoarse<'a, T> {
@@ -51,6 +51,14 @@ impl<'a, T: ShardKeyed + Send + Sync + 'a> FillCoarse<'a, T> {
         self.max_damaged = n;
         self
     }
+
+    /// Writes one statement a document, as on a server without
+    /// `$dateTrunc`: for the tests of that path.
+    #[doc(hidden)]
+    pub fn per_document(mut self) -> Self {
+        self.pipeline = false;
+        self
+    }
 }
 
 /// What [`Sharded::fill_coarse`] did.
@@ -70,8 +78,11 @@ pub struct Fill {
     /// date that is no period of their timestamp), now rewritten.
     pub corrected: u64,
     /// Documents another writer changed between this call's read and its
-    /// write (the timestamp, or the coarse field to its right value): not
-    /// written, left as that writer left them; a second run takes them.
+    /// write (deleted, given a timestamp of another type, or the right
+    /// coarse field; without `$dateTrunc`, any change of the timestamp):
+    /// not changed, left as that writer left them; a second run takes any
+    /// that still need it. Counts come from the server's `nModified`:
+    /// under an unacknowledged write concern every write counts here.
     pub skipped: u64,
     /// Documents whose timestamp is missing or not one the model reads:
     /// no coarse field can be derived, nothing written.
@@ -92,8 +103,8 @@ impl Fill {
 enum Verdict {
     Right,
     Unfillable(Error),
-    /// A write of `want`, for the reason `kind`.
-    Write(Kind, DateTime),
+    /// A write of `want`, for the reason `kind`; the timestamp is `at`.
+    Write(Kind, DateTime, DateTime),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -124,12 +135,12 @@ fn judge(collection: &str, coarse: &str, derived: &Derived, stored: &Document) -
     };
     let want = truncate(at, derived.granularity);
     match stored.get(coarse) {
-        None => Verdict::Write(Kind::Missing, want),
+        None => Verdict::Write(Kind::Missing, want, at),
         Some(Bson::DateTime(v)) if *v == want => Verdict::Right,
         Some(Bson::DateTime(v)) if !other_granularities(at, *v, derived.granularity).is_empty() => {
-            Verdict::Write(Kind::OtherGranularity, want)
+            Verdict::Write(Kind::OtherGranularity, want, at)
         }
-        Some(_) => Verdict::Write(Kind::Wrong, want),
+        Some(_) => Verdict::Write(Kind::Wrong, want, at),
     }
 }
 
@@ -140,6 +151,102 @@ fn type_alias(v: &Bson) -> &'static str {
         Bson::Int32(_) => "int",
         Bson::Int64(_) => "long",
         _ => "date",
+    }
+}
+
+/// The first and last millisecond of the years 1 to 9999, the dates a
+/// server's `$dateTrunc` is trusted with; a timestamp outside is written
+/// by a statement of its own, with the value computed here.
+const FIRST_MS: i64 = -62_135_596_800_000;
+const LAST_MS: i64 = 253_402_300_799_999;
+
+/// A batch's writes of one kind: the `_id`s of the documents a pipeline
+/// statement writes, by how their timestamp is stored (a date, an
+/// integer of seconds), with the same documents' own statements should
+/// the server refuse `$dateTrunc`; and the statements written one a
+/// document.
+#[derive(Default)]
+struct Writes {
+    dates: Vec<Bson>,
+    seconds: Vec<Bson>,
+    in_pipeline: Vec<Document>,
+    direct: Vec<Document>,
+}
+
+impl Writes {
+    fn add(&mut self, run: &Run<'_>, stored: &Document, want: DateTime, at: DateTime) {
+        let id = stored.get("_id").cloned().unwrap_or(Bson::Null);
+        let ts = stored.get(run.derived.from).cloned().unwrap_or(Bson::Null);
+        let alias = type_alias(&ts);
+        let statement = doc! {
+            "q": {
+                "_id": id.clone(),
+                run.derived.from: {"$eq": ts.clone(), "$type": alias},
+                run.coarse: {"$ne": want},
+            },
+            "u": {"$set": {run.coarse: want}},
+            "multi": false,
+        };
+        let ms = at.timestamp_millis();
+        if !run.pipeline || !(FIRST_MS..=LAST_MS).contains(&ms) {
+            self.direct.push(statement);
+            return;
+        }
+        match ts {
+            Bson::DateTime(_) => self.dates.push(id),
+            _ => self.seconds.push(id),
+        }
+        self.in_pipeline.push(statement);
+    }
+
+    /// The pipeline statements: one for the dates, one for the seconds.
+    fn pipeline(&mut self, run: &Run<'_>) -> Vec<Document> {
+        let mut statements = Vec::new();
+        for (ids, dates) in [(&mut self.dates, true), (&mut self.seconds, false)] {
+            if !ids.is_empty() {
+                statements.push(pipeline_statement(run, std::mem::take(ids), dates));
+            }
+        }
+        statements
+    }
+}
+
+/// One pipeline statement writing the period of the timestamp, as the
+/// server computes it when the write runs (`$dateTrunc`, UTC, weeks from
+/// Monday: the same value as [`truncate`]), on the documents `ids`
+/// whose timestamp is still a date (`dates`) or an integer of seconds,
+/// within the years 1 to 9999. A timestamp another writer changed
+/// meanwhile gets its own period, never a stale one. One condition on
+/// the timestamp, not an `$or` of both kinds nor an `$expr`: either made
+/// the test server read 4 to 5 times slower.
+fn pipeline_statement(run: &Run<'_>, ids: Vec<Bson>, dates: bool) -> Document {
+    let from = format!("${}", run.derived.from);
+    let (guard, date) = match dates {
+        true => (
+            doc! {
+                "$gte": DateTime::from_millis(FIRST_MS),
+                "$lte": DateTime::from_millis(LAST_MS),
+            },
+            Bson::String(from),
+        ),
+        false => (
+            doc! {
+                "$gte": FIRST_MS / 1_000,
+                "$lte": LAST_MS / 1_000,
+                "$type": ["int", "long"],
+            },
+            Bson::Document(doc! {"$toDate": {"$multiply": [{"$toLong": from}, 1_000_i64]}}),
+        ),
+    };
+    let g = run.derived.granularity;
+    let mut t = doc! {"date": date, "unit": name(g), "timezone": "UTC"};
+    if g == Granularity::Week {
+        t.insert("startOfWeek", "monday");
+    }
+    doc! {
+        "q": {"_id": {"$in": ids}, run.derived.from: guard},
+        "u": [{"$set": {run.coarse: {"$dateTrunc": t}}}],
+        "multi": true,
     }
 }
 
@@ -154,6 +261,9 @@ struct Run<'r> {
     started: Instant,
     of: u64,
     progress: Option<OnProgress>,
+    /// Writes go through `$dateTrunc` pipelines until the server refuses
+    /// one.
+    pipeline: bool,
 }
 
 impl<T: ShardKeyed> Sharded<T> {
@@ -167,16 +277,24 @@ impl<T: ShardKeyed> Sharded<T> {
     ///
     /// It reads the collection in `_id` order, projected to `_id`, the
     /// coarse field and the timestamp, in batches of 1,000
-    /// ([`FillCoarse::batch_size`]), computes each value as every other
-    /// write does ([`truncate`](super::truncate)), and sends one `update`
-    /// command a batch (one per kind of change it holds) with one
-    /// statement per document, guarded: `_id`, the timestamp still the
-    /// value and type it read, and the coarse field still not the right
-    /// value. A document another writer changed meanwhile is left as that
-    /// writer left it and counted as [`Fill::skipped`]. A document whose
-    /// timestamp is missing or not one the model reads is counted and
-    /// named (up to [`FillCoarse::max_damaged`]), never written, and the
-    /// scan moves past it.
+    /// ([`FillCoarse::batch_size`]), judges each document as the audit
+    /// does, and writes those that need it with one `update` command a
+    /// batch (one per kind of change it holds): a pipeline statement on
+    /// their `_id`s that sets the field to `$dateTrunc` of the timestamp as
+    /// stored when the write runs (the same value as
+    /// [`truncate`](super::truncate)), guarded by the timestamp still
+    /// being of the type read. A timestamp another writer changes
+    /// meanwhile therefore gets its own period, never a stale one. On a server without `$dateTrunc`
+    /// (before MongoDB 5.0), and for timestamps outside the years 1 to
+    /// 9999, each document gets a statement of its own with the value
+    /// computed here, guarded by `_id`, the timestamp still the value and
+    /// type read, and the field still not that value; a document another
+    /// writer changed meanwhile is left as that writer left it. Either
+    /// way, a document not written for a concurrent change is counted as
+    /// [`Fill::skipped`]. A document whose timestamp is missing or not one
+    /// the model reads is counted and named (up to
+    /// [`FillCoarse::max_damaged`]), never written, and the scan moves
+    /// past it.
     ///
     /// Resumable and idempotent: a call cut short leaves the batches it
     /// wrote, and running it again reads the collection again and writes
@@ -218,7 +336,7 @@ impl<T: ShardKeyed> Sharded<T> {
     /// # Ok(()) }
     /// ```
     pub fn fill_coarse(&self) -> FillCoarse<'_, T> {
-        FillCoarse::new(self, None, BATCH, MAX_DAMAGED)
+        FillCoarse::new(self, None, BATCH, MAX_DAMAGED, true)
     }
 
     pub(super) async fn fill_in(
@@ -226,6 +344,7 @@ impl<T: ShardKeyed> Sharded<T> {
         progress: Option<OnProgress>,
         batch: u32,
         max_damaged: usize,
+        pipeline: bool,
         cx: Call<'_>,
     ) -> Result<Fill> {
         let (Some(coarse), Some(derived)) = (self.spec.coarse(), self.spec.derived()) else {
@@ -244,6 +363,7 @@ impl<T: ShardKeyed> Sharded<T> {
             started: Instant::now(),
             of: 0,
             progress,
+            pipeline,
         };
         // What needs writing decides the writes: the primary's.
         let reads = Options {
@@ -304,8 +424,9 @@ impl<T: ShardKeyed> Sharded<T> {
         Ok(run.report)
     }
 
-    /// Judges a batch, writes what it needs (one `update` command per
-    /// kind of change), and reports the progress.
+    /// Judges a batch, writes what it needs (per kind of change, one
+    /// `update` command: see [`Sharded::fill_coarse`]), and reports the
+    /// progress.
     async fn fill_batch(
         &self,
         run: &mut Run<'_>,
@@ -316,7 +437,7 @@ impl<T: ShardKeyed> Sharded<T> {
         if docs.is_empty() {
             return Ok(());
         }
-        let mut writes: [Vec<Document>; 3] = Default::default();
+        let mut writes: [Writes; 3] = Default::default();
         for d in &docs {
             run.report.scanned += 1;
             match judge(run.collection, run.coarse, &run.derived, d) {
@@ -327,42 +448,42 @@ impl<T: ShardKeyed> Sharded<T> {
                         run.report.damaged.push(e);
                     }
                 }
-                Verdict::Write(kind, want) => {
-                    let ts = d.get(run.derived.from).cloned().unwrap_or(Bson::Null);
-                    let alias = type_alias(&ts);
-                    let q = doc! {
-                        "_id": d.get("_id").cloned().unwrap_or(Bson::Null),
-                        run.derived.from: {"$eq": ts, "$type": alias},
-                        run.coarse: {"$ne": want},
-                    };
+                Verdict::Write(kind, want, at) => {
                     let i = KINDS.iter().position(|k| *k == kind).unwrap_or(0);
-                    writes[i].push(doc! {
-                        "q": q,
-                        "u": {"$set": {run.coarse: want}},
-                        "multi": false,
-                    });
+                    writes[i].add(run, d, want, at);
                 }
             }
         }
-        for (kind, statements) in KINDS.into_iter().zip(writes) {
-            if statements.is_empty() {
-                continue;
+        for (kind, mut w) in KINDS.into_iter().zip(writes) {
+            let mut direct = std::mem::take(&mut w.direct);
+            let mut n = 0;
+            let pipeline = w.pipeline(run);
+            if !pipeline.is_empty() {
+                let sent = w.in_pipeline.len() as u64;
+                match self.send(pipeline, true, o, session.as_deref_mut()).await? {
+                    Some(written) => {
+                        n += written.min(sent);
+                        run.report.skipped += sent - written.min(sent);
+                    }
+                    None => {
+                        tracing::info!(
+                            target: "mongo_patterns::fallback",
+                            fallback = "dateTrunc",
+                            collection = run.collection,
+                            "the server refused $dateTrunc (MongoDB 5.0+): fill_coarse writes one statement a document"
+                        );
+                        run.pipeline = false;
+                        direct.extend(w.in_pipeline);
+                    }
+                }
             }
-            let sent = statements.len() as u64;
-            let mut command = doc! {
-                "update": self.coll.name(),
-                "updates": statements,
-                "ordered": false,
-            };
-            o.command_fields(&mut command, self.coll.write_concern(), true)?;
-            let reply = run!(self.db.run_command(command), session.as_deref_mut())?;
-            crate::action::command_write_errors(&reply)?;
-            let n = reply
-                .get("n")
-                .and_then(crate::util::int)
-                .map_or(0, |n| n.max(0) as u64)
-                .min(sent);
-            run.report.skipped += sent - n;
+            if !direct.is_empty() {
+                let sent = direct.len() as u64;
+                let written = self.send(direct, false, o, session.as_deref_mut()).await?;
+                let written = written.unwrap_or(0).min(sent);
+                n += written;
+                run.report.skipped += sent - written;
+            }
             *match kind {
                 Kind::Missing => &mut run.report.filled,
                 Kind::OtherGranularity => &mut run.report.migrated,
@@ -374,5 +495,40 @@ impl<T: ShardKeyed> Sharded<T> {
             f(Progress::new(done, run.of.max(done), run.started.elapsed()));
         }
         Ok(())
+    }
+
+    /// One `update` command of `statements` (unordered): the documents
+    /// it changed (`nModified`), or,
+    /// when `refusable`, `None` if the server does not know an operator
+    /// the statements use (nothing was written: each statement is parsed
+    /// before it runs, and they all use it).
+    async fn send(
+        &self,
+        statements: Vec<Document>,
+        refusable: bool,
+        o: &Options,
+        session: Option<&mut ClientSession>,
+    ) -> Result<Option<u64>> {
+        let mut command = doc! {
+            "update": self.coll.name(),
+            "updates": statements,
+            "ordered": false,
+        };
+        o.command_fields(&mut command, self.coll.write_concern(), true)?;
+        let refused = |e: &mongodb::error::Error| {
+            refusable && crate::error::code::unknown_operator(e).is_some()
+        };
+        let reply = match run!(self.db.run_command(command), session) {
+            Err(e) if refused(&e) => return Ok(None),
+            reply => reply?,
+        };
+        if let Some((_, e)) = crate::action::first_write_error(&reply) {
+            if refused(&e) {
+                return Ok(None);
+            }
+        }
+        crate::action::command_write_errors(&reply)?;
+        let n = reply.get("nModified").and_then(crate::util::int);
+        Ok(Some(n.map_or(0, |n| n.max(0) as u64)))
     }
 }
