@@ -82,7 +82,8 @@ pub struct Fill {
     /// coarse field; without `$dateTrunc`, any change of the timestamp):
     /// not changed, left as that writer left them; a second run takes any
     /// that still need it. Counts come from the server's `nModified`:
-    /// under an unacknowledged write concern every write counts here.
+    /// under an unacknowledged write concern, which returns none, every
+    /// write counts as skipped.
     pub skipped: u64,
     /// Documents whose timestamp is missing or not one the model reads:
     /// no coarse field can be derived, nothing written.
@@ -275,26 +276,25 @@ impl<T: ShardKeyed> Sharded<T> {
     /// [`Sharded::audit`] reports; [`Sharded::find`] cannot see them, and
     /// writes to them are refused, until this has run.
     ///
-    /// It reads the collection in `_id` order, projected to `_id`, the
-    /// coarse field and the timestamp, in batches of 1,000
+    /// It reads the collection in `_id` order (one cursor), projected to
+    /// `_id`, the coarse field and the timestamp, in batches of 1,000
     /// ([`FillCoarse::batch_size`]), judges each document as the audit
     /// does, and writes those that need it with one `update` command a
     /// batch (one per kind of change it holds): a pipeline statement on
-    /// their `_id`s that sets the field to `$dateTrunc` of the timestamp as
-    /// stored when the write runs (the same value as
+    /// their `_id`s that sets the field to `$dateTrunc` of the timestamp
+    /// as stored when the write runs (the same value as
     /// [`truncate`](super::truncate)), guarded by the timestamp still
-    /// being of the type read. A timestamp another writer changes
-    /// meanwhile therefore gets its own period, never a stale one. On a server without `$dateTrunc`
-    /// (before MongoDB 5.0), and for timestamps outside the years 1 to
-    /// 9999, each document gets a statement of its own with the value
-    /// computed here, guarded by `_id`, the timestamp still the value and
-    /// type read, and the field still not that value; a document another
-    /// writer changed meanwhile is left as that writer left it. Either
-    /// way, a document not written for a concurrent change is counted as
-    /// [`Fill::skipped`]. A document whose timestamp is missing or not one
-    /// the model reads is counted and named (up to
-    /// [`FillCoarse::max_damaged`]), never written, and the scan moves
-    /// past it.
+    /// being of the type read, so that a timestamp another writer changes
+    /// meanwhile gets its own period, never a stale one. On a server
+    /// without `$dateTrunc` (before MongoDB 5.0), and for timestamps
+    /// outside the years 1 to 9999, each document gets a statement of its
+    /// own with the value computed here, guarded by `_id`, the timestamp
+    /// still the value and type read, and the field still not that value.
+    /// Either way, a document not changed because another writer changed
+    /// it first is counted as [`Fill::skipped`]. A document whose
+    /// timestamp is missing or not one the model reads is counted and
+    /// named (up to [`FillCoarse::max_damaged`]), never written, and the
+    /// scan moves past it.
     ///
     /// Resumable and idempotent: a call cut short leaves the batches it
     /// wrote, and running it again reads the collection again and writes
@@ -311,8 +311,9 @@ impl<T: ShardKeyed> Sharded<T> {
     /// one document per statement, as a retryable write or in a
     /// transaction, with an equality on the full shard key in the filter.
     /// This call's batched `update` commands are not retryable writes and
-    /// filter by `_id`, so `mongos` refuses them; it is written and tested
-    /// for a replica set or a collection that is not sharded yet.
+    /// filter by `_id` alone, so by those rules `mongos` would refuse them
+    /// (not tried: the test server does not shard). It is written and
+    /// tested for a replica set, or a collection not sharded yet.
     ///
     /// ```no_run
     /// # use mongo_patterns::prelude::*;
