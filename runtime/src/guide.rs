@@ -589,6 +589,48 @@
 //! while a board is rebuilt can be lost from that board's histogram), or
 //! run it again once they have.
 //!
+//! ## Filling a shard key's coarse field
+//!
+//! Documents stored without the derived coarse field (by another service,
+//! or before the model had `#[shard_key]`) are invisible to
+//! `Sharded::find` and refused by its writes; so are documents whose field
+//! holds another granularity's period after `granularity` (or `coarse`'s
+//! default) changed. `Sharded::audit` lists them; `Sharded::fill_coarse`
+//! writes the field on them, 1,000 documents a batch, with `$dateTrunc`
+//! of the timestamp as stored when the write runs (one statement a
+//! document, guarded by the timestamp as read, before MongoDB 5.0), so
+//! that a concurrent writer's change never gets a stale value. A cut run
+//! resumes by running
+//! again; on a consistent collection it writes nothing. Documents whose
+//! timestamp is missing or not one the model reads are counted and named,
+//! never written.
+//!
+//! ```no_run
+//! # use mongo_patterns::prelude::*;
+//! #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+//! #[shard_key(coarse = "month", from = "ts", search = "type")]
+//! struct Log {
+//!     #[serde(rename = "_id")] id: ObjectId,
+//!     #[serde(rename = "type")] kind: String,
+//!     ts: i64,
+//! }
+//!
+//! # async fn f(db: Database) -> mongo_patterns::Result<()> {
+//! let logs = Log::sharded(&db);
+//! let fill = logs
+//!     .fill_coarse()
+//!     .on_progress(|p| eprintln!("{} of {} documents ({:.0}/s)", p.done, p.of, p.rate()))
+//!     .await?;
+//! eprintln!("{} filled, {} from another granularity, {} unfillable", fill.filled, fill.migrated, fill.unfillable);
+//! # Ok(()) }
+//! ```
+//!
+//! Fill before `ensure_sharded`: on a collection already sharded, setting
+//! or changing a shard key field is a change of the document's shard key
+//! value, which MongoDB accepts only through `mongos`, as a retryable
+//! write or in a transaction, one document per statement, with the full
+//! shard key in the filter, and these batched writes are none of that.
+//!
 //! ## Retention
 //!
 //! Buckets with `order` on a date drop their old history with

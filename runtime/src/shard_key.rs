@@ -29,7 +29,7 @@
 //!
 //! Every method that sends a command returns an action ([`Insert`],
 //! [`InsertMany`], [`Replace`], [`Upsert`], [`Update`], [`Delete`],
-//! [`Find`], [`AuditKeys`], [`Analyze`], [`EnsureSharded`]): setters for
+//! [`Find`], [`AuditKeys`], [`FillCoarse`], [`Analyze`], [`EnsureSharded`]): setters for
 //! the session and the options that apply, run by `.await`. [`Sharded::find`],
 //! [`Sharded::find_by_hashed`] and [`Sharded::scatter`] give a stream when
 //! awaited, as the driver's `find` gives a cursor: the query is sent and
@@ -103,6 +103,7 @@
 //! | `delete(at, search, filter)` | `deleteMany` (`limit: 0`) within one key value, as `update`: when `filter` names one `_id` and nothing was deleted, a `find` by it: `ShardKeyMismatch` if it is stored under another key |
 //! | `find(search, range, extra)` | `find` on `{month: {$gte, $lte}, type, ts: {$gte, $lt}, ...extra}`: the key's prefix, so `mongos` targets the shards that hold that range; the bound on `ts` is exact to the millisecond (epoch seconds: a log at second `s` is at `s × 1000` ms) |
 //! | `audit(max)` | one `find` over the whole collection, projected to the key: documents whose coarse field is missing, not a date, or not their timestamp's period (targeted queries cannot see them), as `Damaged`, up to `max` |
+//! | `fill_coarse()` | the same scan in `_id` order, in batches of 1,000, and per batch one `update` command (a `$dateTrunc` pipeline on the batch's `_id`s, guarded by the timestamp's type; before MongoDB 5.0, one statement per document, guarded by its timestamp as read and the coarse field not yet right) that writes the derived field on documents lacking it or holding another value (another granularity's period: the migration after the attribute changed); reports filled, migrated, unfillable (named, as `Damaged`) and progress |
 //! | `find_by_hashed(value)` | `find` on the hashed field's value: one shard |
 //! | `scatter(filter)` | any `find`: every shard (named so that it is never an accident) |
 //! | `ensure_sharded()` | `createIndexes` on the key, then on the `admin` database of the repository's client `enableSharding` (MongoDB before 6.0 needs it; harmless after) and `shardCollection`, each with the effective write concern in its body (`run_command` inherits none) and its `writeConcernError` read; `NotSharded` on a replica set or a standalone (CommandNotFound), after the index |
@@ -182,19 +183,20 @@
 //!
 //! | stored document | `find` | `scatter`, `find_by_hashed` | `replace`, `upsert`, `update`, `delete` by `_id` |
 //! | --- | --- | --- | --- |
-//! | no coarse field, or one that is not a date or not its timestamp's period | not returned: its key is in no range (see `audit`) | returned, or `UnexpectedDocument` if the model cannot read it | `Damaged` naming the `_id` and field; nothing written |
+//! | no coarse field, or one that is not a date or not its timestamp's period | not returned: its key is in no range (see `audit`; `fill_coarse` writes it) | returned, or `UnexpectedDocument` if the model cannot read it | `Damaged` naming the `_id` and field; nothing written |
 //! | a key field missing or of another type than the model writes, a timestamp that is not one | returned only if the stored key matches the query (then `UnexpectedDocument`) | `UnexpectedDocument` | `Damaged`; nothing written |
 //! | any field that does not deserialize into the model | `UnexpectedDocument { id }` | `UnexpectedDocument { id }` | written over (a replace sends the whole model) |
 //! | stored under another key than `update` or `delete` named | — | — | `ShardKeyMismatch { id, stored }` |
 //!
 //! A targeted query cannot see a document that lacks its key, and nothing but
-//! a scan can: `audit(max)` is that scan. The library installs no server-side
+//! a scan can: `audit(max)` is that scan, and `fill_coarse()` the repair. The library installs no server-side
 //! validator; a `$jsonSchema` requiring the coarse field is the way to make the
 //! server refuse such writes.
 
 pub mod analyze;
 mod audit;
 mod deploy;
+mod fill;
 mod read;
 #[cfg(test)]
 mod tests;
@@ -209,6 +211,7 @@ use serde::Serialize;
 pub use self::analyze::KeyAnalysis;
 pub use self::audit::{Analyze, Audit, AuditKeys};
 pub use self::deploy::EnsureSharded;
+pub use self::fill::{Fill, FillCoarse};
 pub use self::read::Find;
 pub use self::time::truncate;
 pub use self::write::{Delete, Insert, InsertMany, Replace, Update, Upsert};

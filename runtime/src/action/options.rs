@@ -288,6 +288,7 @@ read_options! {
     AggregateOptions: comment, max_time, read_concern, write_concern;
     CountOptions: comment, max_time, read_concern;
     DistinctOptions: comment, max_time, read_concern;
+    EstimatedDocumentCountOptions: comment, max_time, read_concern;
 }
 
 driver_options! {

@@ -6,10 +6,8 @@ use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::FindOptions;
 
-use super::time::{seconds, truncate};
-use super::{
-    analyze, key_fields, key_projection, KeyAnalysis, ShardKeyed, ShardSpec, Sharded, TimeRepr,
-};
+use super::time::{name, other_granularities, stored_time, truncate};
+use super::{analyze, key_fields, key_projection, KeyAnalysis, ShardKeyed, ShardSpec, Sharded};
 use crate::action::{action, Call};
 use crate::error::{Error, Result};
 
@@ -210,13 +208,7 @@ pub(super) fn check_stored(
             ),
         ));
     };
-    let at = match (stored.get(derived.from), derived.repr) {
-        (Some(Bson::DateTime(t)), _) => Some(*t),
-        (Some(Bson::Int64(s)), TimeRepr::EpochSeconds) => seconds(*s).ok(),
-        (Some(Bson::Int32(s)), TimeRepr::EpochSeconds) => seconds(i64::from(*s)).ok(),
-        _ => None,
-    };
-    let Some(at) = at else {
+    let Some(at) = stored_time(stored.get(derived.from), derived.repr) else {
         return Err(damaged(
             derived.from,
             format!(
@@ -227,12 +219,20 @@ pub(super) fn check_stored(
     };
     let want = truncate(at, derived.granularity);
     if *month != want {
+        let others = other_granularities(at, *month, derived.granularity);
+        let why = match others.is_empty() {
+            true => String::new(),
+            false => format!(
+                " (it is its {}: written under another granularity; `fill_coarse` rewrites it)",
+                others.into_iter().map(name).collect::<Vec<_>>().join(", ")
+            ),
+        };
         return Err(damaged(
             coarse,
             format!(
-                "is {month}, but `{}` is in the {} of {want}",
+                "is {month}, but `{}` is in the {} of {want}{why}",
                 derived.from,
-                format!("{:?}", derived.granularity).to_lowercase()
+                name(derived.granularity)
             ),
         ));
     }

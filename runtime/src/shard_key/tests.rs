@@ -1,7 +1,7 @@
 use mongodb::bson::{doc, DateTime};
 
 use super::deploy::shell_doc;
-use super::time::{civil_from_days, days_from_civil};
+use super::time::{civil_from_days, days_from_civil, other_granularities};
 use super::write::{check_update, fill};
 use super::*;
 use crate::error::Error;
@@ -102,4 +102,23 @@ fn updates_cannot_touch_the_key() {
             "{bad}"
         );
     }
+}
+
+#[test]
+fn another_granularitys_period_is_told_apart() {
+    let t = at("2021-10-25T03:34:59Z");
+    // Stored under `month`, read under `day`: the month of `t`.
+    let month = at("2021-10-01T00:00:00Z");
+    assert_eq!(
+        other_granularities(t, month, Granularity::Day),
+        [Granularity::Quarter, Granularity::Month]
+    );
+    // Monday 25 October is its week and its day.
+    assert_eq!(
+        other_granularities(t, at("2021-10-25T00:00:00Z"), Granularity::Hour),
+        [Granularity::Week, Granularity::Day]
+    );
+    // A date that is no period of `t`.
+    assert!(other_granularities(t, at("2021-10-02T00:00:00Z"), Granularity::Day).is_empty());
+    assert!(other_granularities(t, at("2020-10-01T00:00:00Z"), Granularity::Day).is_empty());
 }

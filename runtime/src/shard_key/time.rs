@@ -2,8 +2,49 @@
 
 use mongodb::bson::DateTime;
 
-use super::Granularity;
+use mongodb::bson::Bson;
+
+use super::{Granularity, TimeRepr};
 use crate::error::{Error, Result};
+
+/// Every granularity, coarsest first.
+const ALL: [Granularity; 6] = [
+    Granularity::Year,
+    Granularity::Quarter,
+    Granularity::Month,
+    Granularity::Week,
+    Granularity::Day,
+    Granularity::Hour,
+];
+
+/// The time a stored timestamp field holds, as the model reads it: a
+/// date, or (epoch seconds) an integer of seconds. `None` for anything
+/// else (missing, a string, a double, out of range).
+pub(super) fn stored_time(v: Option<&Bson>, repr: TimeRepr) -> Option<DateTime> {
+    match (v, repr) {
+        (Some(Bson::DateTime(t)), _) => Some(*t),
+        (Some(Bson::Int64(s)), TimeRepr::EpochSeconds) => seconds(*s).ok(),
+        (Some(Bson::Int32(s)), TimeRepr::EpochSeconds) => seconds(i64::from(*s)).ok(),
+        _ => None,
+    }
+}
+
+/// The granularities other than `g` whose period of `at` is `value`: what
+/// a coarse field written under another `granularity` holds.
+pub(super) fn other_granularities(
+    at: DateTime,
+    value: DateTime,
+    g: Granularity,
+) -> Vec<Granularity> {
+    ALL.into_iter()
+        .filter(|&o| o != g && truncate(at, o) == value)
+        .collect()
+}
+
+/// A granularity as the attribute spells it.
+pub(super) fn name(g: Granularity) -> String {
+    format!("{g:?}").to_lowercase()
+}
 
 /// The first whole second at or after `t`, in epoch seconds.
 pub(super) fn ceil_seconds(t: DateTime) -> i64 {
