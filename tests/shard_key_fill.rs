@@ -430,12 +430,29 @@ async fn granularity_change_is_migrated() {
         let said = audit.damaged.iter().filter(|e| e.to_string().contains("another granularity")).count();
         assert_eq!(said, other, "{}", audit.damaged[0]);
 
+        // `plan` counts the same documents (one aggregation), and says
+        // what fills them; after the fill, none.
+        let stored = |plan: &mongo_patterns::ensure::Plan| -> Vec<u64> {
+            plan.conflicts
+                .iter()
+                .filter_map(|c| match c {
+                    mongo_patterns::ensure::Conflict::Stored { count, .. } => Some(*count),
+                    _ => None,
+                })
+                .collect()
+        };
+        let plan = Daily::plan(&db).await.unwrap();
+        assert_eq!(stored(&plan), vec![(other + 50) as u64], "{plan}");
+        assert!(plan.to_string().contains("fill_coarse()"), "{plan}");
+        assert_eq!(stored(&Monthly::plan(&db).await.unwrap()), vec![50]);
+
         let fill = daily.fill_coarse().await.unwrap();
         assert_eq!(fill.migrated as usize, other, "{fill:?}");
         assert_eq!(fill.filled, 50);
         assert_eq!(fill.already_right as usize, 3_000 - other);
         assert_eq!((fill.corrected, fill.unfillable, fill.skipped), (0, 0, 0));
         assert!(daily.audit(10).await.unwrap().damaged.is_empty());
+        assert!(stored(&Daily::plan(&db).await.unwrap()).is_empty());
 
         let mut all: Vec<(i64, String, DateTime)> = events.iter().map(|e| (e.id, e.tenant.clone(), e.at)).collect();
         all.extend((3_000..3_050).map(|i| (i, "t0".to_owned(), DateTime::from_millis(START * 1000 + i * 3_600_000))));

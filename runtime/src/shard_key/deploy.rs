@@ -64,10 +64,31 @@ impl<T: ShardKeyed> Sharded<T> {
 
     /// What this repository needs in the deployment: the shard key's index,
     /// and the collection sharded on it where the deployment shards.
+    ///
+    /// With a derived coarse field, `plan` also counts the documents whose
+    /// coarse field is missing or not their timestamp's period (another
+    /// writer's, stored before `#[shard_key]`, or under another
+    /// granularity): [`fill_coarse`](Self::fill_coarse) is the migration.
     pub fn declared(&self) -> Vec<crate::ensure::Declared> {
-        vec![crate::ensure::Declared::new(self.coll.name())
+        let mut declared = crate::ensure::Declared::new(self.coll.name())
             .index(self.shard_spec(), index_name(&self.spec))
-            .sharded(self.shard_spec(), false)]
+            .sharded(self.shard_spec(), false);
+        if let super::ShardSpec::Ranged {
+            coarse:
+                Some(super::Coarse {
+                    field,
+                    derived: Some(derived),
+                }),
+            ..
+        } = self.spec
+        {
+            declared = declared.check(crate::ensure::Check::new(
+                super::fill::stale_filter(field, &derived),
+                format!("documents whose `{field}` is missing or not their `{}`'s period (another writer's, or another granularity's)", derived.from),
+                "find never returns them and writes to them are refused (audit names them): run fill_coarse(), before the collection is sharded",
+            ));
+        }
+        vec![declared]
     }
 
     /// Creates what [`declared`](Self::declared) lists and the deployment

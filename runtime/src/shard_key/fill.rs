@@ -251,6 +251,43 @@ fn pipeline_statement(run: &Run<'_>, ids: Vec<Bson>, dates: bool) -> Document {
     }
 }
 
+/// Documents whose coarse field `coarse` is missing or not their
+/// timestamp's period, as the server computes it: what `plan` counts
+/// (see [`Sharded::declared`]). A timestamp outside the years 1 to 9999,
+/// or of another type, is left to the audit, which names it.
+pub(super) fn stale_filter(coarse: &str, derived: &Derived) -> Document {
+    let from = format!("${}", derived.from);
+    let date = match derived.repr {
+        super::TimeRepr::DateTime => doc! {"$cond": [
+            {"$and": [
+                {"$eq": [{"$type": &from}, "date"]},
+                {"$gte": [&from, DateTime::from_millis(FIRST_MS)]},
+                {"$lte": [&from, DateTime::from_millis(LAST_MS)]},
+            ]},
+            &from,
+            Bson::Null,
+        ]},
+        super::TimeRepr::EpochSeconds => doc! {"$cond": [
+            {"$and": [
+                {"$in": [{"$type": &from}, ["int", "long"]]},
+                {"$gte": [&from, FIRST_MS / 1_000]},
+                {"$lte": [&from, LAST_MS / 1_000]},
+            ]},
+            {"$toDate": {"$multiply": [{"$toLong": &from}, 1_000_i64]}},
+            Bson::Null,
+        ]},
+    };
+    let g = derived.granularity;
+    let mut t = doc! {"date": date, "unit": name(g), "timezone": "UTC"};
+    if g == Granularity::Week {
+        t.insert("startOfWeek", "monday");
+    }
+    doc! {"$or": [
+        {coarse: {"$exists": false}},
+        {"$expr": {"$ne": [format!("${coarse}"), {"$ifNull": [{"$dateTrunc": t}, format!("${coarse}")]}]}},
+    ]}
+}
+
 /// One call's running state: the report, the progress, the batch being
 /// gathered.
 struct Run<'r> {
