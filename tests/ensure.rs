@@ -383,7 +383,17 @@ async fn same_keys_under_another_name_satisfy() {
         );
         assert!(matches!(&plan.notes[..], [n] if other_name(n)), "{plan}");
     } else {
-        assert!(plan.is_up_to_date(), "{plan}");
+        // Nothing to create; the bucket's validator to set.
+        assert!(
+            plan.create_collections.is_empty()
+                && plan.create_indexes.is_empty()
+                && plan.conflicts.is_empty(),
+            "{plan}"
+        );
+        assert!(
+            matches!(&plan.validators[..], [v] if v.collection == "history"),
+            "{plan}"
+        );
         assert!(matches!(
             &plan.notes[..],
             [n, Note::ShardingNotApplicable { collection }]
@@ -398,7 +408,11 @@ async fn same_keys_under_another_name_satisfy() {
         );
         assert_eq!(done.sharded, ["history"], "{done}");
     } else {
-        assert!(done.created_nothing(), "{done}");
+        assert!(
+            done.collections_created.is_empty() && done.indexes_created.is_empty(),
+            "{done}"
+        );
+        assert_eq!(done.validators_set, ["history"], "{done}");
     }
     assert_eq!(
         indexes(&db, "history")
@@ -510,11 +524,11 @@ async fn ensure_sends_write_concern_and_comment() {
             );
         }
     }
-    // One `createIndexes` per index (the first on a collection creates
-    // it), one `create` per collection without one. On a sharded cluster
-    // the two hashed `_id`s' indexes as well, one of them on the
-    // histogram's collection, which then needs no `create`.
-    let writes_want = if sharded { 6 + 1 } else { 4 + 2 };
+    // One `createIndexes` per index, one `create` per collection with a
+    // validator (the bucket's, the histogram's and the shard key's: each
+    // is created with it) or without an index. On a sharded cluster the
+    // two hashed `_id`s' indexes as well.
+    let writes_want = if sharded { 6 + 4 } else { 4 + 4 };
     assert_eq!(writes, writes_want, "{sent:?}");
 
     // Without one set, the database's write concern is sent.

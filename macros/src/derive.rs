@@ -108,7 +108,7 @@ fn expand_declared(p: &Private, repos: &Repositories) -> Option<TokenStream> {
                 <Self as #p::Model>::KEYSET,
             );
             #( #p::core::iter::Extend::extend(&mut all, #parts); )*
-            all
+            #p::with_validation(all, <Self as #p::Model>::VALIDATION)
         }
     })
 }

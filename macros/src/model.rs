@@ -12,10 +12,20 @@ use crate::private::Private;
 const MODEL: &str = "model";
 const COLLECTION: &str = "collection";
 const CRATE: &str = "crate";
-const OPTIONS: &[&str] = &[COLLECTION, CRATE];
+const VALIDATE: &str = "validate";
+const OPTIONS: &[&str] = &[COLLECTION, CRATE, VALIDATE];
+/// `validate`'s values and the runtime's `Validation` variants.
+const LEVELS: &[(&str, &str)] = &[
+    ("moderate", "Moderate"),
+    ("strict", "Strict"),
+    ("warn", "Warn"),
+    ("off", "Off"),
+];
 
 pub struct Model {
     pub collection: String,
+    /// The `Validation` variant `validate` names, when given.
+    pub validation: Option<&'static str>,
     /// Where the expansion finds the runtime.
     pub private: Private,
 }
@@ -24,6 +34,7 @@ pub struct Model {
 struct Attr<'c> {
     collection: Opt<'c, LitStr>,
     krate: Opt<'c, LitStr>,
+    validate: Opt<'c, LitStr>,
 }
 
 /// Parses `#[model]`; without one, the collection is the struct's name in
@@ -38,6 +49,7 @@ fn attr<'c>(cx: &'c Ctxt, input: &DeriveInput) -> Attr<'c> {
     let mut out = Attr {
         collection: Opt::new(cx, MODEL, COLLECTION),
         krate: Opt::new(cx, MODEL, CRATE),
+        validate: Opt::new(cx, MODEL, VALIDATE),
     };
     let Some(attrs) = attr::single(cx, &input.attrs, MODEL) else {
         return out;
@@ -59,6 +71,11 @@ fn attr<'c>(cx: &'c Ctxt, input: &DeriveInput) -> Attr<'c> {
             CRATE => {
                 let lit = opt.lit_str(cx, MODEL, "crate = \"my_facade::mongo_patterns\"");
                 out.krate.take(&opt, lit);
+            }
+            // validate = "moderate" | "strict" | "warn" | "off"
+            VALIDATE => {
+                let lit = opt.lit_str(cx, MODEL, "validate = \"strict\"");
+                out.validate.take(&opt, lit);
             }
             _ => opt.unknown(cx, MODEL, OPTIONS),
         }
@@ -84,8 +101,20 @@ fn check(cx: &Ctxt, input: &DeriveInput, attr: Attr) -> Model {
             None
         }
     });
+    let validation = attr.validate.get().and_then(|(_, lit)| {
+        let value = lit.value();
+        let found = LEVELS.iter().find(|(name, _)| *name == value);
+        if found.is_none() {
+            cx.error_spanned_by(
+                &lit,
+                format!("`validate` is one of \"moderate\" (the default: inserts and updates of valid documents are checked), \"strict\" (every write), \"warn\" (logged, not refused) or \"off\" (no validator); not \"{value}\""),
+            );
+        }
+        found.map(|(_, variant)| *variant)
+    });
     Model {
         collection: collection.unwrap_or_else(|| snake_case(&input.ident.to_string())),
+        validation,
         private: Private::new(krate),
     }
 }
@@ -100,6 +129,10 @@ impl Model {
         let ident = &input.ident;
         let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
         let collection = &self.collection;
+        let validation = self.validation.map(|v| {
+            let v = syn::Ident::new(v, proc_macro2::Span::call_site());
+            quote!(const VALIDATION: #p::Validation = #p::Validation::#v;)
+        });
         let documents = documents.then(|| {
             quote! {
                 #[automatically_derived]
@@ -110,6 +143,7 @@ impl Model {
             #[automatically_derived]
             impl #impl_g #p::Model for #ident #ty_g #where_g {
                 const COLLECTION: &'static str = #collection;
+                #validation
                 #items
             }
             #documents

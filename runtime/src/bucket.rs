@@ -501,7 +501,8 @@ impl<T: Bucketed> Buckets<T> {
             .index(doc! {key: 1, "start": 1}, format!("mp_bucket_{key}_start"))
             .sharded(self.shard_key(), false)
             .needs(needs)
-            .check(damaged)]
+            .check(damaged)
+            .schema(self.shape.schema())]
     }
 
     /// The collection's shard key, which [`declared`](Self::declared) lists

@@ -99,6 +99,16 @@
 //!   `layout` or off a changed `precision`. The rest is still created. Drop what conflicts
 //!   yourself if it should go (unlike ODMs that drop undeclared indexes,
 //!   this never does).
+//! - **Validators**: each pattern declares its invariants as a
+//!   `$jsonSchema` fragment; `ensure` sets them as the collection's
+//!   validator (one `$jsonSchema` titled `mongo-patterns`, whose `allOf`
+//!   holds the fragments), with the collection when it creates it and by
+//!   `collMod` when it exists without it or with another version or level
+//!   of it. A validator of the collection's own is
+//!   [`Conflict::Validator`] and left alone. See [`Validation`] for the
+//!   levels and what each pattern declares, and
+//!   [`Model::validate_existing`](crate::Model::validate_existing) for
+//!   the documents stored before.
 //! - **The same keys under another name satisfy**: nothing is created, and
 //!   a [`Note::IndexUnderOtherName`] says which index serves.
 //! - **Sharding only where the deployment shards**: `enableSharding`, then
@@ -148,10 +158,10 @@ mod needs;
 mod report;
 
 pub use crate::feature::Feature;
-pub use action::{EnsureAction, PlanAction};
+pub use action::{EnsureAction, PlanAction, ValidateExisting};
 pub(crate) use needs::ServerFacts;
 pub use needs::{Need, Unsupported};
-pub use report::{Conflict, Ensured, Index, Note, Plan, Shard};
+pub use report::{Conflict, Ensured, Index, Invalid, Note, Plan, Shard, Validator};
 
 /// What one pattern needs in one collection.
 #[derive(Debug, Clone)]
@@ -170,6 +180,64 @@ pub struct Declared {
     /// Documents the declaration cannot read as it stands, which `plan`
     /// looks for in a collection that holds data.
     pub checks: Vec<Check>,
+    /// `$jsonSchema` fragments every document must satisfy: the pattern's
+    /// invariants, which `ensure` has the server enforce (see
+    /// [`Validation`]).
+    pub schemas: Vec<Document>,
+    /// How the server enforces `schemas`.
+    pub validation: Validation,
+}
+
+/// How the server enforces a collection's schema:
+/// `#[model(validate = "...")]`. What the patterns declare is each one's
+/// own invariants (a bucket's `_id` shape, `count` and `start`, its items
+/// array no longer than the bucket's limit; a histogram's counts integers
+/// not below 0; a derived shard key field a date), which another writer (a
+/// service, a person in the shell) could otherwise break.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Validation {
+    /// Inserts, and updates of documents that pass, are checked; a
+    /// document stored before that already breaks the schema can still be
+    /// updated (`validationLevel: "moderate"`), so a migration can mend it.
+    #[default]
+    Moderate,
+    /// Every insert and update is checked (`validationLevel: "strict"`).
+    Strict,
+    /// Nothing is refused; the server logs each write that breaks the
+    /// schema (`validationAction: "warn"`, level strict).
+    Warn,
+    /// No validator is declared. One set before is left in place (`ensure`
+    /// drops nothing): remove it with `collMod` yourself.
+    Off,
+}
+
+impl Validation {
+    /// `validationLevel` and `validationAction`.
+    pub fn level_and_action(self) -> (&'static str, &'static str) {
+        match self {
+            Validation::Moderate => ("moderate", "error"),
+            Validation::Strict | Validation::Off => ("strict", "error"),
+            Validation::Warn => ("strict", "warn"),
+        }
+    }
+}
+
+/// The `title` of the `$jsonSchema` the patterns declare: a validator with
+/// another title (or none) is someone else's, and left alone.
+pub const SCHEMA_TITLE: &str = "mongo-patterns";
+
+/// Sets how the server enforces every schema in `declared`; with
+/// [`Validation::Off`], declares none. What `#[model(validate)]` expands
+/// to.
+pub fn with_validation(mut declared: Vec<Declared>, v: Validation) -> Vec<Declared> {
+    for d in &mut declared {
+        d.validation = v;
+        if v == Validation::Off {
+            d.schemas.clear();
+        }
+    }
+    declared
 }
 
 /// Stored documents that a declaration reads wrongly or refuses: what an
@@ -210,7 +278,15 @@ impl Declared {
             shard_key: None,
             needs: Vec::new(),
             checks: Vec::new(),
+            schemas: Vec::new(),
+            validation: Validation::default(),
         }
+    }
+
+    /// Adds a `$jsonSchema` fragment every document must satisfy.
+    pub fn schema(mut self, fragment: Document) -> Self {
+        self.schemas.push(fragment);
+        self
     }
 
     /// Adds a check of the stored documents (see [`Check`]).

@@ -659,6 +659,39 @@
 //! players or the time; remove a player with `Ranks::delete` and the
 //! histogram follows. Keyset pages and shard keys add nothing to expire.
 //!
+//! ## Invariants the server enforces
+//!
+//! `Model::ensure` sets a `$jsonSchema` validator on each collection a
+//! pattern writes, with that pattern's invariants: a bucket's `_id`,
+//! `start`, `count` and items array; a histogram's counts; a derived
+//! shard key field. Another service, or a person in the shell, then
+//! cannot store a bucket with a string `_id` or a negative count: the
+//! server refuses it (code 121), where before the repository found it
+//! later as `Error::Damaged`. `#[model(validate = "...")]` picks the level
+//! (moderate by default: a document stored before that breaks it can still
+//! be mended). On a collection that holds data, count what already breaks
+//! it first:
+//!
+//! ```no_run
+//! # use mongo_patterns::prelude::*;
+//! #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+//! #[model(validate = "strict")]
+//! #[bucket(size = 1000, key = "customer", order = "at")]
+//! struct Trade { customer: i64, at: DateTime, ticker: String, qty: i32 }
+//!
+//! # async fn f(db: Database) -> mongo_patterns::Result<()> {
+//! for bad in Trade::validate_existing(&db).await? {
+//!     eprintln!("{}: {} break it, first {:?}", bad.collection, bad.count, bad.ids);
+//! }
+//! let done = Trade::ensure(&db).await?; // sets the validator
+//! assert!(done.conflicts.is_empty(), "{done}");
+//! # Ok(()) }
+//! ```
+//!
+//! The struct's own fields are not in the schema yet: a document whose
+//! fields do not fit the model is still found on read
+//! (`UnexpectedDocument`).
+//!
 //! ## Changing an attribute over stored data
 //!
 //! `Model::plan` reads the stored documents as well as the indexes, and

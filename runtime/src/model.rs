@@ -6,7 +6,7 @@
 use mongodb::{Collection, Database};
 use serde::de::DeserializeOwned;
 
-use crate::ensure::{Declared, EnsureAction, PlanAction};
+use crate::ensure::{Declared, EnsureAction, PlanAction, ValidateExisting, Validation};
 use crate::keyset::{Keyset, KeysetSpec};
 
 /// A struct the patterns store in a collection.
@@ -22,13 +22,21 @@ pub trait Model: Sized {
     /// ascending.
     const KEYSET: KeysetSpec = KeysetSpec::BY_ID;
 
+    /// How the server enforces the patterns' invariants on the model's
+    /// collections: `#[model(validate = "moderate" | "strict" | "warn" |
+    /// "off")]`, moderate by default. See [`Validation`].
+    const VALIDATION: Validation = Validation::Moderate;
+
     /// What the model's attributes need in the deployment: its collection,
     /// the keyset index `{sort keys..., _id}` when `#[keyset(sort = ...)]`
     /// names keys, and what each pattern's repository declares (bucket,
     /// rank histogram and its histogram collection, shard key, counters).
     /// The derive writes it; [`Model::ensure`] and [`Model::plan`] use it.
     fn declared(db: &Database) -> Vec<Declared> {
-        Self::KEYSET.declared(db, Self::COLLECTION)
+        crate::ensure::with_validation(
+            Self::KEYSET.declared(db, Self::COLLECTION),
+            Self::VALIDATION,
+        )
     }
 
     /// Creates what [`Model::declared`] lists and the deployment lacks:
@@ -65,6 +73,27 @@ pub trait Model: Sized {
     /// ```
     fn plan(db: &Database) -> PlanAction<'_> {
         PlanAction::new(db, Self::declared(db))
+    }
+
+    /// Counts the documents already stored that break the schema
+    /// [`Model::ensure`] has the server enforce, and names the first few
+    /// by `_id`, per collection: one `aggregate` (a collection scan) per
+    /// collection with a schema. Run it before `ensure` sets a validator
+    /// on data that exists. See [`ValidateExisting`].
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[bucket(size = 1000, key = "customer")]
+    /// # struct Trade { customer: i64, qty: i32 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// for bad in Trade::validate_existing(&db).await? {
+    ///     eprintln!("{}: {} documents, first {:?}", bad.collection, bad.count, bad.ids);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    fn validate_existing(db: &Database) -> ValidateExisting<'_> {
+        ValidateExisting::new(db, Self::declared(db))
     }
 }
 

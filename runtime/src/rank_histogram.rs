@@ -513,10 +513,39 @@ impl<T: RankHistogram> Ranks<T> {
                 .needs(needs),
             self.stored_checks().into_iter().fold(
                 crate::ensure::Declared::new(self.hist.name())
-                    .sharded(self.histogram_shard_key(), false),
+                    .sharded(self.histogram_shard_key(), false)
+                    .schema(self.histogram_schema()),
                 crate::ensure::Declared::check,
             ),
         ]
+    }
+
+    /// The histogram's `$jsonSchema`, for the server to enforce (see
+    /// [`Validation`](crate::ensure::Validation)): counts integers not
+    /// below 0; the array layout's `scores` an array of `{score, count}`,
+    /// the documents layout's `_id` a `{b, s}`.
+    fn histogram_schema(&self) -> Document {
+        let count = doc! {"bsonType": ["int", "long"], "minimum": 0};
+        match self.spec.layout {
+            Layout::Array => doc! {
+                "required": ["_id", "scores"],
+                "properties": {"scores": {
+                    "bsonType": "array",
+                    "items": {
+                        "bsonType": "object",
+                        "required": ["score", "count"],
+                        "properties": {"count": count},
+                    },
+                }},
+            },
+            Layout::Documents => doc! {
+                "required": ["_id", "count"],
+                "properties": {
+                    "_id": {"bsonType": "object", "required": ["b", "s"]},
+                    "count": count,
+                },
+            },
+        }
     }
 
     /// What `plan` looks for in the histogram: the other layout's

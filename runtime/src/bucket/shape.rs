@@ -133,6 +133,27 @@ impl Shape {
         }
     }
 
+    /// The `$jsonSchema` of a bucket, for the server to enforce (see
+    /// `ensure::Validation`): the `_id` `{k, s}` with an integer `s`, the
+    /// key, `start` not below 0, `count` from 0 to [`Shape::cap`], and the
+    /// items an array no longer than that.
+    pub(super) fn schema(&self) -> Document {
+        let int = Bson::Array(vec!["int".into(), "long".into()]);
+        doc! {
+            "required": ["_id", self.spec.key, "start", "count", self.spec.items],
+            "properties": {
+                "_id": {
+                    "bsonType": "object",
+                    "required": ["k", "s"],
+                    "properties": {"s": {"bsonType": ["int", "long", "double"]}},
+                },
+                "start": {"bsonType": int.clone(), "minimum": 0},
+                "count": {"bsonType": int, "minimum": 0, "maximum": self.cap()},
+                self.spec.items: {"bsonType": "array", "maxItems": self.cap()},
+            },
+        }
+    }
+
     /// Buckets that [`Shape::check`] refuses as damaged: `items` not an
     /// array, a `count` over [`Shape::cap`] or unlike the array's length,
     /// a `start` below 0. What `plan` looks for: a `size` lowered or an

@@ -9,8 +9,11 @@ use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::{ClientSession, Database};
 
-use super::compare::{compare_index, merge, same_keys, shard_key_index, Wanted};
-use super::{Check, Conflict, Declared, Ensured, Index, Note, Plan, ServerFacts, Unsupported};
+use super::compare::{compare_index, merge, ours, same_keys, shard_key_index, Wanted};
+use super::{
+    Check, Conflict, Declared, Ensured, Index, Invalid, Note, Plan, ServerFacts, Unsupported,
+    Validator,
+};
 use crate::action::Options;
 use crate::error::Result;
 
@@ -22,7 +25,9 @@ use crate::error::Result;
 /// Sends `listCollections` (one per 100 collections), one `listIndexes` per
 /// existing collection, one `createIndexes` per missing index (the first
 /// on a missing collection creates it), `create` per missing collection
-/// that needs no index; where a shard key or a [`Need`](super::Need) is
+/// that needs no index or has a validator (it is created with it), and a
+/// `collMod` per existing collection whose validator is missing or differs
+/// (see [`Validation`](super::Validation)); where a shard key or a [`Need`](super::Need) is
 /// declared, `hello`; where a need is declared, `buildInfo`; and on a
 /// sharded cluster a read of `config.collections`, a `createIndexes` of
 /// the shard key's index where no index starts with the key (`mongod`
@@ -175,6 +180,86 @@ impl<'a> IntoFuture for PlanAction<'a> {
     }
 }
 
+/// Counts, per collection, the stored documents that break the declared
+/// schema (the patterns' invariants, see
+/// [`Validation`](super::Validation)), and names the first few by `_id`:
+/// what [`Model::validate_existing`](crate::Model::validate_existing)
+/// returns, a collection with none left out.
+///
+/// One `aggregate` per collection with a schema (`$match` of `$nor` the
+/// schema, a collection scan) and nothing else; the validator need not be
+/// set. Run it before `ensure` sets a validator, or before raising its
+/// level to strict: a document listed here cannot be updated under a
+/// strict validator until it is mended.
+#[must_use = "does nothing unless awaited"]
+pub struct ValidateExisting<'a> {
+    db: &'a Database,
+    declared: Vec<Declared>,
+    options: Options,
+    session: Option<&'a mut ClientSession>,
+}
+
+impl<'a> ValidateExisting<'a> {
+    /// Checks the documents of `db` against `declared`'s schemas.
+    pub fn new(db: &'a Database, declared: Vec<Declared>) -> Self {
+        ValidateExisting {
+            db,
+            declared,
+            options: Options::default(),
+            session: None,
+        }
+    }
+
+    /// Where the reads go (read preference).
+    pub fn selection_criteria(
+        mut self,
+        sc: impl Into<mongodb::options::SelectionCriteria>,
+    ) -> Self {
+        self.options.selection_criteria = Some(sc.into());
+        self
+    }
+
+    crate::action::setters!(@session 'a);
+    crate::action::setters!(@common);
+}
+
+impl<'a> IntoFuture for ValidateExisting<'a> {
+    type Output = Result<Vec<Invalid>>;
+    type IntoFuture = BoxFuture<'a, Result<Vec<Invalid>>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let span = span("validate_existing", &self.declared);
+        crate::action::boxed_in(
+            async move {
+                let mut cx = Cx {
+                    db: self.db,
+                    options: self.options,
+                    session: self.session,
+                };
+                // The schema as declared, whatever the level: `Off`
+                // declares none, and checks nothing.
+                let mut found = Vec::new();
+                for w in merge(self.declared)? {
+                    let Some(validator) = w.validator() else {
+                        continue;
+                    };
+                    let filter = doc! {"$nor": [validator]};
+                    let (count, ids) = matching(&mut cx, &w.collection, &filter).await?;
+                    if count > 0 {
+                        found.push(Invalid {
+                            collection: w.collection,
+                            count,
+                            ids,
+                        });
+                    }
+                }
+                Ok(found)
+            },
+            span,
+        )
+    }
+}
+
 /// The span of `ensure` or `plan`: its `collection` names the declared
 /// collections, comma-separated (joined only for a subscriber that takes
 /// the span).
@@ -256,9 +341,13 @@ impl Cx<'_> {
     }
 }
 
-/// The type (`collection`, `timeseries`, `view`) of each collection of
-/// `wanted` that exists, by its name: `listCollections`, 100 names a time.
-async fn collection_kinds(cx: &mut Cx<'_>, wanted: &[Wanted]) -> Result<HashMap<String, String>> {
+/// The type (`collection`, `timeseries`, `view`) and the options (its
+/// validator among them) of each collection of `wanted` that exists, by
+/// its name: `listCollections`, 100 names a time.
+async fn collection_kinds(
+    cx: &mut Cx<'_>,
+    wanted: &[Wanted],
+) -> Result<HashMap<String, (String, Document)>> {
     let mut kinds = HashMap::new();
     let names: Vec<&str> = wanted.iter().map(|w| w.collection.as_str()).collect();
     for chunk in names.chunks(100) {
@@ -271,7 +360,8 @@ async fn collection_kinds(cx: &mut Cx<'_>, wanted: &[Wanted]) -> Result<HashMap<
         for c in listed {
             if let Ok(name) = c.get_str("name") {
                 let kind = c.get_str("type").unwrap_or("collection").to_owned();
-                kinds.insert(name.to_owned(), kind);
+                let options = c.get_document("options").cloned().unwrap_or_default();
+                kinds.insert(name.to_owned(), (kind, options));
             }
         }
     }
@@ -300,9 +390,20 @@ async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted], stored: bool) -> Result<Plan
         check_needs(&mut plan, wanted, &facts);
     }
     for w in wanted {
-        let existing = match kinds.get(&w.collection).map(String::as_str) {
+        let validator = w.validator();
+        let existing = match kinds.get(&w.collection).map(|(k, _)| k.as_str()) {
             None => {
                 plan.create_collections.push(w.collection.clone());
+                if let Some(validator) = validator.clone() {
+                    let (level, action) = w.validation.level_and_action();
+                    plan.validators.push(Validator {
+                        collection: w.collection.clone(),
+                        validator,
+                        level,
+                        action,
+                        replaces: None,
+                    });
+                }
                 Vec::new()
             }
             Some("collection" | "timeseries") => cx.list_indexes(&w.collection).await?,
@@ -316,6 +417,9 @@ async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted], stored: bool) -> Result<Plan
         };
         for declared in &w.indexes {
             compare_index(&mut plan, declared, &existing);
+        }
+        if let (Some(validator), Some((_, options))) = (validator, kinds.get(&w.collection)) {
+            compare_validator(&mut plan, w, validator, options);
         }
         if stored && kinds.contains_key(&w.collection) {
             for check in &w.checks {
@@ -356,6 +460,33 @@ async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted], stored: bool) -> Result<Plan
     Ok(plan)
 }
 
+/// Lists the declared validator of an existing collection whose
+/// `options` differ from it, or the conflict of a validator of its own.
+fn compare_validator(plan: &mut Plan, w: &Wanted, validator: Document, options: &Document) {
+    let (level, action) = w.validation.level_and_action();
+    let found = options.get_document("validator").ok();
+    if let Some(found) = found.filter(|f| !ours(f)) {
+        plan.conflicts.push(Conflict::Validator {
+            collection: w.collection.clone(),
+            found: found.clone(),
+        });
+        return;
+    }
+    // The server's defaults where it shows none.
+    let same = found == Some(&validator)
+        && options.get_str("validationLevel").unwrap_or("strict") == level
+        && options.get_str("validationAction").unwrap_or("error") == action;
+    if !same {
+        plan.validators.push(Validator {
+            collection: w.collection.clone(),
+            validator,
+            level,
+            action,
+            replaces: found.cloned(),
+        });
+    }
+}
+
 /// How many `_id`s a [`Conflict::Stored`] names.
 const STORED_IDS: i64 = 5;
 
@@ -366,11 +497,31 @@ async fn stored_check(
     collection: &str,
     check: &Check,
 ) -> Result<Option<Conflict>> {
+    let (count, ids) = matching(cx, collection, &check.filter).await?;
+    if count == 0 {
+        return Ok(None);
+    }
+    Ok(Some(Conflict::Stored {
+        collection: collection.to_owned(),
+        found: check.found.clone(),
+        count,
+        ids,
+        then: check.then.clone(),
+    }))
+}
+
+/// How many documents of `collection` match `filter`, and the first
+/// [`STORED_IDS`] `_id`s: one aggregation.
+async fn matching(
+    cx: &mut Cx<'_>,
+    collection: &str,
+    filter: &Document,
+) -> Result<(u64, Vec<Bson>)> {
     let db = cx.db;
     let command = doc! {
         "aggregate": collection,
         "pipeline": [
-            {"$match": &check.filter},
+            {"$match": filter},
             {"$facet": {
                 "n": [{"$count": "n"}],
                 "ids": [{"$limit": STORED_IDS}, {"$project": {"_id": 1}}],
@@ -378,9 +529,13 @@ async fn stored_check(
         ],
         "cursor": {},
     };
-    let reply = cx.read_cursor(db, command).await?;
+    let reply = match cx.read_cursor(db, command).await {
+        Ok(reply) => reply,
+        Err(e) if e.is_namespace_not_found() => return Ok((0, Vec::new())),
+        Err(e) => return Err(e),
+    };
     let Some(facets) = reply.first() else {
-        return Ok(None);
+        return Ok((0, Vec::new()));
     };
     let count = facets
         .get_array("n")
@@ -394,9 +549,6 @@ async fn stored_check(
             _ => None,
         })
         .unwrap_or(0);
-    if count == 0 {
-        return Ok(None);
-    }
     let ids = facets
         .get_array("ids")
         .map(|ids| {
@@ -405,13 +557,7 @@ async fn stored_check(
                 .collect()
         })
         .unwrap_or_default();
-    Ok(Some(Conflict::Stored {
-        collection: collection.to_owned(),
-        found: check.found.clone(),
-        count,
-        ids,
-        then: check.then.clone(),
-    }))
+    Ok((count, ids))
 }
 
 /// Lists in `plan` what `wanted` needs and the server lacks: as
@@ -452,7 +598,28 @@ async fn apply(cx: &mut Cx<'_>, plan: Plan) -> Result<Ensured> {
     // `createIndexes`, whose reply says whether it created the collection
     // (`create` succeeds on an existing collection, so it cannot say).
     let mut indexes = plan.create_indexes;
+    let mut validators = plan.validators;
     for name in plan.create_collections {
+        // Created with its validator, by `create`; a concurrent creator
+        // that won set it, or the next `plan` says it did not.
+        if let Some(at) = validators.iter().position(|v| v.collection == name) {
+            let v = validators.remove(at);
+            let command = doc! {
+                "create": &name,
+                "validator": v.validator,
+                "validationLevel": v.level,
+                "validationAction": v.action,
+            };
+            match cx.write(db, command).await {
+                Ok(_) => {
+                    done.collections_created.push(name);
+                    done.validators_set.push(v.collection);
+                }
+                Err(e) if e.is_namespace_exists() => {}
+                Err(e) => return Err(e),
+            }
+            continue;
+        }
         match indexes.iter().position(|i| i.collection == name) {
             Some(at) => {
                 let index = indexes.remove(at);
@@ -471,6 +638,18 @@ async fn apply(cx: &mut Cx<'_>, plan: Plan) -> Result<Ensured> {
     }
     for index in indexes {
         create_index(cx, index, &mut done).await?;
+    }
+    // Existing collections: the patterns' validator set or replaced, never
+    // one of the collection's own (that is a conflict, left alone).
+    for v in validators {
+        let command = doc! {
+            "collMod": &v.collection,
+            "validator": v.validator,
+            "validationLevel": v.level,
+            "validationAction": v.action,
+        };
+        cx.write(db, command).await?;
+        done.validators_set.push(v.collection);
     }
     if !plan.shard.is_empty() {
         let admin = db.client().database("admin");

@@ -1,7 +1,7 @@
 //! How declarations meet the deployment: merging them per collection, and
 //! telling whether an existing index serves a declared one.
 
-use mongodb::bson::{Bson, Document};
+use mongodb::bson::{doc, Bson, Document};
 
 use super::{Conflict, Declared, Index, Note, Plan, Shard};
 use crate::error::Result;
@@ -13,6 +13,32 @@ pub(super) struct Wanted {
     pub(super) shard: Option<Shard>,
     pub(super) needs: Vec<super::Need>,
     pub(super) checks: Vec<super::Check>,
+    pub(super) schemas: Vec<Document>,
+    pub(super) validation: super::Validation,
+}
+
+impl Wanted {
+    /// The validator its schemas make: one `$jsonSchema`, titled as the
+    /// patterns' own, whose `allOf` holds each fragment. `None` without
+    /// schemas.
+    pub(super) fn validator(&self) -> Option<Document> {
+        if self.schemas.is_empty() {
+            return None;
+        }
+        Some(doc! {"$jsonSchema": {
+            "bsonType": "object",
+            "title": super::SCHEMA_TITLE,
+            "allOf": self.schemas.clone(),
+        }})
+    }
+}
+
+/// Whether `validator` (as `listCollections` shows it) is the patterns'
+/// own: a `$jsonSchema` titled as [`Wanted::validator`] titles it.
+pub(super) fn ours(validator: &Document) -> bool {
+    validator
+        .get_document("$jsonSchema")
+        .is_ok_and(|s| s.get_str("title") == Ok(super::SCHEMA_TITLE))
 }
 
 /// Declarations by collection, in the order first declared; an index
@@ -30,6 +56,8 @@ pub(super) fn merge(declared: Vec<Declared>) -> Result<Vec<Wanted>> {
                     shard: None,
                     needs: Vec::new(),
                     checks: Vec::new(),
+                    schemas: Vec::new(),
+                    validation: d.validation,
                 });
                 out.len() - 1
             }
@@ -55,6 +83,11 @@ pub(super) fn merge(declared: Vec<Declared>) -> Result<Vec<Wanted>> {
                     options,
                 };
                 w.indexes.push(index);
+            }
+        }
+        for f in d.schemas {
+            if !w.schemas.contains(&f) {
+                w.schemas.push(f);
             }
         }
         for c in d.checks {

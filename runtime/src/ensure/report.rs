@@ -67,6 +67,15 @@ pub enum Conflict {
         /// The key it is sharded on.
         found: Document,
     },
+    /// The collection has a validator that is not the patterns' (its
+    /// `$jsonSchema` has another `title`, or it is no `$jsonSchema`):
+    /// left alone, the declared schema is not set.
+    Validator {
+        /// The collection.
+        collection: String,
+        /// Its validator, as `listCollections` shows it.
+        found: Document,
+    },
     /// Stored documents the declaration reads wrongly or refuses (a
     /// [`Check`](super::Check) that matched): only `plan` looks.
     Stored {
@@ -146,8 +155,57 @@ pub struct Plan {
     /// Features the declarations need and the server lacks: `ensure`
     /// refuses with the first, before it creates anything.
     pub unsupported: Vec<super::Unsupported>,
+    /// Validators to set (with the collection, when it is created; else
+    /// by `collMod`): the declared schema, or its level, differs from
+    /// what the collection has.
+    pub validators: Vec<Validator>,
     /// What needs no action.
     pub notes: Vec<Note>,
+}
+
+/// A collection's validator as declared: what `ensure` sets.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Validator {
+    /// The collection.
+    pub collection: String,
+    /// `{$jsonSchema: {title: "mongo-patterns", allOf: [...]}}`.
+    pub validator: Document,
+    /// `validationLevel`.
+    pub level: &'static str,
+    /// `validationAction`.
+    pub action: &'static str,
+    /// The patterns' validator it replaces, if any.
+    pub replaces: Option<Document>,
+}
+
+impl fmt::Display for Validator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let how = if self.replaces.is_some() {
+            "replace"
+        } else {
+            "set"
+        };
+        write!(
+            f,
+            "{how} the validator of `{}` (level {}, action {}): {}",
+            self.collection, self.level, self.action, self.validator
+        )
+    }
+}
+
+/// Stored documents that break a collection's declared schema:
+/// what [`Model::validate_existing`](crate::Model::validate_existing)
+/// finds.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Invalid {
+    /// The collection.
+    pub collection: String,
+    /// How many.
+    pub count: u64,
+    /// The `_id`s of the first few, in the server's order.
+    pub ids: Vec<Bson>,
 }
 
 impl Plan {
@@ -157,6 +215,7 @@ impl Plan {
         self.create_collections.is_empty()
             && self.create_indexes.is_empty()
             && self.shard.is_empty()
+            && self.validators.is_empty()
             && self.conflicts.is_empty()
             && self.unsupported.is_empty()
     }
@@ -177,6 +236,8 @@ pub struct Ensured {
     pub indexes_created: Vec<Index>,
     /// Collections it sharded.
     pub sharded: Vec<String>,
+    /// Collections whose validator it set or replaced.
+    pub validators_set: Vec<String>,
     /// What it left alone because it stands where a declaration wants
     /// something else.
     pub conflicts: Vec<Conflict>,
@@ -191,6 +252,7 @@ impl Ensured {
         self.collections_created.is_empty()
             && self.indexes_created.is_empty()
             && self.sharded.is_empty()
+            && self.validators_set.is_empty()
     }
 }
 
@@ -220,6 +282,10 @@ impl fmt::Display for Conflict {
                 f,
                 "`{}` should be sharded on {}, and is sharded on {found}",
                 declared.collection, declared.key
+            ),
+            Conflict::Validator { collection, found } => write!(
+                f,
+                "`{collection}` has a validator of its own, left in place: {found}"
             ),
             Conflict::Stored {
                 collection,
@@ -304,6 +370,7 @@ impl fmt::Display for Plan {
             .map(|s| Named("collection", &s.collection))
             .collect();
         lines(f, "shard", &shards)?;
+        lines(f, "validate", &self.validators)?;
         lines(f, "conflict", &self.conflicts)?;
         lines(f, "unsupported", &self.unsupported)?;
         lines(f, "note", &self.notes)
@@ -328,6 +395,12 @@ impl fmt::Display for Ensured {
             .map(|c| Named("collection", c))
             .collect();
         lines(f, "sharded", &shards)?;
+        let set: Vec<Named> = self
+            .validators_set
+            .iter()
+            .map(|c| Named("collection", c))
+            .collect();
+        lines(f, "validator set", &set)?;
         lines(f, "left alone", &self.conflicts)?;
         lines(f, "note", &self.notes)
     }

@@ -82,6 +82,11 @@ impl<T: ShardKeyed> Sharded<T> {
             ..
         } = self.spec
         {
+            // Present, and a date: what `find` targets.
+            declared = declared.schema(doc! {
+                "required": [field],
+                "properties": {field: {"bsonType": "date"}},
+            });
             declared = declared.check(crate::ensure::Check::new(
                 super::fill::stale_filter(field, &derived),
                 format!("documents whose `{field}` is missing or not their `{}`'s period (another writer's, or another granularity's)", derived.from),

@@ -320,7 +320,7 @@ impl<T: ShardKeyed> Sharded<T> {
     /// batch (one per kind of change it holds): a pipeline statement on
     /// their `_id`s that sets the field to `$dateTrunc` of the timestamp
     /// as stored when the write runs (the same value as
-    /// [`truncate`](super::truncate)), guarded by the timestamp still
+    /// [`truncate`]), guarded by the timestamp still
     /// being of the type read, so that a timestamp another writer changes
     /// meanwhile gets its own period, never a stale one. On a server
     /// without `$dateTrunc` (before MongoDB 5.0), and for timestamps

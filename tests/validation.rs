@@ -1,0 +1,317 @@
+//! The patterns' invariants enforced by the server: `ensure` sets each
+//! collection's `$jsonSchema` validator, at the level `#[model(validate)]`
+//! names; another writer's document that breaks one is refused (code 121,
+//! DocumentValidationFailure), while every write of the repositories
+//! themselves passes under `strict`; `plan` shows what differs;
+//! `validate_existing` counts and names what was stored before; a
+//! validator of the collection's own is left alone.
+//!
+//! The other writer is a client of its own with raw documents, as another
+//! service's driver (or the shell) would send them.
+
+use mongo_patterns::bucket::PageRequest;
+use mongo_patterns::ensure::{Conflict, SCHEMA_TITLE};
+use mongo_patterns::mongodb::bson::Bson;
+use mongo_patterns::mongodb::Client;
+use mongo_patterns::prelude::*;
+use mongo_patterns::shard_key::TimeRange;
+use mongo_patterns_testkit::{bounded, fresh_db, server_uri};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "trades", validate = "strict")]
+#[bucket(size = 4, key = "customer", order = "at")]
+struct Trade {
+    customer: i64,
+    at: i64,
+}
+
+/// The same collection at the default level.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "trades")]
+#[bucket(size = 4, key = "customer", order = "at")]
+struct TradeModerate {
+    customer: i64,
+    at: i64,
+}
+
+/// The same collection, logged and not refused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "trades", validate = "warn")]
+#[bucket(size = 4, key = "customer", order = "at")]
+struct TradeWarn {
+    customer: i64,
+    at: i64,
+}
+
+/// The same collection, no validator declared.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "trades", validate = "off")]
+#[bucket(size = 4, key = "customer", order = "at")]
+struct TradeOff {
+    customer: i64,
+    at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "players", validate = "strict")]
+#[rank_histogram(board = "examId", score = "score")]
+struct Player {
+    #[serde(rename = "_id")]
+    id: i64,
+    exam_id: String,
+    score: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "players_d", validate = "strict")]
+#[rank_histogram(board = "examId", score = "score", layout = "documents")]
+struct PlayerDocs {
+    #[serde(rename = "_id")]
+    id: i64,
+    exam_id: String,
+    score: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "logs", validate = "strict")]
+#[shard_key(coarse = "month", from = "ts", search = "kind")]
+struct Log {
+    #[serde(rename = "_id")]
+    id: i64,
+    kind: String,
+    ts: i64,
+}
+
+/// A client of its own: nothing shared with the repositories'.
+async fn other_writer(db: &Database) -> Database {
+    let client = Client::with_uri_str(server_uri()).await.unwrap();
+    client.database(db.name())
+}
+
+/// Inserts `d` into `coll` and expects the server's refusal.
+async fn refused(db: &Database, coll: &str, d: Document) {
+    let err = db
+        .collection::<Document>(coll)
+        .insert_one(d.clone())
+        .await
+        .expect_err(&format!("{coll}: {d} was stored"));
+    assert!(
+        format!("{err:?}").contains("121"),
+        "{coll}: {d} refused otherwise: {err}"
+    );
+}
+
+/// The collection's options as `listCollections` shows them.
+async fn options(db: &Database, coll: &str) -> Document {
+    let reply = db
+        .run_command(doc! {"listCollections": 1, "filter": {"name": coll}})
+        .await
+        .unwrap();
+    let batch = reply
+        .get_document("cursor")
+        .unwrap()
+        .get_array("firstBatch")
+        .unwrap();
+    batch[0]
+        .as_document()
+        .unwrap()
+        .get_document("options")
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn the_server_refuses_what_breaks_an_invariant_and_takes_every_write_of_ours() {
+    let (db, _) = fresh_db("validation_enforced").await;
+    bounded(120, async {
+        for done in [
+            Trade::ensure(&db).await.unwrap(),
+            Player::ensure(&db).await.unwrap(),
+            PlayerDocs::ensure(&db).await.unwrap(),
+            Log::ensure(&db).await.unwrap(),
+        ] {
+            assert!(!done.validators_set.is_empty(), "{done}");
+            assert!(done.conflicts.is_empty(), "{done}");
+        }
+        let o = options(&db, "trades").await;
+        assert_eq!(o.get_str("validationLevel"), Ok("strict"), "{o}");
+        assert_eq!(o.get_str("validationAction"), Ok("error"), "{o}");
+        let schema = o
+            .get_document("validator")
+            .unwrap()
+            .get_document("$jsonSchema")
+            .unwrap();
+        assert_eq!(schema.get_str("title"), Ok(SCHEMA_TITLE));
+        // A second run sets nothing.
+        assert!(Trade::ensure(&db).await.unwrap().created_nothing());
+
+        // Our own writes: pushes in order, late ones, rollovers, a delete;
+        // a histogram in both layouts; shard key inserts.
+        let trades = Trade::buckets(&db);
+        for at in [10, 20, 30, 40, 50, 60, 5, 15, 70, 1, 80, 90, 25] {
+            trades.push(&Trade { customer: 7, at }).await.unwrap();
+        }
+        assert_eq!(trades.delete(&7, doc! {"at": 25}).await.unwrap(), 1);
+        let page = trades
+            .page(&7, PageRequest::page(1).page_size(100))
+            .await
+            .unwrap();
+        let ats: Vec<i64> = page.items.iter().map(|t| t.at).collect();
+        assert_eq!(ats, vec![1, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90]);
+        let ranks = Player::ranks(&db);
+        let docs = PlayerDocs::ranks(&db);
+        for id in 0..6 {
+            let (exam_id, score) = ("math".to_owned(), id * 10);
+            ranks.insert(&Player { id, exam_id: exam_id.clone(), score }).await.unwrap();
+            docs.insert(&PlayerDocs { id, exam_id, score }).await.unwrap();
+        }
+        ranks.update_score(doc! {"_id": 1}, 95).await.unwrap();
+        docs.update_score(doc! {"_id": 1}, 95).await.unwrap();
+        ranks.delete(doc! {"_id": 2}).await.unwrap();
+        docs.delete(doc! {"_id": 2}).await.unwrap();
+        assert_eq!(ranks.rank("math", 95).await.unwrap().rank, 1);
+        assert_eq!(docs.rank("math", 95).await.unwrap().rank, 1);
+        let logs = Log::sharded(&db);
+        for id in 0..5 {
+            logs.insert(&Log { id, kind: "auth".into(), ts: 1_700_000_000 + id * 86_400 * 20 })
+                .await
+                .unwrap();
+        }
+        let all = TimeRange::between(
+            DateTime::from_millis(1_690_000_000_000),
+            DateTime::from_millis(1_800_000_000_000),
+        );
+        let found: Vec<Log> = futures::TryStreamExt::try_collect(
+            logs.find("auth", all, doc! {}).await.unwrap(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(found.len(), 5);
+
+        // Another writer, each invariant broken once.
+        let other = other_writer(&db).await;
+        let items = |n: usize| -> Vec<Bson> {
+            (0..n).map(|i| Bson::Document(doc! {"at": i as i64})).collect()
+        };
+        let bucket = |id: Bson, start: i64, count: i64, n: usize| {
+            doc! {"_id": id, "customer": 9_i64, "start": start, "count": count, "bytes": 0_i64, "items": items(n)}
+        };
+        let good_id = || Bson::Document(doc! {"k": 9_i64, "s": 0_i64});
+        // A string `_id`, the hand-written trap.
+        refused(&other, "trades", bucket(Bson::String("9_1700000000".into()), 0, 1, 1)).await;
+        refused(&other, "trades", bucket(Bson::Document(doc! {"k": 9_i64}), 0, 1, 1)).await;
+        refused(&other, "trades", bucket(good_id(), 0, -1, 0)).await;
+        // The limit is twice `size` with `order` (late items).
+        refused(&other, "trades", bucket(good_id(), 0, 9, 9)).await;
+        refused(&other, "trades", bucket(good_id(), 0, 2, 9)).await;
+        refused(&other, "trades", bucket(good_id(), -1, 1, 1)).await;
+        refused(&other, "trades", doc! {"_id": good_id(), "customer": 9_i64, "start": 0, "count": 1}).await;
+        // What passes is what the repository could have written.
+        other
+            .collection::<Document>("trades")
+            .insert_one(bucket(good_id(), 0, 1, 1))
+            .await
+            .unwrap();
+
+        let hist = ranks.histogram_collection().name().to_owned();
+        refused(&other, &hist, doc! {"_id": "art", "scores": [{"score": 1, "count": -1}]}).await;
+        refused(&other, &hist, doc! {"_id": "art", "scores": [{"score": 1, "count": "one"}]}).await;
+        refused(&other, &hist, doc! {"_id": "art"}).await;
+        let hist_d = docs.histogram_collection().name().to_owned();
+        refused(&other, &hist_d, doc! {"_id": {"b": "art", "s": 1}, "count": -1}).await;
+        refused(&other, &hist_d, doc! {"_id": "art:1", "count": 1}).await;
+        refused(&other, &hist_d, doc! {"_id": {"b": "art", "s": 1}, "count": 1.5}).await;
+
+        refused(&other, "logs", doc! {"_id": 100, "kind": "auth", "ts": 1_700_000_000}).await;
+        refused(&other, "logs", doc! {"_id": 101, "kind": "auth", "ts": 1_700_000_000, "month": "2023-11"}).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn plan_levels_and_what_was_stored_before() {
+    let (db, _) = fresh_db("validation_levels").await;
+    bounded(120, async {
+        let other = other_writer(&db).await;
+        let raw = other.collection::<Document>("trades");
+        // Stored before any validator: two buckets that break it.
+        raw.insert_many([
+            doc! {"_id": "7_1", "customer": 7_i64, "start": 0, "count": 1, "bytes": 0, "items": [{"at": 1}]},
+            doc! {"_id": {"k": 8_i64, "s": 0}, "customer": 8_i64, "start": 0, "count": -3, "bytes": 0, "items": []},
+            doc! {"_id": {"k": 9_i64, "s": 0}, "customer": 9_i64, "start": 0, "count": 1, "bytes": 0, "items": [{"at": 1}]},
+        ])
+        .await
+        .unwrap();
+        let invalid = TradeModerate::validate_existing(&db).await.unwrap();
+        assert_eq!(invalid.len(), 1, "{invalid:?}");
+        assert_eq!(invalid[0].collection, "trades");
+        assert_eq!(invalid[0].count, 2);
+        assert!(invalid[0].ids.contains(&Bson::String("7_1".into())));
+        // `off` declares no schema: nothing to check.
+        assert!(TradeOff::validate_existing(&db).await.unwrap().is_empty());
+
+        let plan = TradeModerate::plan(&db).await.unwrap();
+        assert_eq!(plan.validators.len(), 1, "{plan}");
+        assert_eq!(plan.validators[0].level, "moderate");
+        assert!(plan.validators[0].replaces.is_none());
+        assert!(plan.to_string().contains("set the validator of `trades`"), "{plan}");
+        let done = TradeModerate::ensure(&db).await.unwrap();
+        assert_eq!(done.validators_set, vec!["trades".to_owned()], "{done}");
+        assert!(TradeModerate::plan(&db).await.unwrap().validators.is_empty());
+
+        // Moderate: a document that broke it before can still be mended
+        // (updated); a new one cannot be stored.
+        raw.update_one(doc! {"_id": {"k": 8_i64, "s": 0}}, doc! {"$set": {"note": 1}})
+            .await
+            .unwrap();
+        refused(&other, "trades", doc! {"_id": "9_2", "customer": 9_i64, "start": 0, "count": 1, "items": []}).await;
+
+        // Strict: the level changes by `collMod`, and the same update is
+        // refused.
+        let plan = Trade::plan(&db).await.unwrap();
+        assert_eq!(plan.validators.len(), 1, "{plan}");
+        assert!(plan.validators[0].replaces.is_some());
+        Trade::ensure(&db).await.unwrap();
+        assert_eq!(options(&db, "trades").await.get_str("validationLevel"), Ok("strict"));
+        let err = raw
+            .update_one(doc! {"_id": {"k": 8_i64, "s": 0}}, doc! {"$set": {"note": 2}})
+            .await
+            .unwrap_err();
+        assert!(format!("{err:?}").contains("121"), "{err}");
+
+        // Warn: stored, and logged by the server.
+        TradeWarn::ensure(&db).await.unwrap();
+        assert_eq!(options(&db, "trades").await.get_str("validationAction"), Ok("warn"));
+        raw.insert_one(doc! {"_id": "9_3", "customer": 9_i64}).await.unwrap();
+
+        // Off: nothing declared, nothing dropped.
+        let plan = TradeOff::plan(&db).await.unwrap();
+        assert!(plan.validators.is_empty(), "{plan}");
+        TradeOff::ensure(&db).await.unwrap();
+        assert!(options(&db, "trades").await.contains_key("validator"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_validator_of_the_collections_own_is_left_alone() {
+    let (db, _) = fresh_db("validation_theirs").await;
+    bounded(60, async {
+        let theirs = doc! {"customer": {"$type": "long"}};
+        db.create_collection("trades").validator(theirs.clone()).await.unwrap();
+        let plan = Trade::plan(&db).await.unwrap();
+        assert!(plan.validators.is_empty(), "{plan}");
+        assert!(
+            plan.conflicts
+                .iter()
+                .any(|c| matches!(c, Conflict::Validator { collection, found } if collection == "trades" && *found == theirs)),
+            "{plan}"
+        );
+        let done = Trade::ensure(&db).await.unwrap();
+        assert!(done.validators_set.is_empty(), "{done}");
+        assert_eq!(options(&db, "trades").await.get_document("validator"), Ok(&theirs));
+    })
+    .await;
+}
