@@ -524,11 +524,11 @@ async fn ensure_sends_write_concern_and_comment() {
             );
         }
     }
-    // One `createIndexes` per index, one `create` per collection with a
-    // validator (the bucket's, the histogram's and the shard key's: each
-    // is created with it) or without an index. On a sharded cluster the
-    // two hashed `_id`s' indexes as well.
-    let writes_want = if sharded { 6 + 4 } else { 4 + 4 };
+    // One `createIndexes` per index, and one `create` per collection: each
+    // has a validator (its fields' types, its pattern's invariants) and is
+    // created with it. On a sharded cluster the two hashed `_id`s'
+    // indexes as well.
+    let writes_want = if sharded { 6 + 6 } else { 4 + 6 };
     assert_eq!(writes, writes_want, "{sent:?}");
 
     // Without one set, the database's write concern is sent.

@@ -315,3 +315,65 @@ async fn a_validator_of_the_collections_own_is_left_alone() {
     })
     .await;
 }
+
+/// The struct's own fields, as serde stores them (renamed, optional,
+/// arrays): a keyset model's sort key and every typed field.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "visits", validate = "strict")]
+#[keyset(sort = "initTime")]
+struct Visit {
+    #[serde(rename = "_id")]
+    id: ObjectId,
+    init_time: i64,
+    visitor: Option<String>,
+    tags: Vec<String>,
+    /// Serialized by a helper: left open.
+    #[serde(with = "mongo_patterns::bson::serde_helpers::hex_string_as_object_id")]
+    hex: String,
+}
+
+#[tokio::test]
+async fn the_structs_fields_keep_their_types() {
+    let (db, _) = fresh_db("validation_fields").await;
+    bounded(60, async {
+        Visit::ensure(&db).await.unwrap();
+        Trade::ensure(&db).await.unwrap();
+        Player::ensure(&db).await.unwrap();
+        let visits = Visit::collection(&db);
+        let hex = "65a1b2c3d4e5f60718293a4b".to_owned();
+        visits
+            .insert_one(Visit { id: ObjectId::new(), init_time: 5, visitor: None, tags: vec!["a".into()], hex: hex.clone() })
+            .await
+            .unwrap();
+        let other = other_writer(&db).await;
+        // Mixed types in a sort key are what break keyset order.
+        refused(&other, "visits", doc! {"initTime": "yesterday"}).await;
+        refused(&other, "visits", doc! {"initTime": 1.5}).await;
+        refused(&other, "visits", doc! {"visitor": 7}).await;
+        refused(&other, "visits", doc! {"tags": "a"}).await;
+        refused(&other, "visits", doc! {"tags": ["a", 1]}).await;
+        // What the model reads passes: an int for an i64, null for an
+        // Option, a field left out, the helper's field anything.
+        for ok in [
+            doc! {"initTime": 5_i32, "visitor": Bson::Null, "tags": [], "hex": 1},
+            doc! {"initTime": 6_i64},
+        ] {
+            other.collection::<Document>("visits").insert_one(ok).await.unwrap();
+        }
+        // A bucket's items hold the struct's fields (the key at the top).
+        let item = |at: Bson| doc! {"_id": {"k": 3_i64, "s": 0_i64}, "customer": 3_i64, "start": 0, "count": 1, "items": [{"at": at}]};
+        refused(&other, "trades", item(Bson::String("noon".into()))).await;
+        refused(
+            &other,
+            "trades",
+            doc! {"_id": {"k": "3", "s": 0_i64}, "customer": "3", "start": 0, "count": 0, "items": []},
+        )
+        .await;
+        other.collection::<Document>("trades").insert_one(item(Bson::Int64(12))).await.unwrap();
+        // Players: the board and the score.
+        refused(&other, "players", doc! {"_id": 1_i64, "examId": "math", "score": "ninety"}).await;
+        refused(&other, "players", doc! {"_id": 2_i64, "examId": 7, "score": 90}).await;
+    })
+    .await;
+}

@@ -61,8 +61,13 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
         counters: accessors,
     };
     let keyset_const = keyset.as_ref().map(|k| k.expand_const(p));
+    let fields = crate::schema::expand_fields(&ast, p);
     let declared = expand_declared(p, &repos);
-    let mut out = model.expand(input, quote! { #keyset_const #declared }, !repos.bucket);
+    let mut out = model.expand(
+        input,
+        quote! { #keyset_const #fields #declared },
+        !repos.bucket,
+    );
     out.extend(keyset.map(|k| k.expand_checks(input, p)));
     out.extend(bucket_impl);
     out.extend(rank_impl);
@@ -100,6 +105,17 @@ fn expand_declared(p: &Private, repos: &Repositories) -> Option<TokenStream> {
     if parts.is_empty() {
         return None;
     }
+    // The fields' types, on the model's documents (a bucket model's are in
+    // its buckets' items: `Buckets::declared` puts them there).
+    let fields = (!repos.bucket).then(|| {
+        quote! {
+            let all = #p::with_fields(
+                all,
+                <Self as #p::Model>::COLLECTION,
+                <Self as #p::Model>::FIELDS,
+            );
+        }
+    });
     Some(quote! {
         fn declared(db: &#p::Database) -> #p::Vec<#p::Declared> {
             let mut all = #p::keyset_declared(
@@ -108,6 +124,7 @@ fn expand_declared(p: &Private, repos: &Repositories) -> Option<TokenStream> {
                 <Self as #p::Model>::KEYSET,
             );
             #( #p::core::iter::Extend::extend(&mut all, #parts); )*
+            #fields
             #p::with_validation(all, <Self as #p::Model>::VALIDATION)
         }
     })

@@ -25,6 +25,7 @@ mod keyset;
 mod model;
 mod private;
 mod rank_histogram;
+mod schema;
 mod serde_rules;
 mod shard_key;
 

@@ -502,7 +502,26 @@ impl<T: Bucketed> Buckets<T> {
             .sharded(self.shard_key(), false)
             .needs(needs)
             .check(damaged)
-            .schema(self.shape.schema())]
+            .schema(self.shape.schema())
+            .schemas(self.fields_schema())]
+    }
+
+    /// The model's fields' types ([`Model::FIELDS`](crate::Model::FIELDS)),
+    /// where a bucket holds them: the key once at the top, the rest in
+    /// each item.
+    fn fields_schema(&self) -> Vec<Document> {
+        let (key, items) = (self.shape.spec.key, self.shape.spec.items);
+        let mut out = Vec::new();
+        let key_only: Vec<_> = T::FIELDS
+            .iter()
+            .copied()
+            .filter(|f| f.name == key)
+            .collect();
+        out.extend(crate::ensure::fields_schema(&key_only, None));
+        if let Some(item) = crate::ensure::fields_schema(T::FIELDS, Some(key)) {
+            out.push(doc! {"properties": {items: {"items": item}}});
+        }
+        out
     }
 
     /// The collection's shard key, which [`declared`](Self::declared) lists

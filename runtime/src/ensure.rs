@@ -149,7 +149,7 @@
 //! A transaction refuses `listCollections` and `listIndexes`, so run them
 //! outside one. Their options: the [guide](crate::guide#options).
 
-use mongodb::bson::Document;
+use mongodb::bson::{doc, Document};
 use mongodb::IndexModel;
 
 mod action;
@@ -189,11 +189,12 @@ pub struct Declared {
 }
 
 /// How the server enforces a collection's schema:
-/// `#[model(validate = "...")]`. What the patterns declare is each one's
-/// own invariants (a bucket's `_id` shape, `count` and `start`, its items
-/// array no longer than the bucket's limit; a histogram's counts integers
-/// not below 0; a derived shard key field a date), which another writer (a
-/// service, a person in the shell) could otherwise break.
+/// `#[model(validate = "...")]`. What is declared is the struct's fields'
+/// BSON types as serde stores them ([`FieldType`]; none required) and each
+/// pattern's own invariants (a bucket's `_id` shape, `count` and `start`,
+/// its items array no longer than the bucket's limit; a histogram's counts
+/// integers not below 0; a derived shard key field a date), which another
+/// writer (a service, a person in the shell) could otherwise break.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Validation {
@@ -221,6 +222,52 @@ impl Validation {
             Validation::Warn => ("strict", "warn"),
         }
     }
+}
+
+/// One stored field of a model and the BSON types its Rust type stores and
+/// reads (`items`: its elements', for a sequence): `Model::FIELDS`, which
+/// the derive writes for every field whose type decides them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FieldType {
+    /// The BSON name.
+    pub name: &'static str,
+    /// `$jsonSchema` `bsonType` aliases.
+    pub types: &'static [&'static str],
+    /// The elements' aliases, for an array; empty when open.
+    pub items: &'static [&'static str],
+}
+
+/// The `$jsonSchema` fragment of `fields` (each one's type where present;
+/// none is required: a counter's upsert, or a partial write, stores some
+/// fields only), leaving out `without` (a bucket's key, which its items
+/// do not hold). `None` when nothing is left.
+pub fn fields_schema(fields: &[FieldType], without: Option<&str>) -> Option<Document> {
+    let mut properties = Document::new();
+    for f in fields.iter().filter(|f| Some(f.name) != without) {
+        let mut t = doc! {"bsonType": f.types.to_vec()};
+        if !f.items.is_empty() {
+            t.insert("items", doc! {"bsonType": f.items.to_vec()});
+        }
+        properties.insert(f.name, t);
+    }
+    (!properties.is_empty()).then(|| doc! {"properties": properties})
+}
+
+/// Adds what a model's fields declare ([`fields_schema`]) to the first
+/// declaration of `collection` in `declared` (or a new one).
+pub fn with_fields(
+    mut declared: Vec<Declared>,
+    collection: &str,
+    fields: &[FieldType],
+) -> Vec<Declared> {
+    let Some(schema) = fields_schema(fields, None) else {
+        return declared;
+    };
+    match declared.iter_mut().find(|d| d.collection == collection) {
+        Some(d) => d.schemas.push(schema),
+        None => declared.push(Declared::new(collection).schema(schema)),
+    }
+    declared
 }
 
 /// The `title` of the `$jsonSchema` the patterns declare: a validator with
@@ -286,6 +333,12 @@ impl Declared {
     /// Adds a `$jsonSchema` fragment every document must satisfy.
     pub fn schema(mut self, fragment: Document) -> Self {
         self.schemas.push(fragment);
+        self
+    }
+
+    /// Adds `$jsonSchema` fragments every document must satisfy.
+    pub fn schemas(mut self, fragments: impl IntoIterator<Item = Document>) -> Self {
+        self.schemas.extend(fragments);
         self
     }
 

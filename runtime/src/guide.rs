@@ -662,12 +662,14 @@
 //! ## Invariants the server enforces
 //!
 //! `Model::ensure` sets a `$jsonSchema` validator on each collection a
-//! pattern writes, with that pattern's invariants: a bucket's `_id`,
-//! `start`, `count` and items array; a histogram's counts; a derived
-//! shard key field. Another service, or a person in the shell, then
-//! cannot store a bucket with a string `_id` or a negative count: the
-//! server refuses it (code 121), where before the repository found it
-//! later as `Error::Damaged`. `#[model(validate = "...")]` picks the level
+//! pattern writes: the struct's fields' types as serde stores them (a
+//! keyset sort key of one type, so that pages keep their order), and each
+//! pattern's invariants: a bucket's `_id`, `start`, `count` and items
+//! array; a histogram's counts; a derived shard key field. Another
+//! service, or a person in the shell, then cannot store a bucket with a
+//! string `_id`, a negative count or a date as a string: the server
+//! refuses it (code 121), where before the repository found it later as
+//! `Error::Damaged` or `UnexpectedDocument`. `#[model(validate = "...")]` picks the level
 //! (moderate by default: a document stored before that breaks it can still
 //! be mended). On a collection that holds data, count what already breaks
 //! it first:
@@ -688,9 +690,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The struct's own fields are not in the schema yet: a document whose
-//! fields do not fit the model is still found on read
-//! (`UnexpectedDocument`).
+//! No field is required (a counter's upsert stores some only), and a
+//! field whose Rust type does not decide its BSON type (a nested struct,
+//! an enum, a helper's) is left open: those are still found on read
+//! (`UnexpectedDocument`). The attribute reference lists what is typed.
 //!
 //! ## Changing an attribute over stored data
 //!

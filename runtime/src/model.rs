@@ -6,7 +6,7 @@
 use mongodb::{Collection, Database};
 use serde::de::DeserializeOwned;
 
-use crate::ensure::{Declared, EnsureAction, PlanAction, ValidateExisting, Validation};
+use crate::ensure::{Declared, EnsureAction, FieldType, PlanAction, ValidateExisting, Validation};
 use crate::keyset::{Keyset, KeysetSpec};
 
 /// A struct the patterns store in a collection.
@@ -27,16 +27,20 @@ pub trait Model: Sized {
     /// "off")]`, moderate by default. See [`Validation`].
     const VALIDATION: Validation = Validation::Moderate;
 
+    /// The stored fields whose Rust type decides their BSON types, as
+    /// serde stores them: the part of the collection's schema the struct
+    /// gives (see [`Validation`]). The derive writes it.
+    const FIELDS: &'static [FieldType] = &[];
+
     /// What the model's attributes need in the deployment: its collection,
     /// the keyset index `{sort keys..., _id}` when `#[keyset(sort = ...)]`
     /// names keys, and what each pattern's repository declares (bucket,
     /// rank histogram and its histogram collection, shard key, counters).
     /// The derive writes it; [`Model::ensure`] and [`Model::plan`] use it.
     fn declared(db: &Database) -> Vec<Declared> {
-        crate::ensure::with_validation(
-            Self::KEYSET.declared(db, Self::COLLECTION),
-            Self::VALIDATION,
-        )
+        let all = Self::KEYSET.declared(db, Self::COLLECTION);
+        let all = crate::ensure::with_fields(all, Self::COLLECTION, Self::FIELDS);
+        crate::ensure::with_validation(all, Self::VALIDATION)
     }
 
     /// Creates what [`Model::declared`] lists and the deployment lacks:
