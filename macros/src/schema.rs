@@ -40,6 +40,9 @@ fn types(ty: &Type) -> Option<(Vec<&'static str>, Vec<&'static str>)> {
         _ => None,
     };
     let plain = matches!(last.arguments, PathArguments::None);
+    // `Document`, `Binary` and `Timestamp` are common names for a type of
+    // one's own: only when the path says bson's.
+    let bson = plain && path.path.segments.iter().any(|s| s.ident == "bson");
     let scalar = |t: &[&'static str]| Some((t.to_vec(), Vec::new()));
     match name.as_str() {
         "Option" => {
@@ -65,9 +68,9 @@ fn types(ty: &Type) -> Option<(Vec<&'static str>, Vec<&'static str>)> {
         // string without a helper.
         "DateTime" if plain => scalar(&["date"]),
         "Decimal128" if plain => scalar(&["decimal"]),
-        "Binary" if plain => scalar(&["binData"]),
-        "Timestamp" if plain => scalar(&["timestamp"]),
-        "Document" if plain => scalar(&["object"]),
+        "Binary" if bson => scalar(&["binData"]),
+        "Timestamp" if bson => scalar(&["timestamp"]),
+        "Document" if bson => scalar(&["object"]),
         "HashMap" | "BTreeMap" => scalar(&["object"]),
         _ => None,
     }
@@ -117,7 +120,13 @@ mod tests {
         );
         assert_eq!(of(parse_quote!(Vec<Trade>)), Some((vec!["array"], vec![])));
         // What the type alone does not decide.
+        assert_eq!(
+            of(parse_quote!(mongodb::bson::Document)),
+            Some((vec!["object"], vec![]))
+        );
         for ty in [
+            parse_quote!(Document),
+            parse_quote!(Timestamp),
             parse_quote!(chrono::DateTime<Utc>),
             parse_quote!(Trade),
             parse_quote!(T),
