@@ -202,3 +202,82 @@ async fn a_changed_precision_or_layout_is_found_and_rebuild_all_migrates() {
     })
     .await;
 }
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "visits")]
+#[keyset(sort = "initTime", page_size = 3)]
+struct Visit {
+    #[serde(rename = "_id")]
+    id: i64,
+    init_time: i64,
+    visitor: i64,
+}
+
+/// The keyset's `sort` changed over the same documents.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "visits")]
+#[keyset(sort = "visitor", order = "desc", page_size = 3)]
+struct VisitByVisitor {
+    #[serde(rename = "_id")]
+    id: i64,
+    init_time: i64,
+    visitor: i64,
+}
+
+/// A keyset's `sort` and `order` changed: pages follow the new order
+/// exactly (an oracle sorts the documents), a token from the old one is
+/// refused as foreign, and `plan` names the old index, no longer declared
+/// and left in place, beside the new one to create.
+#[tokio::test]
+async fn a_changed_keyset_sort_pages_in_the_new_order_and_names_the_old_index() {
+    use futures::TryStreamExt;
+    use mongo_patterns::ensure::Note;
+    use mongo_patterns::{CursorError, Error};
+    let (db, _) = fresh_db("plan_stored_keyset").await;
+    bounded(60, async {
+        Visit::ensure(&db).await.unwrap();
+        let all: Vec<Visit> = (0..20)
+            .map(|id| Visit {
+                id,
+                init_time: 1_000 - id * 7 % 13,
+                visitor: id * 5 % 7,
+            })
+            .collect();
+        Visit::collection(&db).insert_many(&all).await.unwrap();
+        let old = Visit::keyset(&db).page().await.unwrap();
+        let token = old.next.clone().unwrap();
+
+        let plan = VisitByVisitor::plan(&db).await.unwrap();
+        assert!(
+            plan.create_indexes
+                .iter()
+                .any(|i| i.name == "mp_keyset_visitor"),
+            "{plan}"
+        );
+        assert!(
+            plan.notes.iter().any(
+                |n| matches!(n, Note::UndeclaredIndex { name, .. } if name == "mp_keyset_initTime")
+            ),
+            "{plan}"
+        );
+        VisitByVisitor::ensure(&db).await.unwrap();
+
+        let got: Vec<i64> = VisitByVisitor::keyset(&db)
+            .stream()
+            .map_ok(|v| v.id)
+            .try_collect()
+            .await
+            .unwrap();
+        let mut want: Vec<(i64, i64)> = all.iter().map(|v| (v.visitor, v.id)).collect();
+        want.sort();
+        want.reverse();
+        assert_eq!(got, want.into_iter().map(|(_, id)| id).collect::<Vec<_>>());
+        assert!(matches!(
+            VisitByVisitor::keyset(&db).after(&token).page().await,
+            Err(Error::InvalidCursor(CursorError::Foreign))
+        ));
+    })
+    .await;
+}

@@ -711,6 +711,7 @@
 //! | bucket `items` renamed | every bucket (no array under the new name) | `Error::Damaged` naming the bucket | restore the old name |
 //! | rank `layout` changed | the other layout's documents | never reads them: ranks count only what the new layout wrote | `rebuild_all()` under the new declaration, then delete them |
 //! | rank `precision` changed | histogram entries off the new step | ranks off, writes that reach them refused | `rebuild_all()` under the new declaration |
+//! | keyset `sort` or `order` changed | the old `mp_keyset_` index, no longer declared (a note), and the new one to create | pages follow the new order exactly; a token from the old one is `InvalidCursor(Foreign)` | `ensure` creates the new index; drop the old one yourself |
 //! | shard key `coarse` granularity changed (or documents stored without the field) | documents whose coarse field is missing or not their timestamp's period | `find` misses them, writes to them are refused, `audit` names them | `fill_coarse()`, before the collection is sharded |
 //!
 //! ```no_run

@@ -9,7 +9,9 @@ use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::{ClientSession, Database};
 
-use super::compare::{compare_index, merge, ours, same_keys, shard_key_index, Wanted};
+use super::compare::{
+    compare_index, merge, ours, same_keys, shard_key_index, undeclared_indexes, Wanted,
+};
 use super::{
     Check, Conflict, Declared, Ensured, Index, Invalid, Note, Plan, ServerFacts, Unsupported,
     Validator,
@@ -418,6 +420,7 @@ async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted], stored: bool) -> Result<Plan
         for declared in &w.indexes {
             compare_index(&mut plan, declared, &existing);
         }
+        undeclared_indexes(&mut plan, w, &existing);
         if let (Some(validator), Some((_, options))) = (validator, kinds.get(&w.collection)) {
             compare_validator(&mut plan, w, validator, options);
         }

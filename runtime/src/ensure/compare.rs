@@ -322,6 +322,26 @@ pub(super) fn compare_index(plan: &mut Plan, declared: &Index, existing: &[Docum
     }
 }
 
+/// Notes the indexes of `existing` this library named (`mp_`) that no
+/// declaration of the collection lists: what a changed attribute (a
+/// keyset's `sort` or `order`, a bucket's `key`, a board or score, a shard
+/// key) leaves behind. Left in place (`ensure` drops nothing); another
+/// model of the same collection, not in this plan, may still use it.
+pub(super) fn undeclared_indexes(plan: &mut Plan, w: &Wanted, existing: &[Document]) {
+    for ix in existing {
+        let Ok(name) = ix.get_str("name") else {
+            continue;
+        };
+        if name.starts_with("mp_") && !w.indexes.iter().any(|d| d.name == name) {
+            plan.notes.push(Note::UndeclaredIndex {
+                collection: w.collection.clone(),
+                name: name.to_owned(),
+                keys: ix.get_document("key").cloned().unwrap_or_default(),
+            });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use mongodb::bson::doc;

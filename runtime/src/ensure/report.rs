@@ -109,6 +109,20 @@ pub enum Note {
         /// The name of the index that serves instead.
         found: String,
     },
+    /// An index this library named (`mp_...`) that no declaration of the
+    /// collection in this plan lists: a keyset's `sort` or `order`, a
+    /// bucket's `key`, a board or a score, or a shard key changed since it
+    /// was created (or another model of the collection, not in this plan,
+    /// declares it). Left in place: drop it yourself once nothing uses
+    /// it, since every write keeps it up to date.
+    UndeclaredIndex {
+        /// The collection.
+        collection: String,
+        /// Its name.
+        name: String,
+        /// Its keys.
+        keys: Document,
+    },
     /// The collection is declared sharded, but the deployment does not shard
     /// (a replica set or a standalone): sharding does not apply.
     ShardingNotApplicable {
@@ -314,6 +328,14 @@ impl fmt::Display for Note {
                     "{declared} is served by index `{found}` on the same keys"
                 )
             }
+            Note::UndeclaredIndex {
+                collection,
+                name,
+                keys,
+            } => write!(
+                f,
+                "index `{name}` {keys} on `{collection}` is no longer declared (an attribute changed?): left in place"
+            ),
             Note::ShardingNotApplicable { collection } => write!(
                 f,
                 "`{collection}` would be sharded, but the deployment does not shard"
