@@ -281,3 +281,48 @@ async fn a_changed_keyset_sort_pages_in_the_new_order_and_names_the_old_index() 
     })
     .await;
 }
+
+/// Buckets filled in arrival order...
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "arrivals")]
+#[bucket(size = 10, key = "customer")]
+struct Arrival {
+    customer: i64,
+    at: i64,
+}
+
+/// ... then `order` declared over them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "arrivals")]
+#[bucket(size = 10, key = "customer", order = "at")]
+struct Ordered {
+    customer: i64,
+    at: i64,
+}
+
+#[tokio::test]
+async fn order_declared_over_arrival_order_is_found() {
+    let (db, _) = fresh_db("plan_stored_order").await;
+    bounded(60, async {
+        let arrivals = Arrival::buckets(&db);
+        // Customer 1 in order; customer 2 out of order in its second
+        // bucket only.
+        for at in 0..15 {
+            arrivals.push(&Arrival { customer: 1, at }).await.unwrap();
+        }
+        for at in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 20, 11, 12] {
+            arrivals.push(&Arrival { customer: 2, at }).await.unwrap();
+        }
+        assert!(stored(&Arrival::plan(&db).await.unwrap().conflicts).is_empty());
+        let plan = Ordered::plan(&db).await.unwrap();
+        let found = stored(&plan.conflicts);
+        assert_eq!(found.len(), 1, "{plan}");
+        assert_eq!(found[0].1, 1, "{plan}");
+        assert_eq!(
+            found[0].2,
+            vec![Bson::Document(doc! {"k": 2_i64, "s": 1_i64})]
+        );
+        assert!(plan.to_string().contains("not in `at`"), "{plan}");
+    })
+    .await;
+}

@@ -497,11 +497,22 @@ impl<T: Bucketed> Buckets<T> {
             ),
             "every read and push that reaches one fails with Error::Damaged naming it: restore the old declaration, or move the items to a collection under the new one (stream them with the old declaration and push them with the new)",
         );
+        let unordered = self.shape.unordered_filter().map(|filter| {
+            crate::ensure::Check::new(
+                filter,
+                format!(
+                    "buckets whose items are not in `{}` (filled before `order` was declared, or by another writer)",
+                    self.shape.spec.order.unwrap_or_default()
+                ),
+                "pages read their items as stored, out of order: move the items under this declaration (stream them with the old one into a flat collection, then Buckets::adopt_from it)",
+            )
+        });
         vec![crate::ensure::Declared::new(self.coll.name())
             .index(doc! {key: 1, "start": 1}, format!("mp_bucket_{key}_start"))
             .sharded(self.shard_key(), false)
             .needs(needs)
             .check(damaged)
+            .checks(unordered)
             .schema(self.shape.schema())
             .schemas(self.fields_schema())]
     }

@@ -348,6 +348,12 @@ impl Declared {
         self
     }
 
+    /// Adds checks of the stored documents (see [`Check`]).
+    pub fn checks(mut self, checks: impl IntoIterator<Item = Check>) -> Self {
+        self.checks.extend(checks);
+        self
+    }
+
     /// Adds an index on `keys` named `name`.
     pub fn index(mut self, keys: Document, name: impl Into<String>) -> Self {
         let options = mongodb::options::IndexOptions::builder()

@@ -708,6 +708,7 @@
 //! | --- | --- | --- | --- |
 //! | bucket `size` raised | nothing | works: old buckets read and take late items as before | none needed |
 //! | bucket `size` lowered below what buckets hold (twice `size` with `order`) | the buckets over it | `Error::Damaged` naming the bucket, on every read and push that reaches it | restore the old `size`, or move the items under the new declaration |
+//! | bucket `order` declared over buckets filled in arrival order | the buckets whose items are not in `order` | pages read items as stored: out of order | move the items under the new declaration (see *Adopting a flat collection*) |
 //! | bucket `items` renamed | every bucket (no array under the new name) | `Error::Damaged` naming the bucket | restore the old name |
 //! | rank `layout` changed | the other layout's documents | never reads them: ranks count only what the new layout wrote | `rebuild_all()` under the new declaration, then delete them |
 //! | rank `precision` changed | histogram entries off the new step | ranks off, writes that reach them refused | `rebuild_all()` under the new declaration |

@@ -154,6 +154,30 @@ impl Shape {
         }
     }
 
+    /// With `order`, buckets whose items are not in it (each not below the
+    /// one before, as the server compares values): what `order` added
+    /// over buckets filled in arrival order leaves. `None` without
+    /// `order`.
+    pub(super) fn unordered_filter(&self) -> Option<Document> {
+        let order = self.spec.order?;
+        let items = format!("${}", self.spec.items);
+        // `$map` rather than the `items.<order>` path: the same on every
+        // server, and a missing value is null, as `order` reads it.
+        let values = doc! {"$map": {
+            "input": {"$cond": [{"$isArray": &items}, &items, []]},
+            "in": format!("$$this.{order}"),
+        }};
+        let sorted = doc! {"$reduce": {
+            "input": values,
+            "initialValue": {"ok": true, "prev": Bson::MinKey},
+            "in": {
+                "ok": {"$and": ["$$value.ok", {"$lte": ["$$value.prev", "$$this"]}]},
+                "prev": "$$this",
+            },
+        }};
+        Some(doc! {"$expr": {"$not": [{"$let": {"vars": {"r": sorted}, "in": "$$r.ok"}}]}})
+    }
+
     /// Buckets that [`Shape::check`] refuses as damaged: `items` not an
     /// array, a `count` over [`Shape::cap`] or unlike the array's length,
     /// a `start` below 0. What `plan` looks for: a `size` lowered or an
