@@ -355,13 +355,17 @@ impl Queues {
         self.pace.store(next, Ordering::Relaxed);
     }
 
-    /// A group's transaction committed, having taken `took`.
+    /// A group's transaction committed, having taken `took`. The pace
+    /// comes down by a quarter, not by half: with 16 processes on one
+    /// board, halving it let them meet again at once (4.08 round trips a
+    /// call on the array layout, against 3.57 and 3.63 at three quarters;
+    /// the same rate).
     pub(super) fn won(&self, took: Duration) {
         let us = took.as_micros().min(u128::from(MAX_PACE_US)) as u64;
         let avg = self.took.load(Ordering::Relaxed);
         let avg = if avg == 0 { us } else { (avg * 7 + us) / 8 };
         self.took.store(avg, Ordering::Relaxed);
-        let pace = self.pace.load(Ordering::Relaxed) / 2;
+        let pace = self.pace.load(Ordering::Relaxed) * 3 / 4;
         let pace = if pace < avg / 4 { 0 } else { pace };
         self.pace.store(pace, Ordering::Relaxed);
     }
