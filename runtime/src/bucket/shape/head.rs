@@ -56,7 +56,7 @@ impl Shape {
             };
             return Err(damaged(
                 self.spec.items,
-                format!("is {found}, not an array"),
+                format!("is {found}, not an array (`items` renamed over stored buckets? `Model::plan` counts them)"),
             ));
         };
         let count = raw_int(d, "count")
@@ -70,7 +70,10 @@ impl Shape {
         if count > self.cap() {
             return Err(damaged(
                 "count",
-                format!("is {count}, over the bucket's limit {}", self.cap()),
+                format!(
+                    "is {count}, over the bucket's limit {} (`size` lowered over stored buckets? `Model::plan` counts them)",
+                    self.cap()
+                ),
             ));
         }
         let start = raw_int(d, "start")
