@@ -38,7 +38,7 @@ impl Wanted {
 pub(super) fn ours(validator: &Document) -> bool {
     validator
         .get_document("$jsonSchema")
-        .is_ok_and(|s| s.get_str("title") == Ok(super::SCHEMA_TITLE))
+        .is_ok_and(|s| s.get_str("title").ok() == Some(super::SCHEMA_TITLE))
 }
 
 /// Declarations by collection, in the order first declared; an index
