@@ -589,6 +589,77 @@
 //! while a board is rebuilt can be lost from that board's histogram), or
 //! run it again once they have.
 //!
+//! ## Adopting a flat collection into buckets
+//!
+//! An application that stores one document per item (a trades collection,
+//! one trade a document) moves to `#[bucket]` with
+//! `Buckets::adopt_from(source)`: on the server, a batch of keys at a
+//! time, it writes the buckets `push_many` would have written, in `order`
+//! (equal values by `_id`, arrival order for ObjectIds), and only reads
+//! the source. It is idempotent (a key's buckets are rewritten the same,
+//! so each item is stored once) and a call cut short is finished by
+//! calling it again. An index on the source's `{<key>: 1, <order>: 1}`
+//! keeps each round's read of the keys off a collection scan.
+//!
+//! The copy takes time while the application goes on writing to the flat
+//! collection, and what it writes during the copy must not be lost. The
+//! way over, without dual writes:
+//!
+//! 1. Note `t0`, now, and run the first pass while the application writes
+//!    to the flat collection as before.
+//! 2. Catch up: adopt again the keys written since `t0`, whole. With
+//!    ObjectId `_id`s, their time is the inserting client's clock, so
+//!    take a margin for clock skew (a minute): `only_keys_of(doc! {"_id":
+//!    {"$gte": since}})`, with `since` the ObjectId of the second `t0`
+//!    less the margin. Each catch-up starts a new `t0` first; repeat until
+//!    a pass is short.
+//! 3. Freeze the application's writes to the flat collection (queue or
+//!    refuse them for the moment), run one last catch-up from the last
+//!    `t0`, then send writes to `push` and lift the freeze. Reads can move
+//!    to the buckets then too.
+//!
+//! Why it loses nothing: an item is either written before the first pass
+//! read its key (and copied then), or its key was written since `t0` and
+//! is copied whole again by a catch-up; the last catch-up runs while the
+//! source cannot change, and after it every write goes to the buckets.
+//! The freeze lasts as long as the last catch-up, which copies only the
+//! keys written during the one before. If the application also updates or
+//! removes flat items, catch up on the field those writes set (an
+//! `updatedAt`), or run the last pass on every key.
+//!
+//! Dual writes (to the flat collection and to `push` during the copy) do
+//! not work with it, and it refuses them: adopting a key rewrites its
+//! buckets from the source, which would overwrite what pushes stored, so
+//! a key whose buckets the repository has written to is refused with
+//! `Error::AlreadyBucketed`, naming it, before its batch writes (the
+//! batches before it are adopted). Seen after the switch, it means a pass
+//! ran after the key was pushed to: its buckets are kept as they are;
+//! leave the switched keys out of any later pass (`only_keys_of`).
+//!
+//! ```no_run
+//! # use mongo_patterns::prelude::*;
+//! #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+//! #[bucket(size = 1000, key = "customer", order = "at")]
+//! struct Trade { customer: i64, at: DateTime, ticker: String, qty: i32 }
+//!
+//! # async fn f(db: Database) -> mongo_patterns::Result<()> {
+//! let trades = Trade::buckets(&db);
+//! // A minute of margin for the clocks of the clients that make `_id`s.
+//! let t0 = DateTime::now().timestamp_millis() / 1000 - 60;
+//! trades
+//!     .adopt_from("trades")
+//!     .on_progress(|p| eprintln!("{} of {} trades ({:.0}/s)", p.done, p.of, p.rate()))
+//!     .await?;
+//! // ... the application's writes to "trades" frozen ...
+//! let since = ObjectId::from_parts(t0 as u32, [0; 5], [0; 3]);
+//! trades
+//!     .adopt_from("trades")
+//!     .only_keys_of(doc! {"_id": {"$gte": since}})
+//!     .await?;
+//! // ... the application now pushes to `trades`; the freeze is lifted.
+//! # Ok(()) }
+//! ```
+//!
 //! ## Retention
 //!
 //! Buckets with `order` on a date drop their old history with
