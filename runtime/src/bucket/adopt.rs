@@ -214,24 +214,29 @@ impl<T: Bucketed> Buckets<T> {
         }
         let key = self.shape.spec.key;
         let keys: Vec<Bson> = batch.iter().map(|(k, _)| k.clone()).collect();
-        let written = self
+        // The keys' buckets by the `{key, start}` index, then the few
+        // with another write id, grouped: the lowest such key is named.
+        let check = vec![
+            doc! {"$match": {key: {"$in": &keys}}},
+            doc! {"$match": {"$expr": {"$ne": [format!("${OPS}"), [ADOPTED]]}}},
+            doc! {"$group": {"_id": format!("${key}")}},
+            doc! {"$sort": {"_id": 1}},
+            doc! {"$limit": 1},
+        ];
+        let written: Vec<RawDocumentBuf> = self
             .raw
-            .find_one(doc! {
-                key: {"$in": &keys},
-                "$expr": {"$ne": [format!("${OPS}"), [ADOPTED]]},
-            })
-            .projection(doc! {key: 1})
-            .sort(doc! {"_id": 1})
+            .aggregate(check)
+            .with_type::<RawDocumentBuf>()
+            .await?
+            .try_collect()
             .await?;
-        if let Some(b) = written {
+        if let Some(b) = written.first() {
             return Err(Error::AlreadyBucketed {
                 collection: self.coll.name().to_owned(),
-                key: Box::new(b.get(key).ok().flatten().map_or(Bson::Null, |v| {
-                    Bson::try_from(crate::compat::to_raw_bson(v)).unwrap_or(Bson::Null)
-                })),
+                key: Box::new(id_of(b)),
             });
         }
-        let pipeline = self.adopt_pipeline(keys, keep_id);
+        let pipeline = self.adopt_pipeline(keys.clone(), keep_id);
         let mut opts = cx
             .opts
             .driver::<mongodb::options::AggregateOptions>()
@@ -247,7 +252,7 @@ impl<T: Bucketed> Buckets<T> {
             .map(|(k, n)| doc! {key: k.clone(), "start": {"$gte": *n as i64}})
             .collect();
         self.coll
-            .delete_many(doc! {"$or": stale, OPS: [ADOPTED]})
+            .delete_many(doc! {key: {"$in": &keys}, OPS: [ADOPTED], "$or": stale})
             .with_options(cx.opts.driver::<mongodb::options::DeleteOptions>())
             .await?;
         Ok(batch.iter().map(|(_, n)| n).sum())
