@@ -86,7 +86,7 @@
 //!
 //! Every operation that reads or writes returns an action ([`Push`],
 //! [`PushMany`], [`FetchPage`], [`Count`], [`DeleteBefore`], [`DeleteAllBefore`], [`Reindex`], [`Delete`],
-//! [`Replace`], [`ItemStream`]), configured by setters (`session`,
+//! [`Replace`], [`Adopt`], [`ItemStream`]), configured by setters (`session`,
 //! write/read concern, read preference, `comment`, `max_time`) and run by
 //! `.await`. Given a session with a transaction open, every operation
 //! joins it, and a race it would retry is handed back as transient for
@@ -152,8 +152,10 @@ use crate::util::{impls, Bounded};
 // positions, each one transaction) < `ahead` (the one-command push) <
 // `late` (late items, a move) < `push` (a push, in order) < `queue` (a
 // key's pushes from many tasks) < `many` (`push_many`) < `edit` (delete,
-// replace) < `act` (the actions and the public methods).
+// replace) < `act` (the actions and the public methods). `adopt` (a flat
+// collection copied into buckets on the server) uses `shape` alone.
 mod act;
+mod adopt;
 mod ahead;
 mod edit;
 mod filter;
@@ -166,8 +168,8 @@ mod read;
 mod shape;
 
 pub use act::{
-    Count, Delete, DeleteAllBefore, DeleteBefore, FetchPage, ItemStream, Push, PushMany, Reindex,
-    Replace,
+    Adopt, Count, Delete, DeleteAllBefore, DeleteBefore, FetchPage, ItemStream, Push, PushMany,
+    Reindex, Replace,
 };
 pub use filter::{FIELD_OPERATORS, LOGICAL_OPERATORS};
 pub use read::{key_of, KeyInItem};
@@ -495,7 +497,7 @@ impl<T: Bucketed> Buckets<T> {
                 self.shape.spec.items,
                 self.shape.cap(),
             ),
-            "every read and push that reaches one fails with Error::Damaged naming it: restore the old declaration, or move the items to a collection under the new one (stream them with the old declaration and push them with the new)",
+            "every read and push that reaches one fails with Error::Damaged naming it: restore the old declaration, or move the items: into a flat collection (stream them with the old declaration), then Buckets::adopt_from it into a new collection under this one",
         );
         let unordered = self.shape.unordered_filter().map(|filter| {
             crate::ensure::Check::new(
@@ -504,7 +506,7 @@ impl<T: Bucketed> Buckets<T> {
                     "buckets whose items are not in `{}` (filled before `order` was declared, or by another writer)",
                     self.shape.spec.order.unwrap_or_default()
                 ),
-                "pages read their items as stored, out of order: move the items under this declaration (stream them with the old one into a flat collection, then Buckets::adopt_from it)",
+                "pages read their items as stored, out of order: move the items: into a flat collection (stream them with the old declaration), then Buckets::adopt_from it into a new collection under this one",
             )
         });
         vec![crate::ensure::Declared::new(self.coll.name())

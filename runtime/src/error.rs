@@ -254,6 +254,22 @@ pub enum Error {
         source: Option<Box<mongodb::error::Error>>,
     },
 
+    /// [`Buckets::adopt_from`](crate::bucket::Buckets::adopt_from) met a
+    /// key whose buckets the repository has written to since (pushes, or
+    /// any other write): adopting it again would replace them with the
+    /// source's items and lose what was written. Nothing of the key was
+    /// written; the keys of earlier batches are adopted. Leave the key
+    /// out (`only_keys_of`), or delete its buckets first if the source
+    /// holds every item.
+    #[error("key {key} of `{collection}` has buckets written since it was adopted (or before): adopting it would overwrite them")]
+    #[non_exhaustive]
+    AlreadyBucketed {
+        /// The bucket collection.
+        collection: String,
+        /// The key, as stored.
+        key: Box<Bson>,
+    },
+
     /// A write that must change several documents together met a
     /// deployment without transactions (a standalone server; or one told
     /// not to use them). Nothing was written. A replica set runs them, a

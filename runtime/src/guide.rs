@@ -631,6 +631,77 @@
 //! write or in a transaction, one document per statement, with the full
 //! shard key in the filter, and these batched writes are none of that.
 //!
+//! ## Adopting a flat collection into buckets
+//!
+//! An application that stores one document per item (a trades collection,
+//! one trade a document) moves to `#[bucket]` with
+//! `Buckets::adopt_from(source)`: on the server, a batch of keys at a
+//! time, it writes the buckets `push_many` would have written, in `order`
+//! (equal values by `_id`, arrival order for ObjectIds), and only reads
+//! the source. It is idempotent (a key's buckets are rewritten the same,
+//! so each item is stored once) and a call cut short is finished by
+//! calling it again. An index on the source's `{<key>: 1, <order>: 1}`
+//! keeps each round's read of the keys off a collection scan.
+//!
+//! The copy takes time while the application goes on writing to the flat
+//! collection, and what it writes during the copy must not be lost. The
+//! way over, without dual writes:
+//!
+//! 1. Note `t0`, now, and run the first pass while the application writes
+//!    to the flat collection as before.
+//! 2. Catch up: adopt again the keys written since `t0`, whole. With
+//!    ObjectId `_id`s, their time is the inserting client's clock, so
+//!    take a margin for clock skew (a minute): `only_keys_of(doc! {"_id":
+//!    {"$gte": since}})`, with `since` the ObjectId of the second `t0`
+//!    less the margin. Each catch-up starts a new `t0` first; repeat until
+//!    a pass is short.
+//! 3. Freeze the application's writes to the flat collection (queue or
+//!    refuse them for the moment), run one last catch-up from the last
+//!    `t0`, then send writes to `push` and lift the freeze. Reads can move
+//!    to the buckets then too.
+//!
+//! Why it loses nothing: an item is either written before the first pass
+//! read its key (and copied then), or its key was written since `t0` and
+//! is copied whole again by a catch-up; the last catch-up runs while the
+//! source cannot change, and after it every write goes to the buckets.
+//! The freeze lasts as long as the last catch-up, which copies only the
+//! keys written during the one before. If the application also updates or
+//! removes flat items, catch up on the field those writes set (an
+//! `updatedAt`), or run the last pass on every key.
+//!
+//! Dual writes (to the flat collection and to `push` during the copy) do
+//! not work with it, and it refuses them: adopting a key rewrites its
+//! buckets from the source, which would overwrite what pushes stored, so
+//! a key whose buckets the repository has written to is refused with
+//! `Error::AlreadyBucketed`, naming it, before its batch writes (the
+//! batches before it are adopted). Seen after the switch, it means a pass
+//! ran after the key was pushed to: its buckets are kept as they are;
+//! leave the switched keys out of any later pass (`only_keys_of`).
+//!
+//! ```no_run
+//! # use mongo_patterns::prelude::*;
+//! #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+//! #[bucket(size = 1000, key = "customer", order = "at")]
+//! struct Trade { customer: i64, at: DateTime, ticker: String, qty: i32 }
+//!
+//! # async fn f(db: Database) -> mongo_patterns::Result<()> {
+//! let trades = Trade::buckets(&db);
+//! // A minute of margin for the clocks of the clients that make `_id`s.
+//! let t0 = DateTime::now().timestamp_millis() / 1000 - 60;
+//! trades
+//!     .adopt_from("trades")
+//!     .on_progress(|p| eprintln!("{} of {} trades ({:.0}/s)", p.done, p.of, p.rate()))
+//!     .await?;
+//! // ... the application's writes to "trades" frozen ...
+//! let since = ObjectId::from_parts(t0 as u32, [0; 5], [0; 3]);
+//! trades
+//!     .adopt_from("trades")
+//!     .only_keys_of(doc! {"_id": {"$gte": since}})
+//!     .await?;
+//! // ... the application now pushes to `trades`; the freeze is lifted.
+//! # Ok(()) }
+//! ```
+//!
 //! ## Retention
 //!
 //! Buckets with `order` on a date drop their old history with
@@ -707,13 +778,20 @@
 //! | change over stored data | what `plan` finds | what the repository does | migration |
 //! | --- | --- | --- | --- |
 //! | bucket `size` raised | nothing | works: old buckets read and take late items as before | none needed |
-//! | bucket `size` lowered below what buckets hold (twice `size` with `order`) | the buckets over it | `Error::Damaged` naming the bucket, on every read and push that reaches it | restore the old `size`, or move the items under the new declaration |
-//! | bucket `order` declared over buckets filled in arrival order | the buckets whose items are not in `order` | pages read items as stored: out of order | move the items under the new declaration (see *Adopting a flat collection*) |
+//! | bucket `size` lowered below what buckets hold (twice `size` with `order`) | the buckets over it | `Error::Damaged` naming the bucket, on every read and push that reaches it | restore the old `size`, or move the items (below) |
+//! | bucket `order` declared over buckets filled in arrival order | the buckets whose items are not in `order` | pages read items as stored: out of order | move the items (below) |
 //! | bucket `items` renamed | every bucket (no array under the new name) | `Error::Damaged` naming the bucket | restore the old name |
 //! | rank `layout` changed | the other layout's documents | never reads them: ranks count only what the new layout wrote | `rebuild_all()` under the new declaration, then delete them |
 //! | rank `precision` changed | histogram entries off the new step | ranks off, writes that reach them refused | `rebuild_all()` under the new declaration |
 //! | keyset `sort` or `order` changed | the old `mp_keyset_` index, no longer declared (a note), and the new one to create | pages follow the new order exactly; a token from the old one is `InvalidCursor(Foreign)` | `ensure` creates the new index; drop the old one yourself |
 //! | shard key `coarse` granularity changed (or documents stored without the field) | documents whose coarse field is missing or not their timestamp's period | `find` misses them, writes to them are refused, `audit` names them | `fill_coarse()`, before the collection is sharded |
+//!
+//! To move a key's items under a new bucket declaration, copy them to a
+//! flat collection (stream them with the old model, `insert_many` them
+//! with their key), then `Buckets::adopt_from` that collection into a
+//! new bucket collection under the new declaration (see *Adopting a
+//! flat collection into buckets*), and switch reads and writes over as
+//! that section says.
 //!
 //! ```no_run
 //! # use mongo_patterns::prelude::*;

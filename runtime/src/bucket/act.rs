@@ -10,6 +10,7 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use mongodb::bson::{Bson, Document};
 use mongodb::ClientSession;
 
+use super::adopt::{AdoptArgs, ITEMS_A_BATCH};
 use super::edit::Delete as Removal;
 use super::moves::Reindex as Recount;
 use super::shape::{item_len, Pushed};
@@ -99,6 +100,44 @@ action! {
     Replace<'a, T: Bucketed> on Buckets, "replace", both, guarded;
     { key: Result<Bson>, matching: Document, item: &'a T } -> bool;
     |this, cx| this.repo.update_in(&this.key?, this.matching, this.item, &mut cx).await
+}
+
+action! {
+    /// [`Buckets::adopt_from`]: a flat collection copied into buckets, a
+    /// batch of keys at a time.
+    Adopt<'a, T: Bucketed> on Buckets, "adopt_from", write;
+    { args: AdoptArgs } -> u64;
+    |this, cx| this.repo.adopt_in(this.args, &mut cx).await
+}
+
+impl<'a, T: Bucketed + Send + Sync + 'a> Adopt<'a, T> {
+    /// Called after each batch with the items done, of how many (counted
+    /// when the call began), and the time so far: for a log line or a
+    /// progress bar.
+    pub fn on_progress(
+        mut self,
+        f: impl FnMut(crate::progress::Progress) + Send + Sync + 'static,
+    ) -> Self {
+        self.args.progress = Some(Box::new(f));
+        self
+    }
+
+    /// Adopts only the keys that have an item matching `filter` (a query
+    /// on the source), each with all its items: the catch-up pass of a
+    /// switch-over, for the keys written to during the first (see the
+    /// [guide](crate::guide#on-live-data)).
+    pub fn only_keys_of(mut self, filter: Document) -> Self {
+        self.args.only = Some(filter);
+        self
+    }
+
+    /// Items one `$merge` takes, 50,000 by default (a key with more goes
+    /// alone): the server holds a batch's items to sort and group them,
+    /// and progress is reported after each.
+    pub fn batch_items(mut self, n: u64) -> Self {
+        self.args.batch = n.max(1);
+        self
+    }
 }
 
 /// [`Buckets::stream`]: every item of a key, oldest first. Read options
@@ -478,6 +517,63 @@ impl<T: Bucketed> Buckets<T> {
     /// ```
     pub fn delete_all_before(&self, cutoff: impl Into<Bson>) -> DeleteAllBefore<'_, T> {
         DeleteAllBefore::new(self, cutoff.into())
+    }
+
+    /// Copies a flat collection, one document per item (what
+    /// `Collection<T>::insert_one` stores: the model's fields, the key
+    /// among them), into this repository's buckets, for an application
+    /// that has such a collection and moves to buckets. Returns how many
+    /// items it copied; `on_progress` hears after each batch.
+    ///
+    /// It runs on the server: the keys are read 1,000 at a time in BSON
+    /// order (one aggregation each), and each batch of keys is one
+    /// aggregation ending in `$merge` that numbers a key's items by
+    /// `order` (then `_id`; by `_id` alone without `order`), groups them
+    /// `size` at a time and writes the buckets `push_many` would have
+    /// written (`start`, `count`, `bytes`, floors; every bucket but the
+    /// last closed). Items keep their `_id` only if the model has one. The
+    /// source is only read. An index on the source's key field (with the
+    /// `order` field after it) spares each round a sort of the whole
+    /// collection.
+    ///
+    /// A batch's buckets depend only on the source, and `$merge` replaces
+    /// them by `_id`: running it again writes the same buckets, so a call
+    /// cut short (a crash, a timeout) is finished by calling it again, and
+    /// items are stored once however often it runs. A key whose buckets
+    /// the repository has written to (the application pushed to it) is
+    /// refused with [`Error::AlreadyBucketed`] before its batch writes:
+    /// adopting again never overwrites pushes. How to switch an
+    /// application's writes over without losing the items written during
+    /// the copy: the [guide](crate::guide#on-live-data).
+    ///
+    /// Needs `$setWindowFields` (MongoDB 5.0). Not in a transaction
+    /// (`$merge` refuses one). A bucket of `size` items past the byte
+    /// limit fails its batch with [`Error::DocumentTooLarge`] (declare a
+    /// smaller `size`). On a sharded cluster `$merge` on `_id` needs a
+    /// unique index on the key and `_id`; it is tested on a replica set.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[bucket(size = 1000, key = "customer", order = "at")]
+    /// # struct Trade { customer: i64, at: DateTime, ticker: String, qty: i32 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let copied = Trade::buckets(&db)
+    ///     .adopt_from("trades_flat")
+    ///     .on_progress(|p| eprintln!("{} of {} trades, {:.0}/s", p.done, p.of, p.rate()))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn adopt_from(&self, source: &str) -> Adopt<'_, T> {
+        Adopt::new(
+            self,
+            AdoptArgs {
+                source: source.to_owned(),
+                only: None,
+                batch: ITEMS_A_BATCH,
+                progress: None,
+            },
+        )
     }
 
     /// Replaces the first item of `key` that matches `matching` with `item`,
