@@ -286,6 +286,12 @@ async fn plan_levels_and_what_was_stored_before() {
         assert_eq!(options(&db, "trades").await.get_str("validationAction").ok(), Some("warn"));
         raw.insert_one(doc! {"_id": "9_3", "customer": 9_i64}).await.unwrap();
 
+        // The repository's own declarations keep the model's level.
+        assert!(TradeOff::buckets(&db).declared().iter().all(|d| d.schemas.is_empty()));
+        assert!(Trade::buckets(&db)
+            .declared()
+            .iter()
+            .all(|d| d.validation == mongo_patterns::ensure::Validation::Strict));
         // Off: nothing declared, nothing dropped.
         let plan = TradeOff::plan(&db).await.unwrap();
         assert!(plan.validators.is_empty(), "{plan}");

@@ -509,14 +509,16 @@ impl<T: Bucketed> Buckets<T> {
                 "pages read their items as stored, out of order: move the items: into a flat collection (stream them with the old declaration), then Buckets::adopt_from it into a new collection under this one",
             )
         });
-        vec![crate::ensure::Declared::new(self.coll.name())
+        // The model's level, when the repository's own `ensure` runs too.
+        let declared = vec![crate::ensure::Declared::new(self.coll.name())
             .index(doc! {key: 1, "start": 1}, format!("mp_bucket_{key}_start"))
             .sharded(self.shard_key(), false)
             .needs(needs)
             .check(damaged)
             .checks(unordered)
             .schema(self.shape.schema())
-            .schemas(self.fields_schema())]
+            .schemas(self.fields_schema())];
+        crate::ensure::with_validation(declared, T::VALIDATION)
     }
 
     /// The model's fields' types ([`Model::FIELDS`](crate::Model::FIELDS)),

@@ -504,7 +504,7 @@ impl<T: RankHistogram> Ranks<T> {
                 },
             ));
         }
-        vec![
+        let declared = vec![
             crate::ensure::Declared::new(self.source.name())
                 .index(
                     doc! {board: 1, score: dir},
@@ -517,7 +517,9 @@ impl<T: RankHistogram> Ranks<T> {
                     .schema(self.histogram_schema()),
                 crate::ensure::Declared::check,
             ),
-        ]
+        ];
+        // The model's level, when the repository's own `ensure` runs too.
+        crate::ensure::with_validation(declared, T::VALIDATION)
     }
 
     /// The histogram's `$jsonSchema`, for the server to enforce (see

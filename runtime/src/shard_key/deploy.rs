@@ -93,7 +93,8 @@ impl<T: ShardKeyed> Sharded<T> {
                 "find never returns them and writes to them are refused (audit names them): run fill_coarse(), before the collection is sharded",
             ));
         }
-        vec![declared]
+        // The model's level, when the repository's own `ensure` runs too.
+        crate::ensure::with_validation(vec![declared], T::VALIDATION)
     }
 
     /// Creates what [`declared`](Self::declared) lists and the deployment
