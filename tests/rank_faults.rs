@@ -168,7 +168,9 @@ struct Cuts {
 }
 
 impl Cuts {
-    /// Starts at three times the median of five uncut one-command writes.
+    /// Starts at twice the median of five uncut one-command writes, so
+    /// that a short stage (the removals, 36 calls at times) cuts enough
+    /// before the scale has followed its calls.
     async fn calibrate<T: Exam>(ranks: &Ranks<T>) -> Self {
         // The first write creates the collection: not a typical write.
         bounded(30, ranks.record("calibrate", -1.0).into_future())
@@ -184,8 +186,8 @@ impl Cuts {
         }
         took.sort_unstable();
         Cuts {
-            scale: took[2] * 3,
-            base: took[2] * 3,
+            scale: took[2] * 2,
+            base: took[2] * 2,
             calls: 0,
             stage: 0,
             total: 0,
@@ -195,7 +197,7 @@ impl Cuts {
     /// Runs `f` under the `i`th window: `None` if it was cut.
     async fn run<F: std::future::IntoFuture>(&mut self, i: u64, f: F) -> Option<F::Output> {
         let window = self.scale.mul_f64((i % 40) as f64 / 20.0);
-        let r = tokio::time::timeout(window, f.into_future()).await.ok();
+        let r = mongo_patterns_testkit::cut_after(window, f).await;
         self.calls += 1;
         if r.is_some() {
             self.scale = self.scale.mul_f64(0.9);
@@ -225,8 +227,13 @@ async fn uncut<F: std::future::IntoFuture<Output = Result<R, Error>>, R>(what: &
     let took = t.elapsed();
     eprintln!("{what}: uncut call after cancellations took {took:?}");
     let r = r.unwrap_or_else(|e| panic!("{what}: uncut call failed after {took:?}: {e:?}"));
+    // What this guards against is a lock held for the server's transaction
+    // lifetime (60 s). Less is the server's own: writes it still runs for
+    // connections that cut calls closed, on the same document, delay the
+    // next write there (up to 1.6 s seen on the test server; the raw
+    // driver's `update_one` the same).
     assert!(
-        took < Duration::from_secs(3),
+        took < Duration::from_secs(5),
         "{what}: uncut call took {took:?}"
     );
     r

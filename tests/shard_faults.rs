@@ -620,13 +620,13 @@ async fn cancelled_moves_leave_one_whole_document() {
                 repo.replace(&item).await.map(|_| ())
             }
         };
-        match tokio::time::timeout(delay, call).await {
-            Ok(r) => {
+        match mongo_patterns_testkit::cut_after(delay, call).await {
+            Some(r) => {
                 r.unwrap();
                 done += 1;
                 scale = scale.mul_f64(0.9);
             }
-            Err(_) => {
+            None => {
                 cut += 1;
                 scale = scale.mul_f64(1.1);
             }
