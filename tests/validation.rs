@@ -7,7 +7,9 @@
 //! validator of the collection's own is left alone.
 //!
 //! The other writer is a client of its own with raw documents, as another
-//! service's driver (or the shell) would send them.
+//! service's driver (or the shell) would send them, and another service in
+//! Python (`tests/py/other_service.py`, pymongo), with its own driver's
+//! encodings; it also reads back what the repositories stored.
 
 use mongo_patterns::bucket::PageRequest;
 use mongo_patterns::ensure::{Conflict, SCHEMA_TITLE};
@@ -404,6 +406,89 @@ async fn the_structs_fields_keep_their_types() {
         // Players: the board and the score.
         refused(&other, "players", doc! {"_id": 1_i64, "examId": "math", "score": "ninety"}).await;
         refused(&other, "players", doc! {"_id": 2_i64, "examId": 7, "score": 90}).await;
+    })
+    .await;
+}
+
+/// Runs `tests/py/other_service.py` (pymongo) with `args`, bounded, and
+/// returns what it printed. `scripts/test` installs pymongo when missing.
+fn python(args: &[&str]) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/other_service.py");
+    let out = std::process::Command::new("timeout")
+        .args(["120", "python3", script])
+        .args(args)
+        .output()
+        .expect("python3 runs (scripts/test installs pymongo)");
+    assert!(
+        out.status.success(),
+        "other_service.py {args:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn a_python_service_is_refused_what_breaks_an_invariant() {
+    let (db, _) = fresh_db("validation_pymongo").await;
+    bounded(180, async {
+        Trade::ensure(&db).await.unwrap();
+        Player::ensure(&db).await.unwrap();
+        PlayerDocs::ensure(&db).await.unwrap();
+        Log::ensure(&db).await.unwrap();
+        Visit::ensure(&db).await.unwrap();
+        let ranks = Player::ranks(&db);
+        assert_eq!(ranks.histogram_collection().name(), "players_ranks");
+        assert_eq!(PlayerDocs::ranks(&db).histogram_collection().name(), "players_d_ranks");
+        // What the script's updates aim at: a bucket of customer 7 and the
+        // board "math".
+        let trades = Trade::buckets(&db);
+        for at in [30, 10, 20] {
+            trades.push(&Trade { customer: 7, at }).await.unwrap();
+        }
+        ranks.insert(&Player { id: 1, exam_id: "math".into(), score: 90 }).await.unwrap();
+
+        let uri = server_uri();
+        let printed = python(&["write", &uri, db.name()]);
+        let mut cases = 0;
+        for line in printed.lines() {
+            let r: serde_json::Value = serde_json::from_str(line).unwrap();
+            let (case, coll) = (&r["case"], &r["coll"]);
+            if r["expect"] == "refused" {
+                assert_eq!(r["stored"], false, "{coll}: {case} was stored");
+                assert_eq!(r["code"], 121, "{coll}: {case} refused otherwise: {r}");
+            } else {
+                assert_eq!(r["stored"], true, "{coll}: {case} was refused: {r}");
+            }
+            cases += 1;
+        }
+        assert!(cases >= 25, "{printed}");
+
+        // What it stored, the repositories read; what they stored, it
+        // reads alike.
+        let page = trades.page(&9, PageRequest::page(1).page_size(10)).await.unwrap();
+        assert_eq!(page.items.iter().map(|t| t.at).collect::<Vec<_>>(), vec![3, 4]);
+        // A player stored past the repository is counted once its board
+        // is rebuilt.
+        ranks.rebuild("history").await.unwrap();
+        assert_eq!(ranks.rank("history", 70).await.unwrap().rank, 1);
+        assert_eq!(ranks.rank("math", 90).await.unwrap().total, 1);
+        let read: serde_json::Value =
+            serde_json::from_str(&python(&["read", &uri, db.name(), "trades"])).unwrap();
+        let seven = read
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["_id"]["k"] == serde_json::json!({"$numberLong": "7"}))
+            .unwrap_or_else(|| panic!("{read}"));
+        let ats: Vec<&serde_json::Value> =
+            seven["items"].as_array().unwrap().iter().map(|i| &i["at"]).collect();
+        assert_eq!(
+            serde_json::json!(ats),
+            serde_json::json!([{"$numberLong": "10"}, {"$numberLong": "20"}, {"$numberLong": "30"}]),
+            "{seven}"
+        );
+        assert_eq!(seven["count"], serde_json::json!({"$numberLong": "3"}), "{seven}");
     })
     .await;
 }
