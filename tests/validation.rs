@@ -492,3 +492,163 @@ async fn a_python_service_is_refused_what_breaks_an_invariant() {
     })
     .await;
 }
+
+/// One history, two views: pushes in `at` order (late items make a bucket
+/// up to twice `size`) and in arrival order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "history")]
+#[bucket(size = 4, key = "customer", order = "at")]
+struct Ordered {
+    customer: i64,
+    at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "history")]
+#[bucket(size = 4, key = "customer")]
+struct Arrived {
+    customer: i64,
+    at: i64,
+}
+
+/// The next version of `Ordered`: the same model, its `size` raised.
+mod next {
+    use mongo_patterns::prelude::*;
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+    #[model(collection = "history")]
+    #[bucket(size = 6, key = "customer", order = "at")]
+    pub struct Ordered {
+        pub customer: i64,
+        pub at: i64,
+    }
+}
+
+/// The names of the parts of `coll`'s validator.
+async fn parts(db: &Database, coll: &str) -> Vec<String> {
+    let o = options(db, coll).await;
+    let any = o
+        .get_document("validator")
+        .and_then(|v| v.get_document("$jsonSchema"))
+        .and_then(|s| s.get_array("anyOf"))
+        .unwrap_or_else(|e| panic!("{e}: {o}"));
+    any.iter()
+        .map(|p| {
+            p.as_document()
+                .unwrap()
+                .get_str("title")
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn two_models_on_one_collection_keep_each_its_part() {
+    let (db, _) = fresh_db("validation_two_models").await;
+    bounded(120, async {
+        // Each model's own `ensure`, one after the other: the second
+        // replaced the first's validator before, and ordered pushes that
+        // filled a bucket past `size` with late items were refused.
+        Ordered::buckets(&db).ensure().await.unwrap();
+        Arrived::buckets(&db).ensure().await.unwrap();
+        assert_eq!(parts(&db, "history").await, ["Arrived", "Ordered"]);
+        let ordered = Ordered::buckets(&db);
+        for at in [10, 20, 30, 40, 50, 1, 2, 3, 4] {
+            ordered.push(&Ordered { customer: 1, at }).await.unwrap();
+        }
+        let arrived = Arrived::buckets(&db);
+        for at in 0..9 {
+            arrived.push(&Arrived { customer: 2, at }).await.unwrap();
+        }
+        let page = ordered.page(&1, PageRequest::page(1).page_size(20)).await.unwrap();
+        let ats: Vec<i64> = page.items.iter().map(|t| t.at).collect();
+        assert_eq!(ats, [1, 2, 3, 4, 10, 20, 30, 40, 50]);
+        // A bucket past the limit of both is still refused.
+        let other = other_writer(&db).await;
+        let items: Vec<Bson> = (0..9).map(|i| Bson::Document(doc! {"at": i as i64})).collect();
+        refused(
+            &other,
+            "history",
+            doc! {"_id": {"k": 3_i64, "s": 0_i64}, "customer": 3_i64, "start": 0, "count": 9, "items": items},
+        )
+        .await;
+        // Nothing left to set, for either, in either order.
+        assert!(Ordered::plan(&db).await.unwrap().validators.is_empty());
+        assert!(Arrived::plan(&db).await.unwrap().validators.is_empty());
+        assert!(Ordered::ensure(&db).await.unwrap().validators_set.is_empty());
+
+        // The next version of one model replaces its part, keeps the other.
+        let plan = next::Ordered::plan(&db).await.unwrap();
+        assert_eq!(plan.validators.len(), 1, "{plan}");
+        assert_eq!(plan.validators[0].kept, ["Arrived"], "{plan}");
+        assert!(plan.to_string().contains("keeping the parts of Arrived"), "{plan}");
+        next::Ordered::ensure(&db).await.unwrap();
+        assert_eq!(parts(&db, "history").await, ["Arrived", "Ordered"]);
+        assert!(next::Ordered::plan(&db).await.unwrap().validators.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn two_services_ensuring_two_models_at_once() {
+    bounded(180, async {
+        for round in 0..8 {
+            let (db, _) = fresh_db(&format!("validation_race_{round}")).await;
+            // Another service: a client of its own.
+            let theirs = other_writer(&db).await;
+            let exists = round % 2 == 1;
+            if exists {
+                db.create_collection("history").await.unwrap();
+            }
+            let (a, b) = tokio::join!(Ordered::ensure(&db), Arrived::ensure(&theirs));
+            a.unwrap();
+            b.unwrap();
+            let both = ["Arrived", "Ordered"];
+            if !exists {
+                // Two `create`s: the one that lost merges its part in.
+                assert_eq!(parts(&db, "history").await, both, "round {round}");
+                continue;
+            }
+            // Two `collMod`s on a collection that exists: each may write
+            // over the other (no compare-and-set for a validator). The
+            // part left out shows in its model's `plan`, and its next
+            // `ensure` restores it.
+            let now = parts(&db, "history").await;
+            for (name, plan) in [
+                ("Ordered", Ordered::plan(&db).await.unwrap()),
+                ("Arrived", Arrived::plan(&db).await.unwrap()),
+            ] {
+                let missing = !now.iter().any(|p| p == name);
+                assert_eq!(
+                    plan.validators.is_empty(),
+                    !missing,
+                    "round {round}: {now:?}\n{plan}"
+                );
+            }
+            Ordered::ensure(&db).await.unwrap();
+            Arrived::ensure(&theirs).await.unwrap();
+            assert_eq!(parts(&db, "history").await, both, "round {round}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn validate_existing_counts_the_other_models_part() {
+    let (db, _) = fresh_db("validation_existing_two").await;
+    bounded(60, async {
+        Ordered::ensure(&db).await.unwrap();
+        Arrived::ensure(&db).await.unwrap();
+        // Late items fill an ordered bucket past `size` (4): the arrival
+        // model alone would refuse it; the validator, with both parts,
+        // takes it.
+        let ordered = Ordered::buckets(&db);
+        for at in [10, 20, 30, 40, 1, 2] {
+            ordered.push(&Ordered { customer: 1, at }).await.unwrap();
+        }
+        assert!(Arrived::validate_existing(&db).await.unwrap().is_empty());
+        assert!(Ordered::validate_existing(&db).await.unwrap().is_empty());
+    })
+    .await;
+}

@@ -125,7 +125,7 @@ fn expand_declared(p: &Private, repos: &Repositories) -> Option<TokenStream> {
             );
             #( #p::core::iter::Extend::extend(&mut all, #parts); )*
             #fields
-            #p::with_validation(all, <Self as #p::Model>::VALIDATION)
+            #p::for_model::<Self>(all)
         }
     })
 }

@@ -518,7 +518,7 @@ impl<T: Bucketed> Buckets<T> {
             .checks(unordered)
             .schema(self.shape.schema())
             .schemas(self.fields_schema())];
-        crate::ensure::with_validation(declared, T::VALIDATION)
+        crate::ensure::for_model::<T>(declared)
     }
 
     /// The model's fields' types ([`Model::FIELDS`](crate::Model::FIELDS)),

@@ -101,10 +101,21 @@
 //!   this never does).
 //! - **Validators**: each pattern declares its invariants as a
 //!   `$jsonSchema` fragment; `ensure` sets them as the collection's
-//!   validator (one `$jsonSchema` titled `mongo-patterns`, whose `allOf`
-//!   holds the fragments), with the collection when it creates it and by
-//!   `collMod` when it exists without it or with another version or level
-//!   of it. A validator of the collection's own is
+//!   validator, with the collection when it creates it and by `collMod`
+//!   when it exists without it or with another version or level of it.
+//!   The validator is one `$jsonSchema` titled `mongo-patterns` with a
+//!   part per model (`anyOf`, each part the `allOf` of one model's
+//!   fragments): two models on one collection (an ordered and an
+//!   arrival-order view of one history, say) each keep their part, set
+//!   by either's `ensure`, in any order. Two services' `ensure`s that
+//!   create the collection at once merge both parts; two that change an
+//!   existing collection's validator at the same moment can each write
+//!   over the other (the server has no compare-and-set for a validator,
+//!   and `ensure` reads it back and merges again only when it sees the
+//!   other's first): the part left out shows in its model's `plan`, and
+//!   its next `ensure` restores it. A model no longer used keeps its part until
+//!   you `collMod` it away; [`Validator::kept`] names such parts. The
+//!   level is the last `ensure`'s. A validator of the collection's own is
 //!   [`Conflict::Validator`] and left alone. See [`Validation`] for the
 //!   levels and what each pattern declares, and
 //!   [`Model::validate_existing`](crate::Model::validate_existing) for
@@ -186,6 +197,13 @@ pub struct Declared {
     pub schemas: Vec<Document>,
     /// How the server enforces `schemas`.
     pub validation: Validation,
+    /// The model `schemas` describe (its type's name), set by
+    /// [`for_model`]. A collection's validator admits a document that
+    /// meets every fragment of one model's: two models on one collection
+    /// (an ordered and an arrival-order view of one history, say) each
+    /// have their own part, and neither model's `ensure` replaces the
+    /// other's.
+    pub model: Option<String>,
 }
 
 /// How the server enforces a collection's schema:
@@ -287,6 +305,26 @@ pub fn with_validation(mut declared: Vec<Declared>, v: Validation) -> Vec<Declar
     declared
 }
 
+/// [`with_validation`] at the model's level, and each declaration's
+/// schemas marked as `M`'s (see [`Declared::model`]). What the derive's
+/// `declared` and the repositories' own end with.
+pub fn for_model<M: crate::Model>(declared: Vec<Declared>) -> Vec<Declared> {
+    let name = model_name::<M>();
+    let mut declared = with_validation(declared, M::VALIDATION);
+    for d in &mut declared {
+        d.model = Some(name.to_owned());
+    }
+    declared
+}
+
+/// A model's name in its validator's part: its type's, without the module
+/// path (moving a struct between modules keeps its part) or generics.
+fn model_name<M>() -> &'static str {
+    let full = std::any::type_name::<M>();
+    let base = full.split('<').next().unwrap_or(full);
+    base.rsplit("::").next().unwrap_or(base)
+}
+
 /// Stored documents that a declaration reads wrongly or refuses: what an
 /// attribute changed over existing data leaves behind (a bucket `size`
 /// lowered, a rank histogram's `layout` changed), or another writer's
@@ -327,6 +365,7 @@ impl Declared {
             checks: Vec::new(),
             schemas: Vec::new(),
             validation: Validation::default(),
+            model: None,
         }
     }
 

@@ -766,6 +766,13 @@
 //! an enum, a helper's) is left open: those are still found on read
 //! (`UnexpectedDocument`). The attribute reference lists what is typed.
 //!
+//! Two models on one collection (an ordered and an arrival-order view of
+//! one history) each have their own part of the validator, and a
+//! document passes if it meets one of them: either model's `ensure`, in
+//! any order, keeps the other's part (`Plan`'s validator lists it as
+//! kept). A model you stop using keeps its part until you `collMod` it
+//! away.
+//!
 //! ## Changing an attribute over stored data
 //!
 //! `Model::plan` reads the stored documents as well as the indexes, and

@@ -69,7 +69,9 @@ pub mod __private {
         key_of as bucket_key_of, BucketKey, BucketSpec, Bucketed, Buckets, KeyInItem, KeySharding,
         OrderKey,
     };
-    pub use crate::ensure::{with_fields, with_validation, Declared, FieldType, Validation};
+    pub use crate::ensure::{
+        for_model, with_fields, with_validation, Declared, FieldType, Validation,
+    };
     pub use crate::keyset::{KeysetSpec, SortKey};
     pub use crate::model::{Documents, Model};
     pub use crate::rank_histogram::{BoardKey, FloatScore, Layout, RankHistogram, RankSpec, Ranks};

@@ -40,7 +40,7 @@ pub trait Model: Sized {
     fn declared(db: &Database) -> Vec<Declared> {
         let all = Self::KEYSET.declared(db, Self::COLLECTION);
         let all = crate::ensure::with_fields(all, Self::COLLECTION, Self::FIELDS);
-        crate::ensure::with_validation(all, Self::VALIDATION)
+        crate::ensure::for_model::<Self>(all)
     }
 
     /// Creates what [`Model::declared`] lists and the deployment lacks:
@@ -81,9 +81,10 @@ pub trait Model: Sized {
 
     /// Counts the documents already stored that break the schema
     /// [`Model::ensure`] has the server enforce, and names the first few
-    /// by `_id`, per collection: one `aggregate` (a collection scan) per
-    /// collection with a schema. Run it before `ensure` sets a validator
-    /// on data that exists. See [`ValidateExisting`].
+    /// by `_id`, per collection: a `listCollections`, and one `aggregate`
+    /// (a collection scan) per collection with a schema. Run it before
+    /// `ensure` sets a validator on data that exists. See
+    /// [`ValidateExisting`].
     ///
     /// ```no_run
     /// # use mongo_patterns::prelude::*;

@@ -519,7 +519,7 @@ impl<T: RankHistogram> Ranks<T> {
             ),
         ];
         // The model's level, when the repository's own `ensure` runs too.
-        crate::ensure::with_validation(declared, T::VALIDATION)
+        crate::ensure::for_model::<T>(declared)
     }
 
     /// The histogram's `$jsonSchema`, for the server to enforce (see

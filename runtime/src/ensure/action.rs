@@ -10,7 +10,8 @@ use mongodb::bson::{doc, Bson, Document};
 use mongodb::{ClientSession, Database};
 
 use super::compare::{
-    compare_index, merge, ours, same_keys, shard_key_index, undeclared_indexes, Wanted,
+    compare_index, merge, ours, same_keys, shard_key_index, stored_parts, undeclared_indexes,
+    validator, Wanted,
 };
 use super::{
     Check, Conflict, Declared, Ensured, Index, Invalid, Note, Plan, ServerFacts, Unsupported,
@@ -29,7 +30,9 @@ use crate::error::Result;
 /// on a missing collection creates it), `create` per missing collection
 /// that needs no index or has a validator (it is created with it), and a
 /// `collMod` per existing collection whose validator is missing or differs
-/// (see [`Validation`](super::Validation)); where a shard key or a [`Need`](super::Need) is
+/// (see [`Validation`](super::Validation)), followed by a `listCollections`
+/// of it (and a `collMod` again if a concurrent `ensure` of another model
+/// replaced this one's part meanwhile); where a shard key or a [`Need`](super::Need) is
 /// declared, `hello`; where a need is declared, `buildInfo`; and on a
 /// sharded cluster a read of `config.collections`, a `createIndexes` of
 /// the shard key's index where no index starts with the key (`mongod`
@@ -188,9 +191,12 @@ impl<'a> IntoFuture for PlanAction<'a> {
 /// what [`Model::validate_existing`](crate::Model::validate_existing)
 /// returns, a collection with none left out.
 ///
-/// One `aggregate` per collection with a schema (`$match` of `$nor` the
-/// schema, a collection scan) and nothing else; the validator need not be
-/// set. Run it before `ensure` sets a validator, or before raising its
+/// A `listCollections` (one per 100 collections), then one `aggregate`
+/// per collection with a schema (`$match` of `$nor` the schema, a
+/// collection scan); the validator need not be set. Where it is, the parts
+/// other models set on it count too: a document that meets one of them
+/// passes, as the server would pass it (see [`Declared::model`](super::Declared::model)).
+/// Run it before `ensure` sets a validator, or before raising its
 /// level to strict: a document listed here cannot be updated under a
 /// strict validator until it is mended.
 #[must_use = "does nothing unless awaited"]
@@ -241,8 +247,26 @@ impl<'a> IntoFuture for ValidateExisting<'a> {
                 // The schema as declared, whatever the level: `Off`
                 // declares none, and checks nothing.
                 let mut found = Vec::new();
-                for w in merge(self.declared)? {
-                    let Some(validator) = w.validator() else {
+                let wanted = merge(self.declared)?;
+                let kinds = collection_kinds(&mut cx, &wanted).await?;
+                for w in wanted {
+                    // Other models' parts of the stored validator count:
+                    // their documents pass as the server would pass them.
+                    let stored = kinds
+                        .get(&w.collection)
+                        .and_then(|(_, o)| o.get_document("validator").ok())
+                        .filter(|v| ours(v));
+                    let mut parts = stored.map(stored_parts).unwrap_or_default();
+                    parts.extend(
+                        w.parts
+                            .iter()
+                            .filter(|(_, f)| !f.is_empty())
+                            .map(|(n, f)| (n.clone(), f.clone())),
+                    );
+                    if w.validator().is_none() {
+                        continue;
+                    }
+                    let Some(validator) = validator(&parts) else {
                         continue;
                     };
                     let filter = doc! {"$nor": [validator]};
@@ -404,6 +428,8 @@ async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted], stored: bool) -> Result<Plan
                         level,
                         action,
                         replaces: None,
+                        kept: Vec::new(),
+                        own: own_parts(w),
                     });
                 }
                 Vec::new()
@@ -421,8 +447,8 @@ async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted], stored: bool) -> Result<Plan
             compare_index(&mut plan, declared, &existing);
         }
         undeclared_indexes(&mut plan, w, &existing);
-        if let (Some(validator), Some((_, options))) = (validator, kinds.get(&w.collection)) {
-            compare_validator(&mut plan, w, validator, options);
+        if let (Some(_), Some((_, options))) = (validator, kinds.get(&w.collection)) {
+            compare_validator(&mut plan, w, options);
         }
         if stored && kinds.contains_key(&w.collection) {
             for check in &w.checks {
@@ -465,7 +491,9 @@ async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted], stored: bool) -> Result<Plan
 
 /// Lists the declared validator of an existing collection whose
 /// `options` differ from it, or the conflict of a validator of its own.
-fn compare_validator(plan: &mut Plan, w: &Wanted, validator: Document, options: &Document) {
+/// The parts of a validator of ours that other models set (see
+/// [`Declared::model`](super::Declared::model)) are kept.
+fn compare_validator(plan: &mut Plan, w: &Wanted, options: &Document) {
     let (level, action) = w.validation.level_and_action();
     let found = options.get_document("validator").ok();
     if let Some(found) = found.filter(|f| !ours(f)) {
@@ -475,6 +503,19 @@ fn compare_validator(plan: &mut Plan, w: &Wanted, validator: Document, options: 
         });
         return;
     }
+    let mut parts = found.map(stored_parts).unwrap_or_default();
+    let mut kept: Vec<String> = parts.keys().cloned().collect();
+    for (name, fragments) in &w.parts {
+        // A model that declares nothing here (`validate = "off"`) drops
+        // nothing either.
+        if !fragments.is_empty() {
+            parts.insert(name.clone(), fragments.clone());
+            kept.retain(|k| k != name);
+        }
+    }
+    let Some(validator) = validator(&parts) else {
+        return;
+    };
     // The server's defaults where it shows none.
     let same = found == Some(&validator)
         && options.get_str("validationLevel").unwrap_or("strict") == level
@@ -486,8 +527,72 @@ fn compare_validator(plan: &mut Plan, w: &Wanted, validator: Document, options: 
             level,
             action,
             replaces: found.cloned(),
+            kept,
+            own: own_parts(w),
         });
     }
+}
+
+/// How many times [`converge_validator`] sets a validator again.
+const VALIDATOR_ROUNDS: usize = 5;
+
+/// Reads back the validator `v` set and sets it again, merged with what is
+/// stored, while this call's parts are missing or differ: a concurrent
+/// `ensure` of another model on the collection that read it before this
+/// call wrote replaces it whole (the server has no compare-and-set for a
+/// validator; a `create` that lost the race set nothing). One
+/// `listCollections` when nobody raced, and a `collMod` more per round.
+/// Leaves it after [`VALIDATOR_ROUNDS`]: the next `plan` shows it.
+async fn converge_validator(cx: &mut Cx<'_>, v: &Validator) -> Result<()> {
+    let own = stored_parts(&v.validator);
+    let own: Vec<_> = own.into_iter().filter(|(n, _)| v.own.contains(n)).collect();
+    for _ in 0..VALIDATOR_ROUNDS {
+        let listed = cx
+            .read_cursor(
+                cx.db,
+                doc! {"listCollections": 1, "filter": {"name": &v.collection}},
+            )
+            .await?;
+        let options = listed
+            .first()
+            .and_then(|c| c.get_document("options").ok().cloned())
+            .unwrap_or_default();
+        let found = options.get_document("validator").ok();
+        // Another validator of the collection's own now: left alone, as
+        // `plan` leaves one.
+        if found.is_some_and(|f| !ours(f)) {
+            return Ok(());
+        }
+        let mut parts = found.map(stored_parts).unwrap_or_default();
+        let holds = own.iter().all(|(n, f)| parts.get(n) == Some(f))
+            && options.get_str("validationLevel").unwrap_or("strict") == v.level
+            && options.get_str("validationAction").unwrap_or("error") == v.action;
+        if holds {
+            return Ok(());
+        }
+        parts.extend(own.iter().cloned());
+        let Some(merged) = validator(&parts) else {
+            return Ok(());
+        };
+        let command = doc! {
+            "collMod": &v.collection,
+            "validator": merged,
+            "validationLevel": v.level,
+            "validationAction": v.action,
+        };
+        cx.write(cx.db, command).await?;
+    }
+    Ok(())
+}
+
+/// The names of the parts `w` declares (a model with `validate = "off"`
+/// declares none).
+fn own_parts(w: &Wanted) -> Vec<String> {
+    w.parts
+        .iter()
+        .filter(|(_, fragments)| !fragments.is_empty())
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 /// How many `_id`s a [`Conflict::Stored`] names.
@@ -609,18 +714,18 @@ async fn apply(cx: &mut Cx<'_>, plan: Plan) -> Result<Ensured> {
             let v = validators.remove(at);
             let command = doc! {
                 "create": &name,
-                "validator": v.validator,
+                "validator": &v.validator,
                 "validationLevel": v.level,
                 "validationAction": v.action,
             };
             match cx.write(db, command).await {
-                Ok(_) => {
-                    done.collections_created.push(name);
-                    done.validators_set.push(v.collection);
-                }
-                Err(e) if e.is_namespace_exists() => {}
+                Ok(_) => done.collections_created.push(name),
+                // A concurrent creator won, with its own validator or
+                // none: ours is merged into it.
+                Err(e) if e.is_namespace_exists() => converge_validator(cx, &v).await?,
                 Err(e) => return Err(e),
             }
+            done.validators_set.push(v.collection);
             continue;
         }
         match indexes.iter().position(|i| i.collection == name) {
@@ -647,11 +752,12 @@ async fn apply(cx: &mut Cx<'_>, plan: Plan) -> Result<Ensured> {
     for v in validators {
         let command = doc! {
             "collMod": &v.collection,
-            "validator": v.validator,
+            "validator": &v.validator,
             "validationLevel": v.level,
             "validationAction": v.action,
         };
         cx.write(db, command).await?;
+        converge_validator(cx, &v).await?;
         done.validators_set.push(v.collection);
     }
     if !plan.shard.is_empty() {

@@ -1,6 +1,8 @@
 //! How declarations meet the deployment: merging them per collection, and
 //! telling whether an existing index serves a declared one.
 
+use std::collections::BTreeMap;
+
 use mongodb::bson::{doc, Bson, Document};
 
 use super::{Conflict, Declared, Index, Note, Plan, Shard};
@@ -13,28 +15,68 @@ pub(super) struct Wanted {
     pub(super) shard: Option<Shard>,
     pub(super) needs: Vec<super::Need>,
     pub(super) checks: Vec<super::Check>,
-    pub(super) schemas: Vec<Document>,
+    /// Each model's schema fragments, by the model's name.
+    pub(super) parts: Parts,
     pub(super) validation: super::Validation,
 }
 
+/// A validator's parts: each model's fragments, by its name (the patterns'
+/// title for schemas declared without a model).
+pub(super) type Parts = BTreeMap<String, Vec<Document>>;
+
 impl Wanted {
-    /// The validator its schemas make: one `$jsonSchema`, titled as the
-    /// patterns' own, whose `allOf` holds each fragment. `None` without
+    /// The validator its schemas make (see [`validator`]). `None` without
     /// schemas.
     pub(super) fn validator(&self) -> Option<Document> {
-        if self.schemas.is_empty() {
-            return None;
-        }
-        Some(doc! {"$jsonSchema": {
-            "bsonType": "object",
-            "title": super::SCHEMA_TITLE,
-            "allOf": self.schemas.clone(),
-        }})
+        validator(&self.parts)
     }
 }
 
+/// The validator `parts` make: one `$jsonSchema` titled as the patterns'
+/// own, which admits a document that meets all of one part's fragments:
+/// `{title: "mongo-patterns", anyOf: [{title: <model>, allOf: [...]}, ...]}`,
+/// the parts in name order, so that the models' `ensure`s, in any order,
+/// set the same one. `None` without a fragment.
+pub(super) fn validator(parts: &Parts) -> Option<Document> {
+    let any: Vec<Bson> = parts
+        .iter()
+        .filter(|(_, fragments)| !fragments.is_empty())
+        .map(|(name, fragments)| Bson::Document(doc! {"title": name, "allOf": fragments.clone()}))
+        .collect();
+    if any.is_empty() {
+        return None;
+    }
+    Some(doc! {"$jsonSchema": {
+        "bsonType": "object",
+        "title": super::SCHEMA_TITLE,
+        "anyOf": any,
+    }})
+}
+
+/// The parts of a validator of ours as stored (see [`validator`]): none
+/// for one set before parts were kept, which is replaced whole.
+pub(super) fn stored_parts(validator: &Document) -> Parts {
+    let mut parts = Parts::new();
+    let any = validator
+        .get_document("$jsonSchema")
+        .and_then(|s| s.get_array("anyOf"));
+    for part in any.into_iter().flatten() {
+        let Some(part) = part.as_document() else {
+            continue;
+        };
+        if let (Ok(name), Ok(all)) = (part.get_str("title"), part.get_array("allOf")) {
+            let fragments = all
+                .iter()
+                .filter_map(|f| f.as_document().cloned())
+                .collect();
+            parts.insert(name.to_owned(), fragments);
+        }
+    }
+    parts
+}
+
 /// Whether `validator` (as `listCollections` shows it) is the patterns'
-/// own: a `$jsonSchema` titled as [`Wanted::validator`] titles it.
+/// own: a `$jsonSchema` titled as [`validator`] titles it.
 pub(super) fn ours(validator: &Document) -> bool {
     validator
         .get_document("$jsonSchema")
@@ -56,7 +98,7 @@ pub(super) fn merge(declared: Vec<Declared>) -> Result<Vec<Wanted>> {
                     shard: None,
                     needs: Vec::new(),
                     checks: Vec::new(),
-                    schemas: Vec::new(),
+                    parts: Parts::new(),
                     validation: d.validation,
                 });
                 out.len() - 1
@@ -85,9 +127,11 @@ pub(super) fn merge(declared: Vec<Declared>) -> Result<Vec<Wanted>> {
                 w.indexes.push(index);
             }
         }
+        let name = d.model.as_deref().unwrap_or(super::SCHEMA_TITLE);
+        let part = w.parts.entry(name.to_owned()).or_default();
         for f in d.schemas {
-            if !w.schemas.contains(&f) {
-                w.schemas.push(f);
+            if !part.contains(&f) {
+                part.push(f);
             }
         }
         for c in d.checks {

@@ -183,7 +183,9 @@ pub struct Plan {
 pub struct Validator {
     /// The collection.
     pub collection: String,
-    /// `{$jsonSchema: {title: "mongo-patterns", allOf: [...]}}`.
+    /// `{$jsonSchema: {title: "mongo-patterns", anyOf: [{title: <model>,
+    /// allOf: [...]}, ...]}}`: a document passes if it meets one model's
+    /// fragments.
     pub validator: Document,
     /// `validationLevel`.
     pub level: &'static str,
@@ -191,6 +193,12 @@ pub struct Validator {
     pub action: &'static str,
     /// The patterns' validator it replaces, if any.
     pub replaces: Option<Document>,
+    /// The models whose parts of the replaced validator it keeps: models
+    /// this call does not declare on the collection (another service's,
+    /// or one no longer used, which `collMod` would remove).
+    pub kept: Vec<String>,
+    /// The parts this call declares, which `ensure` makes sure are stored.
+    pub(super) own: Vec<String>,
 }
 
 impl fmt::Display for Validator {
@@ -202,9 +210,13 @@ impl fmt::Display for Validator {
         };
         write!(
             f,
-            "{how} the validator of `{}` (level {}, action {}): {}",
-            self.collection, self.level, self.action, self.validator
-        )
+            "{how} the validator of `{}` (level {}, action {}",
+            self.collection, self.level, self.action
+        )?;
+        if !self.kept.is_empty() {
+            write!(f, "; keeping the parts of {}", self.kept.join(", "))?;
+        }
+        write!(f, "): {}", self.validator)
     }
 }
 

@@ -94,7 +94,7 @@ impl<T: ShardKeyed> Sharded<T> {
             ));
         }
         // The model's level, when the repository's own `ensure` runs too.
-        crate::ensure::with_validation(vec![declared], T::VALIDATION)
+        crate::ensure::for_model::<T>(vec![declared])
     }
 
     /// Creates what [`declared`](Self::declared) lists and the deployment
