@@ -411,6 +411,8 @@ pub async fn shard_declared(
     declared: impl IntoIterator<Item = mongo_patterns::ensure::Declared>,
 ) {
     use mongo_patterns::ensure::{EnsureAction, Note};
+    let declared: Vec<_> = declared.into_iter().collect();
+    validate_declared(db, commands, &declared).await;
     if !shards_pattern_collections() {
         return;
     }
@@ -440,6 +442,48 @@ pub async fn shard_declared(
     assert!(
         done.conflicts.is_empty() && !unsharded && sharded == want,
         "{SHARD_PATTERN_COLLECTIONS}: ensure in {} sharded {sharded:?} of {want:?}:\n{done}",
+        db.name()
+    );
+    commands.take();
+}
+
+/// The variable that sets every suite's collections' validators at
+/// `strict` before a test writes: see [`validate_declared`].
+pub const VALIDATE: &str = "MP_VALIDATE";
+
+/// With `MP_VALIDATE=strict`: sets the validator of every declaration of
+/// `declared` in `db` (`ensure` without the indexes), at `strict` whatever
+/// the model chose, so
+/// that every write the test makes through the repositories meets the
+/// server's check of the pattern's invariants, and panics on a conflict.
+/// [`shard_declared`] calls it: the suites that declare their models to
+/// the routing checker run under validators too (`scripts/test` runs them
+/// so once). The commands it sent are taken out of `commands`. Without the
+/// variable it does nothing.
+pub async fn validate_declared(
+    db: &Database,
+    commands: &Commands,
+    declared: &[mongo_patterns::ensure::Declared],
+) {
+    use mongo_patterns::ensure::{with_validation, EnsureAction, Validation};
+    match std::env::var(VALIDATE).as_deref() {
+        Ok("strict") => {}
+        Ok("") | Err(_) => return,
+        Ok(other) => panic!("{VALIDATE}={other}: only \"strict\" is known"),
+    }
+    // The validators alone: the indexes are the test's to create (the
+    // test server refuses a hashed index on `_id`, which `mongod` builds).
+    let mut strict = with_validation(declared.to_vec(), Validation::Strict);
+    for d in &mut strict {
+        d.indexes.clear();
+        d.shard_key = None;
+    }
+    let done = bounded(120, EnsureAction::new(db, strict))
+        .await
+        .unwrap_or_else(|e| panic!("{VALIDATE}: ensure in {}: {e}", db.name()));
+    assert!(
+        done.conflicts.is_empty(),
+        "{VALIDATE}: ensure in {}:\n{done}",
         db.name()
     );
     commands.take();
