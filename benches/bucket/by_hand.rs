@@ -24,7 +24,7 @@ pub(crate) type Decoder = fn(&[RawDocumentBuf], i64) -> BoxResult<Vec<Trade>>;
 /// (written out as by hand; checked against `page_pipeline`). A bucket
 /// with an order field holds at most twice `size` items between splits,
 /// so only buckets starting in `(from - 2·size, from + n)` can overlap;
-/// the bookkeeping fields (`mp_len`, `mp_type`, `mp_stale`) let the
+/// the bookkeeping fields (`mp_len`, `mp_type`) let the
 /// runtime report a damaged bucket.
 pub(crate) fn range_pipeline(key: i64, from: i64, n: i64) -> Vec<Document> {
     let cap = 2 * SIZE;
@@ -40,7 +40,6 @@ pub(crate) fn range_pipeline(key: i64, from: i64, n: i64) -> Vec<Document> {
         doc! {"$project": {
             "start": 1,
             "count": 1,
-            "mp_stale": 1,
             "mp_len": {"$cond": [{"$isArray": ["$items"]}, {"$size": "$items"}, Bson::Null]},
             "mp_type": {"$type": "$items"},
             "items": {"$cond": [
@@ -83,10 +82,11 @@ pub(crate) async fn push_by_hand(
         {"$lte": ["$count", 2 * SIZE]},
         {"$isNumber": "$start"},
     ]};
-    let lowest = doc! {"$let": {
+    // The bucket's floor when it has one, else its first item's date.
+    let lowest = doc! {"$ifNull": ["$mp_floor", {"$let": {
         "vars": {"mp_e": {"$arrayElemAt": [items(), 0]}},
         "in": {"$ifNull": ["$$mp_e.date", "$mp_floor"]},
-    }};
+    }}]};
     let filter = doc! {
         "_id": {"k": t.customer_id, "s": seq},
         "mp_ops": {"$ne": op},
