@@ -453,9 +453,9 @@ pub const VALIDATE: &str = "MP_VALIDATE";
 
 /// With `MP_VALIDATE=strict`: sets the validator of every declaration of
 /// `declared` in `db` (`ensure` without the indexes), at `strict` whatever
-/// the model chose, so
-/// that every write the test makes through the repositories meets the
-/// server's check of the pattern's invariants, and panics on a conflict.
+/// the model chose, so that every write the test makes through the
+/// repositories meets the server's check of the pattern's invariants, and
+/// panics on a conflict.
 /// [`shard_declared`] calls it: the suites that declare their models to
 /// the routing checker run under validators too (`scripts/test` runs them
 /// so once). The commands it sent are taken out of `commands`. Without the
