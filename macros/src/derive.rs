@@ -125,7 +125,7 @@ fn expand_declared(p: &Private, repos: &Repositories) -> Option<TokenStream> {
             );
             #( #p::core::iter::Extend::extend(&mut all, #parts); )*
             #fields
-            #p::for_model::<Self>(all)
+            #p::for_model::<Self>(all, <Self as #p::Model>::VALIDATION)
         }
     })
 }

@@ -518,7 +518,7 @@ impl<T: Bucketed> Buckets<T> {
             .checks(unordered)
             .schema(self.shape.schema())
             .schemas(self.fields_schema())];
-        crate::ensure::for_model::<T>(declared)
+        crate::ensure::for_model::<T>(declared, T::VALIDATION)
     }
 
     /// The model's fields' types ([`Model::FIELDS`](crate::Model::FIELDS)),

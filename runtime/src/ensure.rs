@@ -305,12 +305,13 @@ pub fn with_validation(mut declared: Vec<Declared>, v: Validation) -> Vec<Declar
     declared
 }
 
-/// [`with_validation`] at the model's level, and each declaration's
-/// schemas marked as `M`'s (see [`Declared::model`]). What the derive's
-/// `declared` and the repositories' own end with.
-pub fn for_model<M: crate::Model>(declared: Vec<Declared>) -> Vec<Declared> {
+/// [`with_validation`] at the model's level (`M::VALIDATION`), and each
+/// declaration's schemas marked as the model `M`'s (see
+/// [`Declared::model`]). What the derive's `declared` and the
+/// repositories' own end with.
+pub fn for_model<M: ?Sized>(declared: Vec<Declared>, level: Validation) -> Vec<Declared> {
     let name = model_name::<M>();
-    let mut declared = with_validation(declared, M::VALIDATION);
+    let mut declared = with_validation(declared, level);
     for d in &mut declared {
         d.model = Some(name.to_owned());
     }
@@ -319,7 +320,7 @@ pub fn for_model<M: crate::Model>(declared: Vec<Declared>) -> Vec<Declared> {
 
 /// A model's name in its validator's part: its type's, without the module
 /// path (moving a struct between modules keeps its part) or generics.
-fn model_name<M>() -> &'static str {
+fn model_name<M: ?Sized>() -> &'static str {
     let full = std::any::type_name::<M>();
     let base = full.split('<').next().unwrap_or(full);
     base.rsplit("::").next().unwrap_or(base)

@@ -40,7 +40,7 @@ pub trait Model: Sized {
     fn declared(db: &Database) -> Vec<Declared> {
         let all = Self::KEYSET.declared(db, Self::COLLECTION);
         let all = crate::ensure::with_fields(all, Self::COLLECTION, Self::FIELDS);
-        crate::ensure::for_model::<Self>(all)
+        crate::ensure::for_model::<Self>(all, Self::VALIDATION)
     }
 
     /// Creates what [`Model::declared`] lists and the deployment lacks:

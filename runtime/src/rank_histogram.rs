@@ -519,7 +519,7 @@ impl<T: RankHistogram> Ranks<T> {
             ),
         ];
         // The model's level, when the repository's own `ensure` runs too.
-        crate::ensure::for_model::<T>(declared)
+        crate::ensure::for_model::<T>(declared, T::VALIDATION)
     }
 
     /// The histogram's `$jsonSchema`, for the server to enforce (see

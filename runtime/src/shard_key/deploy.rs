@@ -94,7 +94,7 @@ impl<T: ShardKeyed> Sharded<T> {
             ));
         }
         // The model's level, when the repository's own `ensure` runs too.
-        crate::ensure::for_model::<T>(vec![declared])
+        crate::ensure::for_model::<T>(vec![declared], T::VALIDATION)
     }
 
     /// Creates what [`declared`](Self::declared) lists and the deployment
