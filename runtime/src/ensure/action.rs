@@ -11,7 +11,7 @@ use mongodb::{ClientSession, Database};
 
 use super::compare::{
     compare_index, merge, ours, same_keys, shard_key_index, stored_parts, undeclared_indexes,
-    validator, Wanted,
+    validator, with_own, Parts, Wanted,
 };
 use super::{
     Check, Conflict, Declared, Ensured, Index, Invalid, Note, Plan, ServerFacts, Unsupported,
@@ -250,23 +250,16 @@ impl<'a> IntoFuture for ValidateExisting<'a> {
                 let wanted = merge(self.declared)?;
                 let kinds = collection_kinds(&mut cx, &wanted).await?;
                 for w in wanted {
+                    if w.validator().is_none() {
+                        continue;
+                    }
                     // Other models' parts of the stored validator count:
                     // their documents pass as the server would pass them.
                     let stored = kinds
                         .get(&w.collection)
                         .and_then(|(_, o)| o.get_document("validator").ok())
                         .filter(|v| ours(v));
-                    let mut parts = stored.map(stored_parts).unwrap_or_default();
-                    parts.extend(
-                        w.parts
-                            .iter()
-                            .filter(|(_, f)| !f.is_empty())
-                            .map(|(n, f)| (n.clone(), f.clone())),
-                    );
-                    if w.validator().is_none() {
-                        continue;
-                    }
-                    let Some(validator) = validator(&parts) else {
+                    let Some(validator) = validator(&with_own(stored, &w.parts)) else {
                         continue;
                     };
                     let filter = doc! {"$nor": [validator]};
@@ -503,17 +496,14 @@ fn compare_validator(plan: &mut Plan, w: &Wanted, options: &Document) {
         });
         return;
     }
-    let mut parts = found.map(stored_parts).unwrap_or_default();
-    let mut kept: Vec<String> = parts.keys().cloned().collect();
-    for (name, fragments) in &w.parts {
-        // A model that declares nothing here (`validate = "off"`) drops
-        // nothing either.
-        if !fragments.is_empty() {
-            parts.insert(name.clone(), fragments.clone());
-            kept.retain(|k| k != name);
-        }
-    }
-    let Some(validator) = validator(&parts) else {
+    let own = own_parts(w);
+    let kept: Vec<String> = found
+        .map(stored_parts)
+        .unwrap_or_default()
+        .into_keys()
+        .filter(|k| !own.contains(k))
+        .collect();
+    let Some(validator) = validator(&with_own(found, &w.parts)) else {
         return;
     };
     // The server's defaults where it shows none.
@@ -528,7 +518,7 @@ fn compare_validator(plan: &mut Plan, w: &Wanted, options: &Document) {
             action,
             replaces: found.cloned(),
             kept,
-            own: own_parts(w),
+            own,
         });
     }
 }
@@ -544,8 +534,10 @@ const VALIDATOR_ROUNDS: usize = 5;
 /// `listCollections` when nobody raced, and a `collMod` more per round.
 /// Leaves it after [`VALIDATOR_ROUNDS`]: the next `plan` shows it.
 async fn converge_validator(cx: &mut Cx<'_>, v: &Validator) -> Result<()> {
-    let own = stored_parts(&v.validator);
-    let own: Vec<_> = own.into_iter().filter(|(n, _)| v.own.contains(n)).collect();
+    let own: Parts = stored_parts(&v.validator)
+        .into_iter()
+        .filter(|(n, _)| v.own.contains(n))
+        .collect();
     for _ in 0..VALIDATOR_ROUNDS {
         let listed = cx
             .read_cursor(
@@ -563,15 +555,14 @@ async fn converge_validator(cx: &mut Cx<'_>, v: &Validator) -> Result<()> {
         if found.is_some_and(|f| !ours(f)) {
             return Ok(());
         }
-        let mut parts = found.map(stored_parts).unwrap_or_default();
+        let parts = found.map(stored_parts).unwrap_or_default();
         let holds = own.iter().all(|(n, f)| parts.get(n) == Some(f))
             && options.get_str("validationLevel").unwrap_or("strict") == v.level
             && options.get_str("validationAction").unwrap_or("error") == v.action;
         if holds {
             return Ok(());
         }
-        parts.extend(own.iter().cloned());
-        let Some(merged) = validator(&parts) else {
+        let Some(merged) = validator(&with_own(found, &own)) else {
             return Ok(());
         };
         let command = doc! {

@@ -75,6 +75,18 @@ pub(super) fn stored_parts(validator: &Document) -> Parts {
     parts
 }
 
+/// The parts a validator of ours holds once `own` is set on it: `stored`'s
+/// (another model's are kept), each of `own`'s that declares a fragment
+/// in place of its old one (a model with `validate = "off"` declares
+/// none, and drops nothing).
+pub(super) fn with_own(stored: Option<&Document>, own: &Parts) -> Parts {
+    let mut parts = stored.map(stored_parts).unwrap_or_default();
+    for (name, fragments) in own.iter().filter(|(_, f)| !f.is_empty()) {
+        parts.insert(name.clone(), fragments.clone());
+    }
+    parts
+}
+
 /// Whether `validator` (as `listCollections` shows it) is the patterns'
 /// own: a `$jsonSchema` titled as [`validator`] titles it.
 pub(super) fn ours(validator: &Document) -> bool {
