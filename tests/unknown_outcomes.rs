@@ -225,6 +225,28 @@ async fn a_refusal_of_the_drivers_retry_is_not_taken_for_not_stored() {
     assert!(!e.is_retryable(), "{e:?}");
     assert_eq!(rig.counter("k").await, Some(10), "counted once");
 
+    // The same through `mongos`, whose retry met a shard it cannot reach
+    // (SocketException, HostUnreachable, NetworkTimeout), labelled as
+    // `mongod` labels them. Before, a code outside the election's was
+    // taken for the server's answer: `Database`, with the first attempt
+    // stored.
+    for code in [9001, 6, 89] {
+        let key = format!("k{code}");
+        rig.proxy.clear();
+        for command in ["update", "findAndModify"] {
+            rig.proxy.on(Rule::new(command, 1, Fault::CloseAfter));
+            rig.proxy.on(Rule::new(command, 1, Fault::election(code)));
+        }
+        let e = bounded(30, sampled.incr_by(&key, 10))
+            .await
+            .expect_err("both attempts failed");
+        rig.proxy.clear();
+        assert!(e.contains_label("RetryableWriteError"), "{code}: {e:?}");
+        assert!(matches!(e, Error::OutcomeUnknown { .. }), "{code}: {e:?}");
+        assert!(!e.is_retryable(), "{code}: {e:?}");
+        assert_eq!(rig.counter(&key).await, Some(10), "{code}: counted once");
+    }
+
     let tick = |day| Tick {
         sym: "r".into(),
         day,

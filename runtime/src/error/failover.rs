@@ -24,7 +24,10 @@
 //! - [`Outcome::Unknown`]: it may be stored. The connection failed, or the
 //!   pool was cleared, after the command may have been sent; the server
 //!   interrupted it while it ran (11602, 11600, 50, 91, 189), which for a
-//!   batch can leave some of its statements applied; a write concern error
+//!   batch can leave some of its statements applied; `mongos` lost or
+//!   timed out its shard (6, 7, 89, 9001, 262); the error is labelled
+//!   `RetryableWriteError`, whatever its code (the driver's second
+//!   attempt answered, after a first that may be stored); a write concern error
 //!   came after it was applied; a commit's result is unknown
 //!   (`UnknownTransactionCommitResult`). The call returns
 //!   [`Error::OutcomeUnknown`]: read before writing again.
@@ -48,6 +51,13 @@ pub(crate) enum Outcome {
 /// The codes a server answers a command with before running it, because it
 /// is not (or no longer) the primary: nothing was stored.
 const REFUSED_BEFORE_RUNNING: [i32; 3] = [10107, 13435, 13436];
+
+/// The codes `mongos` answers when it lost its connection to a shard or
+/// timed out waiting for one (`HostUnreachable`, `HostNotFound`,
+/// `NetworkTimeout`, `SocketException`, `ExceededTimeLimit`): the shard
+/// may have run the write. The driver retries them as it retries an
+/// election's.
+const SHARD_UNREACHABLE: [i32; 5] = [6, 7, 89, 9001, 262];
 
 /// [`Outcome`] of a write that failed with `e` (a write command's error,
 /// its first write error, its write concern error, or a transaction's
@@ -75,9 +85,10 @@ pub(crate) fn outcome(e: &mongodb::error::Error) -> Outcome {
             let retried = e.contains_label(mongodb::error::RETRYABLE_WRITE_ERROR);
             if codes.iter().any(|c| REFUSED_BEFORE_RUNNING.contains(c)) && !retried {
                 Outcome::NotStored
-            } else if codes
-                .iter()
-                .any(|c| FAILOVER.contains(c) || *c == MAX_TIME_EXPIRED)
+            } else if retried
+                || codes.iter().any(|c| {
+                    FAILOVER.contains(c) || SHARD_UNREACHABLE.contains(c) || *c == MAX_TIME_EXPIRED
+                })
             {
                 Outcome::Unknown
             } else {
@@ -131,7 +142,7 @@ mod tests {
             let e = command_error(code);
             assert_eq!(outcome(e.mongo().unwrap()), Outcome::NotStored, "{code}");
         }
-        for code in [11602, 11600, 189, 91, 50] {
+        for code in [11602, 11600, 189, 91, 50, 6, 7, 89, 9001, 262] {
             let e = command_error(code);
             assert_eq!(outcome(e.mongo().unwrap()), Outcome::Unknown, "{code}");
             let settled = settle::<()>("push", false, Err(e.clone()));
