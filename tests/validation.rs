@@ -652,3 +652,119 @@ async fn validate_existing_counts_the_other_models_part() {
     })
     .await;
 }
+
+/// Kept in arrival order (a push is a `findAndModify`), no validator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "arrivals_v", validate = "off")]
+#[bucket(size = 4, key = "customer")]
+struct ArrivalOff {
+    customer: i64,
+    at: i64,
+}
+
+/// The same collection under `strict`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "arrivals_v", validate = "strict")]
+#[bucket(size = 4, key = "customer")]
+struct ArrivalStrict {
+    customer: i64,
+    at: i64,
+}
+
+/// A write of the library's own that the validator refuses (a bucket
+/// stored before the validator, with an item another writer broke) is
+/// `Error::FailedValidation`, naming the bucket by its `_id` and the rule
+/// by its field; nothing is stored, and the driver's error (code 121)
+/// comes back whole.
+#[tokio::test]
+async fn a_write_the_validator_refuses_is_a_typed_error_naming_the_document() {
+    use mongo_patterns::mongodb::error::{ErrorKind, WriteFailure};
+    let (db, _) = fresh_db("validation_refused_write").await;
+    bounded(60, async {
+        TradeOff::ensure(&db).await.unwrap();
+        let before = TradeOff::buckets(&db);
+        for at in [1, 2] {
+            before.push(&TradeOff { customer: 5, at }).await.unwrap();
+        }
+        let other = other_writer(&db).await;
+        let raw = other.collection::<Document>("trades");
+        let stored = raw
+            .find_one(doc! {"customer": 5_i64})
+            .await
+            .unwrap()
+            .unwrap();
+        let id = stored.get("_id").unwrap().clone();
+        raw.update_one(doc! {"_id": &id}, doc! {"$set": {"items.0.at": "one"}})
+            .await
+            .unwrap();
+        Trade::ensure(&db).await.unwrap();
+
+        let e = Trade::buckets(&db)
+            .push(&Trade { customer: 5, at: 3 })
+            .await
+            .expect_err("a push into a bucket that breaks the schema was stored");
+        let Error::FailedValidation {
+            id: Some(failing),
+            details: Some(_),
+            ..
+        } = &e
+        else {
+            panic!("not a typed refusal naming the bucket: {e:?}");
+        };
+        assert_eq!(**failing, id, "{e}");
+        assert_eq!(e.code(), Some(121), "{e}");
+        assert!(!e.is_retryable(), "{e}");
+        let text = e.to_string();
+        assert!(text.contains(&format!("to document {id}")), "{text}");
+        // The item's index is in the document the update would leave:
+        // the late push sorts the string after the numbers.
+        assert!(
+            text.contains(".at`: type did not match (found string)"),
+            "{text}"
+        );
+        // Back to the driver's error, as `?` in `and_run2` needs it.
+        let driver = mongo_patterns::mongodb::error::Error::from(e);
+        assert!(
+            matches!(&*driver.kind, ErrorKind::Write(WriteFailure::WriteError(w)) if w.code == 121),
+            "{driver}"
+        );
+        // Nothing of the push was stored.
+        let after = raw.find_one(doc! {"_id": &id}).await.unwrap().unwrap();
+        assert_eq!(after.get_array("items").unwrap().len(), 2, "{after}");
+        assert_eq!(stored.get("count"), after.get("count"), "{after}");
+
+        // A push without `order` is a `findAndModify`, refused by the
+        // command's own error: the document is named the same.
+        ArrivalOff::ensure(&db).await.unwrap();
+        for at in [1, 2] {
+            let a = ArrivalOff { customer: 6, at };
+            ArrivalOff::buckets(&db).push(&a).await.unwrap();
+        }
+        let raw = other.collection::<Document>("arrivals_v");
+        let stored = raw.find_one(doc! {}).await.unwrap().unwrap();
+        let id = stored.get("_id").unwrap().clone();
+        raw.update_one(doc! {"_id": &id}, doc! {"$set": {"items.1.at": "two"}})
+            .await
+            .unwrap();
+        ArrivalStrict::ensure(&db).await.unwrap();
+        let e = ArrivalStrict::buckets(&db)
+            .push(&ArrivalStrict { customer: 6, at: 3 })
+            .await
+            .expect_err("a push into a bucket that breaks the schema was stored");
+        let Error::FailedValidation {
+            id: Some(failing), ..
+        } = &e
+        else {
+            panic!("not a typed refusal naming the bucket: {e:?}");
+        };
+        assert_eq!(**failing, id, "{e}");
+        assert!(
+            e.to_string()
+                .contains("`items.1.at`: type did not match (found string)"),
+            "{e}"
+        );
+        let after = raw.find_one(doc! {"_id": &id}).await.unwrap().unwrap();
+        assert_eq!(after.get_array("items").unwrap().len(), 2, "{after}");
+    })
+    .await;
+}

@@ -19,7 +19,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// labelled `TransientTransactionError`). So an error that comes from a
 /// statement the server refused ([`ScoreNotFound`](Error::ScoreNotFound),
 /// [`UnsupportedValue`](Error::UnsupportedValue),
-/// [`Damaged`](Error::Damaged), [`Database`](Error::Database)) ends the
+/// [`Damaged`](Error::Damaged), [`FailedValidation`](Error::FailedValidation),
+/// [`Database`](Error::Database)) ends the
 /// caller's transaction: return it from `and_run2`'s closure (`?`), which
 /// aborts and hands it back. Going on would send the next statement into
 /// the aborted transaction, whose transient label makes `and_run2` run
@@ -103,6 +104,35 @@ pub enum Error {
         field: String,
         /// What is wrong with it.
         problem: String,
+    },
+
+    /// The collection's validator refused a write: the document it would
+    /// store breaks the `$jsonSchema` that
+    /// [`Model::ensure`](crate::Model::ensure) set (or a rule someone else
+    /// set), most often because the document was stored before the
+    /// validator, at `validate = "strict"`. Nothing of the write was
+    /// stored, and a caller's transaction is aborted (see [`Error`]); it
+    /// fails the same way again until the document is mended, which
+    /// [`Model::validate_existing`](crate::Model::validate_existing)
+    /// helps find.
+    #[error(
+        "the collection's validator refused the write{}{}{}",
+        .id.as_deref().map(|id| format!(" to document {id}")).unwrap_or_default(),
+        rules(.details.as_deref()),
+        driver_said(.source)
+    )]
+    #[non_exhaustive]
+    FailedValidation {
+        /// The refused document's `_id`, as the server named it
+        /// (`errInfo.failingDocumentId`, MongoDB 5.0 and later).
+        id: Option<Box<Bson>>,
+        /// The server's `errInfo` (MongoDB 5.0 and later): its `details`
+        /// say which rules the document broke; the message names the
+        /// first few by field.
+        details: Option<Box<bson::Document>>,
+        /// The driver's error, with its code (121) and labels.
+        #[source]
+        source: Box<mongodb::error::Error>,
     },
 
     /// A document would pass MongoDB's 16 MiB limit: an item too large for
@@ -286,6 +316,7 @@ pub enum Error {
 
 pub(crate) mod code;
 pub(crate) mod failover;
+pub(crate) mod validation;
 pub(crate) use code::server_codes;
 
 impl Error {
@@ -314,6 +345,14 @@ impl From<mongodb::error::Error> for Error {
             ErrorKind::Io(_)
             | ErrorKind::ServerSelection { .. }
             | ErrorKind::ConnectionPoolCleared { .. } => Error::Unavailable(e),
+            _ if validation::refusal(&e).is_some() => {
+                let info = validation::refusal(&e).flatten();
+                Error::FailedValidation {
+                    id: info.as_ref().and_then(validation::failing_id).map(Box::new),
+                    details: info.map(Box::new),
+                    source: Box::new(e),
+                }
+            }
             _ if server_codes(&e).iter().any(|c| code::TOO_LARGE.contains(c)) => {
                 Error::DocumentTooLarge {
                     bytes: None,
@@ -350,6 +389,14 @@ impl From<CursorError> for Error {
 impl From<crate::compat::NotRaw> for Error {
     fn from(e: crate::compat::NotRaw) -> Self {
         Error::invalid(e.what, e.source.to_string())
+    }
+}
+
+/// `: ` and the rules a validator's refusal names, where its details say.
+fn rules(info: Option<&bson::Document>) -> String {
+    match info.map(validation::broken_rules) {
+        Some(rules) if !rules.is_empty() => format!(": {}", rules.join("; ")),
+        _ => String::new(),
     }
 }
 
@@ -432,7 +479,8 @@ impl From<Error> for mongodb::error::Error {
             Error::DocumentTooLarge {
                 source: Some(source),
                 ..
-            } => *source,
+            }
+            | Error::FailedValidation { source, .. } => *source,
             other => mongodb::error::Error::custom(other),
         }
     }
@@ -457,7 +505,8 @@ impl Error {
             | Error::DocumentTooLarge {
                 source: Some(source),
                 ..
-            } => Some(source),
+            }
+            | Error::FailedValidation { source, .. } => Some(source),
             _ => None,
         }
     }
@@ -495,7 +544,8 @@ impl Error {
     ///   it once more already, as a retryable write); read before writing
     ///   again, or accept that a retry may count it twice.
     /// - Everything the call refused (`InvalidArgument`, `InvalidCursor`,
-    ///   `Damaged`, `UnexpectedDocument`, `UnsupportedValue`, `Unsupported`,
+    ///   `Damaged`, `FailedValidation`, `UnexpectedDocument`,
+    ///   `UnsupportedValue`, `Unsupported`,
     ///   `NoTransactions`, `ShardKeyMismatch`, `DocumentTooLarge`, ...): no,
     ///   it fails the same way again.
     pub fn is_retryable(&self) -> bool {

@@ -740,10 +740,13 @@
 //! service, or a person in the shell, then cannot store a bucket with a
 //! string `_id`, a negative count or a date as a string: the server
 //! refuses it (code 121), where before the repository found it later as
-//! `Error::Damaged` or `UnexpectedDocument`. `#[model(validate = "...")]` picks the level
-//! (moderate by default: a document stored before that breaks it can still
-//! be mended). On a collection that holds data, count what already breaks
-//! it first:
+//! `Error::Damaged` or `UnexpectedDocument`. `#[model(validate = "...")]`
+//! picks the level (moderate by default: a document stored before that
+//! breaks it can still be mended). Under `strict`, a repository's own
+//! write to such a document is refused too: it is
+//! `Error::FailedValidation`, which names the document by its `_id` and
+//! the rules it breaks by field, and stores nothing. On a collection that
+//! holds data, count what already breaks it first:
 //!
 //! ```no_run
 //! # use mongo_patterns::prelude::*;

@@ -317,6 +317,11 @@ impl<T: Bucketed> Buckets<T> {
                         Err(other) => Err(mongodb::error::Error::custom(other.to_string())),
                     }
                 }
+                // The server's answer, such as a validator's refusal:
+                // nothing was stored, and sending it again fails the same.
+                Err(e) if crate::failover::outcome(&e) == crate::failover::Outcome::Failed => {
+                    return Err(e)
+                }
                 // Applied or not? The driver sent it again once already
                 // (a retryable write); its write id says, read on the
                 // primary. Not there: sent once more, under the same id.
