@@ -733,6 +733,38 @@ async fn a_write_the_validator_refuses_is_a_typed_error_naming_the_document() {
         assert_eq!(after.get_array("items").unwrap().len(), 2, "{after}");
         assert_eq!(stored.get("count"), after.get("count"), "{after}");
 
+        // Pushes from many tasks of one process go in one update: its
+        // refusal is each push's own, not an unknown outcome. The bucket
+        // breaks after the repository saw it whole, where the batch's
+        // filter does not look: a double where the schema says integer.
+        let trades = Trade::buckets(&db);
+        trades.push(&Trade { customer: 8, at: 1 }).await.unwrap();
+        let stored = raw
+            .find_one(doc! {"customer": 8_i64})
+            .await
+            .unwrap()
+            .unwrap();
+        let id = stored.get("_id").unwrap().clone();
+        raw.update_one(doc! {"_id": &id}, doc! {"$set": {"items.0.at": 1.5}})
+            .bypass_document_validation(true)
+            .await
+            .unwrap();
+        let tasks: Vec<_> = (2..5)
+            .map(|at| {
+                let trades = trades.clone();
+                tokio::spawn(async move { trades.push(&Trade { customer: 8, at }).await })
+            })
+            .collect();
+        for t in tasks {
+            let e = t.await.unwrap().expect_err("stored into a broken bucket");
+            assert!(
+                matches!(&e, Error::FailedValidation { id: Some(f), .. } if **f == id),
+                "{e:?}"
+            );
+        }
+        let after = raw.find_one(doc! {"_id": &id}).await.unwrap().unwrap();
+        assert_eq!(after.get_array("items").unwrap().len(), 1, "{after}");
+
         // A push without `order` is a `findAndModify`, refused by the
         // command's own error: the document is named the same.
         ArrivalOff::ensure(&db).await.unwrap();

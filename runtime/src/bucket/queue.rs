@@ -30,8 +30,9 @@
 //! queue runs as a task); a push returns `Ok` only once its item is
 //! stored. A batch that fits the open bucket and is not below it is one
 //! update carrying one write id (a retry by the driver finds it); anything
-//! else (a rollover, a full bucket, a late item, a fault) is sent item by
-//! item through the one-push path, so each push gets its own outcome.
+//! else (a rollover, a full bucket, a late item, a fault, the server's
+//! refusal of the batch) is sent item by item through the one-push path,
+//! so each push gets its own outcome.
 //! Not queued: pushes in a session (a caller's transaction keeps its own
 //! commands), with options of their own, or unacknowledged.
 
@@ -195,10 +196,13 @@ impl<T: Bucketed> Buckets<T> {
         // How many of the rest the remembered bucket takes, once read.
         let mut room: Option<usize> = None;
         let mut reads = 0;
+        // The server refused a batch (a validator, say): the rest go one
+        // by one, each with its own answer.
+        let mut refused = false;
         while !queued.is_empty() {
             let n = room.take().unwrap_or(queued.len()).min(queued.len());
             let known = self.remembered_fill(&queued[0].p.slot);
-            if let (Some((seq, count)), true) = (known, n > 1) {
+            if let (Some((seq, count)), true) = (known, n > 1 && !refused) {
                 let part = queued.make_contiguous();
                 // A batch the bucket has no room for, as far as this
                 // handle knows (it held `count` at least), would match
@@ -229,6 +233,9 @@ impl<T: Bucketed> Buckets<T> {
                         continue;
                     }
                     Ok(Some(_)) => {}
+                    Err(e) if crate::failover::outcome(&e) == crate::failover::Outcome::Failed => {
+                        refused = true;
+                    }
                     Err(e) => {
                         for w in queued {
                             let _ = w.done.send(Err(Error::OutcomeUnknown {
