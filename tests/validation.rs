@@ -800,3 +800,107 @@ async fn a_write_the_validator_refuses_is_a_typed_error_naming_the_document() {
     })
     .await;
 }
+
+/// A side of a trade, stored as serde names it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Schema)]
+#[serde(rename_all = "snake_case")]
+enum Side {
+    Buy,
+    Sell,
+    #[serde(rename = "short")]
+    SellShort,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Schema)]
+#[serde(rename_all = "camelCase")]
+struct Fill {
+    unit_price: f64,
+    qty: i32,
+    venue: Option<Venue>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Schema)]
+struct Venue {
+    mic: String,
+}
+
+/// Holds itself: left open from the second level.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Schema)]
+struct Note {
+    text: String,
+    reply: Option<Box<Note>>,
+}
+
+/// Nested types on a model's documents and in a bucket's items.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "orders", validate = "strict")]
+#[bucket(size = 4, key = "desk", order = "at")]
+struct Order {
+    desk: i64,
+    at: i64,
+    side: Side,
+    fills: Vec<Fill>,
+    note: Option<Note>,
+}
+
+/// What a nested type that derives `Schema` stores is checked by the
+/// server as its fields are: a nested struct's field types (inside an
+/// array, inside an `Option`), an enum's names; a type that holds itself
+/// is checked to the first level. The repository's own writes pass.
+#[tokio::test]
+async fn nested_types_that_derive_schema_are_checked_too() {
+    let (db, _) = fresh_db("validation_nested").await;
+    bounded(60, async {
+        assert_eq!(
+            Side::schema(),
+            doc! {"enum": ["buy", "sell", "short"]}
+        );
+        Order::ensure(&db).await.unwrap();
+        let orders = Order::buckets(&db);
+        let order = |at, side| Order {
+            desk: 1,
+            at,
+            side,
+            fills: vec![Fill {
+                unit_price: 10.5,
+                qty: 3,
+                venue: Some(Venue { mic: "XNAS".into() }),
+            }],
+            note: Some(Note {
+                text: "a".into(),
+                reply: Some(Box::new(Note { text: "b".into(), reply: None })),
+            }),
+        };
+        for (at, side) in [(1, Side::Buy), (3, Side::Sell), (2, Side::SellShort)] {
+            orders.push(&order(at, side)).await.unwrap();
+        }
+        let page = orders.page(&1, PageRequest::page(1)).await.unwrap();
+        assert_eq!(page.items.len(), 3);
+
+        let other = other_writer(&db).await;
+        let bucket = |item: Document| {
+            doc! {"_id": {"k": 9_i64, "s": 0_i64}, "desk": 9_i64, "start": 0, "count": 1, "items": [item]}
+        };
+        let good = || {
+            doc! {"at": 1_i64, "side": "buy", "fills": [{"unitPrice": 1.0, "qty": 1, "venue": null}],
+                  "note": {"text": "x", "reply": {"text": 5}}}
+        };
+        // As the model stores it (and deeper than its schema goes).
+        let stored = other.collection::<Document>("orders");
+        stored.insert_one(bucket(good())).await.unwrap();
+        stored.delete_one(doc! {"desk": 9_i64}).await.unwrap();
+        for (what, field, value) in [
+            ("an enum name serde never stores", "side", Bson::String("BUY".into())),
+            ("a nested field's type", "fills", mongo_patterns::bson::bson!([{"unitPrice": "ten", "qty": 1}])),
+            ("a field of a struct in an Option", "fills", mongo_patterns::bson::bson!([{"qty": 1, "venue": {"mic": 7}}])),
+            ("an array's element", "fills", mongo_patterns::bson::bson!(["fill"])),
+            ("a nested struct's own field", "note", mongo_patterns::bson::bson!({"text": 5})),
+        ] {
+            let mut item = good();
+            item.insert(field, value);
+            let e = stored.insert_one(bucket(item)).await.expect_err(what);
+            assert!(validation_failed(&e), "{what}: {e}");
+        }
+    })
+    .await;
+}

@@ -28,20 +28,26 @@ pub struct Field<'a> {
 impl<'a> Input<'a> {
     /// Parses the struct; `None` when its shape cannot be a model at all.
     pub fn from_syn(cx: &Ctxt, input: &'a DeriveInput) -> Option<Self> {
+        Self::parse(cx, input, "Model")
+    }
+
+    /// Parses the struct for `derive` (named in the errors); `None` when
+    /// its shape cannot be one.
+    pub fn parse(cx: &Ctxt, input: &'a DeriveInput, derive: &str) -> Option<Self> {
         let fields = match &input.data {
             Data::Struct(s) => match &s.fields {
                 Fields::Named(named) => &named.named,
                 Fields::Unnamed(_) => {
                     cx.error_spanned_by(
                         &input.ident,
-                        "`Model` needs a struct with named fields: a document's fields have names, a tuple struct's do not",
+                        format!("`{derive}` needs a struct with named fields: a document's fields have names, a tuple struct's do not"),
                     );
                     return None;
                 }
                 Fields::Unit => {
                     cx.error_spanned_by(
                         &input.ident,
-                        "`Model` needs a struct with named fields; a unit struct stores nothing",
+                        format!("`{derive}` needs a struct with named fields; a unit struct stores nothing"),
                     );
                     return None;
                 }
@@ -49,14 +55,14 @@ impl<'a> Input<'a> {
             Data::Enum(e) => {
                 cx.error_spanned_by(
                     e.enum_token,
-                    "`Model` cannot be derived for an enum; derive it on a struct with named fields",
+                    format!("`{derive}` cannot be derived for an enum; derive it on a struct with named fields"),
                 );
                 return None;
             }
             Data::Union(u) => {
                 cx.error_spanned_by(
                     u.union_token,
-                    "`Model` cannot be derived for a union; derive it on a struct with named fields",
+                    format!("`{derive}` cannot be derived for a union; derive it on a struct with named fields"),
                 );
                 return None;
             }
@@ -65,7 +71,7 @@ impl<'a> Input<'a> {
             if let GenericParam::Lifetime(l) = param {
                 cx.error_spanned_by(
                     l,
-                    "a `Model` cannot borrow: documents are read back as owned values (`DeserializeOwned`); use owned types such as `String`",
+                    format!("a `{derive}` cannot borrow: documents are read back as owned values (`DeserializeOwned`); use owned types such as `String`"),
                 );
             }
         }

@@ -62,10 +62,11 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
     };
     let keyset_const = keyset.as_ref().map(|k| k.expand_const(p));
     let fields = crate::schema::expand_fields(&ast, p);
+    let nested = crate::schema::expand_nested(&ast, &input.generics, p);
     let declared = expand_declared(p, &repos);
     let mut out = model.expand(
         input,
-        quote! { #keyset_const #fields #declared },
+        quote! { #keyset_const #fields #nested #declared },
         !repos.bucket,
     );
     out.extend(keyset.map(|k| k.expand_checks(input, p)));
@@ -113,6 +114,7 @@ fn expand_declared(p: &Private, repos: &Repositories) -> Option<TokenStream> {
                 all,
                 <Self as #p::Model>::COLLECTION,
                 <Self as #p::Model>::FIELDS,
+                &<Self as #p::Model>::nested(),
             );
         }
     });

@@ -44,3 +44,13 @@ pub fn derive_model(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
     derive::derive(&input).into()
 }
+
+/// Derives `mongo_patterns::Schema` for a type stored inside a model (a
+/// struct with named fields, an enum of unit variants), so that the
+/// collection's validator checks its shape too. See the attribute
+/// reference's section on validation.
+#[proc_macro_derive(Schema, attributes(model))]
+pub fn derive_schema(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    schema::derive_schema(&input).into()
+}

@@ -5,11 +5,12 @@
 //! cannot see through (a nested struct, an enum, an alias, a generic) is
 //! left open.
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Ident, Span, TokenStream};
 use quote::quote;
 use syn::{GenericArgument, PathArguments, Type};
 
 use crate::ast::Input;
+use crate::ctxt::Ctxt;
 use crate::private::Private;
 
 const INT: &[&str] = &["int", "long"];
@@ -76,19 +77,182 @@ fn types(ty: &Type) -> Option<(Vec<&'static str>, Vec<&'static str>)> {
     }
 }
 
-/// `const FIELDS`: each stored field whose type decides its BSON types.
-pub fn expand_fields(input: &Input, p: &Private) -> TokenStream {
-    let fields = input
+/// How a field holds a type the derive cannot see through, outermost
+/// first: `Option<Vec<Fill>>` is `[Option, Seq]` around `Fill`. `None`
+/// for a type the derive types itself, or one that names a generic
+/// parameter of the struct (its impl of `Schema` is not known there).
+fn nested<'t>(ty: &'t Type, generics: &[&Ident]) -> Option<(Vec<&'static str>, &'t Type)> {
+    let mut wraps = Vec::new();
+    let mut ty = ty;
+    loop {
+        let Type::Path(path) = ty else {
+            return None;
+        };
+        if path.qself.is_some() {
+            return None;
+        }
+        let last = path.path.segments.last()?;
+        let arg = match &last.arguments {
+            PathArguments::AngleBracketed(a) => a.args.iter().find_map(|g| match g {
+                GenericArgument::Type(t) => Some(t),
+                _ => None,
+            }),
+            _ => None,
+        };
+        let wrap = match last.ident.to_string().as_str() {
+            "Option" => Some("Option"),
+            "Vec" | "VecDeque" | "HashSet" | "BTreeSet" => Some("Seq"),
+            "Box" | "Arc" | "Rc" => None,
+            _ => {
+                let plain = path.path.segments.iter().all(|s| s.arguments.is_none());
+                let generic =
+                    path.path.segments.len() == 1 && generics.iter().any(|g| last.ident == **g);
+                return (plain && !generic && types(ty).is_none()).then_some((wraps, ty));
+            }
+        };
+        wraps.extend(wrap);
+        ty = arg?;
+    }
+}
+
+/// `fn nested()`: each stored field whose type the derive cannot see
+/// through, asked at run time whether it implements `Schema`.
+pub fn expand_nested(input: &Input, generics: &syn::Generics, p: &Private) -> TokenStream {
+    let params: Vec<&Ident> = generics.type_params().map(|t| &t.ident).collect();
+    let probes: Vec<TokenStream> = input
         .fields
         .iter()
         .filter(|f| f.not_stored.is_none() && !f.serialized_with)
         .filter_map(|f| {
-            let (t, items) = types(f.ty)?;
+            let (wraps, ty) = nested(f.ty, &params)?;
             let name = &f.bson_name;
+            let wraps = wraps.iter().map(|w| Ident::new(w, Span::call_site()));
             Some(quote! {
-                #p::FieldType { name: #name, types: &[#(#t),*], items: &[#(#items),*] }
+                if let #p::core::option::Option::Some(s) =
+                    (&&#p::probe::Probe::<#ty>::new()).schema()
+                {
+                    out.push(#p::Nested::new(#name, s, &[#(#p::Wrap::#wraps),*]));
+                }
             })
-        });
+        })
+        .collect();
+    if probes.is_empty() {
+        return TokenStream::new();
+    }
+    quote! {
+        fn nested() -> #p::Vec<#p::Nested> {
+            #[allow(unused_imports)]
+            use #p::probe::{ViaNothing as _, ViaSchema as _};
+            let mut out = #p::Vec::new();
+            #(#probes)*
+            out
+        }
+    }
+}
+
+/// `#[derive(Schema)]`: a struct with named fields is an object of its
+/// fields' types; an enum of unit variants (serde's default
+/// representation) the names serde stores.
+pub fn derive_schema(input: &syn::DeriveInput) -> TokenStream {
+    let cx = Ctxt::new();
+    let quiet = Ctxt::new();
+    let p = crate::model::parse(&quiet, input).private;
+    let _ = quiet.check();
+    let ident = &input.ident;
+    let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
+    let body = match &input.data {
+        syn::Data::Enum(e) => enum_schema(&cx, input, e, &p),
+        _ => Input::parse(&cx, input, "Schema").map(|ast| {
+            let FieldsConst(fields) = fields_list(&ast, &p);
+            let nested = expand_nested(&ast, &input.generics, &p);
+            let (nested, call) = match nested.is_empty() {
+                true => (nested, quote!(#p::Vec::new())),
+                false => (
+                    quote!(struct Fields; impl Fields { #nested }),
+                    quote!(Fields::nested()),
+                ),
+            };
+            quote! {
+                #nested
+                #p::object_schema(&[#(#fields),*], &#call)
+            }
+        }),
+    };
+    if let Some(errors) = cx.into_compile_errors() {
+        return errors;
+    }
+    let Some(body) = body else {
+        return TokenStream::new();
+    };
+    quote! {
+        #[automatically_derived]
+        impl #impl_g #p::Schema for #ident #ty_g #where_g {
+            fn schema() -> #p::Document {
+                #body
+            }
+        }
+    }
+}
+
+/// The `{enum: [...]}` of an enum of unit variants.
+fn enum_schema(
+    cx: &Ctxt,
+    input: &syn::DeriveInput,
+    e: &syn::DataEnum,
+    p: &Private,
+) -> Option<TokenStream> {
+    if let Some(repr) = crate::serde_rules::enum_representation(input) {
+        cx.error_spanned_by(
+            &input.ident,
+            format!("`Schema` takes an enum of unit variants stored as strings; `#[serde({repr})]` stores it otherwise"),
+        );
+        return None;
+    }
+    if let Some(v) = e.variants.iter().find(|v| !v.fields.is_empty()) {
+        cx.error_spanned_by(
+            &v.ident,
+            "`Schema` takes an enum of unit variants, stored as strings; a variant with data is stored as a document of its own shape: leave the enum without `Schema` (the field is left open)",
+        );
+        return None;
+    }
+    let rule = crate::serde_rules::container_rule(cx, input);
+    let names = e
+        .variants
+        .iter()
+        .filter_map(|v| crate::serde_rules::variant_name(v, rule));
+    Some(quote! {
+        let mut names = #p::Vec::<#p::Bson>::new();
+        #( names.push(#p::Bson::String(#p::core::convert::Into::into(#names))); )*
+        let mut s = #p::Document::new();
+        s.insert("enum", names);
+        s
+    })
+}
+
+/// Each stored field whose type decides its BSON types, as a
+/// `FieldType` expression.
+struct FieldsConst(Vec<TokenStream>);
+
+fn fields_list(input: &Input, p: &Private) -> FieldsConst {
+    FieldsConst(
+        input
+            .fields
+            .iter()
+            .filter(|f| f.not_stored.is_none() && !f.serialized_with)
+            .filter_map(|f| {
+                let (t, items) = types(f.ty)?;
+                let name = &f.bson_name;
+                Some(quote! {
+                    #p::FieldType { name: #name, types: &[#(#t),*], items: &[#(#items),*] }
+                })
+            })
+            .collect(),
+    )
+}
+
+/// `const FIELDS`: each stored field whose type decides its BSON types.
+pub fn expand_fields(input: &Input, p: &Private) -> TokenStream {
+    let FieldsConst(fields) = fields_list(input, p);
     quote! {
         const FIELDS: &'static [#p::FieldType] = &[#(#fields),*];
     }

@@ -83,6 +83,84 @@ impl RenameRule {
     }
 }
 
+impl RenameRule {
+    /// The rule as serde applies it to an enum's variant names, which are
+    /// PascalCase.
+    pub fn apply_to_variant(self, variant: &str) -> String {
+        let snake = || {
+            let mut out = String::new();
+            for (i, c) in variant.char_indices() {
+                if i > 0 && c.is_uppercase() {
+                    out.push('_');
+                }
+                out.push(c.to_ascii_lowercase());
+            }
+            out
+        };
+        match self {
+            RenameRule::None | RenameRule::Pascal => variant.to_owned(),
+            RenameRule::Lower => variant.to_ascii_lowercase(),
+            RenameRule::Upper => variant.to_ascii_uppercase(),
+            RenameRule::Camel => {
+                let mut chars = variant.chars();
+                match chars.next() {
+                    Some(first) => first.to_ascii_lowercase().to_string() + chars.as_str(),
+                    None => String::new(),
+                }
+            }
+            RenameRule::Snake => snake(),
+            RenameRule::ScreamingSnake => snake().to_ascii_uppercase(),
+            RenameRule::Kebab => snake().replace('_', "-"),
+            RenameRule::ScreamingKebab => snake().to_ascii_uppercase().replace('_', "-"),
+        }
+    }
+}
+
+/// The enum's serde representation when it is not the external tagging
+/// (`tag`, `untagged`): the attribute that says so.
+pub fn enum_representation(input: &DeriveInput) -> Option<&'static str> {
+    let mut found = None;
+    for a in input.attrs.iter().filter(|a| a.path().is_ident(SERDE)) {
+        let _ = a.parse_nested_meta(|meta| {
+            match attr::option_name(&meta).as_str() {
+                "tag" => found = Some("tag"),
+                "untagged" => found = Some("untagged"),
+                _ => {}
+            }
+            attr::skip_value(&meta)
+        });
+    }
+    found
+}
+
+/// The name serde stores unit variant `v` under (`rename`, else the
+/// enum's `rule`); `None` when serde never serializes it (`skip`,
+/// `skip_serializing`).
+pub fn variant_name(v: &syn::Variant, rule: RenameRule) -> Option<String> {
+    let mut name = Some(rule.apply_to_variant(&v.ident.to_string()));
+    for a in v.attrs.iter().filter(|a| a.path().is_ident(SERDE)) {
+        let _ = a.parse_nested_meta(|meta| {
+            match attr::option_name(&meta).as_str() {
+                "rename" if meta.input.peek(syn::Token![=]) => {
+                    name = Some(meta.value()?.parse::<LitStr>()?.value());
+                }
+                "rename" => meta.parse_nested_meta(|inner| {
+                    if inner.path.is_ident("serialize") {
+                        name = Some(inner.value()?.parse::<LitStr>()?.value());
+                    } else {
+                        attr::skip_value(&inner)?;
+                    }
+                    Ok(())
+                })?,
+                "skip" | "skip_serializing" => name = None,
+                _ => attr::skip_value(&meta)?,
+            }
+            Ok(())
+        });
+    }
+    name
+}
+
 /// The struct's `#[serde(rename_all = "...")]`.
 pub fn container_rule(cx: &Ctxt, input: &DeriveInput) -> RenameRule {
     let mut rule = RenameRule::None;
@@ -166,6 +244,28 @@ pub fn stored(field: &syn::Field, rust_name: &str, rule: RenameRule) -> Stored {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn variant_rules_match_serde() {
+        let v = "LimitOrder";
+        let got: Vec<String> = RenameRule::NAMES
+            .iter()
+            .map(|(_, r)| r.apply_to_variant(v))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "limitorder",
+                "LIMITORDER",
+                "LimitOrder",
+                "limitOrder",
+                "limit_order",
+                "LIMIT_ORDER",
+                "limit-order",
+                "LIMIT-ORDER"
+            ]
+        );
+    }
 
     #[test]
     fn rename_rules_match_serde() {

@@ -532,8 +532,10 @@ impl<T: Bucketed> Buckets<T> {
             .copied()
             .filter(|f| f.name == key)
             .collect();
-        out.extend(crate::ensure::fields_schema(&key_only, None));
-        if let Some(item) = crate::ensure::fields_schema(T::FIELDS, Some(key)) {
+        let nested = T::nested();
+        let key_nested: Vec<_> = nested.iter().filter(|n| n.name == key).cloned().collect();
+        out.extend(crate::ensure::fields_schema(&key_only, &key_nested, None));
+        if let Some(item) = crate::ensure::fields_schema(T::FIELDS, &nested, Some(key)) {
             out.push(doc! {"properties": {items: {"items": item}}});
         }
         out

@@ -166,12 +166,16 @@ use mongodb::IndexModel;
 mod action;
 mod compare;
 mod needs;
+mod nested;
 mod report;
 
 pub use crate::feature::Feature;
 pub use action::{EnsureAction, PlanAction, ValidateExisting};
 pub(crate) use needs::ServerFacts;
 pub use needs::{Need, Unsupported};
+#[doc(hidden)]
+pub use nested::probe;
+pub use nested::{Nested, Schema, Wrap};
 pub use report::{Conflict, Ensured, Index, Invalid, Note, Plan, Shard, Validator};
 
 /// What one pattern needs in one collection.
@@ -257,9 +261,15 @@ pub struct FieldType {
 
 /// The `$jsonSchema` fragment of `fields` (each one's type where present;
 /// none is required: a counter's upsert, or a partial write, stores some
-/// fields only), leaving out `without` (a bucket's key, which its items
-/// do not hold). `None` when nothing is left.
-pub fn fields_schema(fields: &[FieldType], without: Option<&str>) -> Option<Document> {
+/// fields only) and of `nested` (the fields whose type implements
+/// [`Schema`], which say more than their entry in `fields`), leaving out
+/// `without` (a bucket's key, which its items do not hold). `None` when
+/// nothing is left.
+pub fn fields_schema(
+    fields: &[FieldType],
+    nested: &[Nested],
+    without: Option<&str>,
+) -> Option<Document> {
     let mut properties = Document::new();
     for f in fields.iter().filter(|f| Some(f.name) != without) {
         let mut t = doc! {"bsonType": f.types.to_vec()};
@@ -267,6 +277,9 @@ pub fn fields_schema(fields: &[FieldType], without: Option<&str>) -> Option<Docu
             t.insert("items", doc! {"bsonType": f.items.to_vec()});
         }
         properties.insert(f.name, t);
+    }
+    for n in nested.iter().filter(|n| Some(n.name) != without) {
+        properties.insert(n.name, n.schema.clone());
     }
     (!properties.is_empty()).then(|| doc! {"properties": properties})
 }
@@ -277,8 +290,9 @@ pub fn with_fields(
     mut declared: Vec<Declared>,
     collection: &str,
     fields: &[FieldType],
+    nested: &[Nested],
 ) -> Vec<Declared> {
-    let Some(schema) = fields_schema(fields, None) else {
+    let Some(schema) = fields_schema(fields, nested, None) else {
         return declared;
     };
     match declared.iter_mut().find(|d| d.collection == collection) {
@@ -286,6 +300,17 @@ pub fn with_fields(
         None => declared.push(Declared::new(collection).schema(schema)),
     }
     declared
+}
+
+/// The `$jsonSchema` of a struct with named fields, for its
+/// [`Schema`] impl: an object with the properties [`fields_schema`]
+/// gives.
+pub fn object_schema(fields: &[FieldType], nested: &[Nested]) -> Document {
+    let mut s = doc! {"bsonType": "object"};
+    if let Some(p) = fields_schema(fields, nested, None) {
+        s.extend(p);
+    }
+    s
 }
 
 /// The `title` of the `$jsonSchema` the patterns declare: a validator with

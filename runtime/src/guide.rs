@@ -764,10 +764,13 @@
 //! # Ok(()) }
 //! ```
 //!
-//! No field is required (a counter's upsert stores some only), and a
-//! field whose Rust type does not decide its BSON type (a nested struct,
-//! an enum, a helper's) is left open: those are still found on read
-//! (`UnexpectedDocument`). The attribute reference lists what is typed.
+//! No field is required (a counter's upsert stores some only). A nested
+//! struct or an enum of unit variants is checked where it derives
+//! `Schema` (`#[derive(Schema)]`: its fields' types, or the names serde
+//! stores); a field whose Rust type does not decide its BSON type
+//! otherwise (a helper's, a type without `Schema`) is left open, and
+//! still found on read (`UnexpectedDocument`). The attribute reference
+//! lists what is typed.
 //!
 //! Two models on one collection (an ordered and an arrival-order view of
 //! one history) each have their own part of the validator, and a

@@ -31,12 +31,16 @@ mod util;
 pub use mongodb;
 pub use mongodb::bson;
 
+pub use crate::ensure::Schema;
 pub use crate::error::{CursorError, Error, Found, Result};
 pub use crate::model::{Documents, Model};
 /// Derives [`Model`](trait@Model) and the patterns its attributes name. The
 /// reference of every attribute follows; its examples are compiled as doc
 /// tests of `mongo-patterns-macros`.
 pub use mongo_patterns_macros::Model;
+/// Derives [`Schema`](trait@Schema) for a type stored inside a model: a
+/// struct with named fields, or an enum of unit variants.
+pub use mongo_patterns_macros::Schema;
 
 /// What a user module needs: the derive, the trait, the paging types, serde's
 /// derives, the BSON types models hold, the options every action takes
@@ -52,7 +56,7 @@ pub mod prelude {
     pub use crate::keyset::{Keyset, Page, PageToken};
     pub use crate::rank_histogram::{Rank, RankHistogram, Ranks, ScoreCount};
     pub use crate::shard_key::{ShardKeyed, Sharded, TimeRange};
-    pub use crate::{Documents, Error, Model};
+    pub use crate::{Documents, Error, Model, Schema};
     pub use futures::TryStreamExt;
     pub use mongodb::options::{
         Acknowledgment, ReadConcern, ReadPreference, SelectionCriteria, WriteConcern,
@@ -70,7 +74,8 @@ pub mod __private {
         OrderKey,
     };
     pub use crate::ensure::{
-        for_model, with_fields, with_validation, Declared, FieldType, Validation,
+        for_model, object_schema, probe, with_fields, with_validation, Declared, FieldType, Nested,
+        Schema, Validation, Wrap,
     };
     pub use crate::keyset::{KeysetSpec, SortKey};
     pub use crate::model::{Documents, Model};
@@ -81,6 +86,7 @@ pub mod __private {
     };
     pub use core;
     pub use mongodb::bson::Bson;
+    pub use mongodb::bson::Document;
     pub use mongodb::Database;
     pub use serde;
     pub use std::vec::Vec;

@@ -32,6 +32,13 @@ pub trait Model: Sized {
     /// gives (see [`Validation`]). The derive writes it.
     const FIELDS: &'static [FieldType] = &[];
 
+    /// The stored fields whose type (inside `Option`s and sequences)
+    /// implements [`Schema`](crate::Schema), with the schema each gives:
+    /// a nested struct's fields, an enum's names. The derive writes it.
+    fn nested() -> Vec<crate::ensure::Nested> {
+        Vec::new()
+    }
+
     /// What the model's attributes need in the deployment: its collection,
     /// the keyset index `{sort keys..., _id}` when `#[keyset(sort = ...)]`
     /// names keys, and what each pattern's repository declares (bucket,
@@ -39,7 +46,7 @@ pub trait Model: Sized {
     /// The derive writes it; [`Model::ensure`] and [`Model::plan`] use it.
     fn declared(db: &Database) -> Vec<Declared> {
         let all = Self::KEYSET.declared(db, Self::COLLECTION);
-        let all = crate::ensure::with_fields(all, Self::COLLECTION, Self::FIELDS);
+        let all = crate::ensure::with_fields(all, Self::COLLECTION, Self::FIELDS, &Self::nested());
         crate::ensure::for_model::<Self>(all, Self::VALIDATION)
     }
 

@@ -1,0 +1,10 @@
+use mongo_patterns::prelude::*;
+
+#[derive(Serialize, Deserialize, Schema)]
+#[serde(tag = "kind")]
+enum Order {
+    Market,
+    Stop,
+}
+
+fn main() {}
