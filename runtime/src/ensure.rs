@@ -107,14 +107,13 @@
 //!   part per model (`anyOf`, each part the `allOf` of one model's
 //!   fragments): two models on one collection (an ordered and an
 //!   arrival-order view of one history, say) each keep their part, set
-//!   by either's `ensure`, in any order. Two services' `ensure`s that
-//!   create the collection at once merge both parts; two that change an
-//!   existing collection's validator at the same moment can each write
-//!   over the other (the server has no compare-and-set for a validator,
-//!   and `ensure` reads it back and merges again only when it sees the
-//!   other's first): the part left out shows in its model's `plan`, and
-//!   its next `ensure` restores it. A model no longer used keeps its part until
-//!   you `collMod` it away; [`Validator::kept`] names such parts. The
+//!   by either's `ensure`, in any order, by two services at once too:
+//!   each registers its part in [`VALIDATOR_REGISTRY`] (a collection of
+//!   the database, one document per collection) before it sets the
+//!   validator, and sets it again if another registered meanwhile, since
+//!   the server has no compare-and-set for a validator. A model no longer
+//!   used keeps its part until you `collMod` it away and remove it from
+//!   the registry; [`Validator::kept`] names such parts. The
 //!   level is the last `ensure`'s. A validator of the collection's own is
 //!   [`Conflict::Validator`] and left alone. See [`Validation`] for the
 //!   levels and what each pattern declares, and
@@ -170,7 +169,7 @@ mod nested;
 mod report;
 
 pub use crate::feature::Feature;
-pub use action::{EnsureAction, PlanAction, ValidateExisting};
+pub use action::{EnsureAction, PlanAction, ValidateExisting, VALIDATOR_REGISTRY};
 pub(crate) use needs::ServerFacts;
 pub use needs::{Need, Unsupported};
 #[doc(hidden)]

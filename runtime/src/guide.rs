@@ -776,8 +776,9 @@
 //! one history) each have their own part of the validator, and a
 //! document passes if it meets one of them: either model's `ensure`, in
 //! any order, keeps the other's part (`Plan`'s validator lists it as
-//! kept). A model you stop using keeps its part until you `collMod` it
-//! away.
+//! kept), two services' at the same moment too (each part is registered
+//! in the database's `mp_validators` collection first). A model you stop
+//! using keeps its part until you `collMod` it away and delete it there.
 //!
 //! ## Changing an attribute over stored data
 //!

@@ -30,9 +30,10 @@ use crate::error::Result;
 /// on a missing collection creates it), `create` per missing collection
 /// that needs no index or has a validator (it is created with it), and a
 /// `collMod` per existing collection whose validator is missing or differs
-/// (see [`Validation`](super::Validation)), followed by a `listCollections`
-/// of it (and a `collMod` again if a concurrent `ensure` of another model
-/// replaced this one's part meanwhile); where a shard key or a [`Need`](super::Need) is
+/// (see [`Validation`](super::Validation)); before each validator it sets,
+/// a `findAndModify` of [`VALIDATOR_REGISTRY`] and a `listCollections`, and
+/// after it a `find` there (and a `collMod` again if a concurrent `ensure`
+/// of another model registered meanwhile); where a shard key or a [`Need`](super::Need) is
 /// declared, `hello`; where a need is declared, `buildInfo`; and on a
 /// sharded cluster a read of `config.collections`, a `createIndexes` of
 /// the shard key's index where no index starts with the key (`mongod`
@@ -328,6 +329,18 @@ impl Cx<'_> {
         })
     }
 
+    /// A read that answers with a cursor, all of it, on the primary: one
+    /// that decides a write.
+    async fn read_primary(&mut self, db: &Database, command: Document) -> Result<Vec<Document>> {
+        let chosen = self
+            .options
+            .selection_criteria
+            .replace(crate::util::primary());
+        let read = self.read_cursor(db, command).await;
+        self.options.selection_criteria = chosen;
+        read
+    }
+
     /// A read that answers with one document.
     async fn read(&mut self, db: &Database, mut command: Document) -> Result<Document> {
         self.options.command_fields(&mut command, None, false)?;
@@ -523,6 +536,141 @@ fn compare_validator(plan: &mut Plan, w: &Wanted, options: &Document) {
     }
 }
 
+/// Where `ensure` keeps each model's part of the validators it sets, in
+/// the model's database: one document per collection,
+/// `{_id: <collection>, parts: {<model>: [<fragments>]}, v: <changes>}`.
+///
+/// The server has no compare-and-set for a validator: two `ensure`s of
+/// two models on one collection, each sending a `collMod` built from what
+/// it read, can write over each other's part. So each registers its part
+/// here first (one `findAndModify`, which counts the change in `v`),
+/// builds the validator from every registered part, sets it, and reads
+/// the document again: if another registered since, it sets the
+/// validator again from what is registered now. The last `collMod` to
+/// land is then checked by its sender, against a registry that holds
+/// every part: none is lost. A part stays registered after its model is
+/// gone, as it stays in the validator: remove it from both.
+pub const VALIDATOR_REGISTRY: &str = "mp_validators";
+
+/// The parts registered for a collection, and the change that left them.
+#[derive(Debug)]
+struct Registered {
+    parts: Parts,
+    v: i64,
+    /// The validator they make, with what the stored one holds besides.
+    validator: Option<Document>,
+}
+
+impl Registered {
+    fn from_document(d: &Document, stored: Option<&Document>) -> Registered {
+        let mut parts = Parts::new();
+        for (name, fragments) in d.get_document("parts").into_iter().flatten() {
+            if let Some(all) = fragments.as_array() {
+                let all = all.iter().filter_map(|f| f.as_document().cloned());
+                parts.insert(name.clone(), all.collect());
+            }
+        }
+        let validator = validator(&with_own(stored, &parts));
+        Registered {
+            v: d.get_i64("v")
+                .or(d.get_i32("v").map(i64::from))
+                .unwrap_or(0),
+            parts,
+            validator,
+        }
+    }
+}
+
+/// Registers `v`'s parts ([`VALIDATOR_REGISTRY`]); `None` where the user
+/// may not write there (then the validator is read back instead, as
+/// [`converge_validator`] does).
+async fn register(cx: &mut Cx<'_>, v: &Validator) -> Result<Option<Registered>> {
+    let mut set = Document::new();
+    for (name, fragments) in stored_parts(&v.validator) {
+        if v.own.contains(&name) {
+            set.insert(format!("parts.{name}"), fragments);
+        }
+    }
+    let command = doc! {
+        "findAndModify": VALIDATOR_REGISTRY,
+        "query": {"_id": &v.collection},
+        "update": {"$set": set, "$inc": {"v": 1_i64}},
+        "upsert": true,
+        "new": true,
+    };
+    // Two first registrations of a collection race to insert it: the one
+    // that lost updates it.
+    for last in [false, true] {
+        match cx.write(cx.db, command.clone()).await {
+            Ok(reply) => {
+                let d = reply.get_document("value").cloned().unwrap_or_default();
+                return Ok(Some(Registered::from_document(&d, v.replaces.as_ref())));
+            }
+            Err(e) if e.is_unauthorized() => return Ok(None),
+            Err(e) if e.is_duplicate_key() && !last => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
+}
+
+/// Sets the validator `registered` makes, merged with the one stored now
+/// (read again: a concurrent creator's, or parts set before the registry).
+async fn set_registered(cx: &mut Cx<'_>, v: &Validator, registered: &Registered) -> Result<()> {
+    let found = stored_validator(cx, &v.collection).await?;
+    if found.as_ref().is_some_and(|f| !ours(f)) {
+        return Ok(());
+    }
+    let Some(merged) = validator(&with_own(found.as_ref(), &registered.parts)) else {
+        return Ok(());
+    };
+    let command = doc! {
+        "collMod": &v.collection,
+        "validator": merged,
+        "validationLevel": v.level,
+        "validationAction": v.action,
+    };
+    cx.write(cx.db, command).await?;
+    Ok(())
+}
+
+/// After this call's validator landed: reads the registry on the
+/// primary, and while another `ensure` registered since, sets the
+/// validator again from what is registered (see [`VALIDATOR_REGISTRY`]).
+/// Leaves it after [`VALIDATOR_ROUNDS`]: the next `plan` shows it.
+async fn settle(cx: &mut Cx<'_>, v: &Validator, mut registered: Registered) -> Result<()> {
+    for _ in 0..VALIDATOR_ROUNDS {
+        let command =
+            doc! {"find": VALIDATOR_REGISTRY, "filter": {"_id": &v.collection}, "limit": 1};
+        let now = cx.read_primary(cx.db, command).await?;
+        let Some(now) = now.first() else {
+            return Ok(());
+        };
+        let now = Registered::from_document(now, None);
+        if now.v == registered.v {
+            return Ok(());
+        }
+        set_registered(cx, v, &now).await?;
+        registered = now;
+    }
+    Ok(())
+}
+
+/// The validator of `collection` as stored now, read on the primary.
+async fn stored_validator(cx: &mut Cx<'_>, collection: &str) -> Result<Option<Document>> {
+    let listed = cx
+        .read_primary(
+            cx.db,
+            doc! {"listCollections": 1, "filter": {"name": collection}},
+        )
+        .await?;
+    Ok(listed
+        .first()
+        .and_then(|c| c.get_document("options").ok())
+        .and_then(|o| o.get_document("validator").ok())
+        .cloned())
+}
+
 /// How many times [`converge_validator`] sets a validator again.
 const VALIDATOR_ROUNDS: usize = 5;
 
@@ -703,9 +851,10 @@ async fn apply(cx: &mut Cx<'_>, plan: Plan) -> Result<Ensured> {
         // that won set it, or the next `plan` says it did not.
         if let Some(at) = validators.iter().position(|v| v.collection == name) {
             let v = validators.remove(at);
+            let registered = register(cx, &v).await?;
             let command = doc! {
                 "create": &name,
-                "validator": &v.validator,
+                "validator": registered.as_ref().and_then(|r| r.validator.as_ref()).unwrap_or(&v.validator),
                 "validationLevel": v.level,
                 "validationAction": v.action,
             };
@@ -713,8 +862,14 @@ async fn apply(cx: &mut Cx<'_>, plan: Plan) -> Result<Ensured> {
                 Ok(_) => done.collections_created.push(name),
                 // A concurrent creator won, with its own validator or
                 // none: ours is merged into it.
-                Err(e) if e.is_namespace_exists() => converge_validator(cx, &v).await?,
+                Err(e) if e.is_namespace_exists() => match &registered {
+                    Some(r) => set_registered(cx, &v, r).await?,
+                    None => converge_validator(cx, &v).await?,
+                },
                 Err(e) => return Err(e),
+            }
+            if let Some(r) = registered {
+                settle(cx, &v, r).await?;
             }
             done.validators_set.push(v.collection);
             continue;
@@ -741,14 +896,22 @@ async fn apply(cx: &mut Cx<'_>, plan: Plan) -> Result<Ensured> {
     // Existing collections: the patterns' validator set or replaced, never
     // one of the collection's own (that is a conflict, left alone).
     for v in validators {
-        let command = doc! {
-            "collMod": &v.collection,
-            "validator": &v.validator,
-            "validationLevel": v.level,
-            "validationAction": v.action,
-        };
-        cx.write(db, command).await?;
-        converge_validator(cx, &v).await?;
+        match register(cx, &v).await? {
+            Some(registered) => {
+                set_registered(cx, &v, &registered).await?;
+                settle(cx, &v, registered).await?;
+            }
+            None => {
+                let command = doc! {
+                    "collMod": &v.collection,
+                    "validator": &v.validator,
+                    "validationLevel": v.level,
+                    "validationAction": v.action,
+                };
+                cx.write(db, command).await?;
+                converge_validator(cx, &v).await?;
+            }
+        }
         done.validators_set.push(v.collection);
     }
     if !plan.shard.is_empty() {
