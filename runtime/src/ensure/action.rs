@@ -621,12 +621,17 @@ async fn set_registered(cx: &mut Cx<'_>, v: &Validator, registered: &Registered)
     if found.as_ref().is_some_and(|f| !ours(f)) {
         return Ok(());
     }
-    let Some(merged) = validator(&with_own(found.as_ref(), &registered.parts)) else {
-        return Ok(());
-    };
+    match validator(&with_own(found.as_ref(), &registered.parts)) {
+        Some(merged) => coll_mod(cx, v, &merged).await,
+        None => Ok(()),
+    }
+}
+
+/// Sets `validator` on `v`'s collection, at `v`'s level and action.
+async fn coll_mod(cx: &mut Cx<'_>, v: &Validator, validator: &Document) -> Result<()> {
     let command = doc! {
         "collMod": &v.collection,
-        "validator": merged,
+        "validator": validator,
         "validationLevel": v.level,
         "validationAction": v.action,
     };
@@ -688,7 +693,7 @@ async fn converge_validator(cx: &mut Cx<'_>, v: &Validator) -> Result<()> {
         .collect();
     for _ in 0..VALIDATOR_ROUNDS {
         let listed = cx
-            .read_cursor(
+            .read_primary(
                 cx.db,
                 doc! {"listCollections": 1, "filter": {"name": &v.collection}},
             )
@@ -713,13 +718,7 @@ async fn converge_validator(cx: &mut Cx<'_>, v: &Validator) -> Result<()> {
         let Some(merged) = validator(&with_own(found, &own)) else {
             return Ok(());
         };
-        let command = doc! {
-            "collMod": &v.collection,
-            "validator": merged,
-            "validationLevel": v.level,
-            "validationAction": v.action,
-        };
-        cx.write(cx.db, command).await?;
+        coll_mod(cx, v, &merged).await?;
     }
     Ok(())
 }
@@ -902,13 +901,7 @@ async fn apply(cx: &mut Cx<'_>, plan: Plan) -> Result<Ensured> {
                 settle(cx, &v, registered).await?;
             }
             None => {
-                let command = doc! {
-                    "collMod": &v.collection,
-                    "validator": &v.validator,
-                    "validationLevel": v.level,
-                    "validationAction": v.action,
-                };
-                cx.write(db, command).await?;
+                coll_mod(cx, &v, &v.validator).await?;
                 converge_validator(cx, &v).await?;
             }
         }
