@@ -3,8 +3,11 @@
 //! the old buckets too), `count` and every page (both directions, every
 //! page size) stay exact against an oracle, a delete moves the positions
 //! right, and the stored buckets hold contiguous positions (read with the
-//! raw driver). (Lowering `size` below what stored buckets hold is not
-//! supported yet: those buckets read as `Damaged`.)
+//! raw driver). `size` lowered below what stored buckets hold, or `order`
+//! declared over buckets filled in arrival order: `plan` finds them, reads
+//! refuse the former as `Damaged`, and `rebucket_all` (or `rebucket` of a
+//! key) writes the keys again under the new declaration, with pushes
+//! going on meanwhile; every page is then exact against the oracle.
 
 use futures::TryStreamExt;
 use mongo_patterns::bucket::PageRequest;
@@ -26,6 +29,37 @@ struct Before {
 #[model(collection = "trades")]
 #[bucket(size = 25, key = "customer", order = "at")]
 struct Larger {
+    customer: i64,
+    at: i64,
+    n: i64,
+}
+
+/// The same collection after `size` went down to 4 (with `order`, a
+/// bucket holds at most twice that: a bucket of 10 is over it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "trades")]
+#[bucket(size = 4, key = "customer", order = "at")]
+struct Smaller {
+    customer: i64,
+    at: i64,
+    n: i64,
+}
+
+/// Filled in arrival order...
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "trades")]
+#[bucket(size = 5, key = "customer")]
+struct Arrived {
+    customer: i64,
+    at: i64,
+    n: i64,
+}
+
+/// ... then `order` declared over them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "trades")]
+#[bucket(size = 5, key = "customer", order = "at")]
+struct InOrder {
     customer: i64,
     at: i64,
     n: i64,
@@ -129,6 +163,152 @@ async fn size_raised_on_stored_buckets() {
         want.retain(|&n| n >= 10);
         check_pages!(larger, 1_i64, &want);
         contiguous(&db, 1).await;
+    })
+    .await;
+}
+
+/// The `Conflict::Stored` of `plan`, as (how many, first `_id`s).
+fn stored(plan: &mongo_patterns::ensure::Plan) -> Vec<u64> {
+    use mongo_patterns::ensure::Conflict;
+    plan.conflicts
+        .iter()
+        .filter_map(|c| match c {
+            Conflict::Stored { count, .. } => Some(*count),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `size` lowered from 10 to 4 over stored buckets: reads refuse them as
+/// `Damaged`, `plan` counts them; `rebucket_all` (progress reported)
+/// writes every such key again while another task pushes to one of them,
+/// and afterwards every page is exact, positions are contiguous as the
+/// raw driver reads them, no bucket is over the new limit, pushes (late
+/// ones too) go on, and a second call moves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn size_lowered_then_rebucketed() {
+    let (db, _) = fresh_db("bucket_size_lowered").await;
+    bounded(120, async {
+        let before = Before::buckets(&db);
+        let mut want: std::collections::BTreeMap<i64, Vec<(i64, i64)>> = Default::default();
+        for customer in 1..=3_i64 {
+            let items = if customer == 3 { 6 } else { 33 };
+            for n in 0..items {
+                // Every fourth arrives late, below the bucket just opened.
+                let at = if n % 4 == 3 { n * 10 - 25 } else { n * 10 };
+                before.push(&Before { customer, at, n }).await.unwrap();
+                want.entry(customer).or_default().push((at, n));
+            }
+        }
+        let smaller = Smaller::buckets(&db);
+        let e = smaller
+            .page(&1_i64, PageRequest::page(1))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::Damaged { .. }), "{e:?}");
+        let found = stored(&Smaller::plan(&db).await.unwrap());
+        assert!(found.iter().sum::<u64>() > 0, "{found:?}");
+
+        // A push to key 1 from another task while the keys move: it waits
+        // for, or conflicts with, the key's transaction, and is kept.
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let pushing = {
+            let (smaller, done) = (smaller.clone(), done.clone());
+            tokio::spawn(async move {
+                let (mut pushed, mut refused, mut after) = (Vec::new(), 0, 0);
+                for n in 1000.. {
+                    if done.load(std::sync::atomic::Ordering::SeqCst) {
+                        after += 1;
+                        if after > 5 {
+                            break;
+                        }
+                    }
+                    let at = 5_000 + n;
+                    match smaller.push(&Smaller { customer: 1, at, n }).await {
+                        Ok(()) => pushed.push((at, n)),
+                        // Before its key moved, the open bucket was over
+                        // the new limit.
+                        Err(Error::Damaged { .. }) => refused += 1,
+                        Err(e) => panic!("{e:?}"),
+                    }
+                }
+                (pushed, refused)
+            })
+        };
+        let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let h = heard.clone();
+        let moved = smaller
+            .rebucket_all()
+            .on_progress(move |p| h.lock().unwrap().push((p.done, p.of)))
+            .await
+            .unwrap();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        let (pushed, refused) = pushing.await.unwrap();
+        eprintln!(
+            "pushes during the move: {} kept, {refused} refused",
+            pushed.len()
+        );
+        assert!(pushed.len() >= 5, "{pushed:?}");
+        assert!(moved >= 66, "{moved}");
+        let heard = heard.lock().unwrap().clone();
+        assert_eq!(
+            heard.last().map(|p| p.0),
+            heard.last().map(|p| p.1),
+            "{heard:?}"
+        );
+        assert!(heard.last().is_some_and(|p| p.0 >= 2), "{heard:?}");
+        want.get_mut(&1).unwrap().extend(pushed);
+
+        for (customer, items) in want.iter_mut() {
+            // Late pushes after the move, into the new buckets.
+            let n = 2000 + customer;
+            smaller
+                .push(&Smaller {
+                    customer: *customer,
+                    at: 1,
+                    n,
+                })
+                .await
+                .unwrap();
+            items.push((1, n));
+            items.sort();
+            let ns: Vec<i64> = items.iter().map(|(_, n)| *n).collect();
+            check_pages!(smaller, *customer, &ns);
+            contiguous(&db, *customer).await;
+        }
+        let over = db
+            .collection::<Document>("trades")
+            .count_documents(doc! {"count": {"$gt": 8}})
+            .await
+            .unwrap();
+        assert_eq!(over, 0);
+        assert!(stored(&Smaller::plan(&db).await.unwrap()).is_empty());
+        assert_eq!(smaller.rebucket_all().await.unwrap(), 0);
+    })
+    .await;
+}
+
+/// `order` declared over buckets filled in arrival order: pages read them
+/// as stored until `rebucket` of the key sorts them across its buckets.
+#[tokio::test]
+async fn order_declared_then_rebucketed() {
+    let (db, _) = fresh_db("bucket_order_declared").await;
+    bounded(60, async {
+        let arrived = Arrived::buckets(&db);
+        let mut want = Vec::new();
+        for n in 0..23_i64 {
+            let at = (n * 7919) % 101;
+            arrived.push(&Arrived { customer: 9, at, n }).await.unwrap();
+            want.push((at, n));
+        }
+        assert!(!stored(&InOrder::plan(&db).await.unwrap()).is_empty());
+        let in_order = InOrder::buckets(&db);
+        assert_eq!(in_order.rebucket(&9_i64).await.unwrap(), 23);
+        want.sort();
+        let ns: Vec<i64> = want.iter().map(|(_, n)| *n).collect();
+        check_pages!(in_order, 9_i64, &ns);
+        contiguous(&db, 9).await;
+        assert!(stored(&InOrder::plan(&db).await.unwrap()).is_empty());
     })
     .await;
 }

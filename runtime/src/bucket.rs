@@ -165,11 +165,12 @@ mod moves;
 mod push;
 mod queue;
 mod read;
+mod rebucket;
 mod shape;
 
 pub use act::{
     Adopt, Count, Delete, DeleteAllBefore, DeleteBefore, FetchPage, ItemStream, Push, PushMany,
-    Reindex, Replace,
+    Rebucket, RebucketAll, Reindex, Replace,
 };
 pub use filter::{FIELD_OPERATORS, LOGICAL_OPERATORS};
 pub use read::{key_of, KeyInItem};
@@ -497,7 +498,7 @@ impl<T: Bucketed> Buckets<T> {
                 self.shape.spec.items,
                 self.shape.cap(),
             ),
-            "every read and push that reaches one fails with Error::Damaged naming it: restore the old declaration, or move the items: into a flat collection (stream them with the old declaration), then Buckets::adopt_from it into a new collection under this one",
+            "every read and push that reaches one fails with Error::Damaged naming it: restore the old declaration, or run Buckets::rebucket_all under this one (a renamed `items` needs the old name back)",
         );
         let unordered = self.shape.unordered_filter().map(|filter| {
             crate::ensure::Check::new(
@@ -506,7 +507,7 @@ impl<T: Bucketed> Buckets<T> {
                     "buckets whose items are not in `{}` (filled before `order` was declared, or by another writer)",
                     self.shape.spec.order.unwrap_or_default()
                 ),
-                "pages read their items as stored, out of order: move the items: into a flat collection (stream them with the old declaration), then Buckets::adopt_from it into a new collection under this one",
+                "pages read their items as stored, out of order: run Buckets::rebucket_all under this declaration",
             )
         });
         // The model's level, when the repository's own `ensure` runs too.

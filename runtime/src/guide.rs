@@ -792,20 +792,38 @@
 //! | change over stored data | what `plan` finds | what the repository does | migration |
 //! | --- | --- | --- | --- |
 //! | bucket `size` raised | nothing | works: old buckets read and take late items as before | none needed |
-//! | bucket `size` lowered below what buckets hold (twice `size` with `order`) | the buckets over it | `Error::Damaged` naming the bucket, on every read and push that reaches it | restore the old `size`, or move the items (below) |
-//! | bucket `order` declared over buckets filled in arrival order | the buckets whose items are not in `order` | pages read items as stored: out of order | move the items (below) |
+//! | bucket `size` lowered below what buckets hold (twice `size` with `order`) | the buckets over it | `Error::Damaged` naming the bucket, on every read and push that reaches it | restore the old `size`, or `rebucket_all()` under the new declaration |
+//! | bucket `order` declared over buckets filled in arrival order | the buckets whose items are not in `order` | pages read items as stored: out of order | `rebucket_all()` under the new declaration |
 //! | bucket `items` renamed | every bucket (no array under the new name) | `Error::Damaged` naming the bucket | restore the old name |
 //! | rank `layout` changed | the other layout's documents | never reads them: ranks count only what the new layout wrote | `rebuild_all()` under the new declaration, then delete them |
 //! | rank `precision` changed | histogram entries off the new step | ranks off, writes that reach them refused | `rebuild_all()` under the new declaration |
 //! | keyset `sort` or `order` changed | the old `mp_keyset_` index, no longer declared (a note), and the new one to create | pages follow the new order exactly; a token from the old one is `InvalidCursor(Foreign)` | `ensure` creates the new index; drop the old one yourself |
 //! | shard key `coarse` granularity changed (or documents stored without the field) | documents whose coarse field is missing or not their timestamp's period | `find` misses them, writes to them are refused, `audit` names them | `fill_coarse()`, before the collection is sharded |
 //!
-//! To move a key's items under a new bucket declaration, copy them to a
-//! flat collection (stream them with the old model, `insert_many` them
-//! with their key), then `Buckets::adopt_from` that collection into a
-//! new bucket collection under the new declaration (see *Adopting a
-//! flat collection into buckets*), and switch reads and writes over as
-//! that section says.
+//! `Buckets::rebucket_all` finds the keys that have such a bucket and
+//! writes each key's buckets again under the new declaration, one
+//! transaction a key, while pushes go on (a push to a key being moved
+//! waits for it, or conflicts and is retried); `Buckets::rebucket(&key)`
+//! moves one key. A key's items are held in memory and written in one
+//! transaction: for keys of millions of items, copy them to a flat
+//! collection (stream them with the old model, `insert_many` them with
+//! their key) and `Buckets::adopt_from` it into a new bucket collection
+//! (see *Adopting a flat collection into buckets*).
+//!
+//! ```no_run
+//! # use mongo_patterns::prelude::*;
+//! // `size` was 1000; buckets of up to 2000 (with `order`) are stored.
+//! #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+//! #[bucket(size = 200, key = "customer", order = "at")]
+//! struct Trade { customer: i64, at: DateTime, qty: i32 }
+//!
+//! # async fn f(db: Database) -> mongo_patterns::Result<()> {
+//! let items = Trade::buckets(&db)
+//!     .rebucket_all()
+//!     .on_progress(|p| eprintln!("{} of {} customers moved", p.done, p.of))
+//!     .await?;
+//! # Ok(()) }
+//! ```
 //!
 //! ```no_run
 //! # use mongo_patterns::prelude::*;

@@ -13,6 +13,7 @@ use mongodb::ClientSession;
 use super::adopt::{AdoptArgs, ITEMS_A_BATCH};
 use super::edit::Delete as Removal;
 use super::moves::Reindex as Recount;
+use super::rebucket::Rebucket as Rewrite;
 use super::shape::{item_len, Pushed};
 use super::{BucketPage, Bucketed, Buckets, PageRequest};
 use crate::action::{action, Call, Given};
@@ -108,6 +109,33 @@ action! {
     Adopt<'a, T: Bucketed> on Buckets, "adopt_from", write;
     { args: AdoptArgs } -> u64;
     |this, cx| this.repo.adopt_in(this.args, &mut cx).await
+}
+
+action! {
+    /// [`Buckets::rebucket`].
+    Rebucket<'a, T: Bucketed> on Buckets, "rebucket", both;
+    { key: Result<Bson> } -> u64;
+    |this, cx| this.repo.moved(Rewrite { key: this.key? }, &mut cx).await
+}
+
+action! {
+    /// [`Buckets::rebucket_all`]: every key the declaration refuses or
+    /// finds out of order, one transaction each.
+    RebucketAll<'a, T: Bucketed> on Buckets, "rebucket_all", both;
+    { progress: Option<crate::progress::OnProgress> } -> u64;
+    |this, cx| this.repo.rebucket_all_in(this.progress, &mut cx).await
+}
+
+impl<'a, T: Bucketed + Send + Sync + 'a> RebucketAll<'a, T> {
+    /// Called after each round of up to 1,000 keys with the keys done, of
+    /// how many (counted when the call began), and the time so far.
+    pub fn on_progress(
+        mut self,
+        f: impl FnMut(crate::progress::Progress) + Send + Sync + 'static,
+    ) -> Self {
+        self.progress = Some(Box::new(f));
+        self
+    }
 }
 
 impl<'a, T: Bucketed + Send + Sync + 'a> Adopt<'a, T> {
@@ -574,6 +602,71 @@ impl<T: Bucketed> Buckets<T> {
                 progress: None,
             },
         )
+    }
+
+    /// Writes `key`'s buckets again under the declaration as it is now,
+    /// and returns how many items they hold: the migration after `size`
+    /// was lowered over stored buckets (reads refuse a bucket over the
+    /// new limit as [`Damaged`](crate::Error::Damaged)) or `order` was
+    /// declared over buckets filled in arrival order (pages would read
+    /// them as stored). [`Model::plan`](crate::Model::plan) lists such
+    /// buckets; [`rebucket_all`](Self::rebucket_all) moves every key that
+    /// has one.
+    ///
+    /// One transaction: every bucket of the key read, its items in stored
+    /// order (sorted by `order`, stably, with one), the buckets deleted
+    /// and new ones inserted as `push_many` lays them out (each `size`
+    /// full, every one but the last closed). A push to the key meanwhile
+    /// makes it conflict and run again; a call cut short leaves the key
+    /// as it was or moved whole. A bucket whose items are not an array of
+    /// documents is `Damaged`, and nothing is written. Inside a caller's
+    /// transaction it joins it; on a deployment without transactions it
+    /// fails with [`NoTransactions`](crate::Error::NoTransactions). The
+    /// key's items are held in memory, and written in one transaction: a
+    /// key of millions of items is better copied to a flat collection and
+    /// adopted ([`adopt_from`](Self::adopt_from)).
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[bucket(size = 500, key = "customer", order = "at")]
+    /// # struct Trade { customer: i64, at: DateTime, ticker: String, qty: i32 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// // `size` lowered from 1000 to 500 over stored buckets.
+    /// let items = Trade::buckets(&db).rebucket(&7).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rebucket<'a, Q>(&'a self, key: &Q) -> Rebucket<'a, T>
+    where
+        T::Key: std::borrow::Borrow<Q>,
+        Q: serde::Serialize + ?Sized,
+    {
+        Rebucket::new(self, self.key_bson(key))
+    }
+
+    /// [`rebucket`](Self::rebucket) for every key that has a bucket the
+    /// declaration refuses (over the limit, a `count` unlike its items,
+    /// a `start` below 0) or whose items are out of `order`; returns how
+    /// many items those keys hold. The keys are found by an aggregation
+    /// (a collection scan), read 1,000 at a time in BSON order, and moved
+    /// one transaction each; `on_progress` hears after each 1,000 keys.
+    /// Keys already as declared are not written, so a call cut short is
+    /// finished by calling it again.
+    ///
+    /// ```no_run
+    /// # use mongo_patterns::prelude::*;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Model)]
+    /// # #[bucket(size = 500, key = "customer", order = "at")]
+    /// # struct Trade { customer: i64, at: DateTime, ticker: String, qty: i32 }
+    /// # async fn f(db: Database) -> mongo_patterns::Result<()> {
+    /// let moved = Trade::buckets(&db)
+    ///     .rebucket_all()
+    ///     .on_progress(|p| eprintln!("{} of {} customers", p.done, p.of))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rebucket_all(&self) -> RebucketAll<'_, T> {
+        RebucketAll::new(self, None)
     }
 
     /// Replaces the first item of `key` that matches `matching` with `item`,

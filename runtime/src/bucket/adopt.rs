@@ -354,7 +354,8 @@ impl<T: Bucketed> Buckets<T> {
     }
 }
 
-fn report(progress: &mut Option<OnProgress>, done: u64, of: u64, started: Instant) {
+/// Tells `progress`, if any, that `done` of `of` are done.
+pub(super) fn report(progress: &mut Option<OnProgress>, done: u64, of: u64, started: Instant) {
     if let Some(f) = progress.as_mut() {
         f(Progress::new(done, of.max(done), started.elapsed()));
     }

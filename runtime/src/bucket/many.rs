@@ -7,7 +7,7 @@ use mongodb::bson::{doc, Bson, Document, RawBsonRef};
 
 use super::late::Late;
 use super::moves::raced;
-use super::shape::{below, item_len, raw_int, Fill, Head, OPS};
+use super::shape::{below, item_len, raw_int, Head, OPS};
 use super::{Bucketed, Buckets};
 use crate::action::Call;
 use crate::error::{Error, Result};
@@ -194,7 +194,7 @@ impl<T: Bucketed> Buckets<T> {
         rest: &[(Document, i64)],
         cx: &mut Call<'_>,
     ) -> Result<Stored> {
-        let (mut seq, mut start) = match head.exists {
+        let (mut seq, start) = match head.exists {
             true => (head.seq + 1, head.total()),
             false => (0, 0),
         };
@@ -212,27 +212,10 @@ impl<T: Bucketed> Buckets<T> {
                 return Ok(Stored::Items(n, None));
             }
         }
-        let mut buckets = Vec::new();
-        let mut taken = 0;
-        // Each new bucket's floor: the last value before it.
-        let mut floor = head.hi.clone();
-        while taken < rest.len() {
-            // Never 0: `item_len` refused items that fit no bucket.
-            let n = fits(taken);
-            let chunk = &rest[taken..taken + n];
-            taken += n;
-            let fill = Fill {
-                floor: floor.take(),
-                // Every bucket but the last is closed: only the last takes
-                // pushes in order.
-                sealed: taken < rest.len(),
-                ..Fill::of(chunk, op)
-            };
-            floor = chunk.last().and_then(|(d, _)| self.shape.order_of(d));
-            buckets.push((self.shape.new_bucket(key, Bson::Int64(seq), start, fill), n));
-            seq += 1;
-            start += n as i64;
-        }
+        let buckets = self
+            .shape
+            .new_buckets(key, (seq, start), head.hi.clone(), rest, op);
+        seq += buckets.len() as i64;
         let insert = self
             .coll
             .insert_many(buckets.iter().map(|(b, _)| b))

@@ -218,6 +218,33 @@ impl Txn<'_> {
         one(delete.session(&mut *self.s).await?.deleted_count)
     }
 
+    /// Removes every bucket `filter` matches.
+    pub(super) async fn delete_all(&mut self, filter: Document) -> Result<u64> {
+        let delete = self
+            .coll
+            .delete_many(filter)
+            .with_options(self.o.driver::<mongodb::options::DeleteOptions>());
+        Ok(delete.session(&mut *self.s).await?.deleted_count)
+    }
+
+    /// New buckets, in one ordered insert. An `_id` taken by a writer
+    /// since the transaction's snapshot is a race, rerun.
+    pub(super) async fn insert_all(&mut self, buckets: Vec<Document>) -> Result<()> {
+        if buckets.is_empty() {
+            return Ok(());
+        }
+        let insert = self
+            .coll
+            .insert_many(buckets)
+            .with_options(self.o.driver::<mongodb::options::InsertManyOptions>())
+            .ordered(true);
+        match insert.session(&mut *self.s).await.map_err(Error::from) {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_duplicate_key() => Err(raced(e)),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Moves the `start` of every bucket of `key` after `id` by `by`.
     pub(super) async fn shift(&mut self, key: &Bson, id: &Bson, by: i64) -> Result<()> {
         if by == 0 {

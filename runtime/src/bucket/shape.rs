@@ -533,6 +533,41 @@ impl Shape {
         b
     }
 
+    /// New buckets of `key` for `items` (as stored, with their lengths),
+    /// written by `op`, the first with `seq` and `start` as `at` gives
+    /// them: each filled to `size` (or the byte limit), each but the last
+    /// closed (only the last takes pushes in order), each one's floor the
+    /// last value before it (`floor` for the first). With how many items
+    /// each holds.
+    pub(super) fn new_buckets(
+        &self,
+        key: &Bson,
+        (mut seq, mut start): (i64, i64),
+        mut floor: Option<Bson>,
+        items: &[(Document, i64)],
+        op: ObjectId,
+    ) -> Vec<(Document, usize)> {
+        let mut buckets = Vec::new();
+        let mut taken = 0;
+        while taken < items.len() {
+            // Never 0: `item_len` refused items that fit no bucket.
+            let lens = items[taken..].iter().map(|(_, l)| *l);
+            let n = self.fits(&Head::default(), lens).max(1);
+            let chunk = &items[taken..taken + n];
+            taken += n;
+            let fill = Fill {
+                floor: floor.take(),
+                sealed: taken < items.len(),
+                ..Fill::of(chunk, op)
+            };
+            floor = chunk.last().and_then(|(d, _)| self.order_of(d));
+            buckets.push((self.new_bucket(key, Bson::Int64(seq), start, fill), n));
+            seq += 1;
+            start += n as i64;
+        }
+        buckets
+    }
+
     /// The filter and update that put `items` into bucket `seq` of `key`,
     /// opened ahead and still empty, if its `start` is `start`.
     pub(super) fn adopt(

@@ -1,0 +1,143 @@
+//! `rebucket`: a key's buckets written again under the declaration as it
+//! is now, after `size` was lowered (buckets over the new limit, which
+//! every read refuses as damaged) or `order` was declared over buckets
+//! filled in arrival order (items out of order).
+//!
+//! A key is one transaction (a [`Move`]): every bucket of the key read,
+//! its items taken in stored order (sorted by `order`, stably, when the
+//! model has one), the buckets deleted and the new ones inserted, laid
+//! out as `push_many` lays them out. A push to the key meanwhile makes
+//! the transaction conflict, and it runs again; a call cut short leaves
+//! each key either as it was or moved whole, so calling it again
+//! finishes. The old buckets' write ids go with the items to the key's
+//! last bucket, so that a push whose reply was lost before the move
+//! still finds it landed.
+
+use std::time::Instant;
+
+use futures::future::BoxFuture;
+use mongodb::bson::oid::ObjectId;
+use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};
+
+use super::adopt::report;
+use super::moves::{Move, Txn};
+use super::shape::{item_len, order_cmp, OPS, OPS_KEPT};
+use super::{Bucketed, Buckets};
+use crate::action::Call;
+use crate::error::Result;
+use crate::progress::OnProgress;
+use crate::util::id_of;
+
+/// Keys one read of the keys to move takes: memory holds no more.
+const KEYS_A_ROUND: i64 = 1_000;
+
+/// One key's buckets, written again.
+pub(super) struct Rebucket {
+    pub(super) key: Bson,
+}
+
+impl Move for Rebucket {
+    type Out = u64;
+    const OPERATION: &'static str = "rebucket";
+
+    fn run<'a>(&'a self, mut t: Txn<'a>) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(async move {
+            let of_key = t.shape.of_key(&self.key);
+            let buckets = t.find(of_key.clone(), 1, 0, doc! {}).await?;
+            let (mut items, mut ops) = (Vec::new(), Vec::new());
+            for b in &buckets {
+                items.extend(items_of(&t, b)?);
+                for op in b.get_array(OPS).into_iter().flatten().flatten() {
+                    if let Some(op) = op.as_object_id().filter(|op| !ops.contains(op)) {
+                        ops.push(op);
+                    }
+                }
+            }
+            if let Some(order) = t.shape.spec.order {
+                // Stable: equal values keep their stored order.
+                items.sort_by(|a, b| order_cmp(a.0.get(order), b.0.get(order)));
+            }
+            t.delete_all(of_key).await?;
+            let op = ObjectId::new();
+            let mut laid = t.shape.new_buckets(&self.key, (0, 0), None, &items, op);
+            if let Some((last, _)) = laid.last_mut() {
+                ops.push(op);
+                let from = ops.len().saturating_sub(OPS_KEPT as usize);
+                last.insert(OPS, ops[from..].to_vec());
+            }
+            t.insert_all(laid.into_iter().map(|(b, _)| b).collect())
+                .await?;
+            Ok(items.len() as u64)
+        })
+    }
+}
+
+/// The items of bucket `b`, as stored, with their lengths: a bucket
+/// whose items are not an array of documents is damaged (nothing is
+/// written).
+fn items_of(t: &Txn<'_>, b: &RawDocumentBuf) -> Result<Vec<(Document, i64)>> {
+    let field = t.shape.spec.items;
+    let damaged = |problem: &str| t.shape.damaged(id_of(b), field, problem);
+    let Ok(array) = b.get_array(field) else {
+        return Err(damaged("is not an array"));
+    };
+    let mut items = Vec::new();
+    for item in array {
+        let item = item
+            .ok()
+            .and_then(|i| i.as_document())
+            .and_then(|d| Document::try_from(d).ok())
+            .ok_or_else(|| damaged("holds an item that is not a document"))?;
+        let len = item_len(&item)?;
+        items.push((item, len));
+    }
+    Ok(items)
+}
+
+impl<T: Bucketed> Buckets<T> {
+    /// [`Buckets::rebucket_all`], in `cx`: the keys that have a bucket the
+    /// declaration refuses or finds out of order, 1,000 at a time in BSON
+    /// order, each moved in its own transaction.
+    pub(super) async fn rebucket_all_in(
+        &self,
+        mut progress: Option<OnProgress>,
+        cx: &mut Call<'_>,
+    ) -> Result<u64> {
+        let started = Instant::now();
+        let key = self.shape.spec.key;
+        let mut bad = vec![Bson::Document(self.shape.damaged_filter())];
+        bad.extend(self.shape.unordered_filter().map(Bson::Document));
+        let group = vec![
+            doc! {"$match": {"$or": bad}},
+            doc! {"$group": {"_id": format!("${key}")}},
+        ];
+        let mut count = group.clone();
+        count.push(doc! {"$count": "n"});
+        let of = Box::pin(self.aggregate(count, cx))
+            .await?
+            .first()
+            .and_then(|d| super::shape::raw_int(d, "n").ok())
+            .unwrap_or(0) as u64;
+        let (mut done, mut moved) = (0u64, 0u64);
+        let mut last: Option<Bson> = None;
+        loop {
+            let mut round = group.clone();
+            if let Some(l) = &last {
+                round.push(doc! {"$match": {"$expr": {"$gt": ["$_id", {"$literal": l}]}}});
+            }
+            round.push(doc! {"$sort": {"_id": 1}});
+            round.push(doc! {"$limit": KEYS_A_ROUND});
+            let keys = Box::pin(self.aggregate(round, cx)).await?;
+            let Some(l) = keys.last() else {
+                return Ok(moved);
+            };
+            last = Some(id_of(l));
+            for k in &keys {
+                let rebucket = Rebucket { key: id_of(k) };
+                moved += Box::pin(self.moved(rebucket, cx)).await?;
+                done += 1;
+            }
+            report(&mut progress, done, of, started);
+        }
+    }
+}
