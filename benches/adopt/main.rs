@@ -28,7 +28,9 @@
 //! `{customerId: 1, date: 1}` created first); `adopt_from` timed, its progress reports
 //! counted; `adopt_from` again (every bucket rewritten, the same); the
 //! baseline; then a check that both bucket collections hold the same
-//! items for every customer (the write ids aside).
+//! items for every customer (the write ids aside); then `rebucket_all`
+//! after `size` was lowered from 200 to 50 (every customer moved, one
+//! transaction each), checked: every item kept, no bucket over the limit.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -51,6 +53,22 @@ const BASELINE: &str = "history_pushed";
 #[model(collection = "history")]
 #[bucket(size = 200, key = "customerId", order = "date")]
 struct Trade {
+    customer_id: i64,
+    #[serde(rename = "type")]
+    kind: String,
+    ticker: String,
+    qty: i32,
+    date: DateTime,
+}
+
+/// The same buckets after `size` was lowered to 50: with `order` a bucket
+/// holds at most 100, so every bucket of 200 is over it and
+/// `rebucket_all` moves every customer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[serde(rename_all = "camelCase")]
+#[model(collection = "history")]
+#[bucket(size = 50, key = "customerId", order = "date")]
+struct Smaller {
     customer_id: i64,
     #[serde(rename = "type")]
     kind: String,
@@ -287,6 +305,33 @@ async fn bench(args: &Args, db: &Database) -> BoxResult<String> {
             base / first
         ));
     }
+
+    // The migration after `size` was lowered over the adopted buckets.
+    let smaller = Smaller::buckets(db);
+    let t = Instant::now();
+    let moved = smaller
+        .rebucket_all()
+        .on_progress(|p| eprintln!("rebucketed {} of {} customers", p.done, p.of))
+        .await?;
+    let migrated = t.elapsed().as_secs_f64();
+    let over = smaller
+        .collection()
+        .count_documents(doc! {"count": {"$gt": 50}})
+        .await?;
+    let now = smaller.collection().count_documents(doc! {}).await?;
+    let first_key = smaller.count(&0_i64).await?;
+    if moved != items || over != 0 || first_key != args.per_key {
+        return Err(format!(
+            "rebucket_all moved {moved} of {items}; {over} buckets over 50; customer 0 holds {first_key}"
+        )
+        .into());
+    }
+    rows.push(format!(
+        "| `rebucket_all` after `size` lowered to 50 (one transaction per customer; {} buckets after) | {} | {migrated:.1} | {} |",
+        thousands(now),
+        thousands(items),
+        rate(items, migrated)
+    ));
 
     out += "| step | trades | seconds | trades/s |\n| --- | ---: | ---: | ---: |\n";
     for r in rows {
