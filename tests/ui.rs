@@ -1,4 +1,4 @@
-//! Compile-time UI tests for `#[derive(Model)]` and its attributes, one
+//! Compile-time UI tests for `#[derive(Model)]` (and `#[derive(Schema)]`) and its attributes, one
 //! directory per module of the derive (`tests/ui/<module>/`): what a user
 //! sees when an attribute is wrong (for shard keys, also when the key is one
 //! of the traps the derive's lints refuse), and that the accepted forms

@@ -1,9 +1,10 @@
 //! The BSON types each stored field takes, as the struct's Rust types say
 //! and serde stores them: `Model::FIELDS`, from which the runtime builds
-//! the `$jsonSchema` a validator enforces. Only what the type alone
-//! decides: a field serialized by a helper (`with`), a type the derive
-//! cannot see through (a nested struct, an enum, an alias, a generic) is
-//! left open.
+//! the `$jsonSchema` a validator enforces, and `Model::nested`, the fields
+//! whose type the derive cannot see through (a nested struct, an enum, an
+//! alias), asked at run time whether they implement `Schema`; and
+//! `#[derive(Schema)]` itself. A field serialized by a helper (`with`),
+//! or whose type names a generic parameter, is left open.
 
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::quote;
