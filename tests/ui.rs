@@ -1,5 +1,6 @@
-//! Compile-time UI tests for `#[derive(Model)]` (and `#[derive(Schema)]`) and its attributes, one
-//! directory per module of the derive (`tests/ui/<module>/`): what a user
+//! Compile-time UI tests for `#[derive(Model)]` and its attributes (and
+//! `#[derive(Schema)]`), one directory per module of the derive
+//! (`tests/ui/<module>/`): what a user
 //! sees when an attribute is wrong (for shard keys, also when the key is one
 //! of the traps the derive's lints refuse), and that the accepted forms
 //! compile (and their consts and counter specs hold what they should).
