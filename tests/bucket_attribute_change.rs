@@ -12,7 +12,7 @@
 use futures::TryStreamExt;
 use mongo_patterns::bucket::PageRequest;
 use mongo_patterns::prelude::*;
-use mongo_patterns_testkit::{bounded, fresh_db};
+use mongo_patterns_testkit::{bounded, fresh_db, stored_conflicts};
 
 /// The declaration the data was written under.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
@@ -167,16 +167,10 @@ async fn size_raised_on_stored_buckets() {
     .await;
 }
 
-/// The `Conflict::Stored` of `plan`, as (how many, first `_id`s).
+/// How many stored documents each `Conflict::Stored` of `plan` counts.
 fn stored(plan: &mongo_patterns::ensure::Plan) -> Vec<u64> {
-    use mongo_patterns::ensure::Conflict;
-    plan.conflicts
-        .iter()
-        .filter_map(|c| match c {
-            Conflict::Stored { count, .. } => Some(*count),
-            _ => None,
-        })
-        .collect()
+    let found = stored_conflicts(&plan.conflicts);
+    found.into_iter().map(|(_, count, _)| count).collect()
 }
 
 /// `size` lowered from 10 to 4 over stored buckets: reads refuse them as

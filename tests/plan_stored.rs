@@ -5,11 +5,10 @@
 //! repository does with them. The `_id`s are the ones the repository's own
 //! calls then refuse or miss; `ensure` does not look.
 
-use mongo_patterns::ensure::Conflict;
 use mongo_patterns::mongodb::bson::Bson;
 use mongo_patterns::prelude::*;
 use mongo_patterns::Error;
-use mongo_patterns_testkit::{bounded, fresh_db};
+use mongo_patterns_testkit::{bounded, fresh_db, stored_conflicts};
 
 /// The declaration the buckets were written under.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
@@ -73,22 +72,6 @@ struct HalfDocs {
     score: f64,
 }
 
-/// The `Conflict::Stored` entries of a plan: (collection, count, ids).
-fn stored(conflicts: &[Conflict]) -> Vec<(String, u64, Vec<Bson>)> {
-    conflicts
-        .iter()
-        .filter_map(|c| match c {
-            Conflict::Stored {
-                collection,
-                count,
-                ids,
-                ..
-            } => Some((collection.clone(), *count, ids.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn a_lowered_size_or_renamed_items_are_found_by_id() {
     let (db, _) = fresh_db("plan_stored_bucket").await;
@@ -101,11 +84,11 @@ async fn a_lowered_size_or_renamed_items_are_found_by_id() {
             trades.push(&Trade { customer: 8, n }).await.unwrap();
         }
         let plan = Trade::plan(&db).await.unwrap();
-        assert!(stored(&plan.conflicts).is_empty(), "{plan}");
+        assert!(stored_conflicts(&plan.conflicts).is_empty(), "{plan}");
 
         // Buckets of 10, 10, 10 and 5 for 7 hold more than 4; 8's 3 fit.
         let plan = Smaller::plan(&db).await.unwrap();
-        let found = stored(&plan.conflicts);
+        let found = stored_conflicts(&plan.conflicts);
         assert_eq!(found.len(), 1, "{plan}");
         let (collection, count, ids) = &found[0];
         assert_eq!((collection.as_str(), *count), ("trades", 4), "{plan}");
@@ -134,7 +117,7 @@ async fn a_lowered_size_or_renamed_items_are_found_by_id() {
             .await
             .unwrap();
         let plan = Renamed::plan(&db).await.unwrap();
-        let found = stored(&plan.conflicts);
+        let found = stored_conflicts(&plan.conflicts);
         assert_eq!(found.len(), 1, "{plan}");
         assert_eq!(found[0].1, all, "{plan}");
         assert!(matches!(
@@ -144,7 +127,7 @@ async fn a_lowered_size_or_renamed_items_are_found_by_id() {
 
         // `ensure` does not read the stored documents.
         let done = Smaller::ensure(&db).await.unwrap();
-        assert!(stored(&done.conflicts).is_empty(), "{done}");
+        assert!(stored_conflicts(&done.conflicts).is_empty(), "{done}");
     })
     .await;
 }
@@ -165,7 +148,7 @@ async fn a_changed_precision_or_layout_is_found_and_rebuild_all_migrates() {
             .unwrap();
         }
         let plan = Half::plan(&db).await.unwrap();
-        assert!(stored(&plan.conflicts).is_empty(), "{plan}");
+        assert!(stored_conflicts(&plan.conflicts).is_empty(), "{plan}");
         assert_eq!(
             Half::ranks(&db).histogram_collection().name(),
             HalfDocs::ranks(&db).histogram_collection().name()
@@ -174,18 +157,18 @@ async fn a_changed_precision_or_layout_is_found_and_rebuild_all_migrates() {
         // 70.5 and 88.5 (on "art") are between two steps of 1: the one
         // array document of "art".
         let plan = Whole::plan(&db).await.unwrap();
-        let found = stored(&plan.conflicts);
+        let found = stored_conflicts(&plan.conflicts);
         assert_eq!(found.len(), 1, "{plan}");
         assert_eq!(found[0].1, 1);
         assert_eq!(found[0].2, vec![Bson::String("art".into())]);
         assert!(plan.to_string().contains("rebuild_all"), "{plan}");
         Whole::ranks(&db).rebuild_all().await.unwrap();
         let plan = Whole::plan(&db).await.unwrap();
-        assert!(stored(&plan.conflicts).is_empty(), "{plan}");
+        assert!(stored_conflicts(&plan.conflicts).is_empty(), "{plan}");
 
         // The documents layout over the array layout's two boards.
         let plan = HalfDocs::plan(&db).await.unwrap();
-        let found = stored(&plan.conflicts);
+        let found = stored_conflicts(&plan.conflicts);
         assert_eq!(found.len(), 1, "{plan}");
         assert_eq!(found[0].1, 2, "{plan}");
         let docs = HalfDocs::ranks(&db);
@@ -197,7 +180,7 @@ async fn a_changed_precision_or_layout_is_found_and_rebuild_all_migrates() {
             .await
             .unwrap();
         let plan = HalfDocs::plan(&db).await.unwrap();
-        assert!(stored(&plan.conflicts).is_empty(), "{plan}");
+        assert!(stored_conflicts(&plan.conflicts).is_empty(), "{plan}");
         assert_eq!(docs.rank("art", 70.5).await.unwrap().total, 2);
     })
     .await;
@@ -313,9 +296,9 @@ async fn order_declared_over_arrival_order_is_found() {
         for at in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 20, 11, 12] {
             arrivals.push(&Arrival { customer: 2, at }).await.unwrap();
         }
-        assert!(stored(&Arrival::plan(&db).await.unwrap().conflicts).is_empty());
+        assert!(stored_conflicts(&Arrival::plan(&db).await.unwrap().conflicts).is_empty());
         let plan = Ordered::plan(&db).await.unwrap();
-        let found = stored(&plan.conflicts);
+        let found = stored_conflicts(&plan.conflicts);
         assert_eq!(found.len(), 1, "{plan}");
         assert_eq!(found[0].1, 1, "{plan}");
         assert_eq!(

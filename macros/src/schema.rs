@@ -164,7 +164,7 @@ pub fn derive_schema(input: &syn::DeriveInput) -> TokenStream {
     let body = match &input.data {
         syn::Data::Enum(e) => enum_schema(&cx, input, e, &p),
         _ => Input::parse(&cx, input, "Schema").map(|ast| {
-            let FieldsConst(fields) = fields_list(&ast, &p);
+            let fields = fields_list(&ast, &p);
             let nested = expand_nested(&ast, &input.generics, &p);
             let (nested, call) = match nested.is_empty() {
                 true => (nested, quote!(#p::Vec::new())),
@@ -232,28 +232,24 @@ fn enum_schema(
 
 /// Each stored field whose type decides its BSON types, as a
 /// `FieldType` expression.
-struct FieldsConst(Vec<TokenStream>);
-
-fn fields_list(input: &Input, p: &Private) -> FieldsConst {
-    FieldsConst(
-        input
-            .fields
-            .iter()
-            .filter(|f| f.not_stored.is_none() && !f.serialized_with)
-            .filter_map(|f| {
-                let (t, items) = types(f.ty)?;
-                let name = &f.bson_name;
-                Some(quote! {
-                    #p::FieldType { name: #name, types: &[#(#t),*], items: &[#(#items),*] }
-                })
+fn fields_list(input: &Input, p: &Private) -> Vec<TokenStream> {
+    input
+        .fields
+        .iter()
+        .filter(|f| f.not_stored.is_none() && !f.serialized_with)
+        .filter_map(|f| {
+            let (t, items) = types(f.ty)?;
+            let name = &f.bson_name;
+            Some(quote! {
+                #p::FieldType { name: #name, types: &[#(#t),*], items: &[#(#items),*] }
             })
-            .collect(),
-    )
+        })
+        .collect()
 }
 
 /// `const FIELDS`: each stored field whose type decides its BSON types.
 pub fn expand_fields(input: &Input, p: &Private) -> TokenStream {
-    let FieldsConst(fields) = fields_list(input, p);
+    let fields = fields_list(input, p);
     quote! {
         const FIELDS: &'static [#p::FieldType] = &[#(#fields),*];
     }

@@ -341,18 +341,17 @@ impl Error {
 impl From<mongodb::error::Error> for Error {
     fn from(e: mongodb::error::Error) -> Self {
         use mongodb::error::ErrorKind;
+        if let Some(info) = validation::refusal(&e) {
+            return Error::FailedValidation {
+                id: info.as_ref().and_then(validation::failing_id).map(Box::new),
+                details: info.map(Box::new),
+                source: Box::new(e),
+            };
+        }
         match *e.kind {
             ErrorKind::Io(_)
             | ErrorKind::ServerSelection { .. }
             | ErrorKind::ConnectionPoolCleared { .. } => Error::Unavailable(e),
-            _ if validation::refusal(&e).is_some() => {
-                let info = validation::refusal(&e).flatten();
-                Error::FailedValidation {
-                    id: info.as_ref().and_then(validation::failing_id).map(Box::new),
-                    details: info.map(Box::new),
-                    source: Box::new(e),
-                }
-            }
             _ if server_codes(&e).iter().any(|c| code::TOO_LARGE.contains(c)) => {
                 Error::DocumentTooLarge {
                     bytes: None,

@@ -489,6 +489,26 @@ pub async fn validate_declared(
     commands.take();
 }
 
+/// The `Conflict::Stored` entries of a plan's conflicts: what `plan` found
+/// in the stored documents, as (collection, how many, the first `_id`s).
+pub fn stored_conflicts(
+    conflicts: &[mongo_patterns::ensure::Conflict],
+) -> Vec<(String, u64, Vec<mongo_patterns::bson::Bson>)> {
+    use mongo_patterns::ensure::Conflict;
+    conflicts
+        .iter()
+        .filter_map(|c| match c {
+            Conflict::Stored {
+                collection,
+                count,
+                ids,
+                ..
+            } => Some((collection.clone(), *count, ids.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Sets the `failCommand` fail point (a server started with test
 /// commands, as mongod with `enableTestCommands`): `data` for the next
 /// `times` matching commands, or for every one until

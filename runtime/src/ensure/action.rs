@@ -31,9 +31,9 @@ use crate::error::Result;
 /// that needs no index or has a validator (it is created with it), and a
 /// `collMod` per existing collection whose validator is missing or differs
 /// (see [`Validation`](super::Validation)); before each validator it sets,
-/// a `findAndModify` of [`VALIDATOR_REGISTRY`] and a `listCollections`, and
-/// after it a `find` there (and a `collMod` again if a concurrent `ensure`
-/// of another model registered meanwhile); where a shard key or a [`Need`](super::Need) is
+/// a `findAndModify` of [`VALIDATOR_REGISTRY`], and after it a `find`
+/// there (and a `listCollections` and a `collMod` again if a concurrent
+/// `ensure` of another model registered meanwhile); where a shard key or a [`Need`](super::Need) is
 /// declared, `hello`; where a need is declared, `buildInfo`; and on a
 /// sharded cluster a read of `config.collections`, a `createIndexes` of
 /// the shard key's index where no index starts with the key (`mongod`
@@ -557,12 +557,10 @@ pub const VALIDATOR_REGISTRY: &str = "mp_validators";
 struct Registered {
     parts: Parts,
     v: i64,
-    /// The validator they make, with what the stored one holds besides.
-    validator: Option<Document>,
 }
 
 impl Registered {
-    fn from_document(d: &Document, stored: Option<&Document>) -> Registered {
+    fn from_document(d: &Document) -> Registered {
         let mut parts = Parts::new();
         for (name, fragments) in d.get_document("parts").into_iter().flatten() {
             if let Some(all) = fragments.as_array() {
@@ -570,13 +568,11 @@ impl Registered {
                 parts.insert(name.clone(), all.collect());
             }
         }
-        let validator = validator(&with_own(stored, &parts));
         Registered {
             v: d.get_i64("v")
                 .or(d.get_i32("v").map(i64::from))
                 .unwrap_or(0),
             parts,
-            validator,
         }
     }
 }
@@ -604,7 +600,7 @@ async fn register(cx: &mut Cx<'_>, v: &Validator) -> Result<Option<Registered>> 
         match cx.write(cx.db, command.clone()).await {
             Ok(reply) => {
                 let d = reply.get_document("value").cloned().unwrap_or_default();
-                return Ok(Some(Registered::from_document(&d, v.replaces.as_ref())));
+                return Ok(Some(Registered::from_document(&d)));
             }
             Err(e) if e.is_unauthorized() => return Ok(None),
             Err(e) if e.is_duplicate_key() && !last => {}
@@ -614,14 +610,19 @@ async fn register(cx: &mut Cx<'_>, v: &Validator) -> Result<Option<Registered>> 
     Ok(None)
 }
 
-/// Sets the validator `registered` makes, merged with the one stored now
-/// (read again: a concurrent creator's, or parts set before the registry).
-async fn set_registered(cx: &mut Cx<'_>, v: &Validator, registered: &Registered) -> Result<()> {
-    let found = stored_validator(cx, &v.collection).await?;
-    if found.as_ref().is_some_and(|f| !ours(f)) {
+/// Sets the validator `registered` makes, merged with `found`, the one
+/// stored (parts set before the registry, or by an `ensure` without the
+/// privilege to write it); one of the collection's own is left alone.
+async fn set_registered(
+    cx: &mut Cx<'_>,
+    v: &Validator,
+    registered: &Registered,
+    found: Option<&Document>,
+) -> Result<()> {
+    if found.is_some_and(|f| !ours(f)) {
         return Ok(());
     }
-    match validator(&with_own(found.as_ref(), &registered.parts)) {
+    match validator(&with_own(found, &registered.parts)) {
         Some(merged) => coll_mod(cx, v, &merged).await,
         None => Ok(()),
     }
@@ -651,11 +652,12 @@ async fn settle(cx: &mut Cx<'_>, v: &Validator, mut registered: Registered) -> R
         let Some(now) = now.first() else {
             return Ok(());
         };
-        let now = Registered::from_document(now, None);
+        let now = Registered::from_document(now);
         if now.v == registered.v {
             return Ok(());
         }
-        set_registered(cx, v, &now).await?;
+        let found = stored_validator(cx, &v.collection).await?;
+        set_registered(cx, v, &now, found.as_ref()).await?;
         registered = now;
     }
     Ok(())
@@ -851,9 +853,11 @@ async fn apply(cx: &mut Cx<'_>, plan: Plan) -> Result<Ensured> {
         if let Some(at) = validators.iter().position(|v| v.collection == name) {
             let v = validators.remove(at);
             let registered = register(cx, &v).await?;
+            // Every registered part: no validator is stored yet.
+            let all = registered.as_ref().and_then(|r| validator(&r.parts));
             let command = doc! {
                 "create": &name,
-                "validator": registered.as_ref().and_then(|r| r.validator.as_ref()).unwrap_or(&v.validator),
+                "validator": all.as_ref().unwrap_or(&v.validator),
                 "validationLevel": v.level,
                 "validationAction": v.action,
             };
@@ -862,7 +866,10 @@ async fn apply(cx: &mut Cx<'_>, plan: Plan) -> Result<Ensured> {
                 // A concurrent creator won, with its own validator or
                 // none: ours is merged into it.
                 Err(e) if e.is_namespace_exists() => match &registered {
-                    Some(r) => set_registered(cx, &v, r).await?,
+                    Some(r) => {
+                        let found = stored_validator(cx, &v.collection).await?;
+                        set_registered(cx, &v, r, found.as_ref()).await?
+                    }
                     None => converge_validator(cx, &v).await?,
                 },
                 Err(e) => return Err(e),
@@ -897,7 +904,9 @@ async fn apply(cx: &mut Cx<'_>, plan: Plan) -> Result<Ensured> {
     for v in validators {
         match register(cx, &v).await? {
             Some(registered) => {
-                set_registered(cx, &v, &registered).await?;
+                // The validator `plan` read a moment ago: the registry
+                // holds every part set since by an `ensure` that reads it.
+                set_registered(cx, &v, &registered, v.replaces.as_ref()).await?;
                 settle(cx, &v, registered).await?;
             }
             None => {
