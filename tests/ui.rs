@@ -26,6 +26,13 @@
 
 #[test]
 fn ui() {
+    // trybuild's crate takes none of the workspace's `[profile]`: without
+    // this its ~40 pass binaries and their dependencies carry full debug info
+    // (3.7 GB of `target/tests/trybuild` against about 1 GB; CI ran out of
+    // disk on it). Nothing here is debugged; a caller's own setting wins.
+    if std::env::var_os("CARGO_PROFILE_DEV_DEBUG").is_none() {
+        std::env::set_var("CARGO_PROFILE_DEV_DEBUG", "false");
+    }
     let t = trybuild::TestCases::new();
     t.compile_fail("tests/ui/*/*.rs");
     t.pass("tests/ui/*/pass/*.rs");
