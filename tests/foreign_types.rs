@@ -2,7 +2,9 @@
 //! MongoDB-wire server: `chrono::DateTime<Utc>`, `time::OffsetDateTime` and
 //! `uuid::Uuid` fields as bucket keys, `order` fields, keyset sort keys and
 //! shard key `from` fields, each stored through bson's serde helper as the
-//! BSON date or UUID its role compares. scripts/test runs this file with
+//! BSON date or UUID its role compares; and the server-side migrations on
+//! such fields as another service stored them (`adopt_from` into buckets
+//! keyed by a UUID or a date, `fill_coarse` from a chrono or time field). scripts/test runs this file with
 //! `--features chrono,time,uuid` (and again on bson 3).
 #![cfg(all(feature = "chrono", feature = "time", feature = "uuid"))]
 
@@ -13,7 +15,6 @@ use mongo_patterns::bson::{Bson, DateTime};
 use mongo_patterns::bucket::PageRequest;
 use mongo_patterns::prelude::*;
 use mongo_patterns::shard_key::TimeRange;
-use mongo_patterns::Error;
 use mongo_patterns_testkit::fresh_db;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -350,4 +351,189 @@ async fn shard_key_time_sources() {
         .await
         .unwrap();
     assert_eq!(got, shipments[1..]);
+}
+
+/// Every document of `coll` without the write ids (`mp_ops`), which
+/// differ by writer.
+async fn raw_without_ops(db: &Database, coll: &str) -> Vec<Document> {
+    let mut docs = raw(db, coll).await;
+    for d in &mut docs {
+        d.remove("mp_ops");
+    }
+    docs
+}
+
+/// `items` as another service stores them, with the raw driver (no
+/// derived field, no bucket).
+async fn write_raw<T: Serialize>(db: &Database, coll: &str, items: &[T]) {
+    let docs: Vec<Document> = items
+        .iter()
+        .map(|t| mongo_patterns_testkit::bsonc::to_document(t).unwrap())
+        .collect();
+    db.collection::<Document>(coll)
+        .insert_many(docs)
+        .await
+        .unwrap();
+}
+
+/// A flat collection of pings (a UUID key, a chrono `order` with ties and
+/// out of order) and of readings (a chrono key, a time `order`), written by
+/// the raw driver, adopted server-side: the buckets are the documents
+/// `push_many` writes from the same items, the reads follow `order`, and
+/// the key and order fields stay a BSON UUID and dates.
+#[tokio::test]
+async fn adopted_from_flat_with_foreign_keys() {
+    let (db, _) = fresh_db("foreign_adopt").await;
+    let devices = [
+        Uuid::from_u128(0xB << 120),
+        Uuid::from_u128(0xA),
+        Uuid::nil(),
+    ];
+    let mut pings = Vec::new();
+    for n in 0..9 {
+        for (d, device) in devices.iter().enumerate() {
+            let minute = i64::from((n * 5 + d as i32) % 6);
+            pings.push(Ping {
+                device: *device,
+                at: chrono_at(minute * MINUTE),
+                n,
+            });
+        }
+    }
+    let days = [chrono_at(DAY), chrono_at(0)];
+    let readings: Vec<Reading> = (0..8)
+        .flat_map(|m| {
+            days.map(|day| Reading {
+                day,
+                at: time_at(i64::from((m * 3) % 5) * MINUTE),
+                value: m,
+            })
+        })
+        .collect();
+    write_raw(&db, "pings_flat", &pings).await;
+    write_raw(&db, "readings_flat", &readings).await;
+
+    // Batches of 4 items: a key of 9 goes alone, cut across batches.
+    let adopted = Ping::buckets(&db)
+        .adopt_from("pings_flat")
+        .batch_items(4)
+        .await
+        .unwrap();
+    assert_eq!(adopted, pings.len() as u64);
+    assert_eq!(
+        Reading::buckets(&db)
+            .adopt_from("readings_flat")
+            .await
+            .unwrap(),
+        readings.len() as u64
+    );
+
+    let pushed = Ping::buckets(&db).with_collection("pings_pushed");
+    let pushed_readings = Reading::buckets(&db).with_collection("readings_pushed");
+    for device in devices {
+        let mine: Vec<Ping> = pings
+            .iter()
+            .filter(|p| p.device == device)
+            .cloned()
+            .collect();
+        pushed.push_many(&mine).await.unwrap();
+        let mut want = mine;
+        want.sort_by_key(|p| (p.at, p.n));
+        let got: Vec<Ping> = Ping::buckets(&db)
+            .stream(&device)
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(got, want, "device {device}");
+    }
+    for day in days {
+        let mine: Vec<Reading> = readings.iter().filter(|r| r.day == day).cloned().collect();
+        pushed_readings.push_many(&mine).await.unwrap();
+        let mut want = mine;
+        want.sort_by_key(|r| (r.at, r.value));
+        let page = Reading::buckets(&db)
+            .page(&day, PageRequest::page(1).page_size(20).newest_first())
+            .await
+            .unwrap();
+        want.reverse();
+        assert_eq!(page.items, want, "day {day}");
+    }
+    assert_eq!(
+        raw_without_ops(&db, "pings").await,
+        raw_without_ops(&db, "pings_pushed").await
+    );
+    assert_eq!(
+        raw_without_ops(&db, "readings").await,
+        raw_without_ops(&db, "readings_pushed").await
+    );
+    let buckets = raw(&db, "pings").await;
+    assert_eq!(buckets.len(), 3 * 5);
+    for b in &buckets {
+        assert!(is_uuid(b.get("device").unwrap()), "{b}");
+        for item in b.get_array("items").unwrap() {
+            let at = item.as_document().unwrap().get("at");
+            assert!(matches!(at, Some(Bson::DateTime(_))), "{b}");
+        }
+    }
+    assert!(raw(&db, "readings")
+        .await
+        .iter()
+        .all(|b| matches!(b.get("day"), Some(Bson::DateTime(_)))));
+}
+
+/// Orders and shipments another service wrote without the coarse month:
+/// `fill_coarse` derives it on the server from the chrono and time fields
+/// as stored (BSON dates), the month boundary included, and `find` by the
+/// key's prefix sees them.
+#[tokio::test]
+async fn coarse_filled_from_foreign_time_fields() {
+    let (db, _) = fresh_db("foreign_fill").await;
+    let (last, first) = (31 * DAY - MINUTE, 31 * DAY);
+    let orders = [(1, "t1", last), (2, "t1", first), (3, "t2", first)].map(|(id, t, ms)| Order {
+        id,
+        tenant: t.into(),
+        at: chrono_at(ms),
+    });
+    let shipments = [(1, "t1", last), (2, "t1", first)].map(|(id, t, ms)| Shipment {
+        id,
+        tenant: t.into(),
+        at: time_at(ms),
+    });
+    write_raw(&db, "orders", &orders).await;
+    write_raw(&db, "shipments", &shipments).await;
+    assert!(raw(&db, "orders")
+        .await
+        .iter()
+        .all(|d| !d.contains_key("month")));
+
+    let filled = Order::sharded(&db).fill_coarse().await.unwrap();
+    assert_eq!((filled.filled, filled.damaged.len()), (3, 0), "{filled:?}");
+    let filled = Shipment::sharded(&db).fill_coarse().await.unwrap();
+    assert_eq!((filled.filled, filled.damaged.len()), (2, 0), "{filled:?}");
+    let (march, april) = (bson_at(0), bson_at(31 * DAY));
+    for (coll, want) in [
+        ("orders", vec![march, april, april]),
+        ("shipments", vec![march, april]),
+    ] {
+        let months: Vec<Bson> = raw(&db, coll)
+            .await
+            .iter()
+            .map(|d| d.get("month").unwrap().clone())
+            .collect();
+        let want: Vec<Bson> = want.into_iter().map(Bson::DateTime).collect();
+        assert_eq!(months, want, "{coll}");
+    }
+    let april_range = TimeRange::between(april, bson_at(61 * DAY));
+    let got: Vec<Order> = Order::sharded(&db)
+        .find("t1", april_range, doc! {})
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(got, orders[1..2]);
+    assert_eq!(
+        Order::sharded(&db).fill_coarse().await.unwrap().written(),
+        0
+    );
 }
