@@ -934,3 +934,209 @@ async fn nested_types_that_derive_schema_are_checked_too() {
     })
     .await;
 }
+
+/// How to pay, in serde's default tagging: a unit variant is its name,
+/// any other `{Name: content}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Schema)]
+enum Method {
+    Cash,
+    Card {
+        last4: String,
+        #[serde(rename = "exp")]
+        expiry: i32,
+    },
+    Voucher(i64),
+    Split(i64, i64),
+    Wallet(Venue),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Schema)]
+struct Rate {
+    bps: i32,
+}
+
+/// Internally tagged, with the fields' and the variants' renames.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Schema)]
+#[serde(
+    tag = "kind",
+    rename_all = "lowercase",
+    rename_all_fields = "camelCase"
+)]
+enum Fee {
+    Flat { amount_cents: i64 },
+    Waived,
+    Rate(Rate),
+}
+
+/// Adjacently tagged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Schema)]
+#[serde(tag = "t", content = "c")]
+enum Hold {
+    Released,
+    Days(i32),
+    Until { at: i64 },
+}
+
+/// Untagged: the content alone (`null` for the unit variant).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Schema)]
+#[serde(untagged)]
+enum Ref {
+    Id(i64),
+    Code(String),
+    Nothing,
+}
+
+/// One variant untagged: any string besides `"Web"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Schema)]
+enum Channel {
+    Web,
+    #[serde(untagged)]
+    Other(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "payments", validate = "strict")]
+struct Payment {
+    #[serde(rename = "_id")]
+    id: i64,
+    method: Method,
+    fee: Fee,
+    hold: Option<Hold>,
+    refs: Vec<Ref>,
+    channel: Channel,
+}
+
+/// Enums with data, in each of serde's taggings: every variant as serde
+/// stores it passes under `strict`; another writer's value of a shape
+/// serde never stores (an unknown name, a field of the wrong type, a
+/// missing or extra tag, a tuple of the wrong length) is refused.
+#[tokio::test]
+async fn enums_with_data_are_checked_in_each_tagging() {
+    use futures::TryStreamExt;
+    use mongo_patterns::bson::bson;
+    let (db, _) = fresh_db("validation_enums").await;
+    bounded(60, async {
+        assert_eq!(
+            Ref::schema(),
+            doc! {"anyOf": [
+                {"bsonType": ["int", "long"]}, {"bsonType": ["string"]}, {"bsonType": "null"},
+            ]}
+        );
+        Payment::ensure(&db).await.unwrap();
+        let methods = [
+            Method::Cash,
+            Method::Card {
+                last4: "4242".into(),
+                expiry: 2712,
+            },
+            Method::Voucher(7),
+            Method::Split(1, 2),
+            Method::Wallet(Venue { mic: "XPAY".into() }),
+        ];
+        let fees = [
+            Fee::Flat { amount_cents: 30 },
+            Fee::Waived,
+            Fee::Rate(Rate { bps: 25 }),
+        ];
+        let holds = [
+            None,
+            Some(Hold::Released),
+            Some(Hold::Days(3)),
+            Some(Hold::Until { at: 9 }),
+        ];
+        let payments: Vec<Payment> = (0..12)
+            .map(|i| Payment {
+                id: i as i64,
+                method: methods[i % 5].clone(),
+                fee: fees[i % 3].clone(),
+                hold: holds[i % 4].clone(),
+                refs: vec![Ref::Id(1), Ref::Code("x".into()), Ref::Nothing],
+                channel: match i % 2 {
+                    0 => Channel::Web,
+                    _ => Channel::Other("app".into()),
+                },
+            })
+            .collect();
+        let typed = db.collection::<Payment>("payments");
+        typed.insert_many(&payments).await.unwrap();
+        let back: Vec<Payment> = typed
+            .find(doc! {})
+            .sort(doc! {"_id": 1})
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(back, payments);
+
+        let other = other_writer(&db).await;
+        let stored = other.collection::<Document>("payments");
+        let good = || {
+            doc! {"_id": 100_i64, "method": {"Card": {"last4": "1", "exp": 1}},
+            "fee": {"kind": "flat", "amountCents": 5_i64}, "hold": {"t": "Days", "c": 2},
+            "refs": [3_i64, "c", null], "channel": "kiosk"}
+        };
+        stored.insert_one(good()).await.unwrap();
+        stored.delete_one(doc! {"_id": 100_i64}).await.unwrap();
+        for (what, field, value) in [
+            ("a unit name serde never stores", "method", bson!("Crypto")),
+            (
+                "a struct variant's field type",
+                "method",
+                bson!({"Card": {"last4": 4242, "exp": 1}}),
+            ),
+            (
+                "a second variant beside the first",
+                "method",
+                bson!({"Cash": null, "Voucher": 1}),
+            ),
+            (
+                "a newtype's content type",
+                "method",
+                bson!({"Voucher": "seven"}),
+            ),
+            (
+                "a tuple of the wrong length",
+                "method",
+                bson!({"Split": [1]}),
+            ),
+            (
+                "a nested struct's field in a newtype",
+                "method",
+                bson!({"Wallet": {"mic": 5}}),
+            ),
+            (
+                "an internal tag serde never stores",
+                "fee",
+                bson!({"kind": "percent"}),
+            ),
+            (
+                "a field beside the internal tag",
+                "fee",
+                bson!({"kind": "flat", "amountCents": "5"}),
+            ),
+            ("no internal tag", "fee", bson!({"amountCents": 5})),
+            (
+                "a newtype struct's field beside the tag",
+                "fee",
+                bson!({"kind": "rate", "bps": "x"}),
+            ),
+            (
+                "adjacent content of the wrong type",
+                "hold",
+                bson!({"t": "Days", "c": "two"}),
+            ),
+            ("adjacent content missing", "hold", bson!({"t": "Days"})),
+            ("no adjacent tag", "hold", bson!({"c": 2})),
+            ("an untagged value of no variant", "refs", bson!([1.5])),
+            ("an untagged document", "refs", bson!([{}])),
+            ("not a string", "channel", bson!(5)),
+        ] {
+            let mut d = good();
+            d.insert(field, value);
+            let e = stored.insert_one(d).await.expect_err(what);
+            assert!(validation_failed(&e), "{what}: {e}");
+        }
+    })
+    .await;
+}

@@ -46,7 +46,7 @@ pub fn derive_model(input: TokenStream) -> TokenStream {
 }
 
 /// Derives `mongo_patterns::Schema` for a type stored inside a model (a
-/// struct with named fields, an enum of unit variants), so that the
+/// struct with named fields, an enum in any of serde's taggings), so that the
 /// collection's validator checks its shape too. See the attribute
 /// reference's section on validation.
 #[proc_macro_derive(Schema, attributes(model))]

@@ -13,6 +13,7 @@ use syn::{GenericArgument, PathArguments, Type};
 use crate::ast::Input;
 use crate::ctxt::Ctxt;
 use crate::private::Private;
+use crate::serde_rules::RenameRule;
 
 const INT: &[&str] = &["int", "long"];
 /// A float reads integers too.
@@ -195,39 +196,131 @@ pub fn derive_schema(input: &syn::DeriveInput) -> TokenStream {
     }
 }
 
-/// The `{enum: [...]}` of an enum of unit variants.
+/// An enum's schema: the names its unit variants are stored under, and
+/// the shape of each variant with data under the enum's tagging.
 fn enum_schema(
     cx: &Ctxt,
     input: &syn::DeriveInput,
     e: &syn::DataEnum,
     p: &Private,
 ) -> Option<TokenStream> {
-    if let Some(repr) = crate::serde_rules::enum_representation(input) {
-        cx.error_spanned_by(
-            &input.ident,
-            format!("`Schema` takes an enum of unit variants stored as strings; `#[serde({repr})]` stores it otherwise"),
-        );
-        return None;
-    }
-    if let Some(v) = e.variants.iter().find(|v| !v.fields.is_empty()) {
-        cx.error_spanned_by(
-            &v.ident,
-            "`Schema` takes an enum of unit variants, stored as strings; a variant with data is stored as a document of its own shape: leave the enum without `Schema` (the field is left open)",
-        );
-        return None;
-    }
+    use crate::serde_rules::{variant_name, variant_untagged, Tagging};
+    let tagging = crate::serde_rules::enum_tagging(input);
     let rule = crate::serde_rules::container_rule(cx, input);
-    let names = e
-        .variants
-        .iter()
-        .filter_map(|v| crate::serde_rules::variant_name(v, rule));
+    let (mut names, mut shapes) = (Vec::new(), Vec::new());
+    for v in &e.variants {
+        let Some(name) = variant_name(v, rule) else {
+            continue;
+        };
+        let content = variant_content(cx, input, v, p);
+        let some = |c: &Option<TokenStream>| match c {
+            Some(c) => quote!(#p::core::option::Option::Some(#c)),
+            None => quote!(#p::core::option::Option::None),
+        };
+        let tagging = match variant_untagged(v) {
+            true => &Tagging::Untagged,
+            false => &tagging,
+        };
+        let shape = match (tagging, content) {
+            (Tagging::Untagged, c) => c.unwrap_or_else(|| quote!(#p::variant::null())),
+            (Tagging::External, None) => {
+                names.push(name);
+                continue;
+            }
+            (Tagging::External, Some(c)) => quote!(#p::variant::external(#name, #c)),
+            (Tagging::Internal { tag }, c) => {
+                let c = some(&c);
+                quote!(#p::variant::internal(#tag, #name, #c))
+            }
+            (Tagging::Adjacent { tag, content }, c) => {
+                let c = some(&c);
+                quote!(#p::variant::adjacent(#tag, #content, #name, #c))
+            }
+        };
+        shapes.push(shape);
+    }
     Some(quote! {
-        let mut names = #p::Vec::<#p::Bson>::new();
-        #( names.push(#p::Bson::String(#p::core::convert::Into::into(#names))); )*
-        let mut s = #p::Document::new();
-        s.insert("enum", names);
-        s
+        #[allow(unused_imports)]
+        use #p::probe::{ViaNothing as _, ViaSchema as _};
+        let mut shapes = #p::Vec::<#p::Document>::new();
+        #( shapes.push(#shapes); )*
+        #p::variant::any_of(&[#(#names),*], shapes)
     })
+}
+
+/// What variant `v` stores besides its name, as a `Document` expression;
+/// `None` for a unit variant. A newtype's content is its field's schema
+/// (open when the derive cannot see through it), a tuple's an array of
+/// its length, a struct variant's an object of its fields (named by the
+/// variant's `rename_all`, else the enum's `rename_all_fields`).
+fn variant_content(
+    cx: &Ctxt,
+    input: &syn::DeriveInput,
+    v: &syn::Variant,
+    p: &Private,
+) -> Option<TokenStream> {
+    let open = quote!(#p::Document::new());
+    match &v.fields {
+        syn::Fields::Unit => None,
+        syn::Fields::Unnamed(f) if f.unnamed.len() == 1 => {
+            let field = &f.unnamed[0];
+            let stored = crate::serde_rules::stored(field, "0", RenameRule::None);
+            let params: Vec<&Ident> = input.generics.type_params().map(|t| &t.ident).collect();
+            if stored.serialized_with {
+                return Some(open);
+            }
+            if let Some((t, items)) = types(&field.ty) {
+                return Some(quote!(#p::variant::value(&[#(#t),*], &[#(#items),*])));
+            }
+            let Some((wraps, ty)) = nested(&field.ty, &params) else {
+                return Some(open);
+            };
+            let wraps = wraps.iter().map(|w| Ident::new(w, Span::call_site()));
+            Some(quote! {
+                match (&&#p::probe::Probe::<#ty>::new()).schema() {
+                    #p::core::option::Option::Some(s) => {
+                        #p::Nested::new("", s, &[#(#p::Wrap::#wraps),*]).schema
+                    }
+                    #p::core::option::Option::None => #open,
+                }
+            })
+        }
+        syn::Fields::Unnamed(f) => {
+            let len = f.unnamed.len();
+            Some(quote!(#p::variant::tuple(#len)))
+        }
+        syn::Fields::Named(fields) => {
+            let serde: Vec<&syn::Attribute> = v
+                .attrs
+                .iter()
+                .filter(|a| a.path().is_ident("serde"))
+                .collect();
+            let own_rule = {
+                let probe: syn::DeriveInput = syn::parse_quote!(#(#serde)* struct S;);
+                let quiet = Ctxt::new();
+                let rule = crate::serde_rules::container_rule(&quiet, &probe);
+                let _ = quiet.check();
+                rule != RenameRule::None
+            };
+            let fields_rule = crate::serde_rules::rename_all_fields(input)
+                .filter(|_| !own_rule)
+                .map(|lit| quote!(#[serde(rename_all = #lit)]));
+            let generics = &input.generics;
+            let synth: syn::DeriveInput =
+                syn::parse_quote!(#(#serde)* #fields_rule struct Variant #generics #fields);
+            let ast = Input::parse(cx, &synth, "Schema")?;
+            let list = fields_list(&ast, p);
+            let nested = expand_nested(&ast, generics, p);
+            Some(match nested.is_empty() {
+                true => quote!(#p::object_schema(&[#(#list),*], &[])),
+                false => quote! {{
+                    struct Fields;
+                    impl Fields { #nested }
+                    #p::object_schema(&[#(#list),*], &Fields::nested())
+                }},
+            })
+        }
+    }
 }
 
 /// Each stored field whose type decides its BSON types, as a

@@ -116,24 +116,74 @@ impl RenameRule {
     }
 }
 
-/// The enum's serde representation when it is not the external tagging
-/// (`tag`, `untagged`): the attribute that says so.
-pub fn enum_representation(input: &DeriveInput) -> Option<&'static str> {
-    let mut found = None;
+/// How serde stores an enum's variants (`#[serde(tag, content,
+/// untagged)]` on the enum).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Tagging {
+    /// The default: a unit variant as its name, any other as
+    /// `{name: content}`.
+    External,
+    /// `tag = "t"`: `{t: name, ..the variant's fields}`.
+    Internal { tag: String },
+    /// `tag = "t", content = "c"`: `{t: name, c: content}`.
+    Adjacent { tag: String, content: String },
+    /// `untagged`: the content alone.
+    Untagged,
+}
+
+/// The enum's [`Tagging`].
+pub fn enum_tagging(input: &DeriveInput) -> Tagging {
+    let (mut tag, mut content, mut untagged) = (None, None, false);
     for a in input.attrs.iter().filter(|a| a.path().is_ident(SERDE)) {
         let _ = a.parse_nested_meta(|meta| {
             match attr::option_name(&meta).as_str() {
-                "tag" => found = Some("tag"),
-                "untagged" => found = Some("untagged"),
-                _ => {}
+                "tag" => tag = Some(meta.value()?.parse::<LitStr>()?.value()),
+                "content" => content = Some(meta.value()?.parse::<LitStr>()?.value()),
+                "untagged" => untagged = true,
+                _ => attr::skip_value(&meta)?,
             }
+            Ok(())
+        });
+    }
+    match (untagged, tag, content) {
+        (true, ..) => Tagging::Untagged,
+        (false, Some(tag), Some(content)) => Tagging::Adjacent { tag, content },
+        (false, Some(tag), None) => Tagging::Internal { tag },
+        (false, None, _) => Tagging::External,
+    }
+}
+
+/// Whether variant `v` is stored untagged whatever the enum's tagging
+/// (`#[serde(untagged)]` on the variant).
+pub fn variant_untagged(v: &syn::Variant) -> bool {
+    let mut found = false;
+    for a in v.attrs.iter().filter(|a| a.path().is_ident(SERDE)) {
+        let _ = a.parse_nested_meta(|meta| {
+            found |= meta.path.is_ident("untagged");
             attr::skip_value(&meta)
         });
     }
     found
 }
 
-/// The name serde stores unit variant `v` under (`rename`, else the
+/// The enum's `#[serde(rename_all_fields = "...")]`: the rule of every
+/// struct variant's fields that names none of its own.
+pub fn rename_all_fields(input: &DeriveInput) -> Option<LitStr> {
+    let mut found = None;
+    for a in input.attrs.iter().filter(|a| a.path().is_ident(SERDE)) {
+        let _ = a.parse_nested_meta(|meta| {
+            if meta.path.is_ident("rename_all_fields") && meta.input.peek(syn::Token![=]) {
+                found = Some(meta.value()?.parse::<LitStr>()?);
+                Ok(())
+            } else {
+                attr::skip_value(&meta)
+            }
+        });
+    }
+    found
+}
+
+/// The name serde stores variant `v` under (`rename`, else the
 /// enum's `rule`); `None` when serde never serializes it (`skip`,
 /// `skip_serializing`).
 pub fn variant_name(v: &syn::Variant, rule: RenameRule) -> Option<String> {

@@ -173,7 +173,7 @@ pub use action::{EnsureAction, PlanAction, ValidateExisting, VALIDATOR_REGISTRY}
 pub(crate) use needs::ServerFacts;
 pub use needs::{Need, Unsupported};
 #[doc(hidden)]
-pub use nested::probe;
+pub use nested::{probe, variant};
 pub use nested::{Nested, Schema, Wrap};
 pub use report::{Conflict, Ensured, Index, Invalid, Note, Plan, Shard, Validator};
 

@@ -765,9 +765,9 @@
 //! ```
 //!
 //! No field is required (a counter's upsert stores some only). A nested
-//! struct or an enum of unit variants is checked where it derives
-//! `Schema` (`#[derive(Schema)]`: its fields' types, or the names serde
-//! stores); a field whose Rust type does not decide its BSON type
+//! struct or an enum is checked where it derives `Schema`
+//! (`#[derive(Schema)]`: its fields' types; an enum's names and each
+//! variant's shape under its serde tagging); a field whose Rust type does not decide its BSON type
 //! otherwise (a helper's, a type without `Schema`) is left open, and
 //! still found on read (`UnexpectedDocument`). The attribute reference
 //! lists what is typed.

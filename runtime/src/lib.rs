@@ -39,7 +39,8 @@ pub use crate::model::{Documents, Model};
 /// tests of `mongo-patterns-macros`.
 pub use mongo_patterns_macros::Model;
 /// Derives [`Schema`](trait@Schema) for a type stored inside a model: a
-/// struct with named fields, or an enum of unit variants.
+/// struct with named fields, or an enum (unit variants and variants with
+/// data, in any of serde's taggings).
 pub use mongo_patterns_macros::Schema;
 
 /// What a user module needs: the derive, the trait, the paging types, serde's
@@ -74,8 +75,8 @@ pub mod __private {
         OrderKey,
     };
     pub use crate::ensure::{
-        for_model, object_schema, probe, with_fields, with_validation, Declared, FieldType, Nested,
-        Schema, Validation, Wrap,
+        for_model, object_schema, probe, variant, with_fields, with_validation, Declared,
+        FieldType, Nested, Schema, Validation, Wrap,
     };
     pub use crate::keyset::{KeysetSpec, SortKey};
     pub use crate::model::{Documents, Model};

@@ -10,8 +10,13 @@ use mongodb::bson::{doc, Bson, Document};
 /// collection's validator checks, as a field's value, an `Option`'s or a
 /// sequence's elements. `#[derive(Schema)]` writes it for a struct with
 /// named fields (its fields' types, as serde stores them, none required)
-/// and for an enum of unit variants (the names serde stores). A field
-/// whose type does not implement it is left open.
+/// and for an enum: the names serde stores its unit variants under, and
+/// for each variant with data the shape its `#[serde]` tagging gives it
+/// (`{Name: content}` by default, the `tag` field beside the fields, the
+/// `tag` and `content` fields, or the content alone when `untagged`; a
+/// tuple variant is an array of its length). A field whose type does not
+/// implement it is left open, and so is a variant's content the derive
+/// cannot see through.
 ///
 /// ```
 /// # use mongo_patterns::prelude::*;
@@ -32,7 +37,8 @@ use mongodb::bson::{doc, Bson, Document};
 /// ```
 pub trait Schema {
     /// Its `$jsonSchema`: `{bsonType: "object", properties: {...}}` for a
-    /// struct, `{enum: [...]}` for an enum of unit variants.
+    /// struct, `{enum: [...]}` for an enum of unit variants, an `anyOf`
+    /// of its variants for an enum with data.
     fn schema() -> Document;
 }
 
@@ -81,7 +87,88 @@ fn nullable(mut s: Document) -> Document {
     if let Ok(values) = s.get_array_mut("enum") {
         values.push(Bson::Null);
     }
+    if let Ok(any) = s.get_array_mut("anyOf") {
+        any.push(doc! {"bsonType": "null"}.into());
+    }
     s
+}
+
+/// The schemas of an enum's variants as serde stores them, for the
+/// derive's [`Schema`] of an enum with data: one `anyOf` of its variants'
+/// shapes, each tagged as the enum's `#[serde]` attributes say. A
+/// variant's content the derive cannot see through is left open.
+#[doc(hidden)]
+pub mod variant {
+    use super::*;
+
+    /// A value of the BSON `types` (an array of `items`, when given).
+    pub fn value(types: &[&str], items: &[&str]) -> Document {
+        let mut s = doc! {"bsonType": types.to_vec()};
+        if !items.is_empty() {
+            s.insert("items", doc! {"bsonType": items.to_vec()});
+        }
+        s
+    }
+
+    /// A tuple variant's content: an array of its `len` fields.
+    pub fn tuple(len: usize) -> Document {
+        let len = len as i64;
+        doc! {"bsonType": "array", "minItems": len, "maxItems": len}
+    }
+
+    /// An untagged unit variant: `null`.
+    pub fn null() -> Document {
+        doc! {"bsonType": "null"}
+    }
+
+    /// The default tagging of a variant with data: `{name: content}`.
+    pub fn external(name: &str, content: Document) -> Document {
+        doc! {
+            "bsonType": "object",
+            "required": [name],
+            "properties": {name: content},
+            "additionalProperties": false,
+        }
+    }
+
+    /// `#[serde(tag)]`: `{tag: name}` beside the content's own fields
+    /// (serde takes only a struct, a map or nothing there).
+    pub fn internal(tag: &str, name: &str, content: Option<Document>) -> Document {
+        let mut properties = content
+            .and_then(|c| c.get_document("properties").ok().cloned())
+            .unwrap_or_default();
+        properties.insert(tag, doc! {"enum": [name]});
+        doc! {"bsonType": "object", "required": [tag], "properties": properties}
+    }
+
+    /// `#[serde(tag, content)]`: `{tag: name, content_key: content}`.
+    pub fn adjacent(
+        tag: &str,
+        content_key: &str,
+        name: &str,
+        content: Option<Document>,
+    ) -> Document {
+        let mut properties = doc! {tag: {"enum": [name]}};
+        let mut required = vec![tag];
+        if let Some(c) = content {
+            properties.insert(content_key, c);
+            required.push(content_key);
+        }
+        doc! {"bsonType": "object", "required": required, "properties": properties}
+    }
+
+    /// The enum: any of `shapes`, or of the `names` its unit variants are
+    /// stored as (the default tagging).
+    pub fn any_of(names: &[&str], shapes: Vec<Document>) -> Document {
+        let names = (!names.is_empty()).then(|| doc! {"enum": names.to_vec()});
+        match (names, shapes.is_empty()) {
+            (Some(names), true) => names,
+            (names, _) => {
+                let any: Vec<Document> = names.into_iter().chain(shapes).collect();
+                doc! {"anyOf": any}
+            }
+        }
+    }
 }
 
 /// What the derive calls to find whether a field's type implements

@@ -1,9 +1,0 @@
-use mongo_patterns::prelude::*;
-
-#[derive(Serialize, Deserialize, Schema)]
-enum Order {
-    Market,
-    Limit { price: f64 },
-}
-
-fn main() {}
