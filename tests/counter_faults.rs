@@ -11,7 +11,7 @@ use mongo_patterns::bson::spec::ElementType;
 use mongo_patterns::bson::Bson;
 use mongo_patterns::prelude::*;
 use mongo_patterns::{Error, Found};
-use mongo_patterns_testkit::{client, fresh_db, OwnServer, ServerOptions};
+use mongo_patterns_testkit::{client, OwnServer, ServerOptions};
 
 /// Buffered, no timed flush within a test.
 #[derive(Debug, Clone, Serialize, Deserialize, Model)]
@@ -41,6 +41,31 @@ struct Geometric {
     id: i64,
     #[approx_counter(every = 10, mode = "geometric", upsert = true)]
     views: i64,
+}
+
+/// Every model's validator at `strict` in `db`
+/// (`testkit::strict_validators`): nothing these faults make the
+/// repositories write, retry or repair may break the pattern's invariants.
+async fn strict(db: &Database) {
+    mongo_patterns_testkit::strict_validators(
+        db,
+        [
+            Buffered::declared(db),
+            Sampled::declared(db),
+            Geometric::declared(db),
+        ]
+        .concat(),
+    )
+    .await;
+}
+
+/// A fresh database, [`strict`]. A test that stores a broken document on
+/// purpose takes the test kit's own `fresh_db`.
+async fn fresh_db(test: &str) -> (Database, mongo_patterns_testkit::Commands) {
+    let (db, commands) = mongo_patterns_testkit::fresh_db(test).await;
+    strict(&db).await;
+    commands.take();
+    (db, commands)
 }
 
 const BOUND: Duration = Duration::from_secs(60);
@@ -166,6 +191,7 @@ async fn cancelled_buffered_incr_keeps_its_increments() {
     });
     let (c, _) = client(server.uri()).await;
     let db = c.database("cancel");
+    strict(&db).await;
     let views = Buffered::views_counter(&db);
     views.incr_by(&1, 99).await.unwrap();
     server.kill();
@@ -192,6 +218,7 @@ async fn crash_unknown_outcome_is_applied_once() {
     let proxy = Proxy::start(server.uri()).await;
     let (c, _) = client(&proxy.uri()).await;
     let db = c.database("unknown");
+    strict(&db).await;
     let (raw, _) = client(server.uri()).await;
     let raw = raw.database("unknown");
     let views = Buffered::views_counter(&db);
@@ -343,7 +370,8 @@ async fn flush_marker_is_bounded() {
 /// count dropped and reported; other keys flush, later flushes succeed.
 #[tokio::test]
 async fn damaged_field_is_unsupported_value_for_that_key_only() {
-    let (db, _) = fresh_db("counter_damaged").await;
+    // Stores what the validators refuse, on purpose: none set.
+    let (db, _) = mongo_patterns_testkit::fresh_db("counter_damaged").await;
     for coll in ["buffered", "sampled", "geometric"] {
         db.collection::<Document>(coll)
             .insert_many([
@@ -749,6 +777,7 @@ async fn crash_server_killed_and_restarted_mid_run() {
     // Calls made while the server is down fail fast (unknown outcomes).
     let (c, _) = client(&format!("{}&serverSelectionTimeoutMS=300", server.uri())).await;
     let db = c.database("restart");
+    strict(&db).await;
     let buffered = Buffered::views_counter(&db);
     let sampled = Sampled::views_counter(&db);
     let geometric = Geometric::views_counter(&db);

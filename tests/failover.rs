@@ -26,7 +26,7 @@ use mongo_patterns::mongodb::options::ClientOptions;
 use mongo_patterns::mongodb::{Client, Database};
 use mongo_patterns::prelude::*;
 use mongo_patterns_testkit::proxy::{Fault, Proxy, Rule};
-use mongo_patterns_testkit::{bounded, client, OwnServer, ServerOptions};
+use mongo_patterns_testkit::{bounded, client, strict_validators, OwnServer, ServerOptions};
 
 /// Kept in arrival order: a push is one `findAndModify`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
@@ -88,11 +88,25 @@ impl Rig {
         let uri = format!("{}&heartbeatFrequencyMS=500", proxy.uri());
         let (through, _) = client(&uri).await;
         let (direct, _) = client(server.uri()).await;
+        // Every model's validator at `strict`: no retry, lookup or
+        // replay after a fault may store what an invariant refuses.
+        let direct = direct.database(name);
+        strict_validators(
+            &direct,
+            [
+                Arrival::declared(&direct),
+                Tick::declared(&direct),
+                Item::declared(&direct),
+                Log::declared(&direct),
+            ]
+            .concat(),
+        )
+        .await;
         Rig {
             db: through.database(name),
-            direct: direct.database(name),
+            direct: direct.clone(),
             proxy,
-            _clients: (through, direct),
+            _clients: (through, direct.client().clone()),
             _server: server,
         }
     }

@@ -12,7 +12,7 @@ use mongo_patterns::keyset::{KeysetSpec, MAX_TOKEN_DEPTH, MAX_TOKEN_LEN};
 use mongo_patterns::prelude::*;
 use mongo_patterns::{CursorError, Error};
 use mongo_patterns_testkit::forge::{b64_decode, b64_encode, fnv1a64};
-use mongo_patterns_testkit::{fresh_db, Explain};
+use mongo_patterns_testkit::Explain;
 
 /// The test kit's time bound, for actions as well as futures.
 async fn bounded<F: IntoFuture>(secs: u64, f: F) -> F::Output {
@@ -36,6 +36,26 @@ struct ReadingDesc {
     #[serde(rename = "_id")]
     id: i64,
     v: f64,
+}
+
+/// Every model's validator at `strict` in `db`
+/// (`testkit::strict_validators`): nothing these faults make the
+/// repositories write, retry or repair may break the pattern's invariants.
+async fn strict(db: &Database) {
+    mongo_patterns_testkit::strict_validators(
+        db,
+        [Reading::declared(db), ReadingDesc::declared(db)].concat(),
+    )
+    .await;
+}
+
+/// A fresh database, [`strict`]. A test that stores a broken document on
+/// purpose takes the test kit's own `fresh_db`.
+async fn fresh_db(test: &str) -> (Database, mongo_patterns_testkit::Commands) {
+    let (db, commands) = mongo_patterns_testkit::fresh_db(test).await;
+    strict(&db).await;
+    commands.take();
+    (db, commands)
 }
 
 /// Any value in the sort key, to page mixed-type data as stored.
@@ -263,7 +283,8 @@ async fn nan_sort_keys_are_paged_in_server_order() {
 /// before it.
 #[tokio::test]
 async fn strings_in_a_float_key_fail_alike_on_every_page_size() {
-    let (db, _) = fresh_db("keyset_strings").await;
+    // Stores what the validators refuse, on purpose: none set.
+    let (db, _) = mongo_patterns_testkit::fresh_db("keyset_strings").await;
     let raw = db.collection::<Document>("readings");
     let mut docs: Vec<Document> = (0..200_i64)
         .map(|id| doc! {"_id": id, "v": (id * 13 % 97) as f64})

@@ -17,7 +17,9 @@ use mongo_patterns::bson::{Bson, Document};
 use mongo_patterns::prelude::*;
 use mongo_patterns::rank_histogram::Layout;
 use mongo_patterns_testkit::proxy::{Fault, Proxy, Rule};
-use mongo_patterns_testkit::{bounded, client, Commands, OwnServer, ServerOptions};
+use mongo_patterns_testkit::{
+    bounded, client, strict_validators, Commands, OwnServer, ServerOptions,
+};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[serde(rename_all = "camelCase")]
@@ -87,11 +89,19 @@ impl Rig {
         let uri = format!("{}&heartbeatFrequencyMS=500", proxy.uri());
         let (c, commands) = client(&uri).await;
         let (direct, _) = client(server.uri()).await;
+        // Every model's validator at `strict`: no retry, lookup or
+        // replay after a fault may store what an invariant refuses.
+        let direct = direct.database(name);
+        strict_validators(
+            &direct,
+            [DocsScore::declared(&direct), ArrayScore::declared(&direct)].concat(),
+        )
+        .await;
         Rig {
             proxy,
             db: c.database(name),
             commands,
-            direct: direct.database(name),
+            direct,
             _server: server,
         }
     }

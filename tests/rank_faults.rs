@@ -12,7 +12,7 @@ use mongo_patterns::bson::Bson;
 use mongo_patterns::prelude::*;
 use mongo_patterns::rank_histogram::{Layout, RankHistogram};
 use mongo_patterns::Error;
-use mongo_patterns_testkit::{bounded, client, fresh_db, FaultServer, OwnServer, ServerOptions};
+use mongo_patterns_testkit::{bounded, client, FaultServer, OwnServer, ServerOptions};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[serde(rename_all = "camelCase")]
@@ -39,6 +39,26 @@ struct DocsScore {
     student: String,
     exam_id: String,
     score: f64,
+}
+
+/// Every model's validator at `strict` in `db`
+/// (`testkit::strict_validators`): nothing these faults make the
+/// repositories write, retry or repair may break the pattern's invariants.
+async fn strict(db: &Database) {
+    mongo_patterns_testkit::strict_validators(
+        db,
+        [ArrayScore::declared(db), DocsScore::declared(db)].concat(),
+    )
+    .await;
+}
+
+/// A fresh database, [`strict`]. A test that stores a broken document on
+/// purpose takes the test kit's own `fresh_db`.
+async fn fresh_db(test: &str) -> (Database, mongo_patterns_testkit::Commands) {
+    let (db, commands) = mongo_patterns_testkit::fresh_db(test).await;
+    strict(&db).await;
+    commands.take();
+    (db, commands)
 }
 
 trait Exam: RankHistogram<Board = String, Score = f64> + Clone {
@@ -443,6 +463,7 @@ async fn cut_while_held<F: IntoFuture>(server: &FaultServer, c: &Client, what: &
 
 async fn late_writes<T: Exam>(server: &FaultServer, c: &Client, name: &str) {
     let db = c.database(&server.db_name(name));
+    strict(&db).await;
     let ranks = T::ranks(&db);
     ranks.insert(&T::new("a".into(), "b", 1.0)).await.unwrap();
     let late = T::new("late".into(), "b", 2.0);
@@ -605,7 +626,8 @@ fn assert_damaged(r: Result<impl std::fmt::Debug, Error>, id: &Bson, what: &str)
 /// Every call that meets the damaged board fails with `Damaged` naming it,
 /// and writes nothing: neither the histogram nor the player.
 async fn damaged_array_board(board: Document, what: &str) {
-    let (db, _) = fresh_db("rank_f_damage_array").await;
+    // Stores what the validators refuse, on purpose: none set.
+    let (db, _) = mongo_patterns_testkit::fresh_db("rank_f_damage_array").await;
     let ranks = ArrayScore::ranks(&db);
     let hist = db.collection::<Document>(ArrayScore::RANK.histogram);
     let players = db.collection::<Document>(ArrayScore::COLLECTION);
@@ -697,7 +719,8 @@ async fn damaged_array_other_shapes() {
 /// The documents layout: a call that meets the damaged document fails with
 /// `Damaged` naming that document's `_id`, and writes nothing.
 async fn damaged_documents(count: Bson, what: &str, bulk: bool) {
-    let (db, _) = fresh_db("rank_f_damage_docs").await;
+    // Stores what the validators refuse, on purpose: none set.
+    let (db, _) = mongo_patterns_testkit::fresh_db("rank_f_damage_docs").await;
     let ranks = DocsScore::ranks(&db).bulk_write(bulk);
     let hist = db.collection::<Document>(DocsScore::RANK.histogram);
     let players = db.collection::<Document>(DocsScore::COLLECTION);
@@ -976,6 +999,7 @@ async fn standalone_without_transactions() {
     });
     let (c, _) = client(server.uri()).await;
     let db = c.database("standalone");
+    strict(&db).await;
     bounded(150, async {
         // Does this standalone commit transactions?
         let probe = db.collection::<Document>("probe");
@@ -1162,6 +1186,7 @@ async fn crash_kill_and_restart_mid_run() {
     });
     let (c, _) = client(server.uri()).await;
     let db = c.database("crash");
+    strict(&db).await;
     let array = ArrayScore::ranks(&db);
     let docs = DocsScore::ranks(&db);
     for p in 0..8 {

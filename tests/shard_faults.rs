@@ -8,7 +8,7 @@ use mongo_patterns::bson::{Bson, DateTime};
 use mongo_patterns::prelude::*;
 use mongo_patterns::shard_key::TimeRange;
 use mongo_patterns::Error;
-use mongo_patterns_testkit::{bounded, fresh_db};
+use mongo_patterns_testkit::bounded;
 use std::future::IntoFuture;
 
 /// An application log, `ts` in epoch seconds; `month` is derived.
@@ -43,6 +43,31 @@ struct Session {
     #[serde(rename = "_id")]
     id: i64,
     user: String,
+}
+
+/// Every model's validator at `strict` in `db`
+/// (`testkit::strict_validators`): nothing these faults make the
+/// repositories write, retry or repair may break the pattern's invariants.
+async fn strict(db: &Database) {
+    mongo_patterns_testkit::strict_validators(
+        db,
+        [
+            Log::declared(db),
+            Event::declared(db),
+            Session::declared(db),
+        ]
+        .concat(),
+    )
+    .await;
+}
+
+/// A fresh database, [`strict`]. A test that stores a broken document on
+/// purpose takes the test kit's own `fresh_db`.
+async fn fresh_db(test: &str) -> (Database, mongo_patterns_testkit::Commands) {
+    let (db, commands) = mongo_patterns_testkit::fresh_db(test).await;
+    strict(&db).await;
+    commands.take();
+    (db, commands)
 }
 
 fn at(s: &str) -> DateTime {
@@ -309,7 +334,8 @@ async fn key_change_moves_the_document() {
 /// `Damaged`, naming the `_id`, and leave them as they are.
 #[tokio::test]
 async fn damaged_keys_are_refused_by_writes() {
-    let (db, _) = fresh_db("shard_faults_damaged").await;
+    // Stores what the validators refuse, on purpose: none set.
+    let (db, _) = mongo_patterns_testkit::fresh_db("shard_faults_damaged").await;
     let repo = Log::sharded(&db);
     let raw = db.collection::<Document>("logs");
     let oct = at("2021-10-25T03:34:59Z").timestamp_millis() / 1000;
@@ -464,7 +490,8 @@ async fn damaged_keys_are_refused_by_writes() {
 /// every read path.
 #[tokio::test]
 async fn mistyped_documents_are_named_on_reads() {
-    let (db, _) = fresh_db("shard_faults_mistyped").await;
+    // Stores what the validators refuse, on purpose: none set.
+    let (db, _) = mongo_patterns_testkit::fresh_db("shard_faults_mistyped").await;
     let events = Event::sharded(&db);
     let day = at("2024-03-01T12:00:00Z");
     for id in 0..5 {
@@ -534,7 +561,8 @@ async fn mistyped_documents_are_named_on_reads() {
 /// query (its key is not in any range); `audit` reports it, by `_id`.
 #[tokio::test]
 async fn audit_reports_documents_a_targeted_query_cannot_see() {
-    let (db, _) = fresh_db("shard_faults_audit").await;
+    // Stores what the validators refuse, on purpose: none set.
+    let (db, _) = mongo_patterns_testkit::fresh_db("shard_faults_audit").await;
     let repo = Log::sharded(&db);
     let oct = at("2021-10-25T03:34:59Z").timestamp_millis() / 1000;
     for id in 0..20 {
@@ -689,6 +717,7 @@ async fn crash_during_moves_leaves_one_whole_document() {
     });
     let (client, _) = client(server.uri()).await;
     let db = client.database("crash");
+    strict(&db).await;
     let repo = Log::sharded(&db);
     let oct = at("2021-10-25T03:34:59Z").timestamp_millis() / 1000;
     let months = [oct, oct + 10 * 86_400, oct + 40 * 86_400];

@@ -16,7 +16,9 @@ use mongo_patterns::mongodb::{Client, Database};
 use mongo_patterns::prelude::*;
 use mongo_patterns::Error;
 use mongo_patterns_testkit::proxy::{Fault, Proxy, Rule};
-use mongo_patterns_testkit::{bounded, client, fail_command, OwnServer, ServerOptions};
+use mongo_patterns_testkit::{
+    bounded, client, fail_command, strict_validators, OwnServer, ServerOptions,
+};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[model(collection = "uo_ticks")]
@@ -74,11 +76,24 @@ impl Rig {
         );
         let (through, _) = client(&uri).await;
         let (direct, _) = client(server.uri()).await;
+        // Every model's validator at `strict`: no retry, lookup or
+        // replay after a fault may store what an invariant refuses.
+        let direct = direct.database(name);
+        strict_validators(
+            &direct,
+            [
+                Tick::declared(&direct),
+                Item::declared(&direct),
+                Log::declared(&direct),
+            ]
+            .concat(),
+        )
+        .await;
         Rig {
             db: through.database(name),
-            direct: direct.database(name),
+            direct: direct.clone(),
             proxy,
-            _clients: (through, direct),
+            _clients: (through, direct.client().clone()),
             _server: server,
         }
     }

@@ -465,28 +465,40 @@ pub async fn validate_declared(
     commands: &Commands,
     declared: &[mongo_patterns::ensure::Declared],
 ) {
-    use mongo_patterns::ensure::{with_validation, EnsureAction, Validation};
     match std::env::var(VALIDATE).as_deref() {
         Ok("strict") => {}
         Ok("") | Err(_) => return,
         Ok(other) => panic!("{VALIDATE}={other}: only \"strict\" is known"),
     }
+    strict_validators(db, declared.iter().cloned()).await;
+    commands.take();
+}
+
+/// Sets the validator of every declaration of `declared` in `db` at
+/// `strict`, whatever the model chose (`ensure` without the indexes or
+/// shard keys), and panics on a conflict: the fault suites call it on
+/// every database their repositories write, so that no retry, repair or
+/// replay of theirs stores what the pattern's invariants refuse.
+pub async fn strict_validators(
+    db: &Database,
+    declared: impl IntoIterator<Item = mongo_patterns::ensure::Declared>,
+) {
+    use mongo_patterns::ensure::{with_validation, EnsureAction, Validation};
     // The validators alone: the indexes are the test's to create (the
     // test server refuses a hashed index on `_id`, which `mongod` builds).
-    let mut strict = with_validation(declared.to_vec(), Validation::Strict);
+    let mut strict = with_validation(declared.into_iter().collect(), Validation::Strict);
     for d in &mut strict {
         d.indexes.clear();
         d.shard_key = None;
     }
     let done = bounded(120, EnsureAction::new(db, strict))
         .await
-        .unwrap_or_else(|e| panic!("{VALIDATE}: ensure in {}: {e}", db.name()));
+        .unwrap_or_else(|e| panic!("strict validators in {}: {e}", db.name()));
     assert!(
         done.conflicts.is_empty(),
-        "{VALIDATE}: ensure in {}:\n{done}",
+        "strict validators in {}:\n{done}",
         db.name()
     );
-    commands.take();
 }
 
 /// The `Conflict::Stored` entries of a plan's conflicts: what `plan` found
