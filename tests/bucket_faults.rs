@@ -13,7 +13,7 @@ use mongo_patterns::mongodb::Collection;
 use mongo_patterns::prelude::*;
 use mongo_patterns::Error;
 use mongo_patterns_testkit::{
-    bounded, client, fresh_db, server_uri, with_pool, FaultServer, OwnServer, ServerOptions,
+    bounded, client, server_uri, with_pool, FaultServer, OwnServer, ServerOptions,
 };
 use tokio::time::timeout;
 
@@ -60,6 +60,30 @@ struct Dated {
     customer_id: i64,
     day: i64,
     n: u32,
+}
+
+/// Every model's validator at `strict` in `db`
+/// (`testkit::strict_validators`): nothing these faults make the
+/// repositories write, retry or repair may break the pattern's invariants.
+async fn strict(db: &Database) {
+    let declared = [
+        Trade::declared(db),
+        Valued::declared(db),
+        Dated::declared(db),
+        Strict::declared(db),
+        Lenient::declared(db),
+        Hot::declared(db),
+    ];
+    mongo_patterns_testkit::strict_validators(db, declared.concat()).await;
+}
+
+/// A fresh database, [`strict`]. A test that stores a broken document on
+/// purpose takes the test kit's own `fresh_db`.
+async fn fresh_db(test: &str) -> (Database, mongo_patterns_testkit::Commands) {
+    let (db, commands) = mongo_patterns_testkit::fresh_db(test).await;
+    strict(&db).await;
+    commands.take();
+    (db, commands)
 }
 
 /// Reads every bucket of `coll` and checks each key's: `count` an integer
@@ -184,7 +208,8 @@ fn damaged_id(e: &Result<impl std::fmt::Debug, Error>) -> Option<Bson> {
 
 #[tokio::test]
 async fn damaged_buckets_are_errors_naming_the_bucket_and_are_never_written() {
-    let (db, _) = fresh_db("bucket_damaged").await;
+    // Stores what the validators refuse, on purpose: none set.
+    let (db, _) = mongo_patterns_testkit::fresh_db("bucket_damaged").await;
     let raw = db.collection::<Document>("trades");
     let items: Vec<Bson> = (0..7)
         .map(|s| {
@@ -1184,6 +1209,7 @@ async fn crash_kill_and_restart_mid_pushes() {
     });
     let (c, _) = client(server.uri()).await;
     let db = c.database("crash");
+    strict(&db).await;
     let repo = Trade::buckets(&db);
     repo.ensure().await.unwrap();
     let tasks: Vec<_> = (0..4u32)
@@ -1776,6 +1802,7 @@ async fn crash_kill_and_restart_mid_late_pushes() {
     });
     let (c, _) = client(server.uri()).await;
     let db = c.database("crash_late");
+    strict(&db).await;
     let repo = Dated::buckets(&db);
     repo.ensure().await.unwrap();
     let base: Vec<Dated> = (0..40).map(|i| dated(1, 50 * i64::from(i), i)).collect();
@@ -1851,6 +1878,7 @@ async fn a_move_that_fails_part_way_leaves_nothing_half_done() {
     let server = FaultServer::start("a_move_that_fails_part_way_leaves_nothing_half_done").await;
     let (c, _) = client(server.uri()).await;
     let db = c.database(&server.db_name("moves"));
+    strict(&db).await;
     let repo = Dated::buckets(&db);
     // Days 10..20 in two full buckets (size 5): a late day 10.5 would
     // make the first hold six, day 1 lands below them all.
