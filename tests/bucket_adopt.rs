@@ -536,3 +536,38 @@ async fn items_keep_an_id_the_model_has() {
     })
     .await;
 }
+
+/// On a sharded bucket collection (hashed on its key, as `ensure`
+/// shards it), every write of an adoption is one `mongos` targets: the
+/// `$merge` matches on the document key (`_id` and the shard key; `on:
+/// "_id"` alone is refused there), and the buckets a second run removes
+/// are named by key. Judged by the test kit's routing checker.
+#[tokio::test]
+async fn adoption_targets_a_sharded_bucket_collection() {
+    use mongo_patterns_testkit::routing::{Routing, ShardKey};
+    let routing = Routing::new().key(Trade::COLLECTION, ShardKey::hashed(Trade::BUCKET.key));
+    let (db, _) =
+        mongo_patterns_testkit::fresh_db_with("bucket_adopt_sharded", Some(routing.clone())).await;
+    bounded(120, async {
+        let all = flat_trades();
+        write_flat(&db, "trades_flat", &all).await;
+        let trades = Trade::buckets(&db);
+        trades.adopt_from("trades_flat").await.unwrap();
+        // Key 4 loses items: the second run removes its buckets past the end.
+        db.collection::<Document>("trades_flat")
+            .delete_many(doc! {"customer": 4, "n": {"$gte": 17}})
+            .await
+            .unwrap();
+        trades
+            .adopt_from("trades_flat")
+            .batch_items(7)
+            .await
+            .unwrap();
+        routing.assert_clean();
+        // The `$merge`s (one a batch; no other write of an adoption is
+        // targeted to one shard) were judged.
+        let counts = routing.counts();
+        assert!(counts.targeted_writes >= 2, "{counts:?}");
+    })
+    .await;
+}

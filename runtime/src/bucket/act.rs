@@ -577,8 +577,10 @@ impl<T: Bucketed> Buckets<T> {
     /// Needs `$setWindowFields` (MongoDB 5.0). Not in a transaction
     /// (`$merge` refuses one). A bucket of `size` items past the byte
     /// limit fails its batch with [`Error::DocumentTooLarge`] (declare a
-    /// smaller `size`). On a sharded cluster `$merge` on `_id` needs a
-    /// unique index on the key and `_id`; it is tested on a replica set.
+    /// smaller `size`). On a sharded collection the `$merge` matches on
+    /// the document key (`_id` and the shard key), which `mongos` targets;
+    /// that is checked against `mongos`'s rules by the test kit's routing
+    /// checker, not on a sharded cluster.
     ///
     /// ```no_run
     /// # use mongo_patterns::prelude::*;

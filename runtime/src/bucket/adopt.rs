@@ -5,7 +5,8 @@
 //! batch's items numbered per key in `order` (then `_id`) by
 //! `$setWindowFields`, grouped `size` at a time into the buckets a
 //! `push_many` of the key would write (same `_id`s, `start`s, `count`,
-//! `bytes`, floors, every bucket but the last closed), merged on `_id`.
+//! `bytes`, floors, every bucket but the last closed), merged on the
+//! document key (`_id`, and the shard key on a sharded collection).
 //! The buckets depend only on the source, so a batch run again writes the
 //! same documents: a cut call is finished by calling it again. Every
 //! bucket it writes carries [`ADOPTED`] alone as its write ids; a key
@@ -332,9 +333,12 @@ impl<T: Bucketed> Buckets<T> {
                 "$bytes",
             ]}}},
             doc! {"$replaceWith": bucket},
+            // No `on`: on a sharded collection the default is the document
+            // key (`_id` and the shard key), which `mongos` needs and which
+            // takes no unique index of its own; an explicit `["_id", key]`
+            // would (SERVER-114730), and `_id` alone is refused there.
             doc! {"$merge": {
                 "into": self.coll.name(),
-                "on": "_id",
                 "whenMatched": "replace",
                 "whenNotMatched": "insert",
             }},
