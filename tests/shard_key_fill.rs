@@ -683,3 +683,67 @@ async fn fills_in_a_session_and_a_transaction() {
     })
     .await;
 }
+
+/// On a collection already sharded on `{month: 1, type: 1}`, through a
+/// client the routing checker watches (the legacy documents, without
+/// `month`, some without `type`, some in another granularity, are
+/// written before it looks): the fill's every write names the document's
+/// whole shard key, in a transaction, so that nothing is one `mongos`
+/// refuses or broadcasts; the default, batched path (filtered by `_id`
+/// alone) is refused there. Both leave every document consistent.
+#[tokio::test]
+async fn on_a_sharded_collection_each_write_names_the_whole_key() {
+    use mongo_patterns_testkit::routing::{Routing, ShardKey};
+    const N: i64 = 600;
+    let key = ShardKey::from_doc(&doc! {"month": 1, "type": 1}).unwrap();
+    let mut reports = Vec::new();
+    for sharded in [false, true] {
+        let (db, _) = fresh_db(&format!("shard_fill_sharded_{sharded}")).await;
+        legacy_logs(&db, N, 5).await;
+        let raw = db.collection::<Document>("logs");
+        // No `type` on some; on others the day, not the month.
+        raw.update_many(doc! {"_id": {"$lt": 10_i64}}, doc! {"$unset": {"type": ""}})
+            .await
+            .unwrap();
+        for id in 10..20_i64 {
+            let d = raw.find_one(doc! {"_id": id}).await.unwrap().unwrap();
+            let ts = d.get_i64("ts").unwrap();
+            let day = truncate(DateTime::from_millis(ts * 1000), Granularity::Day);
+            raw.update_one(doc! {"_id": id}, doc! {"$set": {"month": day}})
+                .await
+                .unwrap();
+        }
+        let routing = Routing::new().key("logs", key.clone());
+        let (watched, commands) = mongo_patterns_testkit::client_with(
+            &mongo_patterns_testkit::server_uri(),
+            Some(routing.clone()),
+        )
+        .await;
+        let repo = Log::sharded(&watched.database(db.name()));
+        let fill = bounded(120, repo.fill_coarse().sharded(sharded).batch_size(250))
+            .await
+            .unwrap();
+        assert_eq!(fill.written(), N as u64, "{fill:?}");
+        assert!(raw_logs(&db).await.values().all(|(t, m)| consistent(t, m)));
+        let sent: Vec<String> = commands.take().into_iter().map(|(n, _)| n).collect();
+        let commits = sent.iter().filter(|n| *n == "commitTransaction").count();
+        match sharded {
+            false => {
+                assert_eq!(commits, 0, "{sent:?}");
+                let refused = routing.violations();
+                assert!(!refused.is_empty(), "the batched path passed the checker");
+            }
+            true => {
+                // Each `update` (a batch of 250's documents of one kind of
+                // change) in a transaction of its own.
+                let updates = sent.iter().filter(|n| *n == "update").count();
+                assert!(updates >= 3, "{sent:?}");
+                assert_eq!(commits, updates, "{sent:?}");
+                routing.assert_clean();
+                assert!(routing.counts().targeted_writes >= N as usize);
+            }
+        }
+        reports.push((fill.filled, fill.migrated));
+    }
+    assert_eq!(reports[0], reports[1]);
+}

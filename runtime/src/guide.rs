@@ -625,11 +625,13 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Fill before `ensure_sharded`: on a collection already sharded, setting
-//! or changing a shard key field is a change of the document's shard key
-//! value, which MongoDB accepts only through `mongos`, as a retryable
-//! write or in a transaction, one document per statement, with the full
-//! shard key in the filter, and these batched writes are none of that.
+//! Fill before `ensure_sharded` if you can: it is the cheaper time. On a
+//! collection already sharded, setting or changing a shard key field is a
+//! change of the document's shard key value, which MongoDB accepts only
+//! through `mongos`, as a retryable write or in a transaction, one
+//! document per statement, with the full shard key in the filter: on a
+//! `mongos` (or with `.sharded(true)`) `fill_coarse` writes so, one
+//! statement a document, a batch in a transaction.
 //!
 //! ## Adopting a flat collection into buckets
 //!
@@ -798,7 +800,7 @@
 //! | rank `layout` changed | the other layout's documents | never reads them: ranks count only what the new layout wrote | `rebuild_all()` under the new declaration, then delete them |
 //! | rank `precision` changed | histogram entries off the new step | ranks off, writes that reach them refused | `rebuild_all()` under the new declaration |
 //! | keyset `sort` or `order` changed | the old `mp_keyset_` index, no longer declared (a note), and the new one to create | pages follow the new order exactly; a token from the old one is `InvalidCursor(Foreign)` | `ensure` creates the new index; drop the old one yourself |
-//! | shard key `coarse` granularity changed (or documents stored without the field) | documents whose coarse field is missing or not their timestamp's period | `find` misses them, writes to them are refused, `audit` names them | `fill_coarse()`, before the collection is sharded |
+//! | shard key `coarse` granularity changed (or documents stored without the field) | documents whose coarse field is missing or not their timestamp's period | `find` misses them, writes to them are refused, `audit` names them | `fill_coarse()` (cheaper before the collection is sharded) |
 //!
 //! `Buckets::rebucket_all` finds the keys that have such a bucket and
 //! writes each key's buckets again under the new declaration, one

@@ -23,10 +23,10 @@ const MAX_DAMAGED: usize = 100;
 
 action! {
     /// [`Sharded::fill_coarse`]: write and read options, `session`,
-    /// `on_progress`, `batch_size`, `max_damaged`.
+    /// `on_progress`, `batch_size`, `max_damaged`, `sharded`.
     FillCoarse<'a, T: ShardKeyed> on Sharded, "fill_coarse", both, guarded;
-    { progress: Option<OnProgress>, batch: u32, max_damaged: usize, pipeline: bool } -> Fill;
-    |this, cx| this.repo.fill_in(this.progress, this.batch, this.max_damaged, this.pipeline, cx).await
+    { progress: Option<OnProgress>, batch: u32, max_damaged: usize, pipeline: bool, sharded: Option<bool> } -> Fill;
+    |this, cx| this.repo.fill_in(this.progress, this.batch, this.max_damaged, this.pipeline, this.sharded, cx).await
 }
 
 impl<'a, T: ShardKeyed + Send + Sync + 'a> FillCoarse<'a, T> {
@@ -49,6 +49,17 @@ impl<'a, T: ShardKeyed + Send + Sync + 'a> FillCoarse<'a, T> {
     /// all are counted.
     pub fn max_damaged(mut self, n: usize) -> Self {
         self.max_damaged = n;
+        self
+    }
+
+    /// Whether the collection is sharded already (by default: whether
+    /// the deployment is a `mongos`, asked with one `hello`). On a sharded
+    /// collection each document gets a statement of its own whose filter
+    /// names its whole shard key as stored (`null` for a missing field),
+    /// and a batch's statements run in a transaction: what `mongos` needs
+    /// to change a document's shard key value.
+    pub fn sharded(mut self, sharded: bool) -> Self {
+        self.sharded = Some(sharded);
         self
     }
 
@@ -179,17 +190,20 @@ impl Writes {
         let id = stored.get("_id").cloned().unwrap_or(Bson::Null);
         let ts = stored.get(run.derived.from).cloned().unwrap_or(Bson::Null);
         let alias = type_alias(&ts);
-        let statement = doc! {
-            "q": {
-                "_id": id.clone(),
-                run.derived.from: {"$eq": ts.clone(), "$type": alias},
-                run.coarse: {"$ne": want},
-            },
-            "u": {"$set": {run.coarse: want}},
-            "multi": false,
+        let mut q = doc! {
+            "_id": id.clone(),
+            run.derived.from: {"$eq": ts.clone(), "$type": alias},
+            run.coarse: {"$ne": want},
         };
+        if let Some(search) = &run.keyed {
+            // The whole shard key as stored: `null` matches a missing field.
+            for f in std::iter::once(&run.coarse).chain(search) {
+                q.insert(*f, stored.get(*f).cloned().unwrap_or(Bson::Null));
+            }
+        }
+        let statement = doc! {"q": q, "u": {"$set": {run.coarse: want}}, "multi": false};
         let ms = at.timestamp_millis();
-        if !run.pipeline || !(FIRST_MS..=LAST_MS).contains(&ms) {
+        if !run.pipeline || run.keyed.is_some() || !(FIRST_MS..=LAST_MS).contains(&ms) {
             self.direct.push(statement);
             return;
         }
@@ -302,6 +316,11 @@ struct Run<'r> {
     /// Writes go through `$dateTrunc` pipelines until the server refuses
     /// one.
     pipeline: bool,
+    /// On a sharded collection: the shard key's search fields, which each
+    /// statement names with the coarse field (see [`FillCoarse::sharded`]).
+    keyed: Option<Vec<&'static str>>,
+    /// The call runs in the caller's transaction.
+    txn: bool,
 }
 
 impl<T: ShardKeyed> Sharded<T> {
@@ -339,18 +358,24 @@ impl<T: ShardKeyed> Sharded<T> {
     /// nothing. `on_progress` hears after each batch (documents read, of
     /// the collection's count when it began, time so far).
     ///
-    /// **Before sharding.** Fill, check that [`Sharded::audit`] is clean
-    /// (but for the unfillable documents, which you repair or delete),
-    /// then [`Sharded::ensure_sharded`]. On a collection that is sharded
-    /// already the coarse field is part of the shard key, and MongoDB
-    /// treats setting a missing key field to a value, or changing one, as
-    /// changing the document's shard key value: only through `mongos`,
-    /// one document per statement, as a retryable write or in a
-    /// transaction, with an equality on the full shard key in the filter.
-    /// This call's batched `update` commands are not retryable writes and
-    /// filter by `_id` alone, so by those rules `mongos` would refuse them
-    /// (not tried: the test server does not shard). It is written and
-    /// tested for a replica set, or a collection not sharded yet.
+    /// **Before sharding** is the cheaper time: fill, check that
+    /// [`Sharded::audit`] is clean (but for the unfillable documents,
+    /// which you repair or delete), then [`Sharded::ensure_sharded`].
+    ///
+    /// **On a sharded collection** (found by itself on a `mongos`, or said
+    /// with [`FillCoarse::sharded`]) the coarse field is part of the shard
+    /// key, and MongoDB takes setting a missing key field, or changing
+    /// one, as changing the document's shard key value: only through
+    /// `mongos`, one document per statement with an equality on the full
+    /// shard key in its filter, as a retryable write or in a transaction.
+    /// So there each document gets its own statement, with the value
+    /// computed here, filtered by `_id`, the timestamp as read and its
+    /// whole shard key as stored (`null` for a missing field), and a
+    /// batch's statements (of one kind of change) run in one transaction
+    /// (the caller's, or one of the call's own, rerun on a conflict). A document may move to
+    /// another shard; [`Sharded::find`] sees it once it has. Checked
+    /// against `mongos`'s rules by the test kit's routing checker; the
+    /// test server does not shard.
     ///
     /// ```no_run
     /// # use mongo_patterns::prelude::*;
@@ -374,7 +399,7 @@ impl<T: ShardKeyed> Sharded<T> {
     /// # Ok(()) }
     /// ```
     pub fn fill_coarse(&self) -> FillCoarse<'_, T> {
-        FillCoarse::new(self, None, BATCH, MAX_DAMAGED, true)
+        FillCoarse::new(self, None, BATCH, MAX_DAMAGED, true, None)
     }
 
     pub(super) async fn fill_in(
@@ -383,6 +408,7 @@ impl<T: ShardKeyed> Sharded<T> {
         batch: u32,
         max_damaged: usize,
         pipeline: bool,
+        sharded: Option<bool>,
         cx: Call<'_>,
     ) -> Result<Fill> {
         let (Some(coarse), Some(derived)) = (self.spec.coarse(), self.spec.derived()) else {
@@ -391,7 +417,11 @@ impl<T: ShardKeyed> Sharded<T> {
                 "the model's shard key has no coarse field derived from a timestamp (`from`): nothing to fill",
             ));
         };
-        let (o, mut session) = (cx.opts, cx.session);
+        let (o, mut session, txn) = (cx.opts, cx.session, cx.txn);
+        let sharded = match sharded {
+            Some(s) => s,
+            None => self.on_mongos().await?,
+        };
         let mut run = Run {
             coarse,
             derived,
@@ -402,6 +432,8 @@ impl<T: ShardKeyed> Sharded<T> {
             of: 0,
             progress,
             pipeline,
+            keyed: sharded.then(|| self.spec.search().into_iter().collect()),
+            txn,
         };
         // What needs writing decides the writes: the primary's.
         let reads = Options {
@@ -425,7 +457,10 @@ impl<T: ShardKeyed> Sharded<T> {
                     .await?
             }
         };
-        let projection = doc! {"_id": 1, coarse: 1, derived.from: 1};
+        let mut projection = doc! {"_id": 1, coarse: 1, derived.from: 1};
+        for f in run.keyed.iter().flatten() {
+            projection.insert(*f, 1);
+        }
         let find = self
             .coll
             .find(doc! {})
@@ -517,7 +552,10 @@ impl<T: ShardKeyed> Sharded<T> {
             }
             if !direct.is_empty() {
                 let sent = direct.len() as u64;
-                let written = self.send(direct, false, o, session.as_deref_mut()).await?;
+                let written = match run.keyed.is_some() && !run.txn {
+                    true => self.send_in_transaction(direct, o).await?,
+                    false => self.send(direct, false, o, session.as_deref_mut()).await?,
+                };
                 let written = written.unwrap_or(0).min(sent);
                 n += written;
                 run.report.skipped += sent - written;
@@ -533,6 +571,35 @@ impl<T: ShardKeyed> Sharded<T> {
             f(Progress::new(done, run.of.max(done), run.started.elapsed()));
         }
         Ok(())
+    }
+
+    /// Whether the deployment is a `mongos` (`hello`'s `msg: "isdbgrid"`).
+    async fn on_mongos(&self) -> Result<bool> {
+        let hello = self.db.run_command(doc! {"hello": 1}).await?;
+        Ok(hello.get_str("msg").ok() == Some("isdbgrid"))
+    }
+
+    /// [`send`](Self::send) in a transaction of a session of its own: on a
+    /// sharded collection, a change of shard key values must be a
+    /// retryable write or in a transaction, and this command is neither
+    /// otherwise. A conflict reruns it (its statements are guarded by the
+    /// values read, so a rerun writes only what is still to write).
+    async fn send_in_transaction(
+        &self,
+        statements: Vec<Document>,
+        o: &Options,
+    ) -> Result<Option<u64>> {
+        let mut s = self.db.client().start_session().await?;
+        let inside = o.clone().in_transaction();
+        let context = (self, &statements, &inside);
+        crate::transaction::run(
+            &mut s,
+            o,
+            "fill_coarse",
+            context,
+            |s, (this, st, inside)| Box::pin(this.send(st.to_vec(), false, inside, Some(s))),
+        )
+        .await
     }
 
     /// One `update` command of `statements` (unordered): the documents
