@@ -437,6 +437,7 @@ async fn a_python_service_is_refused_what_breaks_an_invariant() {
         PlayerDocs::ensure(&db).await.unwrap();
         Log::ensure(&db).await.unwrap();
         Visit::ensure(&db).await.unwrap();
+        Payment::ensure(&db).await.unwrap();
         let ranks = Player::ranks(&db);
         assert_eq!(ranks.histogram_collection().name(), "players_ranks");
         assert_eq!(PlayerDocs::ranks(&db).histogram_collection().name(), "players_d_ranks");
@@ -462,10 +463,27 @@ async fn a_python_service_is_refused_what_breaks_an_invariant() {
             }
             cases += 1;
         }
-        assert!(cases >= 25, "{printed}");
+        assert!(cases >= 33, "{printed}");
 
         // What it stored, the repositories read; what they stored, it
-        // reads alike.
+        // reads alike. Its payment, in each tagging, as serde reads it.
+        let paid = db
+            .collection::<Payment>("payments")
+            .find_one(doc! {"_id": 200})
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            paid,
+            Payment {
+                id: 200,
+                method: Method::Card { last4: "1".into(), expiry: 2712 },
+                fee: Fee::Waived,
+                hold: None,
+                refs: vec![Ref::Id(1), Ref::Code("c".into()), Ref::Nothing],
+                channel: Channel::Web,
+            }
+        );
         let page = trades.page(&9, PageRequest::page(1).page_size(10)).await.unwrap();
         assert_eq!(page.items.iter().map(|t| t.at).collect::<Vec<_>>(), vec![3, 4]);
         // A player stored past the repository is counted once its board

@@ -30,6 +30,13 @@ def bucket(_id, count=1, start=0, items=None, customer=9):
             "bytes": 0, "items": items}
 
 
+def payment(_id, **fields):
+    d = {"_id": _id, "method": {"Card": {"last4": "1", "exp": 2712}},
+         "fee": {"kind": "waived"}, "hold": None, "refs": [1, "c", None], "channel": "Web"}
+    d.update(fields)
+    return d
+
+
 # (collection, case, expected outcome, operation, argument): each refused
 # case breaks one invariant the way a hand-written service does; each
 # stored case is a document the library could have written itself.
@@ -72,6 +79,15 @@ CASES = [
     ("visits", "the sort key as a Python float", REFUSED, "insert", {"initTime": 1.5}),
     ("visits", "tags as a string", REFUSED, "insert", {"tags": "a"}),
     ("visits", "a visit with a Python int and None", STORED, "insert", {"initTime": 6, "visitor": None, "tags": []}),
+    # Enums with data, in each of serde's taggings (`#[derive(Schema)]`).
+    ("payments", "a payment as serde stores one", STORED, "insert", payment(200)),
+    ("payments", "a variant name serde never stores", REFUSED, "insert", payment(201, method="Crypto")),
+    ("payments", "a newtype variant holding a Python float", REFUSED, "insert", payment(202, method={"Voucher": 7.0})),
+    ("payments", "two variants in one", REFUSED, "insert", payment(203, method={"Cash": None, "Voucher": 1})),
+    ("payments", "a tuple variant of the wrong length", REFUSED, "insert", payment(204, method={"Split": [1, 2, 3]})),
+    ("payments", "no internal tag", REFUSED, "insert", payment(205, fee={"amountCents": 5})),
+    ("payments", "adjacent content as text", REFUSED, "insert", payment(206, hold={"t": "Days", "c": "two"})),
+    ("payments", "an untagged value of no variant", REFUSED, "insert", payment(207, refs=[1.5])),
 ]
 
 
