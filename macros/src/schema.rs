@@ -153,8 +153,8 @@ pub fn expand_nested(input: &Input, generics: &syn::Generics, p: &Private) -> To
 }
 
 /// `#[derive(Schema)]`: a struct with named fields is an object of its
-/// fields' types; an enum of unit variants (serde's default
-/// representation) the names serde stores.
+/// fields' types; an enum, the names serde stores its unit variants
+/// under and each other variant's shape under its tagging.
 pub fn derive_schema(input: &syn::DeriveInput) -> TokenStream {
     let cx = Ctxt::new();
     let quiet = Ctxt::new();

@@ -372,10 +372,10 @@ impl<T: ShardKeyed> Sharded<T> {
     /// computed here, filtered by `_id`, the timestamp as read and its
     /// whole shard key as stored (`null` for a missing field), and a
     /// batch's statements (of one kind of change) run in one transaction
-    /// (the caller's, or one of the call's own, rerun on a conflict). A document may move to
-    /// another shard; [`Sharded::find`] sees it once it has. Checked
-    /// against `mongos`'s rules by the test kit's routing checker; the
-    /// test server does not shard.
+    /// (the caller's, or one of the call's own, rerun on a conflict). A
+    /// document may move to another shard; [`Sharded::find`] sees it once
+    /// it has. Checked against `mongos`'s rules by the test kit's routing
+    /// checker; the test server does not shard.
     ///
     /// ```no_run
     /// # use mongo_patterns::prelude::*;
