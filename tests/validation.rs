@@ -1012,6 +1012,15 @@ enum Channel {
     Other(String),
 }
 
+/// Holds itself, through a struct variant and a newtype: checked to the
+/// first level, as a struct that holds itself is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Schema)]
+enum Expr {
+    Lit(i64),
+    Neg(Box<Expr>),
+    Add { l: Box<Expr>, r: Box<Expr> },
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
 #[model(collection = "payments", validate = "strict")]
 struct Payment {
@@ -1040,6 +1049,15 @@ async fn enums_with_data_are_checked_in_each_tagging() {
                 {"bsonType": ["int", "long"]}, {"bsonType": ["string"]}, {"bsonType": "null"},
             ]}
         );
+        // `{Neg: e}`: `e` is an `Expr` whose own `Neg` is left open.
+        let expr = Expr::schema();
+        let neg = |s: &Document| {
+            let any = s.get_array("anyOf").unwrap();
+            assert_eq!(any.len(), 3, "{s}");
+            let props = any[1].as_document().unwrap().get_document("properties");
+            props.unwrap().get_document("Neg").unwrap().clone()
+        };
+        assert_eq!(neg(&neg(&expr)), doc! {}, "{expr}");
         Payment::ensure(&db).await.unwrap();
         let methods = [
             Method::Cash,
