@@ -306,3 +306,102 @@ async fn order_declared_then_rebucketed() {
     })
     .await;
 }
+
+/// Filled under `items = "fills"`...
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "trades")]
+#[bucket(size = 5, key = "customer", order = "at", items = "fills")]
+struct OldItems {
+    customer: i64,
+    at: i64,
+    n: i64,
+}
+
+/// `items` renamed (back to the default, `InOrder`'s): every stored bucket
+/// is refused until `rebucket_all().items_from("fills")` moves each key's
+/// items to the declared name; pages are then exact, no bucket holds the
+/// old name, and a second call moves nothing.
+#[tokio::test]
+async fn items_renamed_then_rebucketed() {
+    let (db, _) = fresh_db("bucket_items_renamed").await;
+    bounded(60, async {
+        let old = OldItems::buckets(&db);
+        let mut want: std::collections::BTreeMap<i64, Vec<(i64, i64)>> = Default::default();
+        for (key, count) in [(9_i64, 23_i64), (4, 7)] {
+            for n in 0..count {
+                let at = (n * 7919) % 101;
+                old.push(&OldItems {
+                    customer: key,
+                    at,
+                    n,
+                })
+                .await
+                .unwrap();
+                want.entry(key).or_default().push((at, n));
+            }
+        }
+        let new = InOrder::buckets(&db);
+        match new.count(&9_i64).await {
+            Err(Error::Damaged { field, .. }) => assert_eq!(field, "items"),
+            other => panic!("{other:?}"),
+        }
+        assert!(!stored(&InOrder::plan(&db).await.unwrap()).is_empty());
+        // A push under the new name before the move is refused, and
+        // writes nothing.
+        let raw = db.collection::<Document>("trades");
+        let before = raw.find_one(doc! {"customer": 4}).await.unwrap().unwrap();
+        match new
+            .push(&InOrder {
+                customer: 4,
+                at: 1000,
+                n: 100,
+            })
+            .await
+        {
+            Err(Error::Damaged { id, field, .. }) => {
+                assert_eq!(*id, before.get("_id").unwrap().clone());
+                assert_eq!(field, "items");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            raw.find_one(doc! {"customer": 4}).await.unwrap().unwrap(),
+            before
+        );
+        // Another service already writes the new name into key 9's first
+        // bucket: its item is kept, after the old ones.
+        raw.update_one(
+            doc! {"_id": {"k": 9_i64, "s": 0_i64}},
+            doc! {"$push": {"items": {"at": 200_i64, "n": 23_i64}}, "$inc": {"count": 1}},
+        )
+        .await
+        .unwrap();
+        want.get_mut(&9).unwrap().push((200, 23));
+
+        let moved = new.rebucket_all().items_from("fills").await.unwrap();
+        assert_eq!(moved, 31);
+        for (key, mut items) in want {
+            items.sort();
+            let ns: Vec<i64> = items.iter().map(|(_, n)| *n).collect();
+            check_pages!(new, key, &ns);
+            contiguous(&db, key).await;
+        }
+        let left = db
+            .collection::<Document>("trades")
+            .count_documents(doc! {"fills": {"$exists": true}})
+            .await
+            .unwrap();
+        assert_eq!(left, 0);
+        assert!(stored(&InOrder::plan(&db).await.unwrap()).is_empty());
+        assert_eq!(new.rebucket_all().items_from("fills").await.unwrap(), 0);
+        new.push(&InOrder {
+            customer: 4,
+            at: 50,
+            n: 99,
+        })
+        .await
+        .unwrap();
+        assert_eq!(new.count(&4_i64).await.unwrap(), 8);
+    })
+    .await;
+}

@@ -498,7 +498,7 @@ impl<T: Bucketed> Buckets<T> {
                 self.shape.spec.items,
                 self.shape.cap(),
             ),
-            "every read and push that reaches one fails with Error::Damaged naming it: restore the old declaration, or run Buckets::rebucket_all under this one (a renamed `items` needs the old name back)",
+            "every read and push that reaches one fails with Error::Damaged naming it: restore the old declaration, or run Buckets::rebucket_all under this one (after `items` was renamed, with .items_from(\"<old name>\"))",
         );
         let unordered = self.shape.unordered_filter().map(|filter| {
             crate::ensure::Check::new(

@@ -796,7 +796,7 @@
 //! | bucket `size` raised | nothing | works: old buckets read and take late items as before | none needed |
 //! | bucket `size` lowered below what buckets hold (twice `size` with `order`) | the buckets over it | `Error::Damaged` naming the bucket, on every read and push that reaches it | restore the old `size`, or `rebucket_all()` under the new declaration |
 //! | bucket `order` declared over buckets filled in arrival order | the buckets whose items are not in `order` | pages read items as stored: out of order | `rebucket_all()` under the new declaration |
-//! | bucket `items` renamed | every bucket (no array under the new name) | `Error::Damaged` naming the bucket | restore the old name |
+//! | bucket `items` renamed | every bucket (no array under the new name) | `Error::Damaged` naming the bucket, on every read and push (nothing written) | restore the old name, or `rebucket_all().items_from("<old name>")` under the new declaration |
 //! | rank `layout` changed | the other layout's documents | never reads them: ranks count only what the new layout wrote | `rebuild_all()` under the new declaration, then delete them |
 //! | rank `precision` changed | histogram entries off the new step | ranks off, writes that reach them refused | `rebuild_all()` under the new declaration |
 //! | keyset `sort` or `order` changed | the old `mp_keyset_` index, no longer declared (a note), and the new one to create | pages follow the new order exactly; a token from the old one is `InvalidCursor(Foreign)` | `ensure` creates the new index; drop the old one yourself |

@@ -112,18 +112,30 @@ action! {
 }
 
 action! {
-    /// [`Buckets::rebucket`].
+    /// [`Buckets::rebucket`]: `items_from`.
     Rebucket<'a, T: Bucketed> on Buckets, "rebucket", both;
-    { key: Result<Bson> } -> u64;
-    |this, cx| this.repo.moved(Rewrite { key: this.key? }, &mut cx).await
+    { key: Result<Bson>, from: Option<String> } -> u64;
+    |this, cx| this.repo.moved(Rewrite { key: this.key?, from: this.from }, &mut cx).await
+}
+
+impl<'a, T: Bucketed + Send + Sync + 'a> Rebucket<'a, T> {
+    /// The name the items were stored under before `items` was renamed:
+    /// each bucket's items are read from it (and from the declared name,
+    /// after them, where a push already wrote there), and the new buckets
+    /// hold them under the declared name only.
+    pub fn items_from(mut self, old: &str) -> Self {
+        self.from = Some(old.to_owned());
+        self
+    }
 }
 
 action! {
     /// [`Buckets::rebucket_all`]: every key the declaration refuses or
-    /// finds out of order, one transaction each.
+    /// finds out of order, one transaction each; `on_progress`,
+    /// `items_from`.
     RebucketAll<'a, T: Bucketed> on Buckets, "rebucket_all", both;
-    { progress: Option<crate::progress::OnProgress> } -> u64;
-    |this, cx| this.repo.rebucket_all_in(this.progress, &mut cx).await
+    { progress: Option<crate::progress::OnProgress>, from: Option<String> } -> u64;
+    |this, cx| this.repo.rebucket_all_in(this.progress, this.from, &mut cx).await
 }
 
 impl<'a, T: Bucketed + Send + Sync + 'a> RebucketAll<'a, T> {
@@ -134,6 +146,14 @@ impl<'a, T: Bucketed + Send + Sync + 'a> RebucketAll<'a, T> {
         f: impl FnMut(crate::progress::Progress) + Send + Sync + 'static,
     ) -> Self {
         self.progress = Some(Box::new(f));
+        self
+    }
+
+    /// The name the items were stored under before `items` was renamed:
+    /// every key with a bucket holding it is moved too (see
+    /// [`Rebucket::items_from`]).
+    pub fn items_from(mut self, old: &str) -> Self {
+        self.from = Some(old.to_owned());
         self
     }
 }
@@ -643,7 +663,7 @@ impl<T: Bucketed> Buckets<T> {
         T::Key: std::borrow::Borrow<Q>,
         Q: serde::Serialize + ?Sized,
     {
-        Rebucket::new(self, self.key_bson(key))
+        Rebucket::new(self, self.key_bson(key), None)
     }
 
     /// [`rebucket`](Self::rebucket) for every key that has a bucket the
@@ -668,7 +688,7 @@ impl<T: Bucketed> Buckets<T> {
     /// # Ok(()) }
     /// ```
     pub fn rebucket_all(&self) -> RebucketAll<'_, T> {
-        RebucketAll::new(self, None)
+        RebucketAll::new(self, None, None)
     }
 
     /// Replaces the first item of `key` that matches `matching` with `item`,

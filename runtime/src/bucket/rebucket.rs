@@ -34,6 +34,9 @@ const KEYS_A_ROUND: i64 = 1_000;
 /// One key's buckets, written again.
 pub(super) struct Rebucket {
     pub(super) key: Bson,
+    /// The name the items were stored under before `items` was renamed:
+    /// read from it too, before the declared one.
+    pub(super) from: Option<String>,
 }
 
 impl Move for Rebucket {
@@ -46,7 +49,16 @@ impl Move for Rebucket {
             let buckets = t.find(of_key.clone(), 1, 0, doc! {}).await?;
             let (mut items, mut ops) = (Vec::new(), Vec::new());
             for b in &buckets {
-                items.extend(items_of(&t, b)?);
+                let declared = t.shape.spec.items;
+                let has = |f: &str| b.get(f).ok().flatten().is_some();
+                if let Some(old) = self.from.as_deref().filter(|old| has(old)) {
+                    items.extend(items_of(&t, b, old)?);
+                    if has(declared) {
+                        items.extend(items_of(&t, b, declared)?);
+                    }
+                } else {
+                    items.extend(items_of(&t, b, declared)?);
+                }
                 for op in b.get_array(OPS).into_iter().flatten().flatten() {
                     if let Some(op) = op.as_object_id().filter(|op| !ops.contains(op)) {
                         ops.push(op);
@@ -72,11 +84,10 @@ impl Move for Rebucket {
     }
 }
 
-/// The items of bucket `b`, as stored, with their lengths: a bucket
-/// whose items are not an array of documents is damaged (nothing is
-/// written).
-fn items_of(t: &Txn<'_>, b: &RawDocumentBuf) -> Result<Vec<(Document, i64)>> {
-    let field = t.shape.spec.items;
+/// The items of bucket `b` under `field`, as stored, with their lengths:
+/// a bucket whose items are not an array of documents is damaged
+/// (nothing is written).
+fn items_of(t: &Txn<'_>, b: &RawDocumentBuf, field: &str) -> Result<Vec<(Document, i64)>> {
     let damaged = |problem: &str| t.shape.damaged(id_of(b), field, problem);
     let Ok(array) = b.get_array(field) else {
         return Err(damaged("is not an array"));
@@ -101,11 +112,15 @@ impl<T: Bucketed> Buckets<T> {
     pub(super) async fn rebucket_all_in(
         &self,
         mut progress: Option<OnProgress>,
+        from: Option<String>,
         cx: &mut Call<'_>,
     ) -> Result<u64> {
         let started = Instant::now();
         let key = self.shape.spec.key;
         let mut bad = vec![Bson::Document(self.shape.damaged_filter())];
+        if let Some(old) = &from {
+            bad.push(Bson::Document(doc! {old: {"$exists": true}}));
+        }
         bad.extend(self.shape.unordered_filter().map(Bson::Document));
         let group = vec![
             doc! {"$match": {"$or": bad}},
@@ -133,7 +148,10 @@ impl<T: Bucketed> Buckets<T> {
             };
             last = Some(id_of(l));
             for k in &keys {
-                let rebucket = Rebucket { key: id_of(k) };
+                let rebucket = Rebucket {
+                    key: id_of(k),
+                    from: from.clone(),
+                };
                 moved += Box::pin(self.moved(rebucket, cx)).await?;
                 done += 1;
             }
