@@ -10,6 +10,7 @@
 //! going on meanwhile; every page is then exact against the oracle.
 
 use futures::TryStreamExt;
+use mongo_patterns::bson::Bson;
 use mongo_patterns::bucket::PageRequest;
 use mongo_patterns::prelude::*;
 use mongo_patterns_testkit::{bounded, fresh_db, stored_conflicts};
@@ -243,7 +244,7 @@ async fn size_lowered_then_rebucketed() {
             pushed.len()
         );
         assert!(pushed.len() >= 5, "{pushed:?}");
-        assert!(moved >= 66, "{moved}");
+        assert!(moved.items >= 66 && moved.too_large.is_empty(), "{moved:?}");
         let heard = heard.lock().unwrap().clone();
         assert_eq!(
             heard.last().map(|p| p.0),
@@ -277,7 +278,7 @@ async fn size_lowered_then_rebucketed() {
             .unwrap();
         assert_eq!(over, 0);
         assert!(stored(&Smaller::plan(&db).await.unwrap()).is_empty());
-        assert_eq!(smaller.rebucket_all().await.unwrap(), 0);
+        assert_eq!(smaller.rebucket_all().await.unwrap().keys, 0);
     })
     .await;
 }
@@ -379,7 +380,7 @@ async fn items_renamed_then_rebucketed() {
         want.get_mut(&9).unwrap().push((200, 23));
 
         let moved = new.rebucket_all().items_from("fills").await.unwrap();
-        assert_eq!(moved, 31);
+        assert_eq!((moved.keys, moved.items), (2, 31));
         for (key, mut items) in want {
             items.sort();
             let ns: Vec<i64> = items.iter().map(|(_, n)| *n).collect();
@@ -393,7 +394,10 @@ async fn items_renamed_then_rebucketed() {
             .unwrap();
         assert_eq!(left, 0);
         assert!(stored(&InOrder::plan(&db).await.unwrap()).is_empty());
-        assert_eq!(new.rebucket_all().items_from("fills").await.unwrap(), 0);
+        assert_eq!(
+            new.rebucket_all().items_from("fills").await.unwrap().keys,
+            0
+        );
         new.push(&InOrder {
             customer: 4,
             at: 50,
@@ -402,6 +406,64 @@ async fn items_renamed_then_rebucketed() {
         .await
         .unwrap();
         assert_eq!(new.count(&4_i64).await.unwrap(), 8);
+    })
+    .await;
+}
+
+/// A key of more items than one move takes (`max_items`) is refused
+/// before its items are read, naming it and its items, and nothing of it
+/// is written; `rebucket_all` moves the others and names it.
+#[tokio::test]
+async fn a_key_over_max_items_is_refused_and_left_as_it_was() {
+    let (db, _) = fresh_db("bucket_key_too_large").await;
+    bounded(60, async {
+        let before = Before::buckets(&db);
+        for (key, count) in [(7_i64, 35_i64), (5, 12)] {
+            for n in 0..count {
+                before.push(&Before { customer: key, at: n, n }).await.unwrap();
+            }
+        }
+        let raw = db.collection::<Document>("trades");
+        let of = |key: i64| {
+            let raw = raw.clone();
+            async move {
+                let docs: Vec<Document> = raw
+                    .find(doc! {"customer": key})
+                    .sort(doc! {"_id": 1})
+                    .await
+                    .unwrap()
+                    .try_collect()
+                    .await
+                    .unwrap();
+                docs
+            }
+        };
+        let stored_7 = of(7).await;
+        let smaller = Smaller::buckets(&db);
+        match smaller.rebucket(&7_i64).max_items(20).await {
+            Err(Error::KeyTooLarge { key, items, limit, .. }) => {
+                assert_eq!((*key, items, limit), (Bson::Int64(7), 35, 20));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(of(7).await, stored_7, "nothing of the key written");
+
+        let moved = smaller.rebucket_all().max_items(20).await.unwrap();
+        assert_eq!((moved.keys, moved.items), (1, 12), "{moved:?}");
+        assert!(
+            matches!(&moved.too_large[..], [Error::KeyTooLarge { key, items: 35, .. }] if **key == Bson::Int64(7)),
+            "{moved:?}"
+        );
+        check_pages!(smaller, 5_i64, &(0..12).collect());
+        assert_eq!(of(7).await, stored_7);
+        assert!(matches!(
+            smaller.page(&7_i64, PageRequest::page(1)).await,
+            Err(Error::Damaged { .. })
+        ));
+        // With the limit raised, it moves.
+        let moved = smaller.rebucket_all().max_items(35).await.unwrap();
+        assert_eq!((moved.keys, moved.items, moved.too_large.len()), (1, 35, 0));
+        check_pages!(smaller, 7_i64, &(0..35).collect());
     })
     .await;
 }

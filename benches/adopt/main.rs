@@ -312,7 +312,8 @@ async fn bench(args: &Args, db: &Database) -> BoxResult<String> {
     let moved = smaller
         .rebucket_all()
         .on_progress(|p| eprintln!("rebucketed {} of {} customers", p.done, p.of))
-        .await?;
+        .await?
+        .items;
     let migrated = t.elapsed().as_secs_f64();
     let over = smaller
         .collection()

@@ -174,6 +174,7 @@ pub use act::{
 };
 pub use filter::{FIELD_OPERATORS, LOGICAL_OPERATORS};
 pub use read::{key_of, KeyInItem};
+pub use rebucket::Rebucketed;
 pub use shape::RESERVED;
 
 /// Largest bucket `#[bucket(size = ...)]` accepts. Past it, documents grow

@@ -300,6 +300,25 @@ pub enum Error {
         key: Box<Bson>,
     },
 
+    /// A key `rebucket` would move holds more items than one move takes:
+    /// a move holds the key's items in memory and writes them in one
+    /// transaction, so it refuses such a key before reading its items.
+    /// Nothing of the key was written. Raise the limit (`max_items`), or
+    /// copy the key's items to a flat collection and `adopt_from` it into
+    /// a new bucket collection.
+    #[error("key {key} of `{collection}` holds {items} items, more than the {limit} one move of `rebucket` takes: nothing written; raise `max_items`, or copy the key to a flat collection and `adopt_from` it")]
+    #[non_exhaustive]
+    KeyTooLarge {
+        /// The bucket collection.
+        collection: String,
+        /// The key, as stored.
+        key: Box<Bson>,
+        /// The items its buckets hold (their `count`s).
+        items: u64,
+        /// The limit it is over.
+        limit: u64,
+    },
+
     /// A write that must change several documents together met a
     /// deployment without transactions (a standalone server; or one told
     /// not to use them). Nothing was written. A replica set runs them, a
@@ -544,7 +563,7 @@ impl Error {
     ///   again, or accept that a retry may count it twice.
     /// - Everything the call refused (`InvalidArgument`, `InvalidCursor`,
     ///   `Damaged`, `FailedValidation`, `UnexpectedDocument`,
-    ///   `UnsupportedValue`, `Unsupported`,
+    ///   `UnsupportedValue`, `Unsupported`, `KeyTooLarge`,
     ///   `NoTransactions`, `ShardKeyMismatch`, `DocumentTooLarge`, ...): no,
     ///   it fails the same way again.
     pub fn is_retryable(&self) -> bool {

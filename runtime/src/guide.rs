@@ -807,10 +807,12 @@
 //! transaction a key, while pushes go on (a push to a key being moved
 //! waits for it, or conflicts and is retried); `Buckets::rebucket(&key)`
 //! moves one key. A key's items are held in memory and written in one
-//! transaction: for keys of millions of items, copy them to a flat
-//! collection (stream them with the old model, `insert_many` them with
-//! their key) and `Buckets::adopt_from` it into a new bucket collection
-//! (see *Adopting a flat collection into buckets*).
+//! transaction, so a key of more than 100,000 items (`max_items`) is
+//! refused before they are read (`Error::KeyTooLarge`; `rebucket_all`
+//! moves the others and names it in its report). For keys of millions of
+//! items, copy them to a flat collection (stream them with the old model,
+//! `insert_many` them with their key) and `Buckets::adopt_from` it into a
+//! new bucket collection (see *Adopting a flat collection into buckets*).
 //!
 //! ```no_run
 //! # use mongo_patterns::prelude::*;
@@ -820,10 +822,13 @@
 //! struct Trade { customer: i64, at: DateTime, qty: i32 }
 //!
 //! # async fn f(db: Database) -> mongo_patterns::Result<()> {
-//! let items = Trade::buckets(&db)
+//! let moved = Trade::buckets(&db)
 //!     .rebucket_all()
 //!     .on_progress(|p| eprintln!("{} of {} customers moved", p.done, p.of))
 //!     .await?;
+//! for e in &moved.too_large {
+//!     eprintln!("left as it was: {e}"); // Error::KeyTooLarge
+//! }
 //! # Ok(()) }
 //! ```
 //!

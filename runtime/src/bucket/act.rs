@@ -13,7 +13,7 @@ use mongodb::ClientSession;
 use super::adopt::{AdoptArgs, ITEMS_A_BATCH};
 use super::edit::Delete as Removal;
 use super::moves::Reindex as Recount;
-use super::rebucket::Rebucket as Rewrite;
+use super::rebucket::{Rebucket as Rewrite, Rebucketed, MAX_ITEMS};
 use super::shape::{item_len, Pushed};
 use super::{BucketPage, Bucketed, Buckets, PageRequest};
 use crate::action::{action, Call, Given};
@@ -112,10 +112,13 @@ action! {
 }
 
 action! {
-    /// [`Buckets::rebucket`]: `items_from`.
+    /// [`Buckets::rebucket`]: `items_from`, `max_items`.
     Rebucket<'a, T: Bucketed> on Buckets, "rebucket", both;
-    { key: Result<Bson>, from: Option<String> } -> u64;
-    |this, cx| this.repo.moved(Rewrite { key: this.key?, from: this.from }, &mut cx).await
+    { key: Result<Bson>, from: Option<String>, max_items: u64 } -> u64;
+    |this, cx| {
+        let rewrite = Rewrite { key: this.key?, from: this.from, max_items: this.max_items };
+        this.repo.moved(rewrite, &mut cx).await
+    }
 }
 
 impl<'a, T: Bucketed + Send + Sync + 'a> Rebucket<'a, T> {
@@ -127,15 +130,24 @@ impl<'a, T: Bucketed + Send + Sync + 'a> Rebucket<'a, T> {
         self.from = Some(old.to_owned());
         self
     }
+
+    /// The most items the key may hold (100,000 by default): a key of
+    /// more is refused with [`Error::KeyTooLarge`] before its items are
+    /// read, as one move holds them in memory and writes them in one
+    /// transaction.
+    pub fn max_items(mut self, n: u64) -> Self {
+        self.max_items = n;
+        self
+    }
 }
 
 action! {
     /// [`Buckets::rebucket_all`]: every key the declaration refuses or
     /// finds out of order, one transaction each; `on_progress`,
-    /// `items_from`.
+    /// `items_from`, `max_items`.
     RebucketAll<'a, T: Bucketed> on Buckets, "rebucket_all", both;
-    { progress: Option<crate::progress::OnProgress>, from: Option<String> } -> u64;
-    |this, cx| this.repo.rebucket_all_in(this.progress, this.from, &mut cx).await
+    { progress: Option<crate::progress::OnProgress>, from: Option<String>, max_items: u64 } -> Rebucketed;
+    |this, cx| this.repo.rebucket_all_in(this.progress, this.from, this.max_items, &mut cx).await
 }
 
 impl<'a, T: Bucketed + Send + Sync + 'a> RebucketAll<'a, T> {
@@ -154,6 +166,14 @@ impl<'a, T: Bucketed + Send + Sync + 'a> RebucketAll<'a, T> {
     /// [`Rebucket::items_from`]).
     pub fn items_from(mut self, old: &str) -> Self {
         self.from = Some(old.to_owned());
+        self
+    }
+
+    /// The most items a key may hold (100,000 by default): a key of more
+    /// is left as it is and named in [`Rebucketed::too_large`] (see
+    /// [`Rebucket::max_items`]); the others are moved.
+    pub fn max_items(mut self, n: u64) -> Self {
+        self.max_items = n;
         self
     }
 }
@@ -644,7 +664,10 @@ impl<T: Bucketed> Buckets<T> {
     /// documents is `Damaged`, and nothing is written. Inside a caller's
     /// transaction it joins it; on a deployment without transactions it
     /// fails with [`NoTransactions`](crate::Error::NoTransactions). The
-    /// key's items are held in memory, and written in one transaction: a
+    /// key's items are held in memory, and written in one transaction, so
+    /// a key of more than [`max_items`](Rebucket::max_items) (100,000 by
+    /// default) is refused with [`KeyTooLarge`](crate::Error::KeyTooLarge)
+    /// as soon as its buckets' counts pass it, before the rest is read: a
     /// key of millions of items is better copied to a flat collection and
     /// adopted ([`adopt_from`](Self::adopt_from)).
     ///
@@ -663,17 +686,19 @@ impl<T: Bucketed> Buckets<T> {
         T::Key: std::borrow::Borrow<Q>,
         Q: serde::Serialize + ?Sized,
     {
-        Rebucket::new(self, self.key_bson(key), None)
+        Rebucket::new(self, self.key_bson(key), None, MAX_ITEMS)
     }
 
     /// [`rebucket`](Self::rebucket) for every key that has a bucket the
     /// declaration refuses (over the limit, a `count` unlike its items,
-    /// a `start` below 0) or whose items are out of `order`; returns how
-    /// many items those keys hold. The keys are found by an aggregation
-    /// (a collection scan), read 1,000 at a time in BSON order, and moved
-    /// one transaction each; `on_progress` hears after each 1,000 keys.
-    /// Keys already as declared are not written, so a call cut short is
-    /// finished by calling it again.
+    /// a `start` below 0) or whose items are out of `order`, and reports
+    /// the keys and items moved ([`Rebucketed`]). The keys are found by an
+    /// aggregation (a collection scan), read 1,000 at a time in BSON order,
+    /// and moved one transaction each; `on_progress` hears after each
+    /// 1,000 keys. A key over [`max_items`](RebucketAll::max_items) is
+    /// left as it was and named in the report; any other error stops the
+    /// call. Keys already as declared are not written, so a call cut short
+    /// is finished by calling it again.
     ///
     /// ```no_run
     /// # use mongo_patterns::prelude::*;
@@ -688,7 +713,7 @@ impl<T: Bucketed> Buckets<T> {
     /// # Ok(()) }
     /// ```
     pub fn rebucket_all(&self) -> RebucketAll<'_, T> {
-        RebucketAll::new(self, None, None)
+        RebucketAll::new(self, None, None, MAX_ITEMS)
     }
 
     /// Replaces the first item of `key` that matches `matching` with `item`,

@@ -149,6 +149,36 @@ impl Txn<'_> {
         Ok(cursor.stream(&mut *self.s).try_collect().await?)
     }
 
+    /// The buckets `filter` matches in `_id` order, read while their
+    /// `count`s add up to at most `max_items`: `Err(n)` when they pass it,
+    /// `n` the items of all of them (a second, projected read), and
+    /// memory never holds more than one bucket past the limit.
+    pub(super) async fn find_at_most(
+        &mut self,
+        filter: Document,
+        max_items: u64,
+    ) -> Result<std::result::Result<Vec<RawDocumentBuf>, u64>> {
+        let count = |b: &RawDocumentBuf| raw_int(b, "count").map_or(0, |n| n.max(0) as u64);
+        let find = self
+            .raw
+            .find(filter.clone())
+            .with_options(self.o.deciding::<mongodb::options::FindOptions>())
+            .sort(doc! {"_id": 1});
+        let mut cursor = find.session(&mut *self.s).await?;
+        let (mut out, mut items) = (Vec::new(), 0u64);
+        while let Some(b) = cursor.next(&mut *self.s).await.transpose()? {
+            items += count(&b);
+            if items > max_items {
+                // Left open: the caller's error aborts the transaction,
+                // which closes it.
+                let all = self.find(filter, 1, 0, doc! {"count": 1}).await?;
+                return Ok(Err(all.iter().map(count).sum()));
+            }
+            out.push(b);
+        }
+        Ok(Ok(out))
+    }
+
     /// The first bucket `filter` matches in `_id` order (`dir` 1) or
     /// reverse (-1).
     pub(super) async fn head(&mut self, filter: Document, dir: i32) -> Result<Option<Head>> {

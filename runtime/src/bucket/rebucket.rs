@@ -24,12 +24,16 @@ use super::moves::{Move, Txn};
 use super::shape::{item_len, order_cmp, OPS, OPS_KEPT};
 use super::{Bucketed, Buckets};
 use crate::action::Call;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::progress::OnProgress;
 use crate::util::id_of;
 
 /// Keys one read of the keys to move takes: memory holds no more.
 const KEYS_A_ROUND: i64 = 1_000;
+
+/// Items one move takes by default (`max_items`): about 10 MB of items of
+/// 100 bytes in memory, and a transaction of a few seconds.
+pub(super) const MAX_ITEMS: u64 = 100_000;
 
 /// One key's buckets, written again.
 pub(super) struct Rebucket {
@@ -37,6 +41,8 @@ pub(super) struct Rebucket {
     /// The name the items were stored under before `items` was renamed:
     /// read from it too, before the declared one.
     pub(super) from: Option<String>,
+    /// A key of more items is refused ([`Error::KeyTooLarge`]).
+    pub(super) max_items: u64,
 }
 
 impl Move for Rebucket {
@@ -46,7 +52,17 @@ impl Move for Rebucket {
     fn run<'a>(&'a self, mut t: Txn<'a>) -> BoxFuture<'a, Result<u64>> {
         Box::pin(async move {
             let of_key = t.shape.of_key(&self.key);
-            let buckets = t.find(of_key.clone(), 1, 0, doc! {}).await?;
+            let buckets = match t.find_at_most(of_key.clone(), self.max_items).await? {
+                Ok(buckets) => buckets,
+                Err(items) => {
+                    return Err(Error::KeyTooLarge {
+                        collection: t.shape.collection().to_owned(),
+                        key: Box::new(self.key.clone()),
+                        items,
+                        limit: self.max_items,
+                    })
+                }
+            };
             let (mut items, mut ops) = (Vec::new(), Vec::new());
             for b in &buckets {
                 let declared = t.shape.spec.items;
@@ -105,6 +121,19 @@ fn items_of(t: &Txn<'_>, b: &RawDocumentBuf, field: &str) -> Result<Vec<(Documen
     Ok(items)
 }
 
+/// What [`Buckets::rebucket_all`] did.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct Rebucketed {
+    /// Keys written again.
+    pub keys: u64,
+    /// The items those keys hold.
+    pub items: u64,
+    /// Keys over the limit of one move, left as they were, each an
+    /// [`Error::KeyTooLarge`] naming it and its items.
+    pub too_large: Vec<Error>,
+}
+
 impl<T: Bucketed> Buckets<T> {
     /// [`Buckets::rebucket_all`], in `cx`: the keys that have a bucket the
     /// declaration refuses or finds out of order, 1,000 at a time in BSON
@@ -113,8 +142,9 @@ impl<T: Bucketed> Buckets<T> {
         &self,
         mut progress: Option<OnProgress>,
         from: Option<String>,
+        max_items: u64,
         cx: &mut Call<'_>,
-    ) -> Result<u64> {
+    ) -> Result<Rebucketed> {
         let started = Instant::now();
         let key = self.shape.spec.key;
         let mut bad = vec![Bson::Document(self.shape.damaged_filter())];
@@ -133,7 +163,7 @@ impl<T: Bucketed> Buckets<T> {
             .first()
             .and_then(|d| super::shape::raw_int(d, "n").ok())
             .unwrap_or(0) as u64;
-        let (mut done, mut moved) = (0u64, 0u64);
+        let (mut done, mut moved) = (0u64, Rebucketed::default());
         let mut last: Option<Bson> = None;
         loop {
             let mut round = group.clone();
@@ -151,8 +181,16 @@ impl<T: Bucketed> Buckets<T> {
                 let rebucket = Rebucket {
                     key: id_of(k),
                     from: from.clone(),
+                    max_items,
                 };
-                moved += Box::pin(self.moved(rebucket, cx)).await?;
+                match Box::pin(self.moved(rebucket, cx)).await {
+                    Ok(items) => {
+                        moved.keys += 1;
+                        moved.items += items;
+                    }
+                    Err(e @ Error::KeyTooLarge { .. }) => moved.too_large.push(e),
+                    Err(e) => return Err(e),
+                }
                 done += 1;
             }
             report(&mut progress, done, of, started);

@@ -109,6 +109,11 @@ impl Shape {
         &self.items
     }
 
+    /// The collection's name.
+    pub(super) fn collection(&self) -> &str {
+        &self.collection
+    }
+
     /// [`Error::Damaged`] for bucket `id` of this collection.
     pub(super) fn damaged(&self, id: Bson, field: &str, problem: impl Into<String>) -> Error {
         Error::damaged(&self.collection, id, field, problem)
