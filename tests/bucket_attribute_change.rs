@@ -467,3 +467,67 @@ async fn a_key_over_max_items_is_refused_and_left_as_it_was() {
     })
     .await;
 }
+
+/// Two services run `rebucket_all` at once, each with a client of its
+/// own (nothing in memory shared), while a third pushes to a key being
+/// moved: every key ends moved once and whole (pages exact against the
+/// oracle in both directions, positions contiguous), every push that
+/// returned `Ok` is kept, and a third run moves nothing.
+#[tokio::test]
+async fn two_services_rebucket_at_once() {
+    let (db, _) = fresh_db("bucket_rebucket_services").await;
+    bounded(120, async {
+        let before = Before::buckets(&db);
+        let mut want: std::collections::BTreeMap<i64, Vec<(i64, i64)>> = Default::default();
+        for customer in 1..=6_i64 {
+            for n in 0..(20 + customer * 3) {
+                let at = (n * 37 + customer) % 113;
+                before.push(&Before { customer, at, n }).await.unwrap();
+                want.entry(customer).or_default().push((at, n));
+            }
+        }
+        let uri = mongo_patterns_testkit::server_uri();
+        let service = |uri: String, name: String| async move {
+            let (client, _) = mongo_patterns_testkit::client(&uri).await;
+            Smaller::buckets(&client.database(&name))
+        };
+        let (a, b, c) = (
+            service(uri.clone(), db.name().to_owned()).await,
+            service(uri.clone(), db.name().to_owned()).await,
+            service(uri.clone(), db.name().to_owned()).await,
+        );
+        let pushing = tokio::spawn(async move {
+            let mut kept = Vec::new();
+            for n in 1000..1040_i64 {
+                let at = 500 + n;
+                match c.push(&Smaller { customer: 4, at, n }).await {
+                    Ok(()) => kept.push((at, n)),
+                    // Before the key moved, its open bucket was over the
+                    // new limit.
+                    Err(Error::Damaged { .. }) => {}
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+            kept
+        });
+        let (ra, rb) = tokio::join!(a.rebucket_all(), b.rebucket_all());
+        let (ra, rb) = (ra.unwrap(), rb.unwrap());
+        let kept = pushing.await.unwrap();
+        eprintln!("pushes kept: {} of 40; moved {ra:?} and {rb:?}", kept.len());
+        assert!(!kept.is_empty());
+        want.get_mut(&4).unwrap().extend(kept);
+        assert!(ra.keys + rb.keys >= 6, "{ra:?} {rb:?}");
+        assert!(ra.too_large.is_empty() && rb.too_large.is_empty());
+        let smaller = Smaller::buckets(&db);
+        // Pushes refused before their key moved were never stored; the
+        // last ones, after it moved, are.
+        for (key, mut items) in want {
+            items.sort();
+            let ns: Vec<i64> = items.iter().map(|(_, n)| *n).collect();
+            check_pages!(smaller, key, &ns);
+            contiguous(&db, key).await;
+        }
+        assert_eq!(smaller.rebucket_all().await.unwrap().keys, 0);
+    })
+    .await;
+}
