@@ -571,3 +571,45 @@ async fn adoption_targets_a_sharded_bucket_collection() {
     })
     .await;
 }
+
+/// Two services adopt the same flat collection at once, each with a
+/// client of its own, in batches of different sizes: the buckets are the
+/// ones one adoption writes, each item stored once.
+#[tokio::test]
+async fn two_services_adopting_at_once_store_each_item_once() {
+    use std::future::IntoFuture;
+    let (db, _) = fresh_db("bucket_adopt_services").await;
+    bounded(120, async {
+        let all = flat_trades();
+        write_flat(&db, "trades_flat", &all).await;
+        let uri = mongo_patterns_testkit::server_uri();
+        let (a, _) = mongo_patterns_testkit::client(&uri).await;
+        let (b, _) = mongo_patterns_testkit::client(&uri).await;
+        let (ta, tb) = (
+            Trade::buckets(&a.database(db.name())),
+            Trade::buckets(&b.database(db.name())),
+        );
+        let (ra, rb) = tokio::join!(
+            ta.adopt_from("trades_flat").batch_items(7).into_future(),
+            tb.adopt_from("trades_flat").batch_items(25).into_future()
+        );
+        assert_eq!(
+            (ra.unwrap(), rb.unwrap()),
+            (all.len() as u64, all.len() as u64)
+        );
+        check_shape(&db, &all).await;
+        let trades = Trade::buckets(&db);
+        for (key, _) in COUNTS {
+            check_reads(&trades, key, &oracle(&all, key)).await;
+        }
+        let twice = all_docs(&db, "trades").await;
+        Trade::buckets(&db)
+            .with_collection("trades_once")
+            .adopt_from("trades_flat")
+            .await
+            .unwrap();
+        let once = all_docs(&db, "trades_once").await;
+        assert_eq!(twice, once);
+    })
+    .await;
+}
