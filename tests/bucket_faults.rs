@@ -62,28 +62,27 @@ struct Dated {
     n: u32,
 }
 
-/// Every model's validator at `strict` in `db`
-/// (`testkit::strict_validators`): nothing these faults make the
-/// repositories write, retry or repair may break the pattern's invariants.
-async fn strict(db: &Database) {
-    let declared = [
+/// Every model's declarations: the fault suites set their validators at
+/// `strict` (`testkit::strict_validators`), so that nothing these faults
+/// make the repositories write, retry or repair may break the pattern's
+/// invariants.
+fn declared(db: &Database) -> Vec<mongo_patterns::ensure::Declared> {
+    [
         Trade::declared(db),
         Valued::declared(db),
         Dated::declared(db),
         Strict::declared(db),
         Lenient::declared(db),
         Hot::declared(db),
-    ];
-    mongo_patterns_testkit::strict_validators(db, declared.concat()).await;
+    ]
+    .concat()
 }
 
-/// A fresh database, [`strict`]. A test that stores a broken document on
-/// purpose takes the test kit's own `fresh_db`.
+/// A fresh database with [`declared`]'s validators at `strict`. A test
+/// that stores a broken document on purpose takes the test kit's own
+/// `fresh_db`.
 async fn fresh_db(test: &str) -> (Database, mongo_patterns_testkit::Commands) {
-    let (db, commands) = mongo_patterns_testkit::fresh_db(test).await;
-    strict(&db).await;
-    commands.take();
-    (db, commands)
+    mongo_patterns_testkit::fresh_db_strict(test, declared).await
 }
 
 /// Reads every bucket of `coll` and checks each key's: `count` an integer
@@ -1209,7 +1208,7 @@ async fn crash_kill_and_restart_mid_pushes() {
     });
     let (c, _) = client(server.uri()).await;
     let db = c.database("crash");
-    strict(&db).await;
+    mongo_patterns_testkit::strict_validators(&db, declared(&db)).await;
     let repo = Trade::buckets(&db);
     repo.ensure().await.unwrap();
     let tasks: Vec<_> = (0..4u32)
@@ -1802,7 +1801,7 @@ async fn crash_kill_and_restart_mid_late_pushes() {
     });
     let (c, _) = client(server.uri()).await;
     let db = c.database("crash_late");
-    strict(&db).await;
+    mongo_patterns_testkit::strict_validators(&db, declared(&db)).await;
     let repo = Dated::buckets(&db);
     repo.ensure().await.unwrap();
     let base: Vec<Dated> = (0..40).map(|i| dated(1, 50 * i64::from(i), i)).collect();
@@ -1878,7 +1877,7 @@ async fn a_move_that_fails_part_way_leaves_nothing_half_done() {
     let server = FaultServer::start("a_move_that_fails_part_way_leaves_nothing_half_done").await;
     let (c, _) = client(server.uri()).await;
     let db = c.database(&server.db_name("moves"));
-    strict(&db).await;
+    mongo_patterns_testkit::strict_validators(&db, declared(&db)).await;
     let repo = Dated::buckets(&db);
     // Days 10..20 in two full buckets (size 5): a late day 10.5 would
     // make the first hold six, day 1 lands below them all.

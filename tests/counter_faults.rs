@@ -43,29 +43,24 @@ struct Geometric {
     views: i64,
 }
 
-/// Every model's validator at `strict` in `db`
-/// (`testkit::strict_validators`): nothing these faults make the
-/// repositories write, retry or repair may break the pattern's invariants.
-async fn strict(db: &Database) {
-    mongo_patterns_testkit::strict_validators(
-        db,
-        [
-            Buffered::declared(db),
-            Sampled::declared(db),
-            Geometric::declared(db),
-        ]
-        .concat(),
-    )
-    .await;
+/// Every model's declarations: the fault suites set their validators at
+/// `strict` (`testkit::strict_validators`), so that nothing these faults
+/// make the repositories write, retry or repair may break the pattern's
+/// invariants.
+fn declared(db: &Database) -> Vec<mongo_patterns::ensure::Declared> {
+    [
+        Buffered::declared(db),
+        Sampled::declared(db),
+        Geometric::declared(db),
+    ]
+    .concat()
 }
 
-/// A fresh database, [`strict`]. A test that stores a broken document on
-/// purpose takes the test kit's own `fresh_db`.
+/// A fresh database with [`declared`]'s validators at `strict`. A test
+/// that stores a broken document on purpose takes the test kit's own
+/// `fresh_db`.
 async fn fresh_db(test: &str) -> (Database, mongo_patterns_testkit::Commands) {
-    let (db, commands) = mongo_patterns_testkit::fresh_db(test).await;
-    strict(&db).await;
-    commands.take();
-    (db, commands)
+    mongo_patterns_testkit::fresh_db_strict(test, declared).await
 }
 
 const BOUND: Duration = Duration::from_secs(60);
@@ -191,7 +186,7 @@ async fn cancelled_buffered_incr_keeps_its_increments() {
     });
     let (c, _) = client(server.uri()).await;
     let db = c.database("cancel");
-    strict(&db).await;
+    mongo_patterns_testkit::strict_validators(&db, declared(&db)).await;
     let views = Buffered::views_counter(&db);
     views.incr_by(&1, 99).await.unwrap();
     server.kill();
@@ -218,7 +213,7 @@ async fn crash_unknown_outcome_is_applied_once() {
     let proxy = Proxy::start(server.uri()).await;
     let (c, _) = client(&proxy.uri()).await;
     let db = c.database("unknown");
-    strict(&db).await;
+    mongo_patterns_testkit::strict_validators(&db, declared(&db)).await;
     let (raw, _) = client(server.uri()).await;
     let raw = raw.database("unknown");
     let views = Buffered::views_counter(&db);
@@ -777,7 +772,7 @@ async fn crash_server_killed_and_restarted_mid_run() {
     // Calls made while the server is down fail fast (unknown outcomes).
     let (c, _) = client(&format!("{}&serverSelectionTimeoutMS=300", server.uri())).await;
     let db = c.database("restart");
-    strict(&db).await;
+    mongo_patterns_testkit::strict_validators(&db, declared(&db)).await;
     let buffered = Buffered::views_counter(&db);
     let sampled = Sampled::views_counter(&db);
     let geometric = Geometric::views_counter(&db);

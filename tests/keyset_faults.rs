@@ -38,24 +38,19 @@ struct ReadingDesc {
     v: f64,
 }
 
-/// Every model's validator at `strict` in `db`
-/// (`testkit::strict_validators`): nothing these faults make the
-/// repositories write, retry or repair may break the pattern's invariants.
-async fn strict(db: &Database) {
-    mongo_patterns_testkit::strict_validators(
-        db,
-        [Reading::declared(db), ReadingDesc::declared(db)].concat(),
-    )
-    .await;
+/// Every model's declarations: the fault suites set their validators at
+/// `strict` (`testkit::strict_validators`), so that nothing these faults
+/// make the repositories write, retry or repair may break the pattern's
+/// invariants.
+fn declared(db: &Database) -> Vec<mongo_patterns::ensure::Declared> {
+    [Reading::declared(db), ReadingDesc::declared(db)].concat()
 }
 
-/// A fresh database, [`strict`]. A test that stores a broken document on
-/// purpose takes the test kit's own `fresh_db`.
+/// A fresh database with [`declared`]'s validators at `strict`. A test
+/// that stores a broken document on purpose takes the test kit's own
+/// `fresh_db`.
 async fn fresh_db(test: &str) -> (Database, mongo_patterns_testkit::Commands) {
-    let (db, commands) = mongo_patterns_testkit::fresh_db(test).await;
-    strict(&db).await;
-    commands.take();
-    (db, commands)
+    mongo_patterns_testkit::fresh_db_strict(test, declared).await
 }
 
 /// Any value in the sort key, to page mixed-type data as stored.

@@ -41,24 +41,19 @@ struct DocsScore {
     score: f64,
 }
 
-/// Every model's validator at `strict` in `db`
-/// (`testkit::strict_validators`): nothing these faults make the
-/// repositories write, retry or repair may break the pattern's invariants.
-async fn strict(db: &Database) {
-    mongo_patterns_testkit::strict_validators(
-        db,
-        [ArrayScore::declared(db), DocsScore::declared(db)].concat(),
-    )
-    .await;
+/// Every model's declarations: the fault suites set their validators at
+/// `strict` (`testkit::strict_validators`), so that nothing these faults
+/// make the repositories write, retry or repair may break the pattern's
+/// invariants.
+fn declared(db: &Database) -> Vec<mongo_patterns::ensure::Declared> {
+    [ArrayScore::declared(db), DocsScore::declared(db)].concat()
 }
 
-/// A fresh database, [`strict`]. A test that stores a broken document on
-/// purpose takes the test kit's own `fresh_db`.
+/// A fresh database with [`declared`]'s validators at `strict`. A test
+/// that stores a broken document on purpose takes the test kit's own
+/// `fresh_db`.
 async fn fresh_db(test: &str) -> (Database, mongo_patterns_testkit::Commands) {
-    let (db, commands) = mongo_patterns_testkit::fresh_db(test).await;
-    strict(&db).await;
-    commands.take();
-    (db, commands)
+    mongo_patterns_testkit::fresh_db_strict(test, declared).await
 }
 
 trait Exam: RankHistogram<Board = String, Score = f64> + Clone {
@@ -463,7 +458,7 @@ async fn cut_while_held<F: IntoFuture>(server: &FaultServer, c: &Client, what: &
 
 async fn late_writes<T: Exam>(server: &FaultServer, c: &Client, name: &str) {
     let db = c.database(&server.db_name(name));
-    strict(&db).await;
+    mongo_patterns_testkit::strict_validators(&db, declared(&db)).await;
     let ranks = T::ranks(&db);
     ranks.insert(&T::new("a".into(), "b", 1.0)).await.unwrap();
     let late = T::new("late".into(), "b", 2.0);
@@ -999,7 +994,7 @@ async fn standalone_without_transactions() {
     });
     let (c, _) = client(server.uri()).await;
     let db = c.database("standalone");
-    strict(&db).await;
+    mongo_patterns_testkit::strict_validators(&db, declared(&db)).await;
     bounded(150, async {
         // Does this standalone commit transactions?
         let probe = db.collection::<Document>("probe");
@@ -1186,7 +1181,7 @@ async fn crash_kill_and_restart_mid_run() {
     });
     let (c, _) = client(server.uri()).await;
     let db = c.database("crash");
-    strict(&db).await;
+    mongo_patterns_testkit::strict_validators(&db, declared(&db)).await;
     let array = ArrayScore::ranks(&db);
     let docs = DocsScore::ranks(&db);
     for p in 0..8 {

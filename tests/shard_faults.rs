@@ -45,29 +45,24 @@ struct Session {
     user: String,
 }
 
-/// Every model's validator at `strict` in `db`
-/// (`testkit::strict_validators`): nothing these faults make the
-/// repositories write, retry or repair may break the pattern's invariants.
-async fn strict(db: &Database) {
-    mongo_patterns_testkit::strict_validators(
-        db,
-        [
-            Log::declared(db),
-            Event::declared(db),
-            Session::declared(db),
-        ]
-        .concat(),
-    )
-    .await;
+/// Every model's declarations: the fault suites set their validators at
+/// `strict` (`testkit::strict_validators`), so that nothing these faults
+/// make the repositories write, retry or repair may break the pattern's
+/// invariants.
+fn declared(db: &Database) -> Vec<mongo_patterns::ensure::Declared> {
+    [
+        Log::declared(db),
+        Event::declared(db),
+        Session::declared(db),
+    ]
+    .concat()
 }
 
-/// A fresh database, [`strict`]. A test that stores a broken document on
-/// purpose takes the test kit's own `fresh_db`.
+/// A fresh database with [`declared`]'s validators at `strict`. A test
+/// that stores a broken document on purpose takes the test kit's own
+/// `fresh_db`.
 async fn fresh_db(test: &str) -> (Database, mongo_patterns_testkit::Commands) {
-    let (db, commands) = mongo_patterns_testkit::fresh_db(test).await;
-    strict(&db).await;
-    commands.take();
-    (db, commands)
+    mongo_patterns_testkit::fresh_db_strict(test, declared).await
 }
 
 fn at(s: &str) -> DateTime {
@@ -717,7 +712,7 @@ async fn crash_during_moves_leaves_one_whole_document() {
     });
     let (client, _) = client(server.uri()).await;
     let db = client.database("crash");
-    strict(&db).await;
+    mongo_patterns_testkit::strict_validators(&db, declared(&db)).await;
     let repo = Log::sharded(&db);
     let oct = at("2021-10-25T03:34:59Z").timestamp_millis() / 1000;
     let months = [oct, oct + 10 * 86_400, oct + 40 * 86_400];

@@ -474,6 +474,19 @@ pub async fn validate_declared(
     commands.take();
 }
 
+/// A fresh database ([`fresh_db`]) with the validators of `declared`
+/// (given the database) at `strict` ([`strict_validators`]), their
+/// commands taken out of the record: what the fault suites start from.
+pub async fn fresh_db_strict(
+    test: &str,
+    declared: impl FnOnce(&Database) -> Vec<mongo_patterns::ensure::Declared>,
+) -> (Database, Commands) {
+    let (db, commands) = fresh_db(test).await;
+    strict_validators(&db, declared(&db)).await;
+    commands.take();
+    (db, commands)
+}
+
 /// Sets the validator of every declaration of `declared` in `db` at
 /// `strict`, whatever the model chose (`ensure` without the indexes or
 /// shard keys), and panics on a conflict: the fault suites call it on
