@@ -93,18 +93,22 @@ macro_rules! check_pages {
     }};
 }
 
-/// Positions as stored: each bucket's `start` follows the counts before
-/// it, and `count` is its items' length.
-async fn contiguous(db: &Database, key: i64) {
-    let buckets: Vec<Document> = db
-        .collection::<Document>("trades")
+/// The buckets of `key` as stored, in `_id` order.
+async fn buckets_of(db: &Database, key: i64) -> Vec<Document> {
+    db.collection::<Document>("trades")
         .find(doc! {"customer": key})
         .sort(doc! {"_id": 1})
         .await
         .unwrap()
         .try_collect()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// Positions as stored: each bucket's `start` follows the counts before
+/// it, and `count` is its items' length.
+async fn contiguous(db: &Database, key: i64) {
+    let buckets = buckets_of(db, key).await;
     let mut next = 0;
     for b in &buckets {
         let int = |f: &str| b.get_i64(f).or(b.get_i32(f).map(i64::from)).unwrap();
@@ -423,22 +427,7 @@ async fn a_key_over_max_items_is_refused_and_left_as_it_was() {
                 before.push(&Before { customer: key, at: n, n }).await.unwrap();
             }
         }
-        let raw = db.collection::<Document>("trades");
-        let of = |key: i64| {
-            let raw = raw.clone();
-            async move {
-                let docs: Vec<Document> = raw
-                    .find(doc! {"customer": key})
-                    .sort(doc! {"_id": 1})
-                    .await
-                    .unwrap()
-                    .try_collect()
-                    .await
-                    .unwrap();
-                docs
-            }
-        };
-        let stored_7 = of(7).await;
+        let stored_7 = buckets_of(&db, 7).await;
         let smaller = Smaller::buckets(&db);
         match smaller.rebucket(&7_i64).max_items(20).await {
             Err(Error::KeyTooLarge { key, items, limit, .. }) => {
@@ -446,7 +435,7 @@ async fn a_key_over_max_items_is_refused_and_left_as_it_was() {
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(of(7).await, stored_7, "nothing of the key written");
+        assert_eq!(buckets_of(&db, 7).await, stored_7, "nothing of the key written");
 
         let moved = smaller.rebucket_all().max_items(20).await.unwrap();
         assert_eq!((moved.keys, moved.items), (1, 12), "{moved:?}");
@@ -455,7 +444,7 @@ async fn a_key_over_max_items_is_refused_and_left_as_it_was() {
             "{moved:?}"
         );
         check_pages!(smaller, 5_i64, &(0..12).collect());
-        assert_eq!(of(7).await, stored_7);
+        assert_eq!(buckets_of(&db, 7).await, stored_7);
         assert!(matches!(
             smaller.page(&7_i64, PageRequest::page(1)).await,
             Err(Error::Damaged { .. })
