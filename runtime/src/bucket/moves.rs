@@ -169,8 +169,7 @@ impl Txn<'_> {
         while let Some(b) = cursor.next(&mut *self.s).await.transpose()? {
             items += count(&b);
             if items > max_items {
-                // Left open: the caller's error aborts the transaction,
-                // which closes it.
+                // Left open: the server closes it with the transaction.
                 let all = self.find(filter, 1, 0, doc! {"count": 1}).await?;
                 return Ok(Err(all.iter().map(count).sum()));
             }

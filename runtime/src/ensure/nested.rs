@@ -158,10 +158,12 @@ pub mod variant {
     }
 
     /// The enum: any of `shapes`, or of the `names` its unit variants are
-    /// stored as (the default tagging).
+    /// stored as (the default tagging). An enum with no variant serde
+    /// stores is left open (the server refuses an empty `anyOf`).
     pub fn any_of(names: &[&str], shapes: Vec<Document>) -> Document {
         let names = (!names.is_empty()).then(|| doc! {"enum": names.to_vec()});
         match (names, shapes.is_empty()) {
+            (None, true) => Document::new(),
             (Some(names), true) => names,
             (names, _) => {
                 let any: Vec<Document> = names.into_iter().chain(shapes).collect();
@@ -273,6 +275,23 @@ mod tests {
     fn a_type_that_holds_itself_is_left_open_there() {
         let s = (&&Probe::<Node>::new()).schema().unwrap();
         assert_eq!(s, doc! {"bsonType": "object", "properties": {}});
+    }
+
+    #[test]
+    fn an_enum_is_any_of_its_shapes() {
+        use super::variant::*;
+        assert_eq!(any_of(&[], Vec::new()), doc! {});
+        assert_eq!(any_of(&["a"], Vec::new()), doc! {"enum": ["a"]});
+        let ext = external("B", value(&["int"], &[]));
+        assert_eq!(
+            any_of(&["a"], vec![ext.clone()]),
+            doc! {"anyOf": [{"enum": ["a"]}, ext]}
+        );
+        let shape = nullable(any_of(&[], vec![null()]));
+        assert_eq!(
+            shape,
+            doc! {"anyOf": [{"bsonType": "null"}, {"bsonType": "null"}]}
+        );
     }
 
     #[test]
