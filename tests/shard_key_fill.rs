@@ -642,46 +642,59 @@ async fn every_granularity_agrees_with_truncate() {
 
 /// In a caller's session, and in its transaction: the count, the reads
 /// and the writes go through it (aborted, nothing is left; committed,
-/// every document is filled).
+/// every document is filled), on the batched path and on a sharded
+/// collection's (which then opens no transaction of its own).
 #[tokio::test]
 async fn fills_in_a_session_and_a_transaction() {
-    let (db, _) = fresh_db("shard_fill_session").await;
-    bounded(120, async {
-        const N: i64 = 1_200;
-        legacy_logs(&db, N, 31).await;
-        let repo = Log::sharded(&db);
-        let mut s = db.client().start_session().await.unwrap();
+    for sharded in [false, true] {
+        let (db, commands) = fresh_db(&format!("shard_fill_session_{sharded}")).await;
+        bounded(120, async {
+            const N: i64 = 1_200;
+            legacy_logs(&db, N, 31).await;
+            let repo = Log::sharded(&db);
+            let mut s = db.client().start_session().await.unwrap();
 
-        s.start_transaction().await.unwrap();
-        let fill = repo
-            .fill_coarse()
-            .batch_size(500)
-            .session(&mut s)
-            .await
-            .unwrap();
-        assert_eq!(fill.filled as i64, N);
-        s.abort_transaction().await.unwrap();
-        assert_eq!(
-            repo.audit(100_000).await.unwrap().damaged.len() as i64,
-            N,
-            "aborted"
-        );
+            s.start_transaction().await.unwrap();
+            let fill = repo
+                .fill_coarse()
+                .sharded(sharded)
+                .batch_size(500)
+                .session(&mut s)
+                .await
+                .unwrap();
+            assert_eq!(fill.filled as i64, N);
+            s.abort_transaction().await.unwrap();
+            assert_eq!(
+                repo.audit(100_000).await.unwrap().damaged.len() as i64,
+                N,
+                "aborted"
+            );
 
-        s.start_transaction().await.unwrap();
-        let fill = repo
-            .fill_coarse()
-            .batch_size(500)
-            .session(&mut s)
-            .await
-            .unwrap();
-        assert_eq!(fill.filled as i64, N);
-        s.commit_transaction().await.unwrap();
-        assert!(raw_logs(&db).await.values().all(|(t, m)| consistent(t, m)));
+            commands.take();
+            s.start_transaction().await.unwrap();
+            let fill = repo
+                .fill_coarse()
+                .sharded(sharded)
+                .batch_size(500)
+                .session(&mut s)
+                .await
+                .unwrap();
+            assert_eq!(fill.filled as i64, N);
+            let sent: Vec<String> = commands.take().into_iter().map(|(n, _)| n).collect();
+            assert!(!sent.iter().any(|n| n.ends_with("Transaction")), "{sent:?}");
+            s.commit_transaction().await.unwrap();
+            assert!(raw_logs(&db).await.values().all(|(t, m)| consistent(t, m)));
 
-        let again = repo.fill_coarse().session(&mut s).await.unwrap();
-        assert_eq!((again.written(), again.already_right), (0, N as u64));
-    })
-    .await;
+            let again = repo
+                .fill_coarse()
+                .sharded(sharded)
+                .session(&mut s)
+                .await
+                .unwrap();
+            assert_eq!((again.written(), again.already_right), (0, N as u64));
+        })
+        .await;
+    }
 }
 
 /// On a collection already sharded on `{month: 1, type: 1}`, through a
