@@ -383,6 +383,17 @@ async fn items_renamed_then_rebucketed() {
         .unwrap();
         want.get_mut(&9).unwrap().push((200, 23));
 
+        // A name that is not where items were: refused, nothing moved.
+        for bad in ["items", "count", "customer", "fills.x", "$fills", ""] {
+            match new.rebucket_all().items_from(bad).await {
+                Err(Error::InvalidArgument { name, .. }) => assert_eq!(name, "items_from"),
+                other => panic!("{bad}: {other:?}"),
+            }
+            match new.rebucket(&9_i64).items_from(bad).await {
+                Err(Error::InvalidArgument { name, .. }) => assert_eq!(name, "items_from"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
         let moved = new.rebucket_all().items_from("fills").await.unwrap();
         assert_eq!((moved.keys, moved.items), (2, 31));
         for (key, mut items) in want {

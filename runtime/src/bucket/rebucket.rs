@@ -51,6 +51,7 @@ impl Move for Rebucket {
 
     fn run<'a>(&'a self, mut t: Txn<'a>) -> BoxFuture<'a, Result<u64>> {
         Box::pin(async move {
+            check_from(t.shape, self.from.as_deref())?;
             let of_key = t.shape.of_key(&self.key);
             let buckets = match t.find_at_most(of_key.clone(), self.max_items).await? {
                 Ok(buckets) => buckets,
@@ -121,6 +122,25 @@ fn items_of(t: &Txn<'_>, b: &RawDocumentBuf, field: &str) -> Result<Vec<(Documen
     Ok(items)
 }
 
+/// `items_from`'s name: a top-level field other than the declared items
+/// and the bucket's own fields, or the move would read the same items
+/// twice, or a field that holds none.
+fn check_from(shape: &super::shape::Shape, from: Option<&str>) -> Result<()> {
+    let Some(old) = from else {
+        return Ok(());
+    };
+    let why = if old.is_empty() || old.starts_with('$') || old.contains('.') || old.contains('\0') {
+        "must be a top-level field name (not empty, no `$` first, no `.`)"
+    } else if old == shape.spec.items {
+        "is the declared `items`: name the field the items were stored under before"
+    } else if old == shape.spec.key || super::shape::RESERVED.contains(&old) {
+        "is one of the bucket's own fields, not an array of items"
+    } else {
+        return Ok(());
+    };
+    Err(Error::invalid("items_from", format!("`{old}` {why}")))
+}
+
 /// What [`Buckets::rebucket_all`] did.
 #[derive(Debug, Default)]
 #[non_exhaustive]
@@ -145,6 +165,7 @@ impl<T: Bucketed> Buckets<T> {
         max_items: u64,
         cx: &mut Call<'_>,
     ) -> Result<Rebucketed> {
+        check_from(&self.shape, from.as_deref())?;
         let started = Instant::now();
         let key = self.shape.spec.key;
         let mut bad = vec![Bson::Document(self.shape.damaged_filter())];
