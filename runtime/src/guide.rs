@@ -801,6 +801,7 @@
 //! | rank `precision` changed | histogram entries off the new step | ranks off, writes that reach them refused | `rebuild_all()` under the new declaration |
 //! | keyset `sort` or `order` changed | the old `mp_keyset_` index, no longer declared (a note), and the new one to create | pages follow the new order exactly; a token from the old one is `InvalidCursor(Foreign)` | `ensure` creates the new index; drop the old one yourself |
 //! | shard key `coarse` granularity changed (or documents stored without the field) | documents whose coarse field is missing or not their timestamp's period | `find` misses them, writes to them are refused, `audit` names them | `fill_coarse()` (cheaper before the collection is sharded) |
+//! | shard key fields changed on a collection already sharded | `Conflict::ShardKey`: sharded on another key | `find` by the new key reads every shard, writes `mongos` cannot target are refused | `fill_coarse()` if the new key derives a field, then `reshardCollection` (MongoDB 5.0+) or `refineCollectionShardKey` (4.4+, a key that only adds fields at its end), by an administrator |
 //!
 //! `Buckets::rebucket_all` finds the keys that have such a bucket and
 //! writes each key's buckets again under the new declaration, one

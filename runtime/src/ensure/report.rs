@@ -306,7 +306,7 @@ impl fmt::Display for Conflict {
             }
             Conflict::ShardKey { declared, found } => write!(
                 f,
-                "`{}` should be sharded on {}, and is sharded on {found}",
+                "`{}` should be sharded on {}, and is sharded on {found}: `ensure` does not change a shard key; an administrator does, with `reshardCollection` (MongoDB 5.0+), or `refineCollectionShardKey` (4.4+) when the declared key only adds fields after the old one, once every document holds the new fields (`fill_coarse` for a derived one)",
                 declared.collection, declared.key
             ),
             Conflict::Validator { collection, found } => write!(
@@ -437,5 +437,32 @@ impl fmt::Display for Ensured {
         lines(f, "validator set", &set)?;
         lines(f, "left alone", &self.conflicts)?;
         lines(f, "note", &self.notes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mongodb::bson::doc;
+
+    #[test]
+    fn a_shard_key_conflict_names_the_migration() {
+        let c = Conflict::ShardKey {
+            declared: Shard {
+                collection: "logs".into(),
+                key: doc! {"month": 1, "type": 1},
+                unique: false,
+            },
+            found: doc! {"ts": 1},
+        };
+        let text = c.to_string();
+        for part in [
+            "`logs` should be sharded on",
+            "reshardCollection",
+            "refineCollectionShardKey",
+            "fill_coarse",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
     }
 }
