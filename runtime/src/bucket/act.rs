@@ -124,7 +124,8 @@ action! {
 impl<'a, T: Bucketed + Send + Sync + 'a> Rebucket<'a, T> {
     /// The name the items were stored under before `items` was renamed:
     /// each bucket's items are read from it (and from the declared name,
-    /// after them, where a push already wrote there), and the new buckets
+    /// after them, where another writer already wrote there; the
+    /// repository's own pushes refuse such a bucket), and the new buckets
     /// hold them under the declared name only.
     pub fn items_from(mut self, old: &str) -> Self {
         self.from = Some(old.to_owned());
@@ -132,9 +133,10 @@ impl<'a, T: Bucketed + Send + Sync + 'a> Rebucket<'a, T> {
     }
 
     /// The most items the key may hold (100,000 by default): a key of
-    /// more is refused with [`Error::KeyTooLarge`] before its items are
-    /// read, as one move holds them in memory and writes them in one
-    /// transaction.
+    /// more is refused with [`Error::KeyTooLarge`] as soon as its buckets'
+    /// counts pass it, before the rest is read and before anything is
+    /// written, as one move holds the items in memory and writes them in
+    /// one transaction.
     pub fn max_items(mut self, n: u64) -> Self {
         self.max_items = n;
         self
