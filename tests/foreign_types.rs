@@ -298,35 +298,44 @@ struct Shipment {
 // longer compiles: the derive refuses it at its type (see the UI tests
 // `keyset/foreign_without_helper` and `bucket/foreign_without_helper`).
 
-#[tokio::test]
-async fn shard_key_time_sources() {
-    let (db, _) = fresh_db("foreign_shard").await;
-    let march = bson_at(0);
-    let april = bson_at(31 * DAY);
-    // 2024-03-31 23:59 and 2024-04-01 00:00.
+/// Orders (chrono) and shipments (time) on 2024-03-31 23:59 and
+/// 2024-04-01 00:00.
+fn across_a_month() -> ([Order; 3], [Shipment; 2]) {
     let (last, first) = (31 * DAY - MINUTE, 31 * DAY);
-
     let orders = [(1, "t1", last), (2, "t1", first), (3, "t2", first)].map(|(id, t, ms)| Order {
         id,
         tenant: t.into(),
         at: chrono_at(ms),
     });
-    Order::sharded(&db).insert_many(&orders).await.unwrap();
     let shipments = [(1, "t1", last), (2, "t1", first)].map(|(id, t, ms)| Shipment {
         id,
         tenant: t.into(),
         at: time_at(ms),
     });
+    (orders, shipments)
+}
+
+/// The `month` of each document of `coll` as stored, in `_id` order.
+async fn months(db: &Database, coll: &str) -> Vec<Bson> {
+    raw(db, coll)
+        .await
+        .iter()
+        .map(|d| d.get("month").cloned().unwrap_or(Bson::Null))
+        .collect()
+}
+
+#[tokio::test]
+async fn shard_key_time_sources() {
+    let (db, _) = fresh_db("foreign_shard").await;
+    let (march, april) = (bson_at(0), bson_at(31 * DAY));
+    let (orders, shipments) = across_a_month();
+    Order::sharded(&db).insert_many(&orders).await.unwrap();
     Shipment::sharded(&db)
         .insert_many(&shipments)
         .await
         .unwrap();
     for coll in ["orders", "shipments"] {
-        let months: Vec<Bson> = raw(&db, coll)
-            .await
-            .iter()
-            .map(|d| d.get("month").unwrap().clone())
-            .collect();
+        let months = months(&db, coll).await;
         assert_eq!(
             months[..2],
             [Bson::DateTime(march), Bson::DateTime(april)],
@@ -488,17 +497,7 @@ async fn adopted_from_flat_with_foreign_keys() {
 #[tokio::test]
 async fn coarse_filled_from_foreign_time_fields() {
     let (db, _) = fresh_db("foreign_fill").await;
-    let (last, first) = (31 * DAY - MINUTE, 31 * DAY);
-    let orders = [(1, "t1", last), (2, "t1", first), (3, "t2", first)].map(|(id, t, ms)| Order {
-        id,
-        tenant: t.into(),
-        at: chrono_at(ms),
-    });
-    let shipments = [(1, "t1", last), (2, "t1", first)].map(|(id, t, ms)| Shipment {
-        id,
-        tenant: t.into(),
-        at: time_at(ms),
-    });
+    let (orders, shipments) = across_a_month();
     write_raw(&db, "orders", &orders).await;
     write_raw(&db, "shipments", &shipments).await;
     assert!(raw(&db, "orders")
@@ -515,13 +514,8 @@ async fn coarse_filled_from_foreign_time_fields() {
         ("orders", vec![march, april, april]),
         ("shipments", vec![march, april]),
     ] {
-        let months: Vec<Bson> = raw(&db, coll)
-            .await
-            .iter()
-            .map(|d| d.get("month").unwrap().clone())
-            .collect();
         let want: Vec<Bson> = want.into_iter().map(Bson::DateTime).collect();
-        assert_eq!(months, want, "{coll}");
+        assert_eq!(months(&db, coll).await, want, "{coll}");
     }
     let april_range = TimeRange::between(april, bson_at(61 * DAY));
     let got: Vec<Order> = Order::sharded(&db)

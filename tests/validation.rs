@@ -981,9 +981,16 @@ struct Rate {
     rename_all_fields = "camelCase"
 )]
 enum Fee {
-    Flat { amount_cents: i64 },
+    Flat {
+        amount_cents: i64,
+    },
     Waived,
     Rate(Rate),
+    /// Its own rule wins over the enum's `rename_all_fields`.
+    #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+    Capped {
+        max_cents: i64,
+    },
 }
 
 /// Adjacently tagged.
@@ -1073,6 +1080,7 @@ async fn enums_with_data_are_checked_in_each_tagging() {
             Fee::Flat { amount_cents: 30 },
             Fee::Waived,
             Fee::Rate(Rate { bps: 25 }),
+            Fee::Capped { max_cents: 99 },
         ];
         let holds = [
             None,
@@ -1084,7 +1092,7 @@ async fn enums_with_data_are_checked_in_each_tagging() {
             .map(|i| Payment {
                 id: i as i64,
                 method: methods[i % 5].clone(),
-                fee: fees[i % 3].clone(),
+                fee: fees[i % fees.len()].clone(),
                 hold: holds[i % 4].clone(),
                 refs: vec![Ref::Id(1), Ref::Code("x".into()), Ref::Nothing],
                 channel: match i % 2 {
@@ -1156,6 +1164,11 @@ async fn enums_with_data_are_checked_in_each_tagging() {
                 "a newtype struct's field beside the tag",
                 "fee",
                 bson!({"kind": "rate", "bps": "x"}),
+            ),
+            (
+                "a field named by the variant's own rule",
+                "fee",
+                bson!({"kind": "capped", "MAX_CENTS": "x"}),
             ),
             (
                 "adjacent content of the wrong type",

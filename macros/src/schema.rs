@@ -295,19 +295,13 @@ fn variant_content(
                 .iter()
                 .filter(|a| a.path().is_ident("serde"))
                 .collect();
-            let own_rule = {
-                let probe: syn::DeriveInput = syn::parse_quote!(#(#serde)* struct S;);
-                let quiet = Ctxt::new();
-                let rule = crate::serde_rules::container_rule(&quiet, &probe);
-                let _ = quiet.check();
-                rule != RenameRule::None
-            };
+            // The enum's `rename_all_fields` first: a `rename_all` of the
+            // variant's own comes after it and wins.
             let fields_rule = crate::serde_rules::rename_all_fields(input)
-                .filter(|_| !own_rule)
                 .map(|lit| quote!(#[serde(rename_all = #lit)]));
             let generics = &input.generics;
             let synth: syn::DeriveInput =
-                syn::parse_quote!(#(#serde)* #fields_rule struct Variant #generics #fields);
+                syn::parse_quote!(#fields_rule #(#serde)* struct Variant #generics #fields);
             let ast = Input::parse(cx, &synth, "Schema")?;
             let list = fields_list(&ast, p);
             let nested = expand_nested(&ast, generics, p);

@@ -9,6 +9,11 @@ macro_rules! impls {
 }
 pub(crate) use impls;
 
+/// Whether a `hello` reply is a `mongos`'s (`msg: "isdbgrid"`).
+pub(crate) fn is_mongos(hello: &Document) -> bool {
+    hello.get_str("msg").ok() == Some("isdbgrid")
+}
+
 /// A stored number as an exact integer: an `int`, a `long`, or a `double`
 /// with no fraction (what a shell or another driver may have written).
 pub(crate) fn int(b: &Bson) -> Option<i64> {

@@ -13,7 +13,7 @@ use mongodb::ClientSession;
 use super::adopt::{AdoptArgs, ITEMS_A_BATCH};
 use super::edit::Delete as Removal;
 use super::moves::Reindex as Recount;
-use super::rebucket::{Rebucket as Rewrite, Rebucketed, MAX_ITEMS};
+use super::rebucket::{check_from, Rebucket as Rewrite, Rebucketed, MAX_ITEMS};
 use super::shape::{item_len, Pushed};
 use super::{BucketPage, Bucketed, Buckets, PageRequest};
 use crate::action::{action, Call, Given};
@@ -116,6 +116,7 @@ action! {
     Rebucket<'a, T: Bucketed> on Buckets, "rebucket", both;
     { key: Result<Bson>, from: Option<String>, max_items: u64 } -> u64;
     |this, cx| {
+        check_from(&this.repo.shape, this.from.as_deref())?;
         let rewrite = Rewrite { key: this.key?, from: this.from, max_items: this.max_items };
         this.repo.moved(rewrite, &mut cx).await
     }

@@ -51,7 +51,6 @@ impl Move for Rebucket {
 
     fn run<'a>(&'a self, mut t: Txn<'a>) -> BoxFuture<'a, Result<u64>> {
         Box::pin(async move {
-            check_from(t.shape, self.from.as_deref())?;
             let of_key = t.shape.of_key(&self.key);
             let buckets = match t.find_at_most(of_key.clone(), self.max_items).await? {
                 Ok(buckets) => buckets,
@@ -125,7 +124,7 @@ fn items_of(t: &Txn<'_>, b: &RawDocumentBuf, field: &str) -> Result<Vec<(Documen
 /// `items_from`'s name: a top-level field other than the declared items
 /// and the bucket's own fields, or the move would read the same items
 /// twice, or a field that holds none.
-fn check_from(shape: &super::shape::Shape, from: Option<&str>) -> Result<()> {
+pub(super) fn check_from(shape: &super::shape::Shape, from: Option<&str>) -> Result<()> {
     let Some(old) = from else {
         return Ok(());
     };

@@ -410,9 +410,7 @@ async fn survey(cx: &mut Cx<'_>, wanted: &[Wanted], stored: bool) -> Result<Plan
     } else {
         None
     };
-    let sharded_cluster = hello
-        .as_ref()
-        .is_some_and(|h| h.get_str("msg").ok() == Some("isdbgrid"));
+    let sharded_cluster = hello.as_ref().is_some_and(crate::util::is_mongos);
 
     let mut plan = Plan::default();
     if let (true, Some(hello)) = (asks, &hello) {

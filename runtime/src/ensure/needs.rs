@@ -162,7 +162,7 @@ impl ServerFacts {
             ferretdb: string(build_info, "ferretdbVersion"),
             stages,
             replicated: hello.get_str("setName").is_ok(),
-            sharded: hello.get_str("msg").ok() == Some("isdbgrid"),
+            sharded: crate::util::is_mongos(hello),
         }
     }
 

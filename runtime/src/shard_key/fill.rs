@@ -195,11 +195,11 @@ impl Writes {
             run.derived.from: {"$eq": ts.clone(), "$type": alias},
             run.coarse: {"$ne": want},
         };
-        if let Some(search) = &run.keyed {
-            // The whole shard key as stored: `null` matches a missing field.
-            for f in std::iter::once(&run.coarse).chain(search) {
-                q.insert(*f, stored.get(*f).cloned().unwrap_or(Bson::Null));
-            }
+        // On a sharded collection, the whole shard key as stored (the
+        // coarse field's value replaces its guard): `null` matches a
+        // missing field.
+        for f in run.keyed.iter().flatten() {
+            q.insert(*f, stored.get(*f).cloned().unwrap_or(Bson::Null));
         }
         let statement = doc! {"q": q, "u": {"$set": {run.coarse: want}}, "multi": false};
         let ms = at.timestamp_millis();
@@ -316,8 +316,8 @@ struct Run<'r> {
     /// Writes go through `$dateTrunc` pipelines until the server refuses
     /// one.
     pipeline: bool,
-    /// On a sharded collection: the shard key's search fields, which each
-    /// statement names with the coarse field (see [`FillCoarse::sharded`]).
+    /// On a sharded collection: the shard key's fields, which each
+    /// statement names (see [`FillCoarse::sharded`]).
     keyed: Option<Vec<&'static str>>,
     /// The call runs in the caller's transaction.
     txn: bool,
@@ -432,7 +432,7 @@ impl<T: ShardKeyed> Sharded<T> {
             of: 0,
             progress,
             pipeline,
-            keyed: sharded.then(|| self.spec.search().into_iter().collect()),
+            keyed: sharded.then(|| super::key_fields(&self.spec)),
             txn,
         };
         // What needs writing decides the writes: the primary's.
@@ -576,7 +576,7 @@ impl<T: ShardKeyed> Sharded<T> {
     /// Whether the deployment is a `mongos` (`hello`'s `msg: "isdbgrid"`).
     async fn on_mongos(&self) -> Result<bool> {
         let hello = self.db.run_command(doc! {"hello": 1}).await?;
-        Ok(hello.get_str("msg").ok() == Some("isdbgrid"))
+        Ok(crate::util::is_mongos(&hello))
     }
 
     /// [`send`](Self::send) in a transaction of a session of its own: on a
