@@ -134,11 +134,13 @@ impl<T: Bucketed> Buckets<T> {
         let (done, outcome) = oneshot::channel();
         if let Some(first) = self.queue.enter(Waiting { p, done }) {
             let this = self.clone();
+            // Boxed: the task then holds a pointer, not the whole future
+            // (a few kilobytes), which spawning would copy several times.
+            let send: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+                Box::pin(async move { this.send_queue(first).await });
             // In the span of the push that started the queue: the batches'
             // retries show there.
-            tokio::spawn(tracing::Instrument::in_current_span(async move {
-                this.send_queue(first).await
-            }));
+            tokio::spawn(tracing::Instrument::in_current_span(send));
         }
         // The sender gone without a word: the runtime shut down.
         outcome
