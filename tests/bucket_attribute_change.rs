@@ -516,7 +516,9 @@ async fn two_services_rebucket_at_once() {
         eprintln!("pushes kept: {} of 40; moved {ra:?} and {rb:?}", kept.len());
         assert!(!kept.is_empty());
         want.get_mut(&4).unwrap().extend(kept);
-        assert!(ra.keys + rb.keys >= 6, "{ra:?} {rb:?}");
+        // Each key once; key 4 maybe twice, when pushes changed it
+        // between the two services' moves.
+        assert!((6..=7).contains(&(ra.keys + rb.keys)), "{ra:?} {rb:?}");
         assert!(ra.too_large.is_empty() && rb.too_large.is_empty());
         let smaller = Smaller::buckets(&db);
         // Pushes refused before their key moved were never stored; the
@@ -528,6 +530,11 @@ async fn two_services_rebucket_at_once() {
             contiguous(&db, key).await;
         }
         assert_eq!(smaller.rebucket_all().await.unwrap().keys, 0);
+        // A key already laid out is read, not written: its buckets, write
+        // ids included, stay as they were.
+        let was = buckets_of(&db, 2).await;
+        assert_eq!(smaller.rebucket(&2).await.unwrap(), 26);
+        assert_eq!(buckets_of(&db, 2).await, was);
     })
     .await;
 }

@@ -118,7 +118,7 @@ action! {
     |this, cx| {
         check_from(&this.repo.shape, this.from.as_deref())?;
         let rewrite = Rewrite { key: this.key?, from: this.from, max_items: this.max_items };
-        this.repo.moved(rewrite, &mut cx).await
+        Ok(this.repo.moved(rewrite, &mut cx).await?.items)
     }
 }
 
@@ -661,7 +661,8 @@ impl<T: Bucketed> Buckets<T> {
     /// One transaction: every bucket of the key read, its items in stored
     /// order (sorted by `order`, stably, with one), the buckets deleted
     /// and new ones inserted as `push_many` lays them out (each `size`
-    /// full, every one but the last closed). A push to the key meanwhile
+    /// full, every one but the last closed), unless they are laid out so
+    /// already (write ids aside). A push to the key meanwhile
     /// makes it conflict and run again; a call cut short leaves the key
     /// as it was or moved whole. A bucket whose items are not an array of
     /// documents is `Damaged`, and nothing is written. Inside a caller's
@@ -701,7 +702,9 @@ impl<T: Bucketed> Buckets<T> {
     /// 1,000 keys. A key over [`max_items`](RebucketAll::max_items) is
     /// left as it was and named in the report; any other error stops the
     /// call. Keys already as declared are not written, so a call cut short
-    /// is finished by calling it again.
+    /// is finished by calling it again; a key another service moved after
+    /// this call found it is read in its transaction and left as it is,
+    /// so two services running this at once write each key once.
     ///
     /// ```no_run
     /// # use mongo_patterns::prelude::*;

@@ -45,11 +45,20 @@ pub(super) struct Rebucket {
     pub(super) max_items: u64,
 }
 
+/// What one key's move did: the items the key holds, and whether its
+/// buckets were written (not when they were already laid out so, as
+/// after another service's move of the same key).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Moved {
+    pub(super) items: u64,
+    pub(super) written: bool,
+}
+
 impl Move for Rebucket {
-    type Out = u64;
+    type Out = Moved;
     const OPERATION: &'static str = "rebucket";
 
-    fn run<'a>(&'a self, mut t: Txn<'a>) -> BoxFuture<'a, Result<u64>> {
+    fn run<'a>(&'a self, mut t: Txn<'a>) -> BoxFuture<'a, Result<Moved>> {
         Box::pin(async move {
             let of_key = t.shape.of_key(&self.key);
             let buckets = match t.find_at_most(of_key.clone(), self.max_items).await? {
@@ -85,9 +94,16 @@ impl Move for Rebucket {
                 // Stable: equal values keep their stored order.
                 items.sort_by(|a, b| order_cmp(a.0.get(order), b.0.get(order)));
             }
-            t.delete_all(of_key).await?;
             let op = ObjectId::new();
             let mut laid = t.shape.new_buckets(&self.key, (0, 0), None, &items, op);
+            let n = items.len() as u64;
+            if laid_out(&buckets, &laid) {
+                return Ok(Moved {
+                    items: n,
+                    written: false,
+                });
+            }
+            t.delete_all(of_key).await?;
             if let Some((last, _)) = laid.last_mut() {
                 ops.push(op);
                 let from = ops.len().saturating_sub(OPS_KEPT as usize);
@@ -95,9 +111,26 @@ impl Move for Rebucket {
             }
             t.insert_all(laid.into_iter().map(|(b, _)| b).collect())
                 .await?;
-            Ok(items.len() as u64)
+            Ok(Moved {
+                items: n,
+                written: true,
+            })
         })
     }
+}
+
+/// Whether the key's `stored` buckets are already `laid` (write ids
+/// aside): moved by another service since its keys were found, so that
+/// writing them again would only cost the transaction.
+fn laid_out(stored: &[RawDocumentBuf], laid: &[(Document, usize)]) -> bool {
+    let without_ops = |mut d: Document| {
+        d.remove(OPS);
+        d
+    };
+    stored.len() == laid.len()
+        && stored.iter().zip(laid).all(|(s, (l, _))| {
+            Document::try_from(s.as_ref()).is_ok_and(|s| without_ops(s) == without_ops(l.clone()))
+        })
 }
 
 /// The items of bucket `b` under `field`, as stored, with their lengths:
@@ -144,7 +177,8 @@ pub(super) fn check_from(shape: &super::shape::Shape, from: Option<&str>) -> Res
 #[derive(Debug, Default)]
 #[non_exhaustive]
 pub struct Rebucketed {
-    /// Keys written again.
+    /// Keys written again; not those another service moved since they
+    /// were found, which are read and left as they are.
     pub keys: u64,
     /// The items those keys hold.
     pub items: u64,
@@ -204,10 +238,12 @@ impl<T: Bucketed> Buckets<T> {
                     max_items,
                 };
                 match Box::pin(self.moved(rebucket, cx)).await {
-                    Ok(items) => {
+                    Ok(m) if m.written => {
                         moved.keys += 1;
-                        moved.items += items;
+                        moved.items += m.items;
                     }
+                    // Moved by another service since the keys were read.
+                    Ok(_) => {}
                     Err(e @ Error::KeyTooLarge { .. }) => moved.too_large.push(e),
                     Err(e) => return Err(e),
                 }
