@@ -807,7 +807,9 @@
 //! writes each key's buckets again under the new declaration, one
 //! transaction a key, while pushes go on (a push to a key being moved
 //! waits for it, or conflicts and is retried); `Buckets::rebucket(&key)`
-//! moves one key. A key's items are held in memory and written in one
+//! moves one key. Several instances may run it at once: a key another
+//! one has moved meanwhile is read in its transaction and left as it is,
+//! so each key is written once. A key's items are held in memory and written in one
 //! transaction, so a key of more than 100,000 items (`max_items`) is
 //! refused before they are read (`Error::KeyTooLarge`; `rebucket_all`
 //! moves the others and names it in its report). For keys of millions of
