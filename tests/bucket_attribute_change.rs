@@ -332,7 +332,7 @@ async fn items_renamed_then_rebucketed() {
     bounded(60, async {
         let old = OldItems::buckets(&db);
         let mut want: std::collections::BTreeMap<i64, Vec<(i64, i64)>> = Default::default();
-        for (key, count) in [(9_i64, 23_i64), (4, 7)] {
+        for (key, count) in [(9_i64, 23_i64), (4, 7), (6, 23)] {
             for n in 0..count {
                 let at = (n * 7919) % 101;
                 old.push(&OldItems {
@@ -394,6 +394,14 @@ async fn items_renamed_then_rebucketed() {
                 other => panic!("{bad}: {other:?}"),
             }
         }
+        // Key 6, over `max_items`, moves bucket by bucket.
+        let items = new
+            .rebucket(&6_i64)
+            .items_from("fills")
+            .max_items(10)
+            .await
+            .unwrap();
+        assert_eq!(items, 23);
         let moved = new.rebucket_all().items_from("fills").await.unwrap();
         assert_eq!((moved.keys, moved.items), (2, 31));
         for (key, mut items) in want {
@@ -425,22 +433,111 @@ async fn items_renamed_then_rebucketed() {
     .await;
 }
 
-/// A key of more items than one move takes (`max_items`) is refused
-/// before its items are read, naming it and its items, and nothing of it
-/// is written; `rebucket_all` moves the others and names it.
+/// A key of more items than one move takes (`max_items`), after `size`
+/// was lowered, is moved bucket by bucket: each bucket over the new limit
+/// split in its own transaction, between its neighbours, while another
+/// service pushes to the key. Pages are then exact in both directions,
+/// positions contiguous, no bucket over the limit, and a second call
+/// writes nothing. `rebucket_all` does the same for such a key.
 #[tokio::test]
-async fn a_key_over_max_items_is_refused_and_left_as_it_was() {
-    let (db, _) = fresh_db("bucket_key_too_large").await;
+async fn a_key_over_max_items_moves_bucket_by_bucket() {
+    let (db, _) = fresh_db("bucket_key_in_steps").await;
     bounded(60, async {
         let before = Before::buckets(&db);
-        for (key, count) in [(7_i64, 35_i64), (5, 12)] {
+        for (key, count) in [(7_i64, 35_i64), (5, 12), (3, 47)] {
             for n in 0..count {
-                before.push(&Before { customer: key, at: n, n }).await.unwrap();
+                before
+                    .push(&Before {
+                        customer: key,
+                        at: n,
+                        n,
+                    })
+                    .await
+                    .unwrap();
             }
         }
-        let stored_7 = buckets_of(&db, 7).await;
+        let (client, _) =
+            mongo_patterns_testkit::client(&mongo_patterns_testkit::server_uri()).await;
+        let other = Smaller::buckets(&client.database(db.name()));
+        let pushing = tokio::spawn(async move {
+            let mut kept = Vec::new();
+            for n in 100..120_i64 {
+                match other
+                    .push(&Smaller {
+                        customer: 7,
+                        at: n,
+                        n,
+                    })
+                    .await
+                {
+                    Ok(()) => kept.push(n),
+                    // It read a bucket not yet split: nothing stored.
+                    Err(Error::Damaged { .. }) => {}
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+            kept
+        });
         let smaller = Smaller::buckets(&db);
-        match smaller.rebucket(&7_i64).max_items(20).await {
+        let items = smaller.rebucket(&7_i64).max_items(20).await.unwrap();
+        let kept = pushing.await.unwrap();
+        eprintln!("pushes kept: {} of 20", kept.len());
+        assert!((35..=55).contains(&items), "{items}");
+        let want: Vec<i64> = (0..35).chain(kept.iter().copied()).collect();
+        check_pages!(smaller, 7_i64, &want);
+        contiguous(&db, 7).await;
+        let buckets = buckets_of(&db, 7).await;
+        for b in &buckets {
+            let count = b.get_i64("count").unwrap();
+            assert!(count <= 8, "over the limit: {b:?}");
+        }
+        // Split between their neighbours: seqs no longer whole numbers.
+        assert!(buckets
+            .iter()
+            .any(|b| b.get_document("_id").unwrap().get_f64("s").is_ok()));
+        assert_eq!(
+            smaller.rebucket(&7_i64).max_items(20).await.unwrap(),
+            want.len() as u64
+        );
+        assert_eq!(buckets_of(&db, 7).await, buckets, "nothing written again");
+
+        let moved = smaller.rebucket_all().max_items(20).await.unwrap();
+        assert_eq!((moved.keys, moved.items), (2, 59), "{moved:?}");
+        assert!(moved.too_large.is_empty(), "{moved:?}");
+        check_pages!(smaller, 5_i64, &(0..12).collect());
+        check_pages!(smaller, 3_i64, &(0..47).collect());
+        contiguous(&db, 3).await;
+        assert_eq!(smaller.rebucket_all().max_items(20).await.unwrap().keys, 0);
+    })
+    .await;
+}
+
+/// A key of more items than one move takes whose buckets must be sorted
+/// across (`order` declared over buckets filled in arrival order) is
+/// refused before anything is written, naming it and its items;
+/// `rebucket_all` moves the others and names it, and moves it once the
+/// limit is raised.
+#[tokio::test]
+async fn a_key_over_max_items_to_sort_is_refused_and_left_as_it_was() {
+    let (db, _) = fresh_db("bucket_key_too_large").await;
+    bounded(60, async {
+        let arrived = Arrived::buckets(&db);
+        let mut want = std::collections::BTreeMap::<i64, Vec<(i64, i64)>>::new();
+        for (key, count) in [(7_i64, 35_i64), (5, 12)] {
+            for n in 0..count {
+                let at = (n * 7919) % 101;
+                arrived.push(&Arrived { customer: key, at, n }).await.unwrap();
+                want.entry(key).or_default().push((at, n));
+            }
+        }
+        let ns = |key: i64| {
+            let mut items = want[&key].clone();
+            items.sort();
+            items.iter().map(|(_, n)| *n).collect::<Vec<i64>>()
+        };
+        let stored_7 = buckets_of(&db, 7).await;
+        let in_order = InOrder::buckets(&db);
+        match in_order.rebucket(&7_i64).max_items(20).await {
             Err(Error::KeyTooLarge { key, items, limit, .. }) => {
                 assert_eq!((*key, items, limit), (Bson::Int64(7), 35, 20));
             }
@@ -448,22 +545,18 @@ async fn a_key_over_max_items_is_refused_and_left_as_it_was() {
         }
         assert_eq!(buckets_of(&db, 7).await, stored_7, "nothing of the key written");
 
-        let moved = smaller.rebucket_all().max_items(20).await.unwrap();
+        let moved = in_order.rebucket_all().max_items(20).await.unwrap();
         assert_eq!((moved.keys, moved.items), (1, 12), "{moved:?}");
         assert!(
             matches!(&moved.too_large[..], [Error::KeyTooLarge { key, items: 35, .. }] if **key == Bson::Int64(7)),
             "{moved:?}"
         );
-        check_pages!(smaller, 5_i64, &(0..12).collect());
+        check_pages!(in_order, 5_i64, &ns(5));
         assert_eq!(buckets_of(&db, 7).await, stored_7);
-        assert!(matches!(
-            smaller.page(&7_i64, PageRequest::page(1)).await,
-            Err(Error::Damaged { .. })
-        ));
         // With the limit raised, it moves.
-        let moved = smaller.rebucket_all().max_items(35).await.unwrap();
+        let moved = in_order.rebucket_all().max_items(35).await.unwrap();
         assert_eq!((moved.keys, moved.items, moved.too_large.len()), (1, 35, 0));
-        check_pages!(smaller, 7_i64, &(0..35).collect());
+        check_pages!(in_order, 7_i64, &ns(7));
     })
     .await;
 }

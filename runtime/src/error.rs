@@ -300,13 +300,15 @@ pub enum Error {
         key: Box<Bson>,
     },
 
-    /// A key `rebucket` would move holds more items than one move takes:
-    /// a move holds the key's items in memory and writes them in one
-    /// transaction, so it refuses such a key before reading its items.
-    /// Nothing of the key was written. Raise the limit (`max_items`), or
-    /// copy the key's items to a flat collection and `adopt_from` it into
-    /// a new bucket collection.
-    #[error("key {key} of `{collection}` holds {items} items, more than the {limit} one move of `rebucket` takes: nothing written; raise `max_items`, or copy the key to a flat collection and `adopt_from` it")]
+    /// A key `rebucket` would move holds more items than one move takes,
+    /// and its buckets must be sorted across (`order` declared over
+    /// buckets filled in arrival order), so it cannot be moved bucket by
+    /// bucket: a move holds the key's items in memory and writes them in
+    /// one transaction, so it refuses such a key before reading its
+    /// items. Nothing of the key was written. Raise the limit
+    /// (`max_items`), or copy the key's items to a flat collection and
+    /// `adopt_from` it into a new bucket collection.
+    #[error("key {key} of `{collection}` holds {items} items, more than the {limit} one move of `rebucket` takes, and must be sorted across its buckets: nothing written; raise `max_items`, or copy the key to a flat collection and `adopt_from` it")]
     #[non_exhaustive]
     KeyTooLarge {
         /// The bucket collection.

@@ -809,13 +809,18 @@
 //! waits for it, or conflicts and is retried); `Buckets::rebucket(&key)`
 //! moves one key. Several instances may run it at once: a key another
 //! one has moved meanwhile is read in its transaction and left as it is,
-//! so each key is written once. A key's items are held in memory and written in one
-//! transaction, so a key of more than 100,000 items (`max_items`) is
-//! refused before they are read (`Error::KeyTooLarge`; `rebucket_all`
-//! moves the others and names it in its report). For keys of millions of
-//! items, copy them to a flat collection (stream them with the old model,
-//! `insert_many` them with their key) and `Buckets::adopt_from` it into a
-//! new bucket collection (see *Adopting a flat collection into buckets*).
+//! so each key is written once. A key's items are held in memory and
+//! written in one transaction, so a key of more than 100,000 items
+//! (`max_items`) is moved bucket by bucket instead: each bucket over the
+//! limit (or under the old `items` name) split in a transaction of its
+//! own between its neighbours, memory holding one bucket. Only a key that
+//! must be sorted across buckets (`order` declared over buckets filled in
+//! arrival order) cannot be moved so: it is refused before anything is
+//! written (`Error::KeyTooLarge`; `rebucket_all` moves the others and
+//! names it in its report). Copy such a key to a flat collection (stream
+//! it with the old model, `insert_many` it with its key) and
+//! `Buckets::adopt_from` it into a new bucket collection (see *Adopting a
+//! flat collection into buckets*).
 //!
 //! ```no_run
 //! # use mongo_patterns::prelude::*;

@@ -117,8 +117,16 @@ action! {
     { key: Result<Bson>, from: Option<String>, max_items: u64 } -> u64;
     |this, cx| {
         check_from(&this.repo.shape, this.from.as_deref())?;
-        let rewrite = Rewrite { key: this.key?, from: this.from, max_items: this.max_items };
-        Ok(this.repo.moved(rewrite, &mut cx).await?.items)
+        let key = this.key?;
+        let rewrite = Rewrite { key: key.clone(), from: this.from.clone(), max_items: this.max_items };
+        match this.repo.moved(rewrite, &mut cx).await {
+            Ok(moved) => Ok(moved.items),
+            Err(e @ Error::KeyTooLarge { .. }) => {
+                let steps = this.repo.rebucket_in_steps(&key, this.from.as_deref(), &mut cx);
+                Box::pin(steps).await?.ok_or(e)
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -133,11 +141,12 @@ impl<'a, T: Bucketed + Send + Sync + 'a> Rebucket<'a, T> {
         self
     }
 
-    /// The most items the key may hold (100,000 by default): a key of
-    /// more is refused with [`Error::KeyTooLarge`] as soon as its buckets'
-    /// counts pass it, before the rest is read and before anything is
-    /// written, as one move holds the items in memory and writes them in
-    /// one transaction.
+    /// The most items one move of the whole key holds in memory and
+    /// writes in one transaction (100,000 by default). A key of more is
+    /// found out as soon as its buckets' counts pass it, before the rest
+    /// is read, and is moved bucket by bucket instead (see
+    /// [`Buckets::rebucket`]); one whose buckets must be sorted across is
+    /// refused with [`Error::KeyTooLarge`], nothing written.
     pub fn max_items(mut self, n: u64) -> Self {
         self.max_items = n;
         self
@@ -172,9 +181,10 @@ impl<'a, T: Bucketed + Send + Sync + 'a> RebucketAll<'a, T> {
         self
     }
 
-    /// The most items a key may hold (100,000 by default): a key of more
-    /// is left as it is and named in [`Rebucketed::too_large`] (see
-    /// [`Rebucket::max_items`]); the others are moved.
+    /// The most items one move of a whole key holds (100,000 by
+    /// default): a key of more is moved bucket by bucket, or, when its
+    /// buckets must be sorted across, left as it is and named in
+    /// [`Rebucketed::too_large`] (see [`Rebucket::max_items`]).
     pub fn max_items(mut self, n: u64) -> Self {
         self.max_items = n;
         self
@@ -670,10 +680,18 @@ impl<T: Bucketed> Buckets<T> {
     /// fails with [`NoTransactions`](crate::Error::NoTransactions). The
     /// key's items are held in memory, and written in one transaction, so
     /// a key of more than [`max_items`](Rebucket::max_items) (100,000 by
-    /// default) is refused with [`KeyTooLarge`](crate::Error::KeyTooLarge)
-    /// as soon as its buckets' counts pass it, before the rest is read: a
-    /// key of millions of items is better copied to a flat collection and
-    /// adopted ([`adopt_from`](Self::adopt_from)).
+    /// default) is moved bucket by bucket instead: each bucket the
+    /// declaration refuses (or that holds items under `items_from`)
+    /// split on its own, in a transaction, between its neighbours (no
+    /// other bucket's `_id` or `start` changes), then every `start`
+    /// checked against the counts. Memory holds one bucket; a call cut
+    /// short leaves some buckets split and the others as they were, and
+    /// calling it again finishes. Only a key whose buckets must be sorted
+    /// across (`order` declared over buckets filled in arrival order)
+    /// cannot be moved so: it is refused with
+    /// [`KeyTooLarge`](crate::Error::KeyTooLarge) before anything is
+    /// written; copy it to a flat collection and adopt it
+    /// ([`adopt_from`](Self::adopt_from)), or raise `max_items`.
     ///
     /// ```no_run
     /// # use mongo_patterns::prelude::*;
@@ -700,6 +718,7 @@ impl<T: Bucketed> Buckets<T> {
     /// aggregation (a collection scan), read 1,000 at a time in BSON order,
     /// and moved one transaction each; `on_progress` hears after each
     /// 1,000 keys. A key over [`max_items`](RebucketAll::max_items) is
+    /// moved bucket by bucket, or, when it must be sorted across buckets,
     /// left as it was and named in the report; any other error stops the
     /// call. Keys already as declared are not written, so a call cut short
     /// is finished by calling it again; a key another service moved after

@@ -12,16 +12,23 @@
 //! finishes. The old buckets' write ids go with the items to the key's
 //! last bucket, so that a push whose reply was lost before the move
 //! still finds it landed.
+//!
+//! A key of more than `max_items` is moved bucket by bucket ([`Resize`]):
+//! each bucket the declaration refuses split on its own, in a transaction,
+//! into buckets of `size` under `seq`s between its own and the next
+//! bucket's, so that no other bucket changes; then a `reindex` checks
+//! every `start`. Sorting across buckets needs the whole key: a key whose
+//! buckets are out of `order` is refused instead.
 
 use std::time::Instant;
 
 use futures::future::BoxFuture;
 use mongodb::bson::oid::ObjectId;
-use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};
+use mongodb::bson::{doc, Bson, Document, RawBsonRef, RawDocumentBuf};
 
 use super::adopt::report;
 use super::moves::{Move, Txn};
-use super::shape::{item_len, order_cmp, OPS, OPS_KEPT};
+use super::shape::{item_len, order_cmp, Fill, FLOOR, OPS, OPS_KEPT};
 use super::{Bucketed, Buckets};
 use crate::action::Call;
 use crate::error::{Error, Result};
@@ -74,21 +81,8 @@ impl Move for Rebucket {
             };
             let (mut items, mut ops) = (Vec::new(), Vec::new());
             for b in &buckets {
-                let declared = t.shape.spec.items;
-                let has = |f: &str| b.get(f).ok().flatten().is_some();
-                if let Some(old) = self.from.as_deref().filter(|old| has(old)) {
-                    items.extend(items_of(&t, b, old)?);
-                    if has(declared) {
-                        items.extend(items_of(&t, b, declared)?);
-                    }
-                } else {
-                    items.extend(items_of(&t, b, declared)?);
-                }
-                for op in b.get_array(OPS).into_iter().flatten().flatten() {
-                    if let Some(op) = op.as_object_id().filter(|op| !ops.contains(op)) {
-                        ops.push(op);
-                    }
-                }
+                items.extend(stored_items(&t, b, self.from.as_deref())?);
+                ops_of(b, &mut ops);
             }
             if let Some(order) = t.shape.spec.order {
                 // Stable: equal values keep their stored order.
@@ -116,6 +110,157 @@ impl Move for Rebucket {
                 written: true,
             })
         })
+    }
+}
+
+/// The items of bucket `b` as stored: under `from` (the name before
+/// `items` was renamed) first, where it has them, then under the declared
+/// name.
+fn stored_items(
+    t: &Txn<'_>,
+    b: &RawDocumentBuf,
+    from: Option<&str>,
+) -> Result<Vec<(Document, i64)>> {
+    let declared = t.shape.spec.items;
+    let has = |f: &str| b.get(f).ok().flatten().is_some();
+    let Some(old) = from.filter(|old| has(old)) else {
+        return items_of(t, b, declared);
+    };
+    let mut items = items_of(t, b, old)?;
+    if has(declared) {
+        items.extend(items_of(t, b, declared)?);
+    }
+    Ok(items)
+}
+
+/// Adds the write ids bucket `b` holds to `ops`, each once.
+fn ops_of(b: &RawDocumentBuf, ops: &mut Vec<ObjectId>) {
+    for op in b.get_array(OPS).into_iter().flatten().flatten() {
+        if let Some(op) = op.as_object_id().filter(|op| !ops.contains(op)) {
+            ops.push(op);
+        }
+    }
+}
+
+/// One bucket of a key too large for one move ([`Rebucket::max_items`]),
+/// written again on its own: its items (sorted by `order`, stably) in
+/// buckets of the declared `size`, the first under the bucket's own `seq`
+/// and `start`, the others under `seq`s between it and the next bucket's,
+/// so that no other bucket's `_id` or `start` changes and memory holds
+/// one bucket. Every bucket but the key's last is closed.
+pub(super) struct Resize {
+    pub(super) key: Bson,
+    pub(super) id: Bson,
+    pub(super) from: Option<String>,
+}
+
+impl Move for Resize {
+    /// Whether the bucket was written (not when another service did it
+    /// first).
+    type Out = bool;
+    const OPERATION: &'static str = "rebucket";
+
+    fn run<'a>(&'a self, mut t: Txn<'a>) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let found = t.find(t.shape.by_id(&self.id), 1, 1, doc! {}).await?;
+            let Some(b) = found.first() else {
+                return Ok(false);
+            };
+            let from = self.from.as_deref();
+            let count = super::shape::raw_int(b, "count").unwrap_or(-1);
+            let start = super::shape::raw_int(b, "start").unwrap_or(-1);
+            let mut items = stored_items(&t, b, from)?;
+            let old = from.is_some_and(|f| b.get(f).ok().flatten().is_some());
+            let sound = count == items.len() as i64 && start >= 0 && count <= t.shape.cap();
+            if sound && !old {
+                return Ok(false);
+            }
+            if let Some(order) = t.shape.spec.order {
+                items.sort_by(|a, b| order_cmp(a.0.get(order), b.0.get(order)));
+            }
+            // The next bucket's `seq` only: it may be over the limit too.
+            let mut after = t.shape.of_key(&self.key);
+            after.insert(
+                "$and",
+                vec![Bson::Document(doc! {"_id": {"$gt": self.id.clone()}})],
+            );
+            let next = t
+                .find(after, 1, 1, doc! {"_id": 1})
+                .await?
+                .first()
+                .map(|d| seq_of(&id_of(d)));
+            let seq = seq_of(&self.id);
+            let op = ObjectId::new();
+            let mut chunks = Vec::new();
+            let mut taken = 0;
+            while taken < items.len() {
+                let lens = items[taken..].iter().map(|(_, l)| *l);
+                let n = t.shape.fits(&super::shape::Head::default(), lens).max(1);
+                chunks.push(&items[taken..taken + n]);
+                taken += n;
+            }
+            let more = chunks.len().saturating_sub(1);
+            let mut seqs = vec![seq.clone()];
+            seqs.extend(match (&next, &seq) {
+                (Some(n), _) => super::shape::spread(&seq, n, more).ok_or_else(|| {
+                    Error::invalid(
+                        "size",
+                        "no room for more buckets between two neighbours: rebucket the key whole \
+                         (raise `max_items`), or adopt it into a new collection",
+                    )
+                })?,
+                (None, Bson::Int64(s)) => (1..=more as i64).map(|k| Bson::Int64(s + k)).collect(),
+                (None, other) => {
+                    return Err(t.shape.damaged(
+                        self.id.clone(),
+                        "_id",
+                        format!("has seq {other:?}"),
+                    ))
+                }
+            });
+            let was_sealed = matches!(b.get("sealed"), Ok(Some(RawBsonRef::Boolean(true))));
+            let mut floor = b
+                .get(FLOOR)
+                .ok()
+                .flatten()
+                .and_then(|v| Bson::try_from(v).ok());
+            let mut ops = Vec::new();
+            ops_of(b, &mut ops);
+            ops.push(op);
+            let (mut at, mut laid) = (start.max(0), Vec::new());
+            for (i, (chunk, seq)) in chunks.iter().zip(seqs).enumerate() {
+                let last = i == more;
+                let fill = Fill {
+                    floor: floor.take(),
+                    sealed: !last || was_sealed || next.is_some(),
+                    ..Fill::of(chunk, op)
+                };
+                floor = chunk.last().and_then(|(d, _)| t.shape.order_of(d));
+                let mut bucket = t.shape.new_bucket(&self.key, seq, at, fill);
+                if last {
+                    let from = ops.len().saturating_sub(OPS_KEPT as usize);
+                    bucket.insert(OPS, ops[from..].to_vec());
+                }
+                laid.push(bucket);
+                at += chunk.len() as i64;
+            }
+            let mut filter = t.shape.by_id(&self.id);
+            filter.insert("count", count);
+            t.delete_one(filter).await?;
+            // No `tail` here: the key's `start`s and total are as they
+            // were, and the later buckets may be over the limit still (the
+            // `reindex` after the last step ends with one).
+            t.insert_all(laid).await?;
+            Ok(true)
+        })
+    }
+}
+
+/// The `seq` of a bucket's `_id`.
+fn seq_of(id: &Bson) -> Bson {
+    match id {
+        Bson::Document(id) => id.get("s").cloned().unwrap_or(Bson::Null),
+        _ => Bson::Null,
     }
 }
 
@@ -182,12 +327,74 @@ pub struct Rebucketed {
     pub keys: u64,
     /// The items those keys hold.
     pub items: u64,
-    /// Keys over the limit of one move, left as they were, each an
+    /// Keys over the limit of one move whose buckets must be sorted
+    /// across (so not moved bucket by bucket), left as they were, each an
     /// [`Error::KeyTooLarge`] naming it and its items.
     pub too_large: Vec<Error>,
 }
 
 impl<T: Bucketed> Buckets<T> {
+    /// A key too large for one move ([`Rebucket`]), moved bucket by bucket:
+    /// each bucket the declaration refuses (or that holds items under
+    /// `from`) written again on its own ([`Resize`], one transaction),
+    /// then every `start` checked against the counts (a `reindex`). The
+    /// items the key holds; `None`, and nothing written, when a bucket's
+    /// items are out of `order`, as when `order` was declared over buckets
+    /// filled in arrival order: only a move of the whole key sorts across
+    /// buckets.
+    pub(super) async fn rebucket_in_steps(
+        &self,
+        key: &Bson,
+        from: Option<&str>,
+        cx: &mut Call<'_>,
+    ) -> Result<Option<u64>> {
+        let of_key = self.shape.of_key(key);
+        if let Some(unordered) = self.shape.unordered_filter() {
+            let mut f = of_key.clone();
+            f.extend(unordered);
+            let any = vec![
+                doc! {"$match": f},
+                doc! {"$limit": 1},
+                doc! {"$project": {"_id": 1}},
+            ];
+            if !Box::pin(self.aggregate(any, cx)).await?.is_empty() {
+                return Ok(None);
+            }
+        }
+        let mut bad = vec![Bson::Document(self.shape.damaged_filter())];
+        if let Some(old) = from {
+            bad.push(Bson::Document(doc! {old: {"$exists": true}}));
+        }
+        let mut f = of_key.clone();
+        f.insert("$or", bad);
+        // Their `_id`s only: memory holds no bucket but the one moving.
+        let ids = vec![
+            doc! {"$match": f},
+            doc! {"$sort": {"_id": 1}},
+            doc! {"$project": {"_id": 1}},
+        ];
+        for d in Box::pin(self.aggregate(ids, cx)).await? {
+            let resize = Resize {
+                key: key.clone(),
+                id: id_of(&d),
+                from: from.map(str::to_owned),
+            };
+            Box::pin(self.moved(resize, cx)).await?;
+        }
+        let recount = super::moves::Reindex { key: key.clone() };
+        Box::pin(self.moved(recount, cx)).await?;
+        let total = vec![
+            doc! {"$match": of_key},
+            doc! {"$group": {"_id": Bson::Null, "n": {"$sum": "$count"}}},
+        ];
+        let n = Box::pin(self.aggregate(total, cx))
+            .await?
+            .first()
+            .and_then(|d| super::shape::raw_int(d, "n").ok())
+            .unwrap_or(0);
+        Ok(Some(n as u64))
+    }
+
     /// [`Buckets::rebucket_all`], in `cx`: the keys that have a bucket the
     /// declaration refuses or finds out of order, 1,000 at a time in BSON
     /// order, each moved in its own transaction.
@@ -244,7 +451,16 @@ impl<T: Bucketed> Buckets<T> {
                     }
                     // Moved by another service since the keys were read.
                     Ok(_) => {}
-                    Err(e @ Error::KeyTooLarge { .. }) => moved.too_large.push(e),
+                    Err(e @ Error::KeyTooLarge { .. }) => {
+                        let key = id_of(k);
+                        match Box::pin(self.rebucket_in_steps(&key, from.as_deref(), cx)).await? {
+                            Some(items) => {
+                                moved.keys += 1;
+                                moved.items += items;
+                            }
+                            None => moved.too_large.push(e),
+                        }
+                    }
                     Err(e) => return Err(e),
                 }
                 done += 1;

@@ -690,6 +690,28 @@ pub(super) fn between(a: &Bson, b: &Bson) -> Option<Bson> {
     (m > x && m < y).then_some(Bson::Double(m))
 }
 
+/// `n` `seq`s strictly between `a` and `b`, increasing: integers when
+/// they fit, else evenly spaced doubles; `None` when doubles have no room
+/// left.
+pub(super) fn spread(a: &Bson, b: &Bson, n: usize) -> Option<Vec<Bson>> {
+    if let (Bson::Int64(i), Bson::Int64(j)) = (a, b) {
+        if j - i > n as i64 {
+            return Some((1..=n as i64).map(|k| Bson::Int64(i + k)).collect());
+        }
+    }
+    let (x, y) = (as_f64(a)?, as_f64(b)?);
+    let step = (y - x) / (n + 1) as f64;
+    let seqs: Vec<f64> = (1..=n).map(|k| x + step * k as f64).collect();
+    let mut prev = x;
+    for &m in seqs.iter().chain(std::iter::once(&y)) {
+        if m <= prev {
+            return None;
+        }
+        prev = m;
+    }
+    Some(seqs.into_iter().map(Bson::Double).collect())
+}
+
 /// Whether order value `v` is below `bound` in MongoDB's order (a missing
 /// bound is below everything).
 pub(super) fn below(v: &Bson, bound: Option<&Bson>) -> bool {
@@ -700,4 +722,26 @@ pub(super) fn below(v: &Bson, bound: Option<&Bson>) -> bool {
 /// server sorts it).
 pub(super) fn order_cmp(a: Option<&Bson>, b: Option<&Bson>) -> std::cmp::Ordering {
     crate::order::cmp(a.unwrap_or(&Bson::Null), b.unwrap_or(&Bson::Null))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_gives_increasing_seqs_strictly_between() {
+        let ints = spread(&Bson::Int64(3), &Bson::Int64(10), 3).unwrap();
+        assert_eq!(ints, vec![Bson::Int64(4), Bson::Int64(5), Bson::Int64(6)]);
+        let doubles = spread(&Bson::Int64(3), &Bson::Int64(4), 3).unwrap();
+        assert_eq!(
+            doubles,
+            vec![Bson::Double(3.25), Bson::Double(3.5), Bson::Double(3.75)]
+        );
+        assert_eq!(spread(&Bson::Int64(3), &Bson::Int64(4), 0), Some(vec![]));
+        let tight = (1.0_f64, 1.0_f64 + f64::EPSILON);
+        assert_eq!(
+            spread(&Bson::Double(tight.0), &Bson::Double(tight.1), 2),
+            None
+        );
+    }
 }
