@@ -64,7 +64,7 @@ action! {
     /// [`Buckets::reindex`].
     Reindex<'a, T: Bucketed> on Buckets, "reindex", both;
     { key: Result<Bson> } -> ();
-    |this, cx| this.repo.moved(Recount { key: this.key? }, &mut cx).await
+    |this, cx| this.repo.moved(Recount { key: this.key? }, &mut cx).await.map(drop)
 }
 
 action! {
@@ -117,16 +117,8 @@ action! {
     { key: Result<Bson>, from: Option<String>, max_items: u64 } -> u64;
     |this, cx| {
         check_from(&this.repo.shape, this.from.as_deref())?;
-        let key = this.key?;
-        let rewrite = Rewrite { key: key.clone(), from: this.from.clone(), max_items: this.max_items };
-        match this.repo.moved(rewrite, &mut cx).await {
-            Ok(moved) => Ok(moved.items),
-            Err(e @ Error::KeyTooLarge { .. }) => {
-                let steps = this.repo.rebucket_in_steps(&key, this.from.as_deref(), &mut cx);
-                Box::pin(steps).await?.ok_or(e)
-            }
-            Err(e) => Err(e),
-        }
+        let rewrite = Rewrite { key: this.key?, from: this.from, max_items: this.max_items };
+        Ok(this.repo.rebucket_key(rewrite, &mut cx).await?.items)
     }
 }
 

@@ -283,6 +283,7 @@ impl<T: Bucketed> Buckets<T> {
         }
         self.moved(Reindex { key: key.clone() }, &mut Call::plain())
             .await
+            .map(drop)
     }
 
     /// Before bucket `seq` closes with `count` items, short of `size`: the

@@ -353,22 +353,23 @@ impl Txn<'_> {
 
 /// [`Buckets::reindex`]: every bucket's `start` recomputed from the counts
 /// before it. Refuses a key with a damaged bucket: positions summed from a
-/// damaged count would be wrong for every later bucket.
+/// damaged count would be wrong for every later bucket. Its outcome: the
+/// key's items, the sum of the counts.
 pub(super) struct Reindex {
     pub(super) key: Bson,
 }
 
 impl Move for Reindex {
-    type Out = ();
+    type Out = u64;
     const OPERATION: &'static str = "reindex";
 
-    fn run<'a>(&'a self, t: Txn<'a>) -> BoxFuture<'a, Result<()>> {
+    fn run<'a>(&'a self, t: Txn<'a>) -> BoxFuture<'a, Result<u64>> {
         Box::pin(self.recount(t))
     }
 }
 
 impl Reindex {
-    async fn recount(&self, mut t: Txn<'_>) -> Result<()> {
+    async fn recount(&self, mut t: Txn<'_>) -> Result<u64> {
         let project = doc! {
             "start": 1, "count": 1, NEXT: 1,
             LEN: t.shape.len_expr(),
@@ -398,7 +399,7 @@ impl Reindex {
             crate::action::command_write_errors(&reply)?;
         }
         t.read_tail(&self.key).await?;
-        Ok(())
+        Ok(at as u64)
     }
 }
 

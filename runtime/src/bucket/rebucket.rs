@@ -28,7 +28,7 @@ use mongodb::bson::{doc, Bson, Document, RawBsonRef, RawDocumentBuf};
 
 use super::adopt::report;
 use super::moves::{Move, Txn};
-use super::shape::{item_len, order_cmp, Fill, FLOOR, OPS, OPS_KEPT};
+use super::shape::{item_len, order_cmp, FLOOR, OPS, OPS_KEPT};
 use super::{Bucketed, Buckets};
 use crate::action::Call;
 use crate::error::{Error, Result};
@@ -178,30 +178,24 @@ impl Move for Resize {
             if let Some(order) = t.shape.spec.order {
                 items.sort_by(|a, b| order_cmp(a.0.get(order), b.0.get(order)));
             }
-            // The next bucket's `seq` only: it may be over the limit too.
-            let mut after = t.shape.of_key(&self.key);
-            after.insert(
-                "$and",
-                vec![Bson::Document(doc! {"_id": {"$gt": self.id.clone()}})],
-            );
-            let next = t
-                .find(after, 1, 1, doc! {"_id": 1})
-                .await?
-                .first()
-                .map(|d| seq_of(&id_of(d)));
-            let seq = seq_of(&self.id);
+            // The next bucket's `seq` only (it may be over the limit too).
+            let after = t.shape.after(&self.key, &self.id);
+            let next = t.find(after, 1, 1, doc! {"_id": 1}).await?;
+            let next = next.first().map(|d| seq_of(&id_of(d)));
+            let floor = b
+                .get(FLOOR)
+                .ok()
+                .flatten()
+                .and_then(|v| Bson::try_from(v).ok());
             let op = ObjectId::new();
-            let mut chunks = Vec::new();
-            let mut taken = 0;
-            while taken < items.len() {
-                let lens = items[taken..].iter().map(|(_, l)| *l);
-                let n = t.shape.fits(&super::shape::Head::default(), lens).max(1);
-                chunks.push(&items[taken..taken + n]);
-                taken += n;
-            }
-            let more = chunks.len().saturating_sub(1);
-            let mut seqs = vec![seq.clone()];
-            seqs.extend(match (&next, &seq) {
+            // Laid out as a whole move lays them, from this bucket's
+            // `start`; then each given its `seq`.
+            let mut laid = t
+                .shape
+                .new_buckets(&self.key, (0, start.max(0)), floor, &items, op);
+            let seq = seq_of(&self.id);
+            let more = laid.len().saturating_sub(1);
+            let seqs = match (&next, &seq) {
                 (Some(n), _) => super::shape::spread(&seq, n, more).ok_or_else(|| {
                     Error::invalid(
                         "size",
@@ -217,32 +211,21 @@ impl Move for Resize {
                         format!("has seq {other:?}"),
                     ))
                 }
-            });
+            };
+            for ((bucket, _), seq) in laid.iter_mut().zip(std::iter::once(seq).chain(seqs)) {
+                bucket.insert("_id", doc! {"k": self.key.clone(), "s": seq});
+            }
             let was_sealed = matches!(b.get("sealed"), Ok(Some(RawBsonRef::Boolean(true))));
-            let mut floor = b
-                .get(FLOOR)
-                .ok()
-                .flatten()
-                .and_then(|v| Bson::try_from(v).ok());
-            let mut ops = Vec::new();
-            ops_of(b, &mut ops);
-            ops.push(op);
-            let (mut at, mut laid) = (start.max(0), Vec::new());
-            for (i, (chunk, seq)) in chunks.iter().zip(seqs).enumerate() {
-                let last = i == more;
-                let fill = Fill {
-                    floor: floor.take(),
-                    sealed: !last || was_sealed || next.is_some(),
-                    ..Fill::of(chunk, op)
-                };
-                floor = chunk.last().and_then(|(d, _)| t.shape.order_of(d));
-                let mut bucket = t.shape.new_bucket(&self.key, seq, at, fill);
-                if last {
-                    let from = ops.len().saturating_sub(OPS_KEPT as usize);
-                    bucket.insert(OPS, ops[from..].to_vec());
+            if let Some((last, _)) = laid.last_mut() {
+                // Only the key's last bucket takes pushes in order.
+                if was_sealed || next.is_some() {
+                    last.insert("sealed", true);
                 }
-                laid.push(bucket);
-                at += chunk.len() as i64;
+                let mut ops = Vec::new();
+                ops_of(b, &mut ops);
+                ops.push(op);
+                let from = ops.len().saturating_sub(OPS_KEPT as usize);
+                last.insert(OPS, ops[from..].to_vec());
             }
             let mut filter = t.shape.by_id(&self.id);
             filter.insert("count", count);
@@ -250,7 +233,8 @@ impl Move for Resize {
             // No `tail` here: the key's `start`s and total are as they
             // were, and the later buckets may be over the limit still (the
             // `reindex` after the last step ends with one).
-            t.insert_all(laid).await?;
+            t.insert_all(laid.into_iter().map(|(b, _)| b).collect())
+                .await?;
             Ok(true)
         })
     }
@@ -334,6 +318,25 @@ pub struct Rebucketed {
 }
 
 impl<T: Bucketed> Buckets<T> {
+    /// One key moved: whole ([`Rebucket`]), or, when it holds more than
+    /// one move takes, bucket by bucket ([`Buckets::rebucket_in_steps`]);
+    /// [`Error::KeyTooLarge`] when it can be neither.
+    pub(super) async fn rebucket_key(&self, r: Rebucket, cx: &mut Call<'_>) -> Result<Moved> {
+        let (key, from) = (r.key.clone(), r.from.clone());
+        match Box::pin(self.moved(r, cx)).await {
+            Err(e @ Error::KeyTooLarge { .. }) => {
+                match Box::pin(self.rebucket_in_steps(&key, from.as_deref(), cx)).await? {
+                    Some(items) => Ok(Moved {
+                        items,
+                        written: true,
+                    }),
+                    None => Err(e),
+                }
+            }
+            other => other,
+        }
+    }
+
     /// A key too large for one move ([`Rebucket`]), moved bucket by bucket:
     /// each bucket the declaration refuses (or that holds items under
     /// `from`) written again on its own ([`Resize`], one transaction),
@@ -382,17 +385,7 @@ impl<T: Bucketed> Buckets<T> {
             Box::pin(self.moved(resize, cx)).await?;
         }
         let recount = super::moves::Reindex { key: key.clone() };
-        Box::pin(self.moved(recount, cx)).await?;
-        let total = vec![
-            doc! {"$match": of_key},
-            doc! {"$group": {"_id": Bson::Null, "n": {"$sum": "$count"}}},
-        ];
-        let n = Box::pin(self.aggregate(total, cx))
-            .await?
-            .first()
-            .and_then(|d| super::shape::raw_int(d, "n").ok())
-            .unwrap_or(0);
-        Ok(Some(n as u64))
+        Ok(Some(Box::pin(self.moved(recount, cx)).await?))
     }
 
     /// [`Buckets::rebucket_all`], in `cx`: the keys that have a bucket the
@@ -444,23 +437,14 @@ impl<T: Bucketed> Buckets<T> {
                     from: from.clone(),
                     max_items,
                 };
-                match Box::pin(self.moved(rebucket, cx)).await {
+                match Box::pin(self.rebucket_key(rebucket, cx)).await {
                     Ok(m) if m.written => {
                         moved.keys += 1;
                         moved.items += m.items;
                     }
                     // Moved by another service since the keys were read.
                     Ok(_) => {}
-                    Err(e @ Error::KeyTooLarge { .. }) => {
-                        let key = id_of(k);
-                        match Box::pin(self.rebucket_in_steps(&key, from.as_deref(), cx)).await? {
-                            Some(items) => {
-                                moved.keys += 1;
-                                moved.items += items;
-                            }
-                            None => moved.too_large.push(e),
-                        }
-                    }
+                    Err(e @ Error::KeyTooLarge { .. }) => moved.too_large.push(e),
                     Err(e) => return Err(e),
                 }
                 done += 1;

@@ -680,23 +680,21 @@ fn as_f64(v: &Bson) -> Option<f64> {
 /// A `seq` strictly between `a` and `b`: an integer when one fits, else the
 /// midpoint as a double; `None` when doubles have no room left.
 pub(super) fn between(a: &Bson, b: &Bson) -> Option<Bson> {
-    let (x, y) = (as_f64(a)?, as_f64(b)?);
-    if let (Bson::Int64(i), Bson::Int64(j)) = (a, b) {
-        if j - i >= 2 {
-            return Some(Bson::Int64(i + (j - i) / 2));
-        }
-    }
-    let m = x + (y - x) / 2.0;
-    (m > x && m < y).then_some(Bson::Double(m))
+    spread(a, b, 1)?.pop()
 }
 
-/// `n` `seq`s strictly between `a` and `b`, increasing: integers when
-/// they fit, else evenly spaced doubles; `None` when doubles have no room
-/// left.
+/// `n` `seq`s strictly between `a` and `b`, increasing and evenly
+/// spaced (room left on both sides of each for later splits): integers
+/// when they fit, else doubles; `None` when doubles have no room left.
 pub(super) fn spread(a: &Bson, b: &Bson, n: usize) -> Option<Vec<Bson>> {
     if let (Bson::Int64(i), Bson::Int64(j)) = (a, b) {
-        if j - i > n as i64 {
-            return Some((1..=n as i64).map(|k| Bson::Int64(i + k)).collect());
+        let parts = n as i64 + 1;
+        if j - i >= parts {
+            return Some(
+                (1..parts)
+                    .map(|k| Bson::Int64(i + k * (j - i) / parts))
+                    .collect(),
+            );
         }
     }
     let (x, y) = (as_f64(a)?, as_f64(b)?);
@@ -730,8 +728,16 @@ mod tests {
 
     #[test]
     fn spread_gives_increasing_seqs_strictly_between() {
-        let ints = spread(&Bson::Int64(3), &Bson::Int64(10), 3).unwrap();
-        assert_eq!(ints, vec![Bson::Int64(4), Bson::Int64(5), Bson::Int64(6)]);
+        let ints = spread(&Bson::Int64(3), &Bson::Int64(11), 3).unwrap();
+        assert_eq!(ints, vec![Bson::Int64(5), Bson::Int64(7), Bson::Int64(9)]);
+        assert_eq!(
+            between(&Bson::Int64(3), &Bson::Int64(9)),
+            Some(Bson::Int64(6))
+        );
+        assert_eq!(
+            between(&Bson::Int64(3), &Bson::Int64(4)),
+            Some(Bson::Double(3.5))
+        );
         let doubles = spread(&Bson::Int64(3), &Bson::Int64(4), 3).unwrap();
         assert_eq!(
             doubles,
