@@ -48,6 +48,11 @@ pub(crate) struct Row {
     pub writes: i64,
     pub documents: i64,
     pub took: Duration,
+    /// The longest operation, and how many took a second or more: a task
+    /// held up (an instance whose pushes wait behind one another's) shows
+    /// here, not in the rate.
+    pub longest: Duration,
+    pub over_1s: u64,
 }
 
 impl Ctx {
@@ -182,6 +187,8 @@ impl Ctx {
             writes: d.op_insert + d.op_update + d.op_delete,
             documents: d.inserted + d.updated + d.deleted,
             took,
+            longest: Duration::from_micros(slow[4].load(Ordering::Relaxed)),
+            over_1s: slow[3].load(Ordering::Relaxed),
         })
     }
 }
@@ -189,7 +196,7 @@ impl Ctx {
 /// A section: `### title` and one row per (tasks, design), each design's
 /// throughput also as a ratio to the naive design's at the same tasks.
 pub(crate) fn table(title: &str, rows: &[Row]) -> String {
-    let mut out = format!("### {title}\n\n| tasks | design | round trips / op | server writes / op | documents written / op | operations | ops/s | ops/s ÷ naive |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    let mut out = format!("### {title}\n\n| tasks | design | round trips / op | server writes / op | documents written / op | operations | ops/s | ops/s ÷ naive | longest op | ops ≥ 1 s |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     let per_op = |n: f64, ops: u64| {
         if ops == 0 {
             "n/a".to_owned()
@@ -211,7 +218,7 @@ pub(crate) fn table(title: &str, rows: &[Row]) -> String {
             n => format!("{n} × {}", r.tasks),
         };
         out += &format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} ms | {} |\n",
             tasks,
             r.design,
             per_op(r.round_trips as f64, r.ops),
@@ -220,6 +227,8 @@ pub(crate) fn table(title: &str, rows: &[Row]) -> String {
             thousands(r.ops),
             thousands(rate(r).round() as u64),
             ratio,
+            thousands(r.longest.as_millis() as u64),
+            thousands(r.over_1s),
         );
     }
     out.push('\n');

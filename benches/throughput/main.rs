@@ -170,7 +170,7 @@ async fn run(
         args.threads,
         args.tasks.iter().copied().max().unwrap_or(1).max(10),
     );
-    out += "Each cell starts from fresh collections and runs its tasks for the time given (no operation starts after it). Round trips: commands sent per operation (command monitoring). Server writes: `serverStatus` `opcounters` insert + update + delete per operation; documents written: `metrics.document` inserted + updated + deleted per operation (less what two `serverStatus` calls count). The test server shares 2 cores with this client: operations per second are ratios of one run, not figures for `mongod`.\n\n";
+    out += "Each cell starts from fresh collections and runs its tasks for the time given (no operation starts after it). Round trips: commands sent per operation (command monitoring). Server writes: `serverStatus` `opcounters` insert + update + delete per operation; documents written: `metrics.document` inserted + updated + deleted per operation (less what two `serverStatus` calls count). Longest op, and ops ≥ 1 s: how long the slowest operation of the cell took, and how many took a second or more; the cell ends when the last operation started has, so a few held-up operations stretch its time, and a task held up for most of the cell does little of its work (with several instances, the rate can then be the rate of fewer instances). The test server shares 2 cores with this client: operations per second are ratios of one run, not figures for `mongod`.\n\n";
     if args.runs("push1") {
         out += &cell::table(
             "Bucket pushes to one key (buckets of 100)",
