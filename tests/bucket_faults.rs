@@ -1925,3 +1925,71 @@ async fn a_move_that_fails_part_way_leaves_nothing_half_done() {
     assert_eq!(sorted_buckets(&db, 1).await, want);
     pages_equal(&repo, 1, &want, &[1, 3, 7]).await;
 }
+
+/// A push that opens the next bucket closes the last one first. With
+/// `order`, at a rollover other instances keep inserting late items into
+/// that full bucket (below its last value) until it is closed. The close
+/// named the count it had read, so it lost to them round after round (a
+/// read and a close more each time, after a growing pause). Now it closes
+/// the bucket whatever landed in it, and the next bucket follows the
+/// count it closed at. Here the opener's writes are held 300 ms on the
+/// server (`failCommand` for its client alone), and once it has read the
+/// full bucket another client inserts five items into it. Before, the
+/// opener's first close matched nothing, and it sent a read and a close
+/// more.
+#[tokio::test]
+async fn closing_a_full_bucket_does_not_lose_to_late_items_landing_in_it() {
+    let server = FaultServer::start("closing_a_full_bucket").await;
+    let (c, _) = client(server.uri()).await;
+    let (a, commands) = client(&server.uri_named("opener")).await;
+    let name = server.db_name("close");
+    let db = c.database(&name);
+    mongo_patterns_testkit::strict_validators(&db, declared(&db)).await;
+    let (opener, other) = (Dated::buckets(&a.database(&name)), Dated::buckets(&db));
+    // Bucket 0 full (size 5), as the opener knows.
+    for d in 10..15 {
+        bounded(10, opener.push(&dated(1, d, d as u32)))
+            .await
+            .unwrap();
+    }
+    commands.take();
+    let held = doc! {
+        "failCommands": ["update", "findAndModify"],
+        "blockConnection": true,
+        "blockTimeMS": 300,
+    };
+    server.fail_only(&c, "opener", None, held).await;
+    let push = tokio::spawn({
+        let opener = opener.clone();
+        async move { opener.push(&dated(1, 20, 20)).await }
+    });
+    // The opener has read bucket 0 (its first update, held, found it
+    // full): its close is next, held 300 ms.
+    let mut sent: Vec<String> = Vec::new();
+    let until = Instant::now() + Duration::from_secs(10);
+    while !sent.iter().any(|n| n == "find") {
+        assert!(Instant::now() < until, "the opener sent {sent:?}");
+        sent.extend(commands.take().into_iter().map(|(n, _)| n));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    for n in 0..5 {
+        bounded(10, other.push(&dated(1, 12, 100 + n)))
+            .await
+            .unwrap();
+    }
+    let pushed = bounded(20, push).await.unwrap();
+    server.off(&c).await;
+    pushed.unwrap();
+    sent.extend(commands.take().into_iter().map(|(n, _)| n));
+    assert_eq!(
+        sent,
+        ["update", "find", "findAndModify", "insert"],
+        "one close, whatever landed in the bucket meanwhile"
+    );
+    let mut want: Vec<(i64, i64)> = (10..15).map(|d| (d, d)).collect();
+    want.extend((100..105).map(|n| (12, n)));
+    want.push((20, 20));
+    let want = by_day(&want);
+    assert_eq!(sorted_buckets(&db, 1).await, want);
+    pages_equal(&other, 1, &want, &[1, 3, 4]).await;
+}

@@ -666,6 +666,37 @@ impl FaultServer {
         fail_command(c, times, data).await;
     }
 
+    /// A connection string for a client of the test's that `failCommand`
+    /// set through [`fail_only`](Self::fail_only) with the same `name`
+    /// fails, and no other client: this test's `appName` (or, on a server
+    /// of its own, one of its own) with `-name` appended.
+    pub fn uri_named(&self, name: &str) -> String {
+        match &self.app {
+            Some(app) => self
+                .uri
+                .replace(&format!("appName={app}"), &format!("appName={app}-{name}")),
+            None => with_option(&self.uri, "appName", &format!("mp-own-{name}")),
+        }
+    }
+
+    /// [`fail`](Self::fail), for the commands of the clients of
+    /// [`uri_named`](Self::uri_named)`(name)` only.
+    pub async fn fail_only(
+        &self,
+        c: &Client,
+        name: &str,
+        times: Option<i32>,
+        data: mongo_patterns::bson::Document,
+    ) {
+        let app = match &self.app {
+            Some(app) => format!("{app}-{name}"),
+            None => format!("mp-own-{name}"),
+        };
+        let mut data = data;
+        data.insert("appName", app);
+        fail_command(c, times, data).await;
+    }
+
     /// Turns the `failCommand` fail point off.
     pub async fn off(&self, c: &Client) {
         fail_command_off(c).await;

@@ -126,17 +126,27 @@ impl<T: Bucketed> Buckets<T> {
                 None => Stored::Nothing,
             });
         }
-        if head.exists && !head.sealed {
-            let n = self.shape.fits(head, rest.iter().map(|(_, l)| *l));
-            if n > 0 {
-                return self.fill_open(key, head, &rest[..n], cx).await;
+        let closed;
+        let head = match head.exists && !head.sealed {
+            true => {
+                let n = self.shape.fits(head, rest.iter().map(|(_, l)| *l));
+                if n > 0 {
+                    return self.fill_open(key, head, &rest[..n], cx).await;
+                }
+                // No room for the next item: closed first, so that nothing
+                // lands behind the new buckets. Boxed: its `findAndModify`
+                // would sit in every round's future.
+                let first = rest.first().map(|(d, _)| d);
+                match Box::pin(self.close(head, first, cx)).await? {
+                    Some(h) => {
+                        closed = h;
+                        &closed
+                    }
+                    None => return Ok(Stored::Nothing),
+                }
             }
-            // No room for the next item: closed first, so that nothing
-            // lands behind the new buckets.
-            if !self.seal_if_unchanged(head, cx).await? {
-                return Ok(Stored::Nothing);
-            }
-        }
+            false => head,
+        };
         self.new_buckets(key, head, rest, cx).await
     }
 

@@ -7,9 +7,11 @@
 //! value too high; when it matches nothing, a point read says why (full,
 //! closed, gone, or this very write applied already) and the push goes on
 //! from there ([`Step`]). Only an insert opens the next bucket, after a
-//! write that closes the last one naming the `count` and `start` it read,
-//! so two writers racing to open it meet on its unique `_id`, and a write
-//! that moved positions meanwhile is seen. An item below the last
+//! write that closes the last one naming the `start` it read (and, without
+//! `order`, its `count`; with `order` it returns the count it closed at:
+//! see [`close`](Buckets::close)), so two writers racing to open it meet
+//! on its unique `_id`, and a write that moved positions meanwhile is
+//! seen. An item below the last
 //! bucket's floor, or one the last bucket has no room for that belongs
 //! in it, is late: [`late`](super::late), one transaction.
 
@@ -387,9 +389,17 @@ impl<T: Bucketed> Buckets<T> {
         op: ObjectId,
         cx: &mut Call<'_>,
     ) -> Result<Option<i64>> {
-        if head.exists && !head.sealed && !self.seal_if_unchanged(head, cx).await? {
-            return Ok(None);
-        }
+        let closed;
+        let head = match head.exists && !head.sealed {
+            true => match self.close(head, items.first().map(|(d, _)| d), cx).await? {
+                Some(h) => {
+                    closed = h;
+                    &closed
+                }
+                None => return Ok(None),
+            },
+            false => head,
+        };
         let (seq, start) = match head.exists {
             true => (head.seq + 1, head.total()),
             false => (0, 0),
@@ -423,6 +433,81 @@ impl<T: Bucketed> Buckets<T> {
             let _ = self.open_ahead(key, seq + 1, next, cx).await;
         }
         Ok(Some(seq))
+    }
+
+    /// Closes `head`, the key's last bucket as read, before the next
+    /// bucket opens after it with `first` (and what follows it): `head` as
+    /// closed, or `None` when it was not closed (or not for `first`), a
+    /// race lost. Without `order`, see
+    /// [`seal_if_unchanged`](Buckets::seal_if_unchanged). With `order`,
+    /// a full bucket still takes late items inserted below its last value
+    /// until it is closed, and pushes from other processes insert them all
+    /// the time at a rollover: a close that named the `count` it read lost
+    /// to them round after round, each after a longer pause. So the close
+    /// names only the `start` (a move that ran since changed it) and
+    /// returns the `count`, `bytes` and last item the bucket closed with,
+    /// in one `findAndModify`; the next bucket follows them. When its last
+    /// value is then above `first`, `first` is late: `None`, and the next
+    /// round reads the bucket closed.
+    pub(super) async fn close(
+        &self,
+        head: &Head,
+        first: Option<&Document>,
+        cx: &mut Call<'_>,
+    ) -> Result<Option<Head>> {
+        let Some(order) = self.shape.spec.order else {
+            return Ok(self
+                .seal_if_unchanged(head, cx)
+                .await?
+                .then(|| head.clone()));
+        };
+        let mut filter = self.shape.unchanged(head);
+        filter.remove("count");
+        let items = self.shape.spec.items;
+        let projection = mongodb::bson::doc! {
+            "start": 1, "count": 1, "bytes": 1, super::shape::FLOOR: 1,
+            items: {"$slice": -1},
+        };
+        let close = self
+            .coll
+            .find_one_and_update(filter, super::shape::Shape::seal())
+            .with_options(
+                cx.opts
+                    .driver::<mongodb::options::FindOneAndUpdateOptions>(),
+            )
+            .return_document(mongodb::options::ReturnDocument::After)
+            .projection(projection);
+        let Some(d) = crate::action::run!(close, cx.session.as_deref_mut())? else {
+            return Ok(None);
+        };
+        let last = d
+            .get_array(items)
+            .ok()
+            .and_then(|a| a.last())
+            .and_then(Bson::as_document)
+            .map(|i| i.get(order).cloned().unwrap_or(Bson::Null));
+        let int = |f: &str| match d.get(f) {
+            Some(Bson::Int32(v)) => Some(i64::from(*v)),
+            Some(Bson::Int64(v)) => Some(*v),
+            Some(Bson::Double(v)) if v.fract() == 0.0 && v.abs() < 9.0e15 => Some(*v as i64),
+            _ => None,
+        };
+        let (Some(start), Some(count)) = (int("start"), int("count")) else {
+            return Ok(None);
+        };
+        let closed = Head {
+            start,
+            count,
+            bytes: int("bytes").unwrap_or(head.bytes),
+            hi: last.or_else(|| d.get(super::shape::FLOOR).cloned()),
+            sealed: true,
+            ..head.clone()
+        };
+        let v = first.and_then(|d| self.shape.order_of(d));
+        if v.is_some_and(|v| super::shape::below(&v, closed.hi.as_ref())) {
+            return Ok(None);
+        }
+        Ok(Some(closed))
     }
 
     /// Closes `head` if it is still as read (its `count` and `start`), and
