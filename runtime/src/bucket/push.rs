@@ -486,12 +486,9 @@ impl<T: Bucketed> Buckets<T> {
             .and_then(|a| a.last())
             .and_then(Bson::as_document)
             .map(|i| i.get(order).cloned().unwrap_or(Bson::Null));
-        let int = |f: &str| match d.get(f) {
-            Some(Bson::Int32(v)) => Some(i64::from(*v)),
-            Some(Bson::Int64(v)) => Some(*v),
-            Some(Bson::Double(v)) if v.fract() == 0.0 && v.abs() < 9.0e15 => Some(*v as i64),
-            _ => None,
-        };
+        // Integers as every read of a bucket takes them (`raw_int`).
+        let raw = crate::compat::raw_document(&d).ok();
+        let int = |f: &str| raw.as_ref().and_then(|r| super::shape::raw_int(r, f).ok());
         let (Some(start), Some(count)) = (int("start"), int("count")) else {
             return Ok(None);
         };
