@@ -45,7 +45,7 @@ use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::{ClientSession, Collection, Database};
 
-use super::shape::{raw_int, Fill, Head, Shape, LEN, NEXT};
+use super::shape::{raw_int, seq_of, Fill, Head, Shape, LEN, NEXT};
 use super::{Bucketed, Buckets};
 use crate::action::{Call, Options};
 use crate::error::{Error, Result};
@@ -119,14 +119,15 @@ impl<T: Bucketed> Buckets<T> {
 }
 
 impl Txn<'_> {
-    /// The `seq` of the bucket of `key` that holds write `op`, if any.
+    /// The `seq` of the bucket of `key` that holds write `op`, if any (its
+    /// integer part: a late item often lands in a bucket a split placed
+    /// between two others, whose `seq` is a double; read as none, the
+    /// move that already stored it ran again for ever, its insert
+    /// refused by the write id it finds there).
     pub(super) async fn holding(&mut self, key: &Bson, op: ObjectId) -> Result<Option<i64>> {
         let filter = self.shape.holding(key, op);
         let found = self.find(filter, 1, 1, doc! {"_id": 1}).await?;
-        Ok(found.first().and_then(|d| match d.get("_id") {
-            Ok(Some(mongodb::bson::RawBsonRef::Document(id))) => raw_int(id, "s").ok(),
-            _ => None,
-        }))
+        Ok(found.first().and_then(|d| seq_of(d)).map(|(seq, _)| seq))
     }
 
     /// The buckets `filter` matches, in `_id` order (`dir` 1) or reverse

@@ -22,7 +22,7 @@ use crate::util::id_range;
 
 mod head;
 
-pub(super) use head::{raw_int, Head};
+pub(super) use head::{raw_int, seq_of, Head};
 
 /// The field names a bucket keeps for itself, beside the key and the
 /// items' array: no model field may be stored under one of them (the

@@ -86,16 +86,8 @@ impl Shape {
 
     /// A bucket read with [`Shape::head_projection`], checked.
     pub(in crate::bucket) fn head_of(&self, d: &RawDocument) -> Result<Head> {
-        let seq = match d.get("_id") {
-            Ok(Some(RawBsonRef::Document(id))) => match id.get("s") {
-                Ok(Some(RawBsonRef::Double(v))) if v.is_finite() && v.abs() < 9.0e15 => {
-                    Some((v.floor() as i64, Bson::Double(v)))
-                }
-                _ => raw_int(id, "s").ok().map(|s| (s, Bson::Int64(s))),
-            },
-            _ => None,
-        }
-        .ok_or_else(|| self.damaged(id_of(d), "_id", "is not {k: key, s: integer}"))?;
+        let seq = seq_of(d)
+            .ok_or_else(|| self.damaged(id_of(d), "_id", "is not {k: key, s: integer}"))?;
         let (start, count) = self.check(d, raw_int(d, LEN).ok())?;
         let value = |f: &str| {
             d.get(f)
@@ -118,6 +110,20 @@ impl Shape {
             exists: true,
             mine: flag(MINE),
         })
+    }
+}
+
+/// The `seq` of a bucket as read (with its `_id`): its integer part, and
+/// the value stored (a double between two integers after a split).
+pub(in crate::bucket) fn seq_of(d: &RawDocument) -> Option<(i64, Bson)> {
+    match d.get("_id") {
+        Ok(Some(RawBsonRef::Document(id))) => match id.get("s") {
+            Ok(Some(RawBsonRef::Double(v))) if v.is_finite() && v.abs() < 9.0e15 => {
+                Some((v.floor() as i64, Bson::Double(v)))
+            }
+            _ => raw_int(id, "s").ok().map(|s| (s, Bson::Int64(s))),
+        },
+        _ => None,
     }
 }
 
