@@ -278,7 +278,7 @@ impl<T: RankHistogram> Ranks<T> {
         state: &mut State,
     ) -> mongodb::error::Result<Vec<Option<bool>>> {
         state.count += 1;
-        if let Some(pause) = self.queues.pause() {
+        if let Some(pause) = self.queues.pause(state.count) {
             tokio::time::sleep(pause).await;
         }
         state.started = Some(std::time::Instant::now());
