@@ -28,6 +28,15 @@ struct Tick {
     day: i64,
 }
 
+/// Buckets of 4 (late items grow one to 8, then it splits).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Model)]
+#[model(collection = "uo_marks")]
+#[bucket(size = 4, key = "sym", order = "day")]
+struct Mark {
+    sym: String,
+    day: i64,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, Model)]
 #[model(collection = "uo_items")]
 struct Item {
@@ -83,6 +92,7 @@ impl Rig {
             &direct,
             [
                 Tick::declared(&direct),
+                Mark::declared(&direct),
                 Item::declared(&direct),
                 Log::declared(&direct),
             ]
@@ -291,6 +301,90 @@ async fn a_bucket_push_finds_out_whether_it_landed() {
             .await;
         assert_eq!(n, 1, "{}: stored once", case.what);
     }
+}
+
+/// A late item's transaction commits, and the answer to its commit says
+/// the server has no such transaction (251, labelled
+/// `TransientTransactionError` as `mongod` labels it): the driver runs the
+/// move again, which must find the item where the first run put it,
+/// here in a bucket a split placed between two others (a `seq` that is a
+/// double), and leave it there. Before, the rerun read that bucket's
+/// `seq` as none, placed the item again, found its write id there (a
+/// write that matches nothing: a race, rerun), and went round until the
+/// move's 120 s bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_move_run_again_finds_its_item_in_a_split_bucket() {
+    let rig = Rig::new("uo_split").await;
+    let marks = Mark::buckets(&rig.db);
+    let mark = |day| Mark {
+        sym: "s".into(),
+        day,
+    };
+    // Buckets [0..30], [40..70] and [80..110]; four late items bring the
+    // middle one to its cap of 8.
+    let first: Vec<Mark> = (0..12).map(|i| mark(i * 10)).collect();
+    bounded(30, marks.push_many(&first)).await.unwrap();
+    for day in [41, 42, 43, 44] {
+        bounded(30, marks.push(&mark(day))).await.unwrap();
+    }
+    // 65 belongs in the middle bucket, full: it splits, its upper half
+    // goes to a new bucket before [80..110] (no room there), and 65 with it.
+    let lost = doc! {
+        "ok": 0, "code": 251, "codeName": "NoSuchTransaction",
+        "errmsg": "Transaction with { txnNumber: 1 } has been aborted.",
+    };
+    rig.proxy.clear();
+    rig.proxy.on(Rule::new(
+        "commitTransaction",
+        1,
+        Fault::ReplyAsMongod(lost),
+    ));
+    let pushed = bounded(30, marks.push(&mark(65))).await;
+    let hits = rig.proxy.hits();
+    rig.proxy.clear();
+    pushed.unwrap();
+    assert_eq!(hits, vec![1], "the commit's answer was replaced");
+
+    let buckets: Vec<Document> = bounded(
+        10,
+        rig.direct
+            .collection::<Document>("uo_marks")
+            .find(doc! {"sym": "s"})
+            .sort(doc! {"_id": 1}),
+    )
+    .await
+    .unwrap()
+    .try_collect()
+    .await
+    .unwrap();
+    let days = |b: &Document| -> Vec<i64> {
+        b.get_array("items")
+            .unwrap()
+            .iter()
+            .map(|i| int(i.as_document().unwrap().get("day").unwrap()).unwrap())
+            .collect()
+    };
+    let holding: Vec<&Document> = buckets.iter().filter(|b| days(b).contains(&65)).collect();
+    assert_eq!(holding.len(), 1, "65 stored once: {buckets:?}");
+    let seq = holding[0].get_document("_id").unwrap().get("s").unwrap();
+    assert!(
+        matches!(seq, Bson::Double(s) if s.fract() != 0.0),
+        "65 went to the bucket the split placed between two others: {seq:?}"
+    );
+    // Every item once, in order, and every `start` the sum before it.
+    let all: Vec<i64> = buckets.iter().flat_map(days).collect();
+    let mut expected: Vec<i64> = (0..12)
+        .map(|i| i * 10)
+        .chain([41, 42, 43, 44, 65])
+        .collect();
+    expected.sort();
+    assert_eq!(all, expected);
+    let mut at = 0;
+    for b in &buckets {
+        assert_eq!(int(b.get("start").unwrap()), Some(at), "{b:?}");
+        at += days(b).len() as i64;
+    }
+    assert_eq!(bounded(10, marks.count("s")).await.unwrap(), 17);
 }
 
 /// A queued batch of pushes to one key, its reply lost, just after an
