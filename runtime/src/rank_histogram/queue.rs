@@ -69,10 +69,10 @@ const HINTS: usize = 4_096;
 /// How long after a conflict a call whose board is not known reads it
 /// first.
 const CONTENDED: Duration = Duration::from_secs(2);
-/// The least and the most a group's pace grows to (µs). At 1 s, groups
+/// The least and the most a group's pace grows to (µs). At 1 s, a group
 /// that lost a few times in a row paused for seconds in all while other
 /// processes' groups kept the board (4 clients × 16 tasks: the slowest
-/// calls 2.4 to 4.3 s, for no fewer round trips).
+/// calls took 2.4 to 4.3 s).
 const MIN_PACE_US: u64 = 1_000;
 const MAX_PACE_US: u64 = 250_000;
 /// The most a group's pace grows to, in average transaction times.
