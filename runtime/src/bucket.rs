@@ -60,7 +60,11 @@
 //! update, and few items are late. Across processes, items dated a moment
 //! apart still race at rollovers; a late one near the end costs one update
 //! when it belongs in the last bucket, and a transaction of four round
-//! trips when it belongs in the one before.
+//! trips when it belongs in the one before. That transaction also writes
+//! the last bucket (its `start`), which every push writes: while other
+//! instances keep pushing to the key, it is rerun until it gets through,
+//! and the pushes queued behind it wait, seconds at worst (see the
+//! guide's "Several instances").
 //!
 //! # Against faults
 //!
